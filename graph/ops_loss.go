@@ -1,0 +1,116 @@
+package graph
+
+// SoftmaxCrossEntropy is the fused, numerically stable mean cross-entropy
+// of softmax(logits [N,C]) against integer labels [N] (i32): a scalar.
+type SoftmaxCrossEntropy struct{}
+
+func (SoftmaxCrossEntropy) Type() string { return "softmax_cross_entropy" }
+
+func checkLogitsLabels(op string, in []Spec) error {
+	l, y := in[0], in[1]
+	if len(l.Shape) != 2 || !l.DType.IsFloat() {
+		return shapeErr(op, in, "logits must be float [N,C]")
+	}
+	if len(y.Shape) != 1 || y.Shape[0] != l.Shape[0] || y.DType != I32 {
+		return shapeErr(op, in, "labels must be i32 [%d]", l.Shape[0])
+	}
+	return nil
+}
+
+func (SoftmaxCrossEntropy) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("softmax_cross_entropy", in, 2); err != nil {
+		return nil, err
+	}
+	if err := checkLogitsLabels("softmax_cross_entropy", in); err != nil {
+		return nil, err
+	}
+	return []Spec{{Shape{}, in[0].DType}}, nil
+}
+
+func (SoftmaxCrossEntropy) Cost(in, out []Spec) Cost { return elementwiseCost(in, in[:1], 5) }
+
+// Signatures: splitting the batch gives partial sums of the mean (each
+// device divides by the global N).
+func (SoftmaxCrossEntropy) Signatures(in, out []Spec) []Signature {
+	return []Signature{sig(1, P, S(0), S(0)), sig(1, B, B, B)}
+}
+
+func (SoftmaxCrossEntropy) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+	return []*Tensor{g.apply1(SoftmaxCrossEntropyGrad{}, n.Inputs[0], n.Inputs[1], dy[0]), nil}
+}
+
+// SoftmaxCrossEntropy adds the mean softmax cross-entropy loss.
+func (g *Graph) SoftmaxCrossEntropy(logits, labels *Tensor) *Tensor {
+	return g.apply1(SoftmaxCrossEntropy{}, logits, labels)
+}
+
+// SoftmaxCrossEntropyGrad is dlogits = dloss·(softmax(logits) − onehot)/N:
+// (logits, labels, dloss) → dlogits.
+type SoftmaxCrossEntropyGrad struct{}
+
+func (SoftmaxCrossEntropyGrad) Type() string { return "softmax_cross_entropy_grad" }
+
+func (SoftmaxCrossEntropyGrad) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("softmax_cross_entropy_grad", in, 3); err != nil {
+		return nil, err
+	}
+	if err := checkLogitsLabels("softmax_cross_entropy_grad", in); err != nil {
+		return nil, err
+	}
+	if len(in[2].Shape) != 0 {
+		return nil, shapeErr("softmax_cross_entropy_grad", in, "dloss must be a scalar")
+	}
+	return []Spec{in[0]}, nil
+}
+
+func (SoftmaxCrossEntropyGrad) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 6) }
+
+func (SoftmaxCrossEntropyGrad) Signatures(in, out []Spec) []Signature {
+	return []Signature{sig(1, S(0), S(0), S(0), B), sig(1, B, B, B, B)}
+}
+
+// Softmax is the softmax over the last axis.
+type Softmax struct{}
+
+func (Softmax) Type() string { return "softmax" }
+
+func (Softmax) Infer(in []Spec) ([]Spec, error) {
+	out, err := sameShapes("softmax", in, 1)
+	if err == nil && len(in[0].Shape) == 0 {
+		err = shapeErr("softmax", in, "input must have rank ≥ 1")
+	}
+	return out, err
+}
+
+func (Softmax) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 5) }
+
+func (Softmax) Signatures(in, out []Spec) []Signature {
+	r := len(in[0].Shape)
+	var sigs []Signature
+	for a := range r - 1 {
+		sigs = append(sigs, sig(1, S(a), S(a)))
+	}
+	return append(sigs, sig(1, B, B))
+}
+
+func (Softmax) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+	return []*Tensor{g.apply1(SoftmaxGrad{}, n.Outputs[0], dy[0])}
+}
+
+// Softmax adds a softmax over the last axis.
+func (g *Graph) Softmax(x *Tensor) *Tensor { return g.apply1(Softmax{}, x) }
+
+// SoftmaxGrad is dx = y⊙(dy − Σ dy⊙y) from the softmax output: (y, dy) → dx.
+type SoftmaxGrad struct{}
+
+func (SoftmaxGrad) Type() string                    { return "softmax_grad" }
+func (SoftmaxGrad) Infer(in []Spec) ([]Spec, error) { return sameShapes("softmax_grad", in, 2) }
+func (SoftmaxGrad) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 4) }
+func (SoftmaxGrad) Signatures(in, out []Spec) []Signature {
+	r := len(in[0].Shape)
+	var sigs []Signature
+	for a := range r - 1 {
+		sigs = append(sigs, sig(1, S(a), S(a), S(a)))
+	}
+	return append(sigs, sig(1, B, B, B))
+}

@@ -1,0 +1,150 @@
+package graph
+
+// LayerNorm normalizes over the last axis and applies gamma and beta
+// ([C]): (x, gamma, beta) → (y, mean, rstd), the mean and reciprocal
+// standard deviation (shape x[:-1]) kept for the backward pass.
+type LayerNorm struct{ Eps float32 }
+
+func (LayerNorm) Type() string { return "layer_norm" }
+
+func (op LayerNorm) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("layer_norm", in, 3); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("layer_norm", in, 0, 1, 2); err != nil {
+		return nil, err
+	}
+	x := in[0].Shape
+	if len(x) < 1 {
+		return nil, shapeErr("layer_norm", in, "x must have rank ≥ 1")
+	}
+	c := Shape{x[len(x)-1]}
+	if !in[1].Shape.Equal(c) || !in[2].Shape.Equal(c) {
+		return nil, shapeErr("layer_norm", in, "gamma and beta must be %v", c)
+	}
+	if op.Eps <= 0 {
+		return nil, shapeErr("layer_norm", in, "eps must be positive, got %g", op.Eps)
+	}
+	stat := Spec{x[:len(x)-1].Clone(), F32}
+	return []Spec{in[0], stat, stat}, nil
+}
+
+func (LayerNorm) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 8) }
+
+func (LayerNorm) Signatures(in, out []Spec) []Signature {
+	var sigs []Signature
+	for a := range len(in[0].Shape) - 1 {
+		sigs = append(sigs, sig(3, S(a), S(a), S(a), S(a), B, B))
+	}
+	return append(sigs, sig(3, B, B, B, B, B, B))
+}
+
+func (op LayerNorm) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+	out := g.Apply(LayerNormGrad{}, n.Inputs[0], n.Inputs[1], dy[0], n.Outputs[1], n.Outputs[2])
+	if out == nil {
+		return []*Tensor{nil, nil, nil}
+	}
+	return out
+}
+
+// LayerNorm adds a layer normalization over the last axis and returns y.
+func (g *Graph) LayerNorm(x, gamma, beta *Tensor, eps float32) *Tensor {
+	return g.apply1(LayerNorm{Eps: eps}, x, gamma, beta)
+}
+
+// LayerNormGrad: (x, gamma, dy, mean, rstd) → (dx, dgamma, dbeta).
+type LayerNormGrad struct{}
+
+func (LayerNormGrad) Type() string { return "layer_norm_grad" }
+
+func (LayerNormGrad) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("layer_norm_grad", in, 5); err != nil {
+		return nil, err
+	}
+	x := in[0].Shape
+	if len(x) < 1 || !in[2].Shape.Equal(x) || !in[1].Shape.Equal(Shape{x[len(x)-1]}) ||
+		!in[3].Shape.Equal(x[:len(x)-1]) || !in[4].Shape.Equal(x[:len(x)-1]) {
+		return nil, shapeErr("layer_norm_grad", in, "inconsistent shapes")
+	}
+	return []Spec{in[0], in[1], in[1]}, nil
+}
+
+func (LayerNormGrad) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 12) }
+
+func (LayerNormGrad) Signatures(in, out []Spec) []Signature {
+	var sigs []Signature
+	for a := range len(in[0].Shape) - 1 {
+		sigs = append(sigs, sig(3, S(a), P, P, S(a), B, S(a), S(a), S(a)))
+	}
+	return append(sigs, sig(3, B, B, B, B, B, B, B, B))
+}
+
+// Embedding looks rows of table [V,D] up by ids (i32, any shape):
+// (table, ids) → [ids..., D].
+type Embedding struct{}
+
+func (Embedding) Type() string { return "embedding" }
+
+func (Embedding) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("embedding", in, 2); err != nil {
+		return nil, err
+	}
+	t, ids := in[0], in[1]
+	if len(t.Shape) != 2 || !t.DType.IsFloat() {
+		return nil, shapeErr("embedding", in, "table must be float [V,D]")
+	}
+	if ids.DType != I32 {
+		return nil, shapeErr("embedding", in, "ids must be i32")
+	}
+	out := append(ids.Shape.Clone(), t.Shape[1])
+	return []Spec{{out, t.DType}}, nil
+}
+
+func (Embedding) Cost(in, out []Spec) Cost { return Cost{Bytes: bytesOf(in[1:], out, out)} }
+
+func (Embedding) Signatures(in, out []Spec) []Signature {
+	r := len(out[0].Shape)
+	sigs := []Signature{sig(1, S(r-1), S(1), B), sig(1, P, S(0), B), sig(1, B, B, B)}
+	for a := range r - 1 {
+		sigs = append(sigs, sig(1, S(a), B, S(a)))
+	}
+	return sigs
+}
+
+func (Embedding) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+	t := n.Inputs[0]
+	return []*Tensor{g.apply1(EmbeddingGrad{Table: t.Spec.Shape.Clone()}, n.Inputs[1], dy[0]), nil}
+}
+
+// Embedding adds a lookup of ids in table.
+func (g *Graph) Embedding(table, ids *Tensor) *Tensor { return g.apply1(Embedding{}, table, ids) }
+
+// EmbeddingGrad scatter-adds dy into a zeroed table: (ids, dy) → dtable.
+type EmbeddingGrad struct{ Table Shape }
+
+func (EmbeddingGrad) Type() string { return "embedding_grad" }
+
+func (op EmbeddingGrad) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("embedding_grad", in, 2); err != nil {
+		return nil, err
+	}
+	if len(op.Table) != 2 || !op.Table.valid() || in[0].DType != I32 {
+		return nil, shapeErr("embedding_grad", in, "want i32 ids and a [V,D] table, got table %v", op.Table)
+	}
+	want := append(in[0].Shape.Clone(), op.Table[1])
+	if !in[1].Shape.Equal(want) {
+		return nil, shapeErr("embedding_grad", in, "dy must be %v", want)
+	}
+	return []Spec{{op.Table.Clone(), in[1].DType}}, nil
+}
+
+func (op EmbeddingGrad) Cost(in, out []Spec) Cost { return elementwiseCost(in, in[1:], 1) }
+
+func (op EmbeddingGrad) Signatures(in, out []Spec) []Signature {
+	r := len(in[1].Shape)
+	sigs := []Signature{sig(1, S(1), B, S(r-1)), sig(1, B, B, B)}
+	for a := range r - 1 {
+		sigs = append(sigs, sig(1, P, S(a), S(a)))
+	}
+	return sigs
+}

@@ -1,0 +1,115 @@
+package graph
+
+import (
+	"fmt"
+)
+
+// Optimizer appends the update of params from their gradients to a graph.
+type Optimizer interface {
+	// Name is a short description, e.g. "sgd(lr=0.01, momentum=0.9)".
+	Name() string
+	update(g *Graph, params, grads []*Tensor)
+}
+
+// Minimize appends to g the backward pass of loss with respect to every
+// parameter and opt's updates of them: the whole training iteration.
+func (g *Graph) Minimize(loss *Tensor, opt Optimizer) error {
+	params := g.Params()
+	grads, err := g.Backward(loss, params)
+	if err != nil {
+		return err
+	}
+	g.SetPhase(Update)
+	opt.update(g, params, grads)
+	g.SetPhase(Forward)
+	return g.Err()
+}
+
+// SGD is stochastic gradient descent, with momentum when Momentum > 0
+// (PyTorch's formulation: v = μ·v + g; w −= lr·v).
+type SGD struct {
+	LR, Momentum, WeightDecay float32
+}
+
+func (o SGD) Name() string {
+	return fmt.Sprintf("sgd(lr=%g, momentum=%g, weight_decay=%g)", o.LR, o.Momentum, o.WeightDecay)
+}
+
+func (o SGD) update(g *Graph, params, grads []*Tensor) {
+	for i, w := range params {
+		if o.Momentum == 0 {
+			g.Apply(SGDUpdate{LR: o.LR, WeightDecay: o.WeightDecay}, w, grads[i])
+			continue
+		}
+		v := g.State(w.Name+".momentum", w.Spec.Shape, Init{Kind: Zeros})
+		g.Apply(MomentumUpdate{LR: o.LR, Momentum: o.Momentum, WeightDecay: o.WeightDecay}, w, grads[i], v)
+	}
+}
+
+// Adam is the Adam optimizer with bias correction (weight decay added to
+// the gradient, as PyTorch's Adam).
+type Adam struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+}
+
+func (o Adam) Name() string {
+	return fmt.Sprintf("adam(lr=%g, betas=(%g, %g), eps=%g, weight_decay=%g)", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
+}
+
+func (o Adam) update(g *Graph, params, grads []*Tensor) {
+	for i, w := range params {
+		m := g.State(w.Name+".adam_m", w.Spec.Shape, Init{Kind: Zeros})
+		v := g.State(w.Name+".adam_v", w.Spec.Shape, Init{Kind: Zeros})
+		g.Apply(AdamUpdate(o), w, grads[i], m, v)
+	}
+}
+
+// updateInfer checks an update op's inputs: the weight, its gradient and
+// its states, all of one shape.
+func updateInfer(op string, in []Spec, n int) ([]Spec, error) {
+	if _, err := sameShapes(op, in, n); err != nil {
+		return nil, err
+	}
+	return nil, nil
+}
+
+// updateSignatures: the weight, its gradient and its states laid out alike.
+func updateSignatures(in []Spec) []Signature {
+	return elementwiseSignatures(len(in[0].Shape), len(in), 0, false)
+}
+
+// SGDUpdate is w −= lr·(g + wd·w): (w, g), updating w.
+type SGDUpdate struct{ LR, WeightDecay float32 }
+
+func (SGDUpdate) Type() string                    { return "sgd_update" }
+func (SGDUpdate) Mutates() []int                  { return []int{0} }
+func (SGDUpdate) Infer(in []Spec) ([]Spec, error) { return updateInfer("sgd_update", in, 2) }
+func (SGDUpdate) Cost(in, out []Spec) Cost        { return elementwiseCost(in, in[:1], 3) }
+func (SGDUpdate) Signatures(in, out []Spec) []Signature {
+	return updateSignatures(in)
+}
+
+// MomentumUpdate is v = μ·v + (g + wd·w); w −= lr·v: (w, g, v), updating w
+// and v.
+type MomentumUpdate struct{ LR, Momentum, WeightDecay float32 }
+
+func (MomentumUpdate) Type() string                    { return "momentum_update" }
+func (MomentumUpdate) Mutates() []int                  { return []int{0, 2} }
+func (MomentumUpdate) Infer(in []Spec) ([]Spec, error) { return updateInfer("momentum_update", in, 3) }
+func (MomentumUpdate) Cost(in, out []Spec) Cost {
+	return Cost{FLOPs: elementwiseCost(in, in[:1], 5).FLOPs, Bytes: bytesOf(in, in[:1], in[2:])}
+}
+func (MomentumUpdate) Signatures(in, out []Spec) []Signature { return updateSignatures(in) }
+
+// AdamUpdate is Adam's step, bias-corrected by the iteration number:
+// (w, g, m, v), updating w, m and v.
+type AdamUpdate struct{ LR, Beta1, Beta2, Eps, WeightDecay float32 }
+
+func (AdamUpdate) Type() string                    { return "adam_update" }
+func (AdamUpdate) Mutates() []int                  { return []int{0, 2, 3} }
+func (AdamUpdate) PerIteration()                   {}
+func (AdamUpdate) Infer(in []Spec) ([]Spec, error) { return updateInfer("adam_update", in, 4) }
+func (AdamUpdate) Cost(in, out []Spec) Cost {
+	return Cost{FLOPs: elementwiseCost(in, in[:1], 12).FLOPs, Bytes: bytesOf(in, in[:1], in[2:])}
+}
+func (AdamUpdate) Signatures(in, out []Spec) []Signature { return updateSignatures(in) }
