@@ -58,7 +58,11 @@ func (g *Graph) Backward(loss *Tensor, wrt []*Tensor) ([]*Tensor, error) {
 		if !ok {
 			return nil, fmt.Errorf("graph: backward: op %s (node %s) has no gradient rule", n.Op.Type(), n.Name)
 		}
-		dx := d.Grad(g, n, dy)
+		need := make([]bool, len(n.Inputs))
+		for j, in := range n.Inputs {
+			need[j] = dependsOnWrt[in.ID]
+		}
+		dx := d.Grad(g, n, dy, need)
 		if g.err != nil {
 			return nil, fmt.Errorf("graph: backward through %s: %w", n.Name, g.err)
 		}

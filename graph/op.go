@@ -38,10 +38,12 @@ type Op interface {
 
 // Differentiable is an op with a gradient rule. Grad receives the gradient
 // of each output (nil where none flows) and returns one per input (nil for
-// inputs that take no gradient, such as labels).
+// inputs that take no gradient, such as labels). need says which inputs'
+// gradients are wanted; a rule may return nil for the others and should not
+// add nodes computing them.
 type Differentiable interface {
 	Op
-	Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor
+	Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor
 }
 
 // Mutator is an op that updates some of its inputs in place (the optimizer

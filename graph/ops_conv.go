@@ -75,10 +75,15 @@ func (op Conv2D) Signatures(in, out []Spec) []Signature {
 	}
 }
 
-func (op Conv2D) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op Conv2D) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	x, w := n.Inputs[0], n.Inputs[1]
-	dx := g.apply1(Conv2DGradData{Window: op.Window, X: x.Spec.Shape.Clone()}, dy[0], w)
-	dw := g.apply1(Conv2DGradFilter{Window: op.Window, W: w.Spec.Shape.Clone()}, x, dy[0])
+	var dx, dw *Tensor
+	if need[0] {
+		dx = g.apply1(Conv2DGradData{Window: op.Window, X: x.Spec.Shape.Clone()}, dy[0], w)
+	}
+	if need[1] {
+		dw = g.apply1(Conv2DGradFilter{Window: op.Window, W: w.Spec.Shape.Clone()}, x, dy[0])
+	}
 	return []*Tensor{dx, dw}
 }
 
@@ -192,7 +197,7 @@ func (op MaxPool2D) Signatures(in, out []Spec) []Signature {
 	return []Signature{sig(1, S(0), S(0)), sig(1, S(1), S(1)), sig(1, B, B)}
 }
 
-func (op MaxPool2D) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op MaxPool2D) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.apply1(MaxPool2DGrad(op), n.Inputs[0], dy[0])}
 }
 

@@ -90,20 +90,24 @@ func (op MatMul) Signatures(in, out []Spec) []Signature {
 	return sigs
 }
 
-func (op MatMul) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op MatMul) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	a, b, d := n.Inputs[0], n.Inputs[1], dy[0]
 	var da, db *Tensor
-	if op.TransA { // A is [K,M]: dA = op(B)·dYᵀ
+	switch {
+	case !need[0]:
+	case op.TransA: // A is [K,M]: dA = op(B)·dYᵀ
 		da = g.MatMul(b, d, op.TransB, true)
-	} else { // dA = dY·op(B)ᵀ
+	default: // dA = dY·op(B)ᵀ
 		da = g.MatMul(d, b, false, !op.TransB)
 		if da != nil && !da.Spec.Shape.Equal(a.Spec.Shape) {
 			da = g.Reshape(da, a.Spec.Shape)
 		}
 	}
-	if op.TransB { // B is [N,K]: dB = dYᵀ·op(A)
+	switch {
+	case !need[1]:
+	case op.TransB: // B is [N,K]: dB = dYᵀ·op(A)
 		db = g.MatMul(d, a, true, op.TransA)
-	} else { // dB = op(A)ᵀ·dY
+	default: // dB = op(A)ᵀ·dY
 		db = g.MatMul(a, d, !op.TransA, false)
 	}
 	if db != nil && !db.Spec.Shape.Equal(b.Spec.Shape) {
@@ -164,8 +168,12 @@ func (op BiasAdd) Signatures(in, out []Spec) []Signature {
 	return append(sigs, sig(1, B, B, B), sig(1, P, P, P))
 }
 
-func (op BiasAdd) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
-	return []*Tensor{dy[0], g.apply1(BiasGrad{Axis: op.Axis}, dy[0])}
+func (op BiasAdd) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	var db *Tensor
+	if need[1] {
+		db = g.apply1(BiasGrad{Axis: op.Axis}, dy[0])
+	}
+	return []*Tensor{dy[0], db}
 }
 
 // BiasAdd adds x + b along axis.

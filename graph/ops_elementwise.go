@@ -26,7 +26,7 @@ func (ReLU) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 1
 func (ReLU) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 1, 1, false)
 }
-func (ReLU) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (ReLU) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.apply1(ReLUGrad{}, n.Inputs[0], dy[0])}
 }
 
@@ -52,7 +52,7 @@ func (GELU) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 8
 func (GELU) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 1, 1, false)
 }
-func (GELU) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (GELU) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.apply1(GELUGrad{}, n.Inputs[0], dy[0])}
 }
 
@@ -78,7 +78,9 @@ func (Add) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 1)
 func (Add) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 2, 1, true)
 }
-func (Add) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor { return []*Tensor{dy[0], dy[0]} }
+func (Add) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	return []*Tensor{dy[0], dy[0]}
+}
 
 // Add adds a + b.
 func (g *Graph) Add(a, b *Tensor) *Tensor { return g.apply1(Add{}, a, b) }
@@ -93,8 +95,14 @@ func (Mul) Signatures(in, out []Spec) []Signature {
 	r := len(in[0].Shape)
 	return append(elementwiseSignatures(r, 2, 1, false), sig(1, P, P, B), sig(1, P, B, P))
 }
-func (Mul) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
-	return []*Tensor{g.Mul(dy[0], n.Inputs[1]), g.Mul(dy[0], n.Inputs[0])}
+func (Mul) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	dx := make([]*Tensor, 2)
+	for i := range dx {
+		if need[i] {
+			dx[i] = g.Mul(dy[0], n.Inputs[1-i])
+		}
+	}
+	return dx
 }
 
 // Mul adds a ⊙ b.
@@ -109,7 +117,7 @@ func (Scale) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 
 func (Scale) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 1, 1, true)
 }
-func (op Scale) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op Scale) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.Scale(dy[0], op.Alpha)}
 }
 
@@ -161,7 +169,7 @@ func (Dropout) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 2) }
 func (Dropout) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 1, 1, false)
 }
-func (op Dropout) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op Dropout) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.apply1(DropoutGrad(op), dy[0])}
 }
 

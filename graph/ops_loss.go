@@ -35,7 +35,7 @@ func (SoftmaxCrossEntropy) Signatures(in, out []Spec) []Signature {
 	return []Signature{sig(1, P, S(0), S(0)), sig(1, B, B, B)}
 }
 
-func (SoftmaxCrossEntropy) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (SoftmaxCrossEntropy) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.apply1(SoftmaxCrossEntropyGrad{}, n.Inputs[0], n.Inputs[1], dy[0]), nil}
 }
 
@@ -93,7 +93,7 @@ func (Softmax) Signatures(in, out []Spec) []Signature {
 	return append(sigs, sig(1, B, B))
 }
 
-func (Softmax) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (Softmax) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.apply1(SoftmaxGrad{}, n.Outputs[0], dy[0])}
 }
 

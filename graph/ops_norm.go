@@ -39,7 +39,7 @@ func (LayerNorm) Signatures(in, out []Spec) []Signature {
 	return append(sigs, sig(3, B, B, B, B, B, B))
 }
 
-func (op LayerNorm) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op LayerNorm) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	out := g.Apply(LayerNormGrad{}, n.Inputs[0], n.Inputs[1], dy[0], n.Outputs[1], n.Outputs[2])
 	if out == nil {
 		return []*Tensor{nil, nil, nil}
@@ -111,8 +111,11 @@ func (Embedding) Signatures(in, out []Spec) []Signature {
 	return sigs
 }
 
-func (Embedding) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (Embedding) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	t := n.Inputs[0]
+	if !need[0] {
+		return []*Tensor{nil, nil}
+	}
 	return []*Tensor{g.apply1(EmbeddingGrad{Table: t.Spec.Shape.Clone()}, n.Inputs[1], dy[0]), nil}
 }
 

@@ -29,7 +29,7 @@ func (op Reshape) Signatures(in, out []Spec) []Signature {
 	return sigs
 }
 
-func (op Reshape) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op Reshape) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.Reshape(dy[0], n.Inputs[0].Spec.Shape)}
 }
 
@@ -86,7 +86,7 @@ func (op ReduceSum) Signatures(in, out []Spec) []Signature {
 	return append(sigs, sig(1, B, B), sig(1, P, P))
 }
 
-func (op ReduceSum) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op ReduceSum) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	size := n.Inputs[0].Spec.Shape[op.Axis]
 	return []*Tensor{g.apply1(BroadcastAxis{Axis: op.Axis, Size: size}, dy[0])}
 }
@@ -135,6 +135,6 @@ func (op BroadcastAxis) Signatures(in, out []Spec) []Signature {
 	return append(sigs, sig(1, B, B), sig(1, P, P))
 }
 
-func (op BroadcastAxis) Grad(g *Graph, n *Node, dy []*Tensor) []*Tensor {
+func (op BroadcastAxis) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.ReduceSum(dy[0], op.Axis)}
 }
