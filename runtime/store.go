@@ -1,0 +1,84 @@
+package runtime
+
+import (
+	"fmt"
+	"hash/fnv"
+	"math/rand/v2"
+	"sort"
+
+	"github.com/flowkit/flowkit/graph"
+)
+
+// Store holds persistent tensors by name.
+type Store struct {
+	seed    uint64
+	tensors map[string]*stored
+}
+
+type stored struct {
+	spec graph.Spec
+	buf  Buffer
+}
+
+// NewStore returns an empty store whose tensors are initialized from seed.
+func NewStore(seed uint64) *Store { return &Store{seed: seed, tensors: map[string]*stored{}} }
+
+// bind returns the buffer of persistent tensor t, creating and initializing
+// it on first use. A later graph naming the same tensor must agree on its
+// spec.
+func (s *Store) bind(t *graph.Tensor) (Buffer, error) {
+	if st, ok := s.tensors[t.Name]; ok {
+		if !st.spec.Shape.Equal(t.Spec.Shape) {
+			return Buffer{}, fmt.Errorf("runtime: tensor %s is %v in the store, %v in the graph", t.Name, st.spec, t.Spec)
+		}
+		return st.buf, nil
+	}
+	buf := newBuffer(t.Spec)
+	s.initialize(t, buf.F)
+	s.tensors[t.Name] = &stored{spec: t.Spec, buf: buf}
+	return buf, nil
+}
+
+// initialize fills a new tensor from its initializer with a generator
+// seeded by the store's seed and the tensor's name, so a tensor's initial
+// value does not depend on what else the graph declares.
+func (s *Store) initialize(t *graph.Tensor, v []float32) {
+	h := fnv.New64a()
+	h.Write([]byte(t.Name))
+	rng := rand.New(rand.NewPCG(s.seed, h.Sum64()))
+	switch t.Init.Kind {
+	case graph.Zeros:
+		clear(v)
+	case graph.Ones:
+		for i := range v {
+			v[i] = 1
+		}
+	case graph.Uniform:
+		for i := range v {
+			v[i] = float32((2*rng.Float64() - 1) * t.Init.Scale)
+		}
+	case graph.Normal:
+		for i := range v {
+			v[i] = float32(rng.NormFloat64() * t.Init.Scale)
+		}
+	}
+}
+
+// Get returns the values of a stored tensor (shared, not copied).
+func (s *Store) Get(name string) ([]float32, bool) {
+	st, ok := s.tensors[name]
+	if !ok {
+		return nil, false
+	}
+	return st.buf.F, true
+}
+
+// Names lists the stored tensors, sorted.
+func (s *Store) Names() []string {
+	names := make([]string, 0, len(s.tensors))
+	for n := range s.tensors {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	return names
+}

@@ -1,0 +1,236 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/flowkit/flowkit/data"
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
+)
+
+// TrainConfig describes a training run.
+type TrainConfig struct {
+	Model     string
+	Epochs    int
+	Batch     int
+	Optimizer graph.Optimizer
+	// Seed seeds the weights, the shuffling and dropout.
+	Seed uint64
+	// Workers is the CPU device's worker count (≤ 0: one per core).
+	Workers int
+	// EvalBatch is the batch size of evaluation (default 1000).
+	EvalBatch int
+	// MaxSteps stops training early after this many steps (0: no limit).
+	MaxSteps int
+}
+
+// StepStats is reported after every training step.
+type StepStats struct {
+	Step, Steps int // steps done, steps planned
+	Epoch       int
+	Loss        float32
+	StepTime    time.Duration
+}
+
+// TrainResult summarizes a training run.
+type TrainResult struct {
+	Model        string
+	Optimizer    string
+	Epochs       int
+	Steps        int
+	Batch        int
+	FinalLoss    float64 // mean training loss over the last epoch's steps
+	TestAccuracy float64
+	TestLoss     float64
+	StepTimes    []time.Duration
+	TrainTime    time.Duration // wall time of the training loop
+}
+
+// StepMedian is the median step time.
+func (r *TrainResult) StepMedian() time.Duration {
+	if len(r.StepTimes) == 0 {
+		return 0
+	}
+	s := slices.Clone(r.StepTimes)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// SamplesPerSecond is the training throughput over the whole loop.
+func (r *TrainResult) SamplesPerSecond() float64 {
+	if r.TrainTime <= 0 {
+		return 0
+	}
+	return float64(r.Steps*r.Batch) / r.TrainTime.Seconds()
+}
+
+// ErrDiverged is returned when the training loss stops being finite.
+var ErrDiverged = errors.New("runtime: training diverged")
+
+// Train trains cfg.Model on train and evaluates it on test. progress, if
+// not nil, is called after every step.
+func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, progress func(StepStats)) (*TrainResult, error) {
+	if cfg.Epochs < 1 {
+		return nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", cfg.Epochs)
+	}
+	if cfg.Batch < 1 || cfg.Batch > train.N {
+		return nil, fmt.Errorf("runtime: batch must be between 1 and the %d training samples, got %d", train.N, cfg.Batch)
+	}
+	if cfg.Optimizer == nil {
+		return nil, errors.New("runtime: no optimizer")
+	}
+	if err := checkInput(cfg.Model, train); err != nil {
+		return nil, err
+	}
+	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: cfg.Batch, Train: true, Seed: cfg.Seed})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
+		return nil, err
+	}
+	dev := NewCPU(cfg.Workers)
+	store := NewStore(cfg.Seed)
+	ex, err := NewExecutor(m.Graph, dev, store)
+	if err != nil {
+		return nil, err
+	}
+
+	loader := data.NewLoader(train, cfg.Batch, true, cfg.Seed)
+	loader.DropLast = true
+	steps := cfg.Epochs * loader.Steps()
+	if cfg.MaxSteps > 0 {
+		steps = min(steps, cfg.MaxSteps)
+	}
+	res := &TrainResult{Model: cfg.Model, Optimizer: cfg.Optimizer.Name(), Batch: cfg.Batch, StepTimes: make([]time.Duration, 0, steps)}
+	x, y := ex.Buffer(m.Images).F, ex.Buffer(m.Labels).I
+	start := time.Now()
+	var epochLoss float64
+	var epochSteps int
+	for res.Steps < steps {
+		if _, ok := loader.Next(x, y); !ok {
+			loader.Reset(loader.Epoch() + 1)
+			epochLoss, epochSteps = 0, 0
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			return nil, fmt.Errorf("runtime: training stopped after %d of %d steps: %w", res.Steps, steps, err)
+		}
+		t0 := time.Now()
+		if err := ex.Run(res.Steps); err != nil {
+			return nil, err
+		}
+		dt := time.Since(t0)
+		loss := ex.Buffer(m.Loss).F[0]
+		if math.IsNaN(float64(loss)) || math.IsInf(float64(loss), 0) {
+			return nil, fmt.Errorf("%w at step %d: loss is %g (try a smaller learning rate)", ErrDiverged, res.Steps, loss)
+		}
+		res.Steps++
+		res.StepTimes = append(res.StepTimes, dt)
+		epochLoss += float64(loss)
+		epochSteps++
+		if progress != nil {
+			progress(StepStats{Step: res.Steps, Steps: steps, Epoch: loader.Epoch(), Loss: loss, StepTime: dt})
+		}
+	}
+	res.TrainTime = time.Since(start)
+	res.Epochs = loader.Epoch() + 1
+	if epochSteps > 0 {
+		res.FinalLoss = epochLoss / float64(epochSteps)
+	}
+	res.TestAccuracy, res.TestLoss, err = Evaluate(cfg.Model, store, dev, test, cfg.EvalBatch)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// checkInput checks that a data set's images fit a model's input.
+func checkInput(model string, ds *data.Dataset) error {
+	in, err := zoo.InputShape(model)
+	if err != nil {
+		return err
+	}
+	if !in.Equal(graph.Shape{1, ds.Rows, ds.Cols}) {
+		return fmt.Errorf("runtime: model %s takes %v images, the data set has 1×%d×%d", model, in, ds.Rows, ds.Cols)
+	}
+	return nil
+}
+
+// Evaluate runs model's forward pass with the weights in store over ds and
+// returns the accuracy and mean loss. batch ≤ 0 means 1000.
+func Evaluate(model string, store *Store, dev *CPU, ds *data.Dataset, batch int) (accuracy, loss float64, err error) {
+	if err := checkInput(model, ds); err != nil {
+		return 0, 0, err
+	}
+	if batch <= 0 {
+		batch = 1000
+	}
+	batch = min(batch, ds.N)
+	execs := map[int]*evalExec{} // by batch size: the last batch may be smaller
+	loader := data.NewLoader(ds, batch, false, 0)
+	x := make([]float32, batch*ds.Rows*ds.Cols)
+	y := make([]int32, batch)
+	var correct int
+	var lossSum float64
+	for {
+		n, ok := loader.Next(x, y)
+		if !ok {
+			break
+		}
+		e, ok := execs[n]
+		if !ok {
+			if e, err = newEvalExec(model, n, store, dev); err != nil {
+				return 0, 0, err
+			}
+			execs[n] = e
+		}
+		copy(e.ex.Buffer(e.m.Images).F, x)
+		copy(e.ex.Buffer(e.m.Labels).I, y[:n])
+		if err := e.ex.Run(0); err != nil {
+			return 0, 0, err
+		}
+		lossSum += float64(e.ex.Buffer(e.m.Loss).F[0]) * float64(n)
+		logits := e.ex.Buffer(e.m.Logits).F
+		classes := len(logits) / n
+		for i := range n {
+			row := logits[i*classes : (i+1)*classes]
+			if argmax(row) == int(y[i]) {
+				correct++
+			}
+		}
+	}
+	return float64(correct) / float64(ds.N), lossSum / float64(ds.N), nil
+}
+
+type evalExec struct {
+	m  *zoo.Model
+	ex *Executor
+}
+
+func newEvalExec(model string, batch int, store *Store, dev *CPU) (*evalExec, error) {
+	m, err := zoo.Build(model, zoo.Config{Batch: batch})
+	if err != nil {
+		return nil, err
+	}
+	ex, err := NewExecutor(m.Graph, dev, store)
+	if err != nil {
+		return nil, err
+	}
+	return &evalExec{m: m, ex: ex}, nil
+}
+
+func argmax(v []float32) int {
+	best := 0
+	for i, x := range v {
+		if x > v[best] {
+			best = i
+		}
+	}
+	return best
+}
