@@ -21,7 +21,7 @@ func gradModel(t *testing.T) (g *graph.Graph, x, labels, ids, loss *graph.Tensor
 	w1 := g.Param("w1", graph.Shape{4, 3, 3, 3}, u)
 	b1 := g.Param("b1", graph.Shape{4}, u)
 	h := g.MaxPool2D(g.ReLU(g.BiasAdd(g.Conv2D(x, w1, 1, 1), b1, 1)), 2, 2) // [2,4,3,3]
-	h = g.Flatten(h)                                                         // [2,36]
+	h = g.Flatten(h)                                                        // [2,36]
 	emb := g.Param("emb", graph.Shape{5, 12}, u)
 	e := g.Reshape(g.Embedding(emb, ids), graph.Shape{2, 36})
 	h = g.Add(h, g.Mul(e, g.Scale(e, 0.5)))
