@@ -94,13 +94,14 @@ type Graph struct {
 	Nodes   []*Node
 	Tensors []*Tensor
 
-	phase Phase
-	names map[string]int
-	err   error
+	phase  Phase
+	names  map[string]int // node names taken
+	tnames map[string]int // tensor names taken
+	err    error
 }
 
 // New returns an empty graph.
-func New() *Graph { return &Graph{names: map[string]int{}} }
+func New() *Graph { return &Graph{names: map[string]int{}, tnames: map[string]int{}} }
 
 // Err returns the first error met while building, or nil.
 func (g *Graph) Err() error { return g.err }
@@ -115,18 +116,21 @@ func (g *Graph) fail(err error) {
 // SetPhase makes the nodes added from now on belong to p.
 func (g *Graph) SetPhase(p Phase) { g.phase = p }
 
-// unique returns name, or name with a numeric suffix if it is taken.
-func (g *Graph) unique(name string) string {
-	n := g.names[name]
-	g.names[name] = n + 1
-	if n == 0 {
-		return name
+// unique returns name, or name with a numeric suffix if taken says it is
+// taken, and marks the result taken.
+func unique(taken map[string]int, name string) string {
+	for {
+		n := taken[name]
+		taken[name] = n + 1
+		if n == 0 {
+			return name
+		}
+		name = fmt.Sprintf("%s_%d", name, n)
 	}
-	return fmt.Sprintf("%s_%d", name, n)
 }
 
 func (g *Graph) newTensor(name string, spec Spec, kind TensorKind) *Tensor {
-	t := &Tensor{ID: len(g.Tensors), Name: g.unique(name), Spec: Spec{spec.Shape.Clone(), spec.DType}, Kind: kind}
+	t := &Tensor{ID: len(g.Tensors), Name: unique(g.tnames, name), Spec: Spec{spec.Shape.Clone(), spec.DType}, Kind: kind}
 	g.Tensors = append(g.Tensors, t)
 	return t
 }
@@ -179,7 +183,7 @@ func (g *Graph) Apply(op Op, inputs ...*Tensor) []*Tensor {
 		g.fail(err)
 		return nil
 	}
-	n := &Node{ID: len(g.Nodes), Name: g.unique(op.Type()), Op: op, Phase: g.phase, Inputs: inputs}
+	n := &Node{ID: len(g.Nodes), Name: unique(g.names, op.Type()), Op: op, Phase: g.phase, Inputs: inputs}
 	for i, s := range out {
 		name := n.Name
 		if len(out) > 1 {

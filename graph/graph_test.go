@@ -1,0 +1,187 @@
+package graph
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestInfer(t *testing.T) {
+	f := func(s ...int) Spec { return Spec{Shape(s), F32} }
+	tests := []struct {
+		name string
+		op   Op
+		in   []Spec
+		want []Spec // nil: an error whose text contains err
+		err  string
+	}{
+		{"matmul", MatMul{}, []Spec{f(4, 3), f(3, 5)}, []Spec{f(4, 5)}, ""},
+		{"matmul transB", MatMul{TransB: true}, []Spec{f(4, 3), f(5, 3)}, []Spec{f(4, 5)}, ""},
+		{"matmul transA", MatMul{TransA: true}, []Spec{f(3, 4), f(3, 5)}, []Spec{f(4, 5)}, ""},
+		{"matmul rank 3 keeps leading axes", MatMul{}, []Spec{f(2, 7, 3), f(3, 5)}, []Spec{f(2, 7, 5)}, ""},
+		{"matmul rank 3 transposed is a matrix", MatMul{TransA: true}, []Spec{f(2, 7, 3), f(14, 5)}, []Spec{f(3, 5)}, ""},
+		{"matmul mismatch", MatMul{}, []Spec{f(4, 3), f(4, 5)}, nil, "inner dimensions differ: 3 vs 4"},
+		{"matmul rank 1", MatMul{}, []Spec{f(4), f(4, 5)}, nil, "rank ≥ 2"},
+		{"conv", Conv2D{Window{1, 1, 1, 1}}, []Spec{f(8, 3, 32, 32), f(16, 3, 3, 3)}, []Spec{f(8, 16, 32, 32)}, ""},
+		{"conv stride 2", Conv2D{Window{2, 2, 0, 0}}, []Spec{f(1, 1, 7, 7), f(2, 1, 3, 3)}, []Spec{f(1, 2, 3, 3)}, ""},
+		{"conv channels", Conv2D{Window{1, 1, 0, 0}}, []Spec{f(1, 3, 8, 8), f(2, 4, 3, 3)}, nil, "3 channels, w expects 4"},
+		{"conv too small", Conv2D{Window{1, 1, 0, 0}}, []Spec{f(1, 1, 2, 2), f(1, 1, 3, 3)}, nil, "does not fit"},
+		{"conv stride 0", Conv2D{Window{0, 1, 0, 0}}, []Spec{f(1, 1, 4, 4), f(1, 1, 3, 3)}, nil, "stride"},
+		{"pool", MaxPool2D{KH: 2, KW: 2, Window: Window{2, 2, 0, 0}}, []Spec{f(2, 4, 7, 7)}, []Spec{f(2, 4, 3, 3)}, ""},
+		{"bias add", BiasAdd{Axis: 1}, []Spec{f(2, 4, 3, 3), f(4)}, []Spec{f(2, 4, 3, 3)}, ""},
+		{"bias add wrong size", BiasAdd{Axis: 1}, []Spec{f(2, 4, 3, 3), f(3)}, nil, "bias must be [4]"},
+		{"add mismatch", Add{}, []Spec{f(2, 3), f(3, 2)}, nil, "same shape"},
+		{"reshape", Reshape{Shape{6}}, []Spec{f(2, 3)}, []Spec{f(6)}, ""},
+		{"reshape count", Reshape{Shape{7}}, []Spec{f(2, 3)}, nil, "cannot reshape"},
+		{"reduce", ReduceSum{Axis: 1}, []Spec{f(2, 3, 4)}, []Spec{f(2, 4)}, ""},
+		{"broadcast", BroadcastAxis{Axis: 1, Size: 3}, []Spec{f(2, 4)}, []Spec{f(2, 3, 4)}, ""},
+		{"softmax ce", SoftmaxCrossEntropy{}, []Spec{f(8, 10), {Shape{8}, I32}}, []Spec{f()}, ""},
+		{"softmax ce float labels", SoftmaxCrossEntropy{}, []Spec{f(8, 10), f(8)}, nil, "labels must be i32 [8]"},
+		{"layer norm", LayerNorm{Eps: 1e-5}, []Spec{f(2, 5, 8), f(8), f(8)}, []Spec{f(2, 5, 8), f(2, 5), f(2, 5)}, ""},
+		{"embedding", Embedding{}, []Spec{f(100, 16), {Shape{4, 7}, I32}}, []Spec{f(4, 7, 16)}, ""},
+		{"dropout rate", Dropout{Rate: 1}, []Spec{f(3)}, nil, "rate"},
+		{"update", SGDUpdate{LR: 1}, []Spec{f(3), f(3)}, nil, ""},
+		{"arity", ReLU{}, []Spec{f(3), f(3)}, nil, "takes 1 inputs, got 2"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := tt.op.Infer(tt.in)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				require.ErrorContains(t, err, tt.op.Type(), "the error names the op")
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, len(tt.want), len(got))
+			for i := range got {
+				if !got[i].Shape.Equal(tt.want[i].Shape) || got[i].DType != tt.want[i].DType {
+					t.Errorf("output %d: got %v, want %v", i, got[i], tt.want[i])
+				}
+			}
+		})
+	}
+}
+
+func hasSignature(sigs []Signature, want string) bool {
+	for _, s := range sigs {
+		if s.String() == want {
+			return true
+		}
+	}
+	return false
+}
+
+// MatMul's signatures are OneFlow's (DESIGN §4.1), with the axes following
+// the transposes.
+func TestMatMulSignatures(t *testing.T) {
+	f := func(s ...int) Spec { return Spec{Shape(s), F32} }
+	tests := []struct {
+		op   MatMul
+		in   []Spec
+		want []string
+	}{
+		{MatMul{}, []Spec{f(4, 3), f(3, 5)}, []string{"S(0)←S(0),B", "S(1)←B,S(1)", "P←S(1),S(0)", "P←P,B", "B←B,B"}},
+		{MatMul{TransB: true}, []Spec{f(4, 3), f(5, 3)}, []string{"S(0)←S(0),B", "S(1)←B,S(0)", "P←S(1),S(1)"}},
+		{MatMul{TransA: true}, []Spec{f(3, 4), f(3, 5)}, []string{"S(0)←S(1),B", "P←S(0),S(0)"}},
+		{MatMul{}, []Spec{f(2, 7, 3), f(3, 5)}, []string{"S(0)←S(0),B", "S(1)←S(1),B", "S(2)←B,S(1)", "P←S(2),S(0)"}},
+	}
+	for _, tt := range tests {
+		out, err := tt.op.Infer(tt.in)
+		require.NoError(t, err)
+		sigs := tt.op.Signatures(tt.in, out)
+		for _, w := range tt.want {
+			if !hasSignature(sigs, w) {
+				t.Errorf("%+v on %v: got %v, want it to include %s", tt.op, tt.in, sigs, w)
+			}
+		}
+	}
+}
+
+// Every signature of every op names one layout per input and output, and
+// split axes exist.
+func TestSignaturesWellFormed(t *testing.T) {
+	g := New()
+	x := g.Input("x", Shape{4, 3, 8, 8}, F32)
+	y := g.Input("y", Shape{4}, I32)
+	w := g.Param("w", Shape{6, 3, 3, 3}, Init{})
+	b := g.Param("b", Shape{6}, Init{})
+	h := g.MaxPool2D(g.ReLU(g.BiasAdd(g.Conv2D(x, w, 1, 1), b, 1)), 2, 2)
+	h = g.Flatten(h)
+	gm := g.Param("gamma", Shape{96}, Init{})
+	h = g.GELU(g.LayerNorm(h, gm, gm, 1e-5))
+	w2 := g.Param("w2", Shape{10, 96}, Init{})
+	logits := g.Softmax(g.Linear(h, w2, nil))
+	loss := g.SoftmaxCrossEntropy(g.Dropout(logits, 0.1, 1), y)
+	require.NoError(t, g.Minimize(loss, Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}))
+	for _, n := range g.Nodes {
+		sigs := n.Op.Signatures(specs(n.Inputs), specs(n.Outputs))
+		require.NotEmpty(t, sigs, n.Name)
+		for _, s := range sigs {
+			require.Len(t, s.In, len(n.Inputs), "%s: %v", n.Name, s)
+			require.Len(t, s.Out, len(n.Outputs), "%s: %v", n.Name, s)
+			check := func(l []SBP, ts []*Tensor) {
+				for i, p := range l {
+					if p.Kind == Split && (p.Axis < 0 || p.Axis >= len(ts[i].Spec.Shape)) {
+						t.Errorf("%s: signature %v splits %s on axis %d", n.Name, s, ts[i], p.Axis)
+					}
+				}
+			}
+			check(s.In, n.Inputs)
+			check(s.Out, n.Outputs)
+		}
+	}
+}
+
+func TestBackwardErrors(t *testing.T) {
+	g := New()
+	w := g.Param("w", Shape{3}, Init{})
+	v := g.Param("v", Shape{3}, Init{})
+	loss := g.ReduceSum(w, 0)
+	_, err := g.Backward(loss, []*Tensor{w, v})
+	require.True(t, errors.Is(err, ErrNoGradient), "got %v, want ErrNoGradient", err)
+	require.ErrorContains(t, err, "v")
+
+	_, err = g.Backward(w, []*Tensor{w})
+	require.ErrorContains(t, err, "scalar")
+
+	g2 := New()
+	x := g2.Input("x", Shape{2, 3}, F32)
+	w2 := g2.Param("w", Shape{3, 4}, Init{})
+	y := g2.MatMul(x, w2, false, false)
+	l2 := g2.ReduceSum(g2.ReduceSum(y, 1), 0)
+	grads, err := g2.Backward(l2, []*Tensor{w2})
+	require.NoError(t, err)
+	require.True(t, grads[0].Spec.Shape.Equal(Shape{3, 4}), "got %v", grads[0].Spec.Shape)
+	for _, n := range g2.Nodes {
+		if n.Phase == Backward {
+			if m, ok := n.Op.(MatMul); ok && !m.TransA {
+				t.Errorf("got a backward matmul %+v for the input x, want only dW", m)
+			}
+		}
+	}
+}
+
+func TestDTypeAndShape(t *testing.T) {
+	for _, d := range []DType{F32, BF16, F16, I32} {
+		got, err := ParseDType(d.String())
+		require.NoError(t, err)
+		require.Equal(t, d, got)
+	}
+	_, err := ParseDType("f64")
+	require.ErrorContains(t, err, "f64")
+	require.Equal(t, 120, Shape{2, 3, 4, 5}.NumElements())
+	require.Equal(t, 1, Shape{}.NumElements())
+	o, m, i := Shape{2, 3, 4, 5}.Split3(2)
+	require.Equal(t, []int{6, 4, 5}, []int{o, m, i})
+	require.Equal(t, "[2,3]", Shape{2, 3}.String())
+}
+
+func TestUniqueNames(t *testing.T) {
+	g := New()
+	x := g.Input("x", Shape{2}, F32)
+	a, b := g.ReLU(x), g.ReLU(x)
+	require.NotEqual(t, a.Name, b.Name)
+	require.True(t, strings.HasPrefix(b.Name, "relu"))
+}
