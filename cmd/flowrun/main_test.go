@@ -1,0 +1,54 @@
+package main
+
+import (
+	"bytes"
+	"compress/gzip"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// Bad input as a new user would type it gets one clear error, not a panic.
+func TestTrainBadInput(t *testing.T) {
+	trunc := t.TempDir()
+	// A truncated gzipped image file: the header promises 10 images.
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	zw.Write([]byte{0, 0, 8, 3, 0, 0, 0, 10, 0, 0, 0, 28, 0, 0, 0, 28, 1, 2, 3})
+	zw.Close()
+	for _, name := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
+		require.NoError(t, os.WriteFile(filepath.Join(trunc, name), buf.Bytes(), 0o644))
+	}
+	tests := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--model", "resnet-50"}, `unknown model "resnet-50"`},
+		{[]string{"--model", "cifar-cnn"}, "MNIST only"},
+		{[]string{"--epochs", "0"}, "--epochs must be ≥ 1"},
+		{[]string{"--batch", "-1"}, "--batch must be ≥ 1"},
+		{[]string{"--lr", "0"}, "--lr must be a positive number"},
+		{[]string{"--lr", "NaN"}, "--lr must be a positive number"},
+		{[]string{"--momentum", "1"}, "--momentum must be in [0, 1)"},
+		{[]string{"--optimizer", "lamb"}, `unknown --optimizer "lamb"`},
+		{[]string{"--epochs", "two"}, `invalid argument "two"`},
+		{[]string{"--data", filepath.Join(t.TempDir(), "missing")}, "no such directory"},
+		{[]string{"--data", t.TempDir()}, "train-images-idx3-ubyte"},
+		{[]string{"--data", trunc}, "truncated"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.want, func(t *testing.T) {
+			cmd := newTrainCmd()
+			cmd.SetArgs(tt.args)
+			cmd.SetOut(&bytes.Buffer{})
+			cmd.SetErr(&bytes.Buffer{})
+			cmd.SilenceUsage = true
+			err := cmd.Execute()
+			require.Error(t, err)
+			require.Contains(t, err.Error(), tt.want)
+			require.NotContains(t, err.Error(), "\n", "one line")
+		})
+	}
+}
