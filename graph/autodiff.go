@@ -18,7 +18,7 @@ func (g *Graph) Backward(loss *Tensor, wrt []*Tensor) ([]*Tensor, error) {
 	}
 	prev := g.phase
 	g.SetPhase(Backward)
-	defer g.SetPhase(prev)
+	defer func() { g.SetPhase(prev); g.origin = nil }()
 
 	// A tensor takes a gradient if it depends on one of wrt and loss
 	// depends on it.
@@ -62,6 +62,7 @@ func (g *Graph) Backward(loss *Tensor, wrt []*Tensor) ([]*Tensor, error) {
 		for j, in := range n.Inputs {
 			need[j] = dependsOnWrt[in.ID]
 		}
+		g.origin = n
 		dx := d.Grad(g, n, dy, need)
 		if g.err != nil {
 			return nil, fmt.Errorf("graph: backward through %s: %w", n.Name, g.err)

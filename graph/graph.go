@@ -76,6 +76,9 @@ type Node struct {
 	Phase   Phase
 	Inputs  []*Tensor
 	Outputs []*Tensor
+	// Origin is, for a backward node, the forward node whose gradient rule
+	// added it (placement puts the two on the same device).
+	Origin *Node
 }
 
 // Cost is the node's work.
@@ -95,6 +98,7 @@ type Graph struct {
 	Tensors []*Tensor
 
 	phase  Phase
+	origin *Node // forward node whose gradient is being built
 	names  map[string]int // node names taken
 	tnames map[string]int // tensor names taken
 	err    error
@@ -183,7 +187,7 @@ func (g *Graph) Apply(op Op, inputs ...*Tensor) []*Tensor {
 		g.fail(err)
 		return nil
 	}
-	n := &Node{ID: len(g.Nodes), Name: unique(g.names, op.Type()), Op: op, Phase: g.phase, Inputs: inputs}
+	n := &Node{ID: len(g.Nodes), Name: unique(g.names, op.Type()), Op: op, Phase: g.phase, Inputs: inputs, Origin: g.origin}
 	for i, s := range out {
 		name := n.Name
 		if len(out) > 1 {

@@ -1,0 +1,103 @@
+package graph
+
+import (
+	"encoding/json"
+	"fmt"
+	"sort"
+)
+
+// OpJSON is an op in serialized form: its type and its attributes (the
+// op struct's exported fields) as JSON.
+type OpJSON struct {
+	Type  string          `json:"type"`
+	Attrs json.RawMessage `json:"attrs,omitempty"`
+}
+
+// decoders maps each op type to a function decoding its attributes.
+var decoders = map[string]func([]byte) (Op, error){}
+
+func register[T Op]() {
+	var zero T
+	decoders[zero.Type()] = func(b []byte) (Op, error) {
+		var op T
+		if len(b) > 0 {
+			if err := json.Unmarshal(b, &op); err != nil {
+				return nil, err
+			}
+		}
+		return op, nil
+	}
+}
+
+func init() {
+	register[MatMul]()
+	register[BiasAdd]()
+	register[BiasGrad]()
+	register[Conv2D]()
+	register[Conv2DGradData]()
+	register[Conv2DGradFilter]()
+	register[MaxPool2D]()
+	register[MaxPool2DGrad]()
+	register[ReLU]()
+	register[ReLUGrad]()
+	register[GELU]()
+	register[GELUGrad]()
+	register[Add]()
+	register[Mul]()
+	register[Scale]()
+	register[Fill]()
+	register[Dropout]()
+	register[DropoutGrad]()
+	register[Reshape]()
+	register[ReduceSum]()
+	register[BroadcastAxis]()
+	register[SoftmaxCrossEntropy]()
+	register[SoftmaxCrossEntropyGrad]()
+	register[Softmax]()
+	register[SoftmaxGrad]()
+	register[LayerNorm]()
+	register[LayerNormGrad]()
+	register[Embedding]()
+	register[EmbeddingGrad]()
+	register[SGDUpdate]()
+	register[MomentumUpdate]()
+	register[AdamUpdate]()
+}
+
+// EncodeOp serializes op.
+func EncodeOp(op Op) (OpJSON, error) {
+	if _, ok := decoders[op.Type()]; !ok {
+		return OpJSON{}, fmt.Errorf("graph: op type %q is not registered for encoding", op.Type())
+	}
+	b, err := json.Marshal(op)
+	if err != nil {
+		return OpJSON{}, fmt.Errorf("graph: encoding %s: %w", op.Type(), err)
+	}
+	if string(b) == "{}" {
+		b = nil
+	}
+	return OpJSON{Type: op.Type(), Attrs: b}, nil
+}
+
+// DecodeOp rebuilds an op from its serialized form.
+func DecodeOp(j OpJSON) (Op, error) {
+	dec, ok := decoders[j.Type]
+	if !ok {
+		return nil, fmt.Errorf("graph: unknown op type %q", j.Type)
+	}
+	op, err := dec(j.Attrs)
+	if err != nil {
+		return nil, fmt.Errorf("graph: op %s: bad attributes %s: %w", j.Type, j.Attrs, err)
+	}
+	return op, nil
+}
+
+// OpTypes lists the op types that can be encoded, sorted.
+func OpTypes() []string {
+	ts := make([]string, 0, len(decoders))
+	for t := range decoders {
+		ts = append(ts, t)
+	}
+	sort.Strings(ts)
+	return ts
+}

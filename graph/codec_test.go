@@ -1,0 +1,37 @@
+package graph
+
+import (
+	"reflect"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestOpCodecRoundTrip(t *testing.T) {
+	ops := []Op{
+		MatMul{TransA: true}, BiasAdd{Axis: 1}, BiasGrad{Axis: 2},
+		Conv2D{Window{2, 1, 1, 0}}, Conv2DGradData{Window{1, 1, 1, 1}, Shape{2, 3, 4, 4}},
+		Conv2DGradFilter{Window{1, 1, 1, 1}, Shape{8, 3, 3, 3}},
+		MaxPool2D{KH: 2, KW: 3, Window: Window{2, 2, 0, 1}}, MaxPool2DGrad{KH: 2, KW: 2},
+		ReLU{}, ReLUGrad{}, GELU{}, GELUGrad{}, Add{}, Mul{}, Scale{Alpha: 0.5},
+		Fill{Value: 1, Shape: Shape{}}, Dropout{Rate: 0.25, Seed: 1 << 60}, DropoutGrad{Rate: 0.5, Seed: 3},
+		Reshape{Shape{4, 5}}, ReduceSum{Axis: 1}, BroadcastAxis{Axis: 0, Size: 3},
+		SoftmaxCrossEntropy{}, SoftmaxCrossEntropyGrad{}, Softmax{}, SoftmaxGrad{},
+		LayerNorm{Eps: 1e-5}, LayerNormGrad{}, Embedding{}, EmbeddingGrad{Table: Shape{10, 4}},
+		SGDUpdate{LR: 0.1}, MomentumUpdate{LR: 0.01, Momentum: 0.9}, AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+	}
+	require.Len(t, ops, len(OpTypes()), "every registered op is tested")
+	for _, op := range ops {
+		j, err := EncodeOp(op)
+		require.NoError(t, err)
+		got, err := DecodeOp(j)
+		require.NoError(t, err)
+		if !reflect.DeepEqual(got, op) {
+			t.Errorf("got %#v, want %#v", got, op)
+		}
+	}
+	_, err := DecodeOp(OpJSON{Type: "warp_drive"})
+	require.ErrorContains(t, err, "warp_drive")
+	_, err = DecodeOp(OpJSON{Type: "scale", Attrs: []byte(`{"Alpha":"x"}`)})
+	require.ErrorContains(t, err, "scale")
+}
