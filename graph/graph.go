@@ -98,7 +98,7 @@ type Graph struct {
 	Tensors []*Tensor
 
 	phase  Phase
-	origin *Node // forward node whose gradient is being built
+	origin *Node          // forward node whose gradient is being built
 	names  map[string]int // node names taken
 	tnames map[string]int // tensor names taken
 	err    error
