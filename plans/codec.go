@@ -1,0 +1,132 @@
+package plans
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/flowkit/flowkit/graph"
+)
+
+// Encode writes p as indented JSON.
+func Encode(w io.Writer, p *Plan) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", " ")
+	return enc.Encode(p)
+}
+
+// Decode reads a plan written by Encode and checks that it is
+// self-consistent: every index in range, every op known, no deadlock.
+func Decode(r io.Reader) (*Plan, error) {
+	dec := json.NewDecoder(r)
+	dec.DisallowUnknownFields()
+	var p Plan
+	if err := dec.Decode(&p); err != nil {
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			return nil, fmt.Errorf("plans: byte %d: %w", se.Offset, err)
+		case errors.As(err, &te):
+			return nil, fmt.Errorf("plans: byte %d: field %s: %w", te.Offset, te.Field, err)
+		}
+		return nil, fmt.Errorf("plans: %w", err)
+	}
+	if err := p.check(); err != nil {
+		return nil, err
+	}
+	if _, err := p.Deps(); err != nil {
+		return nil, err
+	}
+	return &p, nil
+}
+
+// ReadFile decodes the plan in a file; errors name the file.
+func ReadFile(path string) (*Plan, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	p, err := Decode(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return p, nil
+}
+
+// check validates the plan's structure.
+func (p *Plan) check() error {
+	if p.Version != Version {
+		return fmt.Errorf("plans: version %d, this build reads version %d", p.Version, Version)
+	}
+	if p.MB < 1 || p.MicroBatch < 1 || len(p.Devices) == 0 {
+		return fmt.Errorf("plans: micro_batches, micro_batch and devices must be non-empty")
+	}
+	bad := func(what string, i int, format string, args ...any) error {
+		return fmt.Errorf("plans: %s[%d]: %s", what, i, fmt.Sprintf(format, args...))
+	}
+	for i, s := range p.Streams {
+		if s.Device < 0 || s.Device >= len(p.Devices) {
+			return bad("streams", i, "device %d out of range", s.Device)
+		}
+		for _, f := range s.Order {
+			if f < 0 || f >= len(p.Firings) {
+				return bad("streams", i, "firing %d out of range", f)
+			}
+		}
+	}
+	for i, f := range p.Firings {
+		if f.Task < 0 || f.Task >= len(p.Tasks) {
+			return bad("firings", i, "task %d out of range", f.Task)
+		}
+		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.MB)) || (!per && f.Micro != -1) {
+			return bad("firings", i, "micro-batch %d invalid for task %s", f.Micro, p.Tasks[f.Task].Name)
+		}
+	}
+	inRange := func(r int) bool { return r >= 0 && r < len(p.Registers) }
+	for i, t := range p.Tasks {
+		if t.ID != i {
+			return bad("tasks", i, "id %d", t.ID)
+		}
+		if len(t.Streams) == 0 {
+			return bad("tasks", i, "%s occupies no stream", t.Name)
+		}
+		for _, s := range t.Streams {
+			if s < 0 || s >= len(p.Streams) {
+				return bad("tasks", i, "stream %d out of range", s)
+			}
+		}
+		for _, u := range t.Reads {
+			if !inRange(u.Reg) {
+				return bad("tasks", i, "reads register %d out of range", u.Reg)
+			}
+		}
+		for _, r := range t.Writes {
+			if !inRange(r) {
+				return bad("tasks", i, "writes register %d out of range", r)
+			}
+		}
+		if t.Kind == Compute {
+			if t.Op == nil {
+				return bad("tasks", i, "compute task %s has no op", t.Name)
+			}
+			if _, err := graph.DecodeOp(*t.Op); err != nil {
+				return bad("tasks", i, "%v", err)
+			}
+		}
+	}
+	for i, r := range p.Registers {
+		if r.ID != i || r.Device < 0 || r.Device >= len(p.Devices) || r.Slots < 1 || r.SlotBytes != r.Spec.Bytes() || r.Offset < 0 {
+			return bad("registers", i, "%s is inconsistent (device %d, %d slots of %d bytes for %v, offset %d)", r.Name, r.Device, r.Slots, r.SlotBytes, r.Spec, r.Offset)
+		}
+		for _, w := range r.Writers {
+			if w < 0 || w >= len(p.Tasks) {
+				return bad("registers", i, "writer %d out of range", w)
+			}
+		}
+	}
+	return nil
+}

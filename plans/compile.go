@@ -1,0 +1,421 @@
+package plans
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/units"
+)
+
+// Config is what a plan is compiled from.
+type Config struct {
+	Model     string
+	Batch     int // global samples per iteration
+	Strategy  Strategy
+	Optimizer graph.Optimizer
+	Seed      uint64
+	Cluster   string   // name, recorded in the plan
+	Devices   []Device // available devices; the plan takes the first DP·PP
+}
+
+// Compile turns a model, a strategy and devices into a plan: it places the
+// training graph's nodes on stages and replicas, inserts transfers,
+// gradient accumulation and all-reduces, orders every stream by the
+// schedule, sizes registers, derives the dependency edges (rejecting plans
+// that can deadlock) and plans memory (rejecting plans that overflow a
+// device).
+func Compile(cfg Config) (*Plan, error) {
+	st := cfg.Strategy
+	if st.DP < 1 || st.PP < 1 || st.MB < 1 {
+		return nil, fmt.Errorf("%w: degrees must be ≥ 1, got dp=%d pp=%d mb=%d", ErrInfeasible, st.DP, st.PP, st.MB)
+	}
+	if n := st.Devices(); n > len(cfg.Devices) {
+		return nil, fmt.Errorf("%w: %s needs %d devices, cluster %s has %d", ErrInfeasible, st, n, cfg.Cluster, len(cfg.Devices))
+	}
+	if cfg.Batch < 1 || cfg.Batch%(st.DP*st.MB) != 0 {
+		return nil, fmt.Errorf("%w: batch %d does not split into dp=%d replicas × mb=%d micro-batches", ErrInfeasible, cfg.Batch, st.DP, st.MB)
+	}
+	if cfg.Optimizer == nil {
+		return nil, fmt.Errorf("plans: no optimizer")
+	}
+	micro := cfg.Batch / (st.DP * st.MB)
+	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed})
+	if err != nil {
+		return nil, err
+	}
+	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
+		return nil, err
+	}
+	stage, err := placeStages(m.Graph, m.Loss, st.PP)
+	if err != nil {
+		return nil, err
+	}
+	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
+	c.p = &Plan{
+		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
+		MicroBatch: micro, MB: st.MB, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
+		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
+		Labels:  graph.Spec{Shape: graph.Shape{cfg.Batch}, DType: m.Labels.Spec.DType},
+	}
+	if err := c.build(); err != nil {
+		return nil, err
+	}
+	if _, err := c.p.Deps(); err != nil {
+		return nil, err
+	}
+	if err := planMemory(c.p); err != nil {
+		return nil, err
+	}
+	return c.p, nil
+}
+
+type compiler struct {
+	cfg   Config
+	st    Strategy
+	g     *graph.Graph
+	model *zoo.Model
+	stage []int // by node ID
+	p     *Plan
+
+	// per device
+	regOf   []map[int]int      // tensor ID → register holding it on that device
+	copyOf  []map[int]int      // tensor ID → register of its copy received on that device
+	streams []map[string]int   // stream name → stream index
+	fwd     [][][]int          // [device][micro] forward-block tasks in order... (filled by schedule)
+	blocks  []map[string][]int // device → block name ("F", "B") → tasks in order
+	accOf   []map[int]int      // grad tensor ID → accumulator register
+	grads   []map[int]int      // param tensor ID → register the update reads
+	updates [][]int            // device → update tasks in order
+	colls   [][]int            // device → all-reduce tasks in order
+	xfers   map[[2]int][]int   // (src task, dst device) → transfer tasks
+}
+
+func (c *compiler) device(replica, stage int) int { return replica*c.st.PP + stage }
+
+// inflight is the number of micro-batches whose activations a stage holds
+// at once under the schedule.
+func (c *compiler) inflight(stage int) int {
+	if c.st.Sched == GPipe {
+		return c.st.MB
+	}
+	return min(c.st.PP-stage, c.st.MB)
+}
+
+func (c *compiler) stream(dev int, name string) int {
+	if s, ok := c.streams[dev][name]; ok {
+		return s
+	}
+	c.p.Streams = append(c.p.Streams, Stream{Device: dev, Name: name})
+	c.streams[dev][name] = len(c.p.Streams) - 1
+	return len(c.p.Streams) - 1
+}
+
+func (c *compiler) newRegister(dev int, name string, spec graph.Spec) int {
+	r := Register{ID: len(c.p.Registers), Name: name, Device: dev, Spec: spec,
+		SlotBytes: spec.Bytes(), Slots: 1}
+	c.p.Registers = append(c.p.Registers, r)
+	return r.ID
+}
+
+func (c *compiler) newTask(t Task) int {
+	t.ID = len(c.p.Tasks)
+	c.p.Tasks = append(c.p.Tasks, t)
+	for _, r := range t.Writes {
+		c.p.Registers[r].Writers = append(c.p.Registers[r].Writers, t.ID)
+	}
+	return t.ID
+}
+
+func (c *compiler) taskName(dev int, name string) string {
+	if len(c.p.Devices) == 1 {
+		return name
+	}
+	return c.p.Devices[dev].Name + "/" + name
+}
+
+func (c *compiler) build() error {
+	n := len(c.p.Devices)
+	c.regOf = make([]map[int]int, n)
+	c.copyOf = make([]map[int]int, n)
+	c.streams = make([]map[string]int, n)
+	c.blocks = make([]map[string][]int, n)
+	c.accOf = make([]map[int]int, n)
+	c.grads = make([]map[int]int, n)
+	c.updates = make([][]int, n)
+	c.colls = make([][]int, n)
+	c.xfers = map[[2]int][]int{}
+	for d := range n {
+		c.regOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[string]int{}
+		c.blocks[d], c.accOf[d], c.grads[d] = map[string][]int{}, map[int]int{}, map[int]int{}
+		c.stream(d, "compute")
+	}
+	for r := range c.st.DP {
+		if err := c.buildReplica(r); err != nil {
+			return err
+		}
+	}
+	if c.st.DP > 1 {
+		c.buildAllReduces()
+	}
+	c.buildUpdates()
+	c.sizeSlots()
+	c.order()
+	return nil
+}
+
+// buildReplica adds the forward and backward tasks of one data-parallel
+// replica, with the input and transfer tasks they need.
+func (c *compiler) buildReplica(replica int) error {
+	consumers := c.g.Consumers()
+	for _, t := range c.g.Tensors {
+		if !t.Persistent() {
+			continue
+		}
+		s := -1
+		for _, n := range consumers[t.ID] {
+			if ns := c.stage[n.ID]; s >= 0 && ns != s && n.Phase != graph.Update {
+				return fmt.Errorf("%w: %s is read on stages %d and %d; a weight must live on one stage", ErrInfeasible, t.Name, s, ns)
+			} else if s < 0 {
+				s = ns
+			}
+		}
+		if s < 0 {
+			continue
+		}
+		dev := c.device(replica, s)
+		reg := c.newRegister(dev, t.Name, t.Spec)
+		c.p.Registers[reg].Persistent = true
+		c.p.Registers[reg].Init = t.Init
+		c.regOf[dev][t.ID] = reg
+	}
+	for _, in := range []*graph.Tensor{c.model.Images, c.model.Labels} {
+		for _, dev := range c.readersDevices(replica, in, consumers) {
+			reg := c.newRegister(dev, in.Name, in.Spec)
+			c.regOf[dev][in.ID] = reg
+			task := c.newTask(Task{Name: c.taskName(dev, "input/"+in.Name), Kind: Input, Phase: "input",
+				Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+				Writes: []int{reg}, Offset: replica * c.st.MB * c.p.MicroBatch,
+				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")"})
+			c.blocks[dev]["F"] = append(c.blocks[dev]["F"], task)
+		}
+	}
+	for _, n := range c.g.Nodes {
+		if n.Phase == graph.Update {
+			continue
+		}
+		dev := c.device(replica, c.stage[n.ID])
+		var reads []Use
+		for _, in := range n.Inputs {
+			reg, err := c.readable(dev, in, replica)
+			if err != nil {
+				return err
+			}
+			mode := ReadMicro
+			if in.Persistent() {
+				mode = ReadPrev
+			}
+			reads = append(reads, Use{Reg: reg, Mode: mode})
+		}
+		var writes []int
+		for _, out := range n.Outputs {
+			reg := c.newRegister(dev, c.taskName(dev, out.Name), out.Spec)
+			c.regOf[dev][out.ID] = reg
+			writes = append(writes, reg)
+		}
+		op, err := graph.EncodeOp(n.Op)
+		if err != nil {
+			return err
+		}
+		cost := n.Cost()
+		task := c.newTask(Task{Name: c.taskName(dev, n.Name), Kind: Compute, Phase: n.Phase.String(),
+			Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+			Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n)})
+		block := "F"
+		if n.Phase == graph.Backward {
+			block = "B"
+		}
+		c.blocks[dev][block] = append(c.blocks[dev][block], task)
+	}
+	return nil
+}
+
+// readersDevices lists the devices of a replica whose nodes read t.
+func (c *compiler) readersDevices(replica int, t *graph.Tensor, consumers [][]*graph.Node) []int {
+	var devs []int
+	for _, n := range consumers[t.ID] {
+		d := c.device(replica, c.stage[n.ID])
+		if !slices.Contains(devs, d) {
+			devs = append(devs, d)
+		}
+	}
+	slices.Sort(devs)
+	return devs
+}
+
+// readable returns the register through which device dev reads tensor t,
+// adding a transfer from the producing device if needed.
+func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) {
+	if reg, ok := c.regOf[dev][t.ID]; ok {
+		return reg, nil
+	}
+	if reg, ok := c.copyOf[dev][t.ID]; ok {
+		return reg, nil
+	}
+	if t.Producer == nil {
+		return 0, fmt.Errorf("plans: tensor %s has no register on %s", t.Name, c.p.Devices[dev].Name)
+	}
+	src := c.device(replica, c.stage[t.Producer.ID])
+	srcReg, ok := c.regOf[src][t.ID]
+	if !ok {
+		return 0, fmt.Errorf("plans: tensor %s is read before it is produced", t.Name)
+	}
+	dst := c.newRegister(dev, c.taskName(dev, t.Name+"@recv"), t.Spec)
+	c.copyOf[dev][t.ID] = dst
+	from := c.p.Registers[srcReg].Writers[0]
+	task := c.newTask(Task{Name: c.taskName(src, "send/"+t.Name+">"+c.p.Devices[dev].Name), Kind: Transfer, Phase: "comm",
+		Stage: src % c.st.PP, Replica: replica, PerMicro: true,
+		Streams: []int{c.stream(src, "p2p>"+c.p.Devices[dev].Name)},
+		Reads:   []Use{{Reg: srcReg, Mode: ReadMicro}}, Writes: []int{dst},
+		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes())})
+	c.xfers[[2]int{from, dev}] = append(c.xfers[[2]int{from, dev}], task)
+	return dst, nil
+}
+
+// gradReg returns the register holding the whole iteration's gradient of a
+// weight on a device: the gradient itself for one micro-batch, else an
+// accumulator fed by an Accumulate task per micro-batch.
+func (c *compiler) gradReg(dev int, grad *graph.Tensor, replica int) int {
+	reg := c.regOf[dev][grad.ID]
+	if c.st.MB == 1 {
+		return reg
+	}
+	if acc, ok := c.accOf[dev][grad.ID]; ok {
+		return acc
+	}
+	acc := c.newRegister(dev, c.p.Registers[reg].Name+".acc", grad.Spec)
+	c.accOf[dev][grad.ID] = acc
+	n := grad.Spec.Shape.NumElements()
+	task := c.newTask(Task{Name: c.p.Registers[reg].Name + ".accumulate", Kind: Accumulate, Phase: "backward",
+		Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+		Reads: []Use{{Reg: reg, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: true,
+		FLOPs: units.FLOPs(2 * n), Bytes: 3 * grad.Spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n)})
+	c.blocks[dev]["B"] = append(c.blocks[dev]["B"], task)
+	return acc
+}
+
+// updateNodes returns the optimizer's update nodes.
+func (c *compiler) updateNodes() []*graph.Node {
+	var ns []*graph.Node
+	for _, n := range c.g.Nodes {
+		if n.Phase == graph.Update {
+			ns = append(ns, n)
+		}
+	}
+	// Gradients become ready last layer first: update (and all-reduce) in
+	// that order.
+	slices.Reverse(ns)
+	return ns
+}
+
+// buildAllReduces adds, for every weight, one all-reduce over the replicas'
+// gradient registers (in place, the mean), on each replica's coll stream.
+func (c *compiler) buildAllReduces() {
+	for _, n := range c.updateNodes() {
+		grad := n.Inputs[1]
+		s := c.stage[n.ID]
+		var regs, streams []int
+		for r := range c.st.DP {
+			dev := c.device(r, s)
+			regs = append(regs, c.gradReg(dev, grad, r))
+			streams = append(streams, c.stream(dev, "coll"))
+		}
+		b := grad.Spec.Bytes()
+		task := c.newTask(Task{Name: fmt.Sprintf("allreduce/%s", n.Inputs[0].Name), Kind: AllReduce, Phase: "comm",
+			Stage: s, Replica: -1, PerMicro: false, Streams: streams,
+			Writes: regs, InPlace: true, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
+			Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b)})
+		for r := range c.st.DP {
+			dev := c.device(r, s)
+			c.colls[dev] = append(c.colls[dev], task)
+		}
+	}
+}
+
+// buildUpdates adds the optimizer's update tasks on every replica.
+func (c *compiler) buildUpdates() {
+	for r := range c.st.DP {
+		for _, n := range c.updateNodes() {
+			dev := c.device(r, c.stage[n.ID])
+			reads := []Use{{Reg: c.gradReg(dev, n.Inputs[1], r), Mode: ReadFinal}}
+			var writes []int
+			mutated := n.Op.(graph.Mutator).Mutates()
+			for i, in := range n.Inputs {
+				if slices.Contains(mutated, i) {
+					writes = append(writes, c.regOf[dev][in.ID])
+				}
+			}
+			op, _ := graph.EncodeOp(n.Op) // every update op is registered
+			cost := n.Cost()
+			task := c.newTask(Task{Name: c.taskName(dev, "update/"+n.Inputs[0].Name), Kind: Compute, Phase: "update",
+				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
+				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n)})
+			c.updates[dev] = append(c.updates[dev], task)
+		}
+	}
+}
+
+// sizeSlots gives every register the slots the schedule needs: one per
+// micro-batch in flight on its stage if a backward task or a transfer reads
+// it later, else one.
+func (c *compiler) sizeSlots() {
+	readBy := make([][]int, len(c.p.Registers))
+	for _, t := range c.p.Tasks {
+		for _, u := range t.Reads {
+			readBy[u.Reg] = append(readBy[u.Reg], t.ID)
+		}
+	}
+	for i := range c.p.Registers {
+		reg := &c.p.Registers[i]
+		if reg.Persistent || len(reg.Writers) == 0 || c.p.Tasks[reg.Writers[0]].InPlace || !c.p.Tasks[reg.Writers[0]].PerMicro {
+			continue
+		}
+		stage := reg.Device % c.st.PP
+		writerPhase := c.p.Tasks[reg.Writers[0]].Phase
+		for _, t := range readBy[i] {
+			rt := &c.p.Tasks[t]
+			switch {
+			case rt.Kind == Transfer:
+				reg.Slots = max(reg.Slots, min(2, c.st.MB))
+			case rt.Phase == "backward" && writerPhase != "backward":
+				reg.Slots = max(reg.Slots, c.inflight(stage))
+			}
+		}
+		if c.st.MaxSlots > 0 {
+			reg.Slots = min(reg.Slots, c.st.MaxSlots)
+		}
+	}
+}
+
+// workKey identifies a node's work for calibration: op type, input specs
+// and attributes.
+func workKey(n *graph.Node) string {
+	var b strings.Builder
+	b.WriteString(n.Op.Type())
+	b.WriteByte('(')
+	for i, in := range n.Inputs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(in.Spec.String())
+	}
+	b.WriteByte(')')
+	if attrs, err := json.Marshal(n.Op); err == nil && string(attrs) != "{}" {
+		b.Write(attrs)
+	}
+	return b.String()
+}

@@ -1,0 +1,322 @@
+package plans
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// This file is the one place where the execution rules of DESIGN §4.3 are
+// turned into dependency edges. The simulator and the runtime both execute
+// a plan by these edges, so that "executed unchanged" holds by
+// construction.
+//
+// Versions. Every register has a fixed sequence of writes per iteration:
+// its writer tasks in order, each once per micro-batch or once per
+// iteration. Write k of iteration i is version i·W + k (W writes per
+// iteration) and lives in slot version mod Slots; the initial contents of
+// a persistent register are version −1. Reads name a version by mode:
+// their own micro-batch's write, the iteration's last write, or the
+// previous iteration's last write.
+//
+// Edges. A firing waits for
+//   - the write of every version it reads (producer → consumer),
+//   - for an in-place write, the previous write,
+//   - for any write of version v, every read of version v − Slots
+//     (consumer → slot reuse: the slot must be free),
+//   - the previous firing on each of its streams (stream order).
+
+// writes returns the firings writing register r, in order, for one
+// iteration.
+func (p *Plan) writes(r int, firingOf func(task, micro int) int) []int {
+	var seq []int
+	for _, t := range p.Registers[r].Writers {
+		if p.Tasks[t].PerMicro {
+			for m := range p.MB {
+				seq = append(seq, firingOf(t, m))
+			}
+		} else {
+			seq = append(seq, firingOf(t, -1))
+		}
+	}
+	return seq
+}
+
+// WritesPerIteration is W of register r.
+func (p *Plan) WritesPerIteration(r int) int {
+	w := 0
+	for _, t := range p.Registers[r].Writers {
+		if p.Tasks[t].PerMicro {
+			w += p.MB
+		} else {
+			w++
+		}
+	}
+	return w
+}
+
+// readIndex returns which write a read names, relative to the reader's
+// iteration: write k of iteration i−d.
+func (p *Plan) readIndex(u Use, micro int) (d, k int, err error) {
+	w := p.WritesPerIteration(u.Reg)
+	if w == 0 {
+		if p.Registers[u.Reg].Persistent {
+			return 1, -1, nil // never written: always the initial value
+		}
+		return 0, 0, fmt.Errorf("plans: register %s is read but never written", p.Registers[u.Reg].Name)
+	}
+	switch u.Mode {
+	case ReadMicro:
+		if micro < 0 || w != p.MB {
+			return 0, 0, fmt.Errorf("plans: register %s: a per-micro-batch read needs one per-micro-batch writer", p.Registers[u.Reg].Name)
+		}
+		return 0, micro, nil
+	case ReadFinal:
+		return 0, w - 1, nil
+	case ReadPrev:
+		return 1, w - 1, nil
+	}
+	return 0, 0, fmt.Errorf("plans: register %s: unknown read mode %q", p.Registers[u.Reg].Name, u.Mode)
+}
+
+// ReadVersion is the version of register u.Reg read by a firing of
+// micro-batch micro in iteration iter (−1: the initial value).
+func (p *Plan) ReadVersion(u Use, iter, micro int) (int, error) {
+	d, k, err := p.readIndex(u, micro)
+	if err != nil {
+		return 0, err
+	}
+	if k < 0 {
+		return -1, nil
+	}
+	v := (iter-d)*p.WritesPerIteration(u.Reg) + k
+	return max(v, -1), nil
+}
+
+// WriteVersion is the version of register r written by task t's firing of
+// micro-batch micro in iteration iter.
+func (p *Plan) WriteVersion(r, t, iter, micro int) int {
+	k := 0
+	for _, w := range p.Registers[r].Writers {
+		if w == t {
+			if p.Tasks[w].PerMicro {
+				k += micro
+			}
+			break
+		}
+		if p.Tasks[w].PerMicro {
+			k += p.MB
+		} else {
+			k++
+		}
+	}
+	return iter*p.WritesPerIteration(r) + k
+}
+
+// Slot is the slot holding a version of register r.
+func (p *Plan) Slot(r, version int) int {
+	s := p.Registers[r].Slots
+	return ((version % s) + s) % s
+}
+
+// FiringName names a firing for messages and traces.
+func (p *Plan) FiringName(f int) string {
+	fi := p.Firings[f]
+	if fi.Micro < 0 {
+		return p.Tasks[fi.Task].Name
+	}
+	return fmt.Sprintf("%s (mb %d)", p.Tasks[fi.Task].Name, fi.Micro)
+}
+
+// firingIndex returns a lookup from (task, micro) to firing.
+func (p *Plan) firingIndex() func(task, micro int) int {
+	idx := make(map[[2]int]int, len(p.Firings))
+	for i, f := range p.Firings {
+		idx[[2]int{f.Task, f.Micro}] = i
+	}
+	return func(task, micro int) int {
+		if !p.Tasks[task].PerMicro {
+			micro = -1
+		}
+		return idx[[2]int{task, micro}]
+	}
+}
+
+// Deps returns the plan's dependency edges, derived once. It fails if the
+// plan can deadlock: a cycle of edges within one iteration (typically a
+// register with too few slots for the schedule), reported with the firings
+// and registers involved.
+func (p *Plan) Deps() ([]Edge, error) {
+	if p.deps != nil {
+		return p.deps, nil
+	}
+	firingOf := p.firingIndex()
+	type key struct{ from, to, delta int }
+	why := map[key]string{} // the rule behind each edge, for messages
+	var edges []Edge
+	add := func(from, to, delta int, reason string) {
+		if from == to && delta == 0 {
+			return
+		}
+		k := key{from, to, delta}
+		if _, ok := why[k]; ok {
+			return
+		}
+		why[k] = reason
+		edges = append(edges, Edge{From: from, To: to, Delta: delta})
+	}
+
+	wseq := make([][]int, len(p.Registers))
+	for r := range p.Registers {
+		wseq[r] = p.writes(r, firingOf)
+	}
+	// readers[r][k] lists (firing, d) reading write k of iteration i−d.
+	type reader struct{ f, d int }
+	readers := make([][][]reader, len(p.Registers))
+	for r := range p.Registers {
+		readers[r] = make([][]reader, len(wseq[r]))
+	}
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		for _, u := range t.Reads {
+			d, k, err := p.readIndex(u, fi.Micro)
+			if err != nil {
+				return nil, err
+			}
+			if k < 0 {
+				continue
+			}
+			readers[u.Reg][k] = append(readers[u.Reg][k], reader{f, d})
+			add(wseq[u.Reg][k], f, d, "reads "+p.Registers[u.Reg].Name)
+		}
+		if t.InPlace {
+			for _, r := range t.Writes {
+				k := indexOf(wseq[r], f)
+				d, prev := 0, k-1
+				if prev < 0 {
+					d, prev = 1, len(wseq[r])-1
+				}
+				readers[r][prev] = append(readers[r][prev], reader{f, d})
+				add(wseq[r][prev], f, d, "updates "+p.Registers[r].Name)
+			}
+		}
+	}
+	// Slot reuse: write k of iteration i waits for the readers of version
+	// i·W + k − S.
+	for r, seq := range wseq {
+		reg := &p.Registers[r]
+		w := len(seq)
+		for k, f := range seq {
+			back := k - reg.Slots
+			i0 := floorDiv(back, w) // iteration of that version, relative
+			k0 := back - i0*w
+			for _, rd := range readers[r][k0] {
+				delta := -i0 - rd.d
+				if delta < 0 {
+					return nil, fmt.Errorf("plans: register %s on %s: %d slot(s) are too few: %s would overwrite a version %s reads in a later iteration",
+						reg.Name, p.Devices[reg.Device].Name, reg.Slots, p.FiringName(f), p.FiringName(rd.f))
+				}
+				add(rd.f, f, delta, fmt.Sprintf("frees a slot of %s (%d slots)", reg.Name, reg.Slots))
+			}
+		}
+	}
+	for _, s := range p.Streams {
+		for i, f := range s.Order {
+			if i > 0 {
+				add(s.Order[i-1], f, 0, "follows on stream "+p.streamName(s))
+			}
+		}
+		if n := len(s.Order); n > 0 {
+			add(s.Order[n-1], s.Order[0], 1, "next iteration on stream "+p.streamName(s))
+		}
+	}
+	sort.Slice(edges, func(i, j int) bool {
+		a, b := edges[i], edges[j]
+		if a.To != b.To {
+			return a.To < b.To
+		}
+		if a.From != b.From {
+			return a.From < b.From
+		}
+		return a.Delta < b.Delta
+	})
+	if cycle := p.findCycle(edges); cycle != nil {
+		var b strings.Builder
+		for i, f := range cycle {
+			next := cycle[(i+1)%len(cycle)]
+			fmt.Fprintf(&b, "\n  %s waits for %s: it %s", p.FiringName(next), p.FiringName(f), why[key{f, next, 0}])
+		}
+		return nil, fmt.Errorf("%w: a cycle of %d firings within one iteration:%s", ErrDeadlock, len(cycle), b.String())
+	}
+	p.deps = edges
+	return edges, nil
+}
+
+func (p *Plan) streamName(s Stream) string { return p.Devices[s.Device].Name + "/" + s.Name }
+
+// findCycle returns a cycle of same-iteration edges (Delta 0), or nil.
+// Only these can deadlock: every other edge points to a later iteration.
+func (p *Plan) findCycle(edges []Edge) []int {
+	succ := make([][]int, len(p.Firings))
+	for _, e := range edges {
+		if e.Delta == 0 {
+			succ[e.From] = append(succ[e.From], e.To)
+		}
+	}
+	const (
+		white = iota
+		grey
+		black
+	)
+	color := make([]int, len(p.Firings))
+	parent := make([]int, len(p.Firings))
+	var cycle []int
+	var visit func(int) bool
+	visit = func(u int) bool {
+		color[u] = grey
+		for _, v := range succ[u] {
+			switch color[v] {
+			case grey:
+				cycle = []int{v}
+				for w := u; w != v; w = parent[w] {
+					cycle = append(cycle, w)
+				}
+				// reverse into edge order v → … → u → v
+				for i, j := 1, len(cycle)-1; i < j; i, j = i+1, j-1 {
+					cycle[i], cycle[j] = cycle[j], cycle[i]
+				}
+				return true
+			case white:
+				parent[v] = u
+				if visit(v) {
+					return true
+				}
+			}
+		}
+		color[u] = black
+		return false
+	}
+	for u := range p.Firings {
+		if color[u] == white && visit(u) {
+			return cycle
+		}
+	}
+	return nil
+}
+
+func floorDiv(a, b int) int {
+	q := a / b
+	if (a%b != 0) && ((a < 0) != (b < 0)) {
+		q--
+	}
+	return q
+}
+
+func indexOf(s []int, x int) int {
+	for i, v := range s {
+		if v == x {
+			return i
+		}
+	}
+	return -1
+}

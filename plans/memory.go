@@ -1,0 +1,172 @@
+package plans
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/flowkit/flowkit/units"
+)
+
+// align is the alignment of every register in a device arena.
+const align = 64
+
+// planMemory gives every register an offset in its device's arena, letting
+// two registers share memory only when their lifetimes are ordered in every
+// execution the dependency edges allow, and records each device's peak.
+// Parameters and optimizer state are never shared.
+func planMemory(p *Plan) error {
+	edges, err := p.Deps()
+	if err != nil {
+		return err
+	}
+	reach := newReachability(len(p.Firings), edges)
+
+	touch := make([][]int, len(p.Registers))   // firings reading or writing
+	writers := make([][]int, len(p.Registers)) // firings writing
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		for _, u := range t.Reads {
+			touch[u.Reg] = append(touch[u.Reg], f)
+		}
+		for _, r := range t.Writes {
+			touch[r] = append(touch[r], f)
+			writers[r] = append(writers[r], f)
+		}
+	}
+	// before(a, b): everything touching a in iteration i finishes before b
+	// is first written in iteration i, and everything touching b finishes
+	// before a is written again in iteration i+1.
+	ordered := func(a, b int) bool {
+		for _, x := range touch[a] {
+			for _, w := range writers[b] {
+				if !reach.within(x, w) {
+					return false
+				}
+			}
+		}
+		for _, y := range touch[b] {
+			for _, w := range writers[a] {
+				if !reach.next(y, w) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+
+	p.Memory = make([]Memory, len(p.Devices))
+	for d := range p.Devices {
+		var persistent, shared []int
+		var unshared units.Bytes
+		for r := range p.Registers {
+			reg := &p.Registers[r]
+			if reg.Device != d {
+				continue
+			}
+			unshared += roundUp(reg.Bytes())
+			if reg.Persistent {
+				persistent = append(persistent, r)
+			} else {
+				shared = append(shared, r)
+			}
+		}
+		var off units.Bytes
+		for _, r := range persistent {
+			p.Registers[r].Offset = off
+			off += roundUp(p.Registers[r].Bytes())
+		}
+		base := off
+		sort.SliceStable(shared, func(i, j int) bool {
+			return p.Registers[shared[i]].Bytes() > p.Registers[shared[j]].Bytes()
+		})
+		var placed []int
+		peak := base
+		for _, r := range shared {
+			size := roundUp(p.Registers[r].Bytes())
+			var busy [][2]units.Bytes
+			for _, q := range placed {
+				if !ordered(r, q) && !ordered(q, r) {
+					o := p.Registers[q].Offset
+					busy = append(busy, [2]units.Bytes{o, o + roundUp(p.Registers[q].Bytes())})
+				}
+			}
+			sort.Slice(busy, func(i, j int) bool { return busy[i][0] < busy[j][0] })
+			at := base
+			for _, b := range busy {
+				if at+size <= b[0] {
+					break
+				}
+				at = max(at, b[1])
+			}
+			p.Registers[r].Offset = at
+			placed = append(placed, r)
+			peak = max(peak, at+size)
+		}
+		p.Memory[d] = Memory{Device: d, Peak: peak, Persistent: base, Unshared: unshared}
+		if capacity := p.Devices[d].Memory; capacity > 0 && peak > capacity {
+			return fmt.Errorf("%w: device %s needs %v, has %v (over by %v; %v of it parameters and optimizer state)",
+				ErrOutOfMemory, p.Devices[d].Name, peak, capacity, peak-capacity, base)
+		}
+	}
+	return nil
+}
+
+func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align }
+
+// reachability answers "does firing a of iteration i finish before firing
+// b of iteration i (within) or of iteration i+1 (next) starts", over two
+// unrolled iterations of the dependency edges.
+type reachability struct {
+	n     int
+	words int
+	from  [][]uint64 // bitset of nodes reachable from each node; node f+n is firing f of the next iteration
+}
+
+func newReachability(n int, edges []Edge) *reachability {
+	r := &reachability{n: n, words: (2*n + 63) / 64}
+	succ := make([][]int, 2*n)
+	indeg := make([]int, 2*n)
+	link := func(a, b int) { succ[a] = append(succ[a], b); indeg[b]++ }
+	for _, e := range edges {
+		switch e.Delta {
+		case 0:
+			link(e.From, e.To)
+			link(e.From+n, e.To+n)
+		case 1:
+			link(e.From, e.To+n)
+		}
+	}
+	// Topological order (the plan has no same-iteration cycle: Deps checked).
+	order := make([]int, 0, 2*n)
+	for v := range 2 * n {
+		if indeg[v] == 0 {
+			order = append(order, v)
+		}
+	}
+	for i := 0; i < len(order); i++ {
+		for _, w := range succ[order[i]] {
+			if indeg[w]--; indeg[w] == 0 {
+				order = append(order, w)
+			}
+		}
+	}
+	r.from = make([][]uint64, 2*n)
+	for i := len(order) - 1; i >= 0; i-- {
+		v := order[i]
+		set := make([]uint64, r.words)
+		for _, w := range succ[v] {
+			set[w/64] |= 1 << (w % 64)
+			for k, x := range r.from[w] {
+				set[k] |= x
+			}
+		}
+		r.from[v] = set
+	}
+	return r
+}
+
+func (r *reachability) has(a, b int) bool { return r.from[a][b/64]&(1<<(b%64)) != 0 }
+
+func (r *reachability) within(a, b int) bool { return a != b && r.has(a, b) }
+
+func (r *reachability) next(a, b int) bool { return r.has(a, b+r.n) }

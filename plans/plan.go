@@ -1,0 +1,153 @@
+package plans
+
+import (
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/units"
+)
+
+// Version is the plan file format's version.
+const Version = 1
+
+// Plan is a compiled training iteration: everything the simulator and the
+// runtime need, and nothing either decides for itself.
+type Plan struct {
+	Version    int        `json:"version"`
+	Model      string     `json:"model"`
+	Strategy   string     `json:"strategy"`
+	Batch      int        `json:"batch"`       // global samples per iteration
+	MicroBatch int        `json:"micro_batch"` // samples per micro-batch
+	MB         int        `json:"micro_batches"`
+	Optimizer  string     `json:"optimizer"`
+	Seed       uint64     `json:"seed"` // initial weights: see runtime.Store
+	Cluster    string     `json:"cluster"`
+	Devices    []Device   `json:"devices"`
+	Streams    []Stream   `json:"streams"`
+	Tasks      []Task     `json:"tasks"`
+	Registers  []Register `json:"registers"`
+	// Firings lists one iteration's task executions; stream orders and
+	// dependency edges refer to them by index.
+	Firings []Firing `json:"firings"`
+	Memory  []Memory `json:"memory"` // per device
+	// Images and Labels are the global batch's inputs, for feeders.
+	Images graph.Spec `json:"images"`
+	Labels graph.Spec `json:"labels"`
+
+	deps []Edge // derived once, see Deps
+}
+
+// Device is a device the plan was compiled for.
+type Device struct {
+	Name    string      `json:"name"`
+	Type    string      `json:"type"`    // catalog type, the cost model's key
+	Workers int         `json:"workers"` // CPU devices: worker goroutines (cores)
+	Memory  units.Bytes `json:"memory"`  // capacity
+}
+
+// Stream is an in-order queue of work on one device.
+type Stream struct {
+	Device int    `json:"device"`
+	Name   string `json:"name"`  // "compute", "coll", "p2p>dev1", "input"
+	Order  []int  `json:"order"` // firings, once per iteration, in order
+}
+
+// TaskKind is what a task does.
+type TaskKind string
+
+const (
+	Compute    TaskKind = "compute"    // a graph op's kernel
+	Input      TaskKind = "input"      // loads a micro-batch slice of the global inputs
+	Transfer   TaskKind = "transfer"   // copies a register to another device
+	Accumulate TaskKind = "accumulate" // acc = g/MB (first micro-batch) or acc += g/MB
+	AllReduce  TaskKind = "allreduce"  // mean of a register over the data-parallel replicas
+)
+
+// ReadMode says which write of a register an input reads.
+type ReadMode string
+
+const (
+	// ReadMicro reads the write of the reader's own micro-batch.
+	ReadMicro ReadMode = "micro"
+	// ReadFinal reads the last write of the current iteration.
+	ReadFinal ReadMode = "final"
+	// ReadPrev reads the last write of the previous iteration (for
+	// iteration 0, the register's initial value).
+	ReadPrev ReadMode = "prev"
+)
+
+// Use is a task's access to a register.
+type Use struct {
+	Reg  int      `json:"reg"`
+	Mode ReadMode `json:"mode,omitempty"` // for reads
+}
+
+// Task is an actor: it fires once per micro-batch (PerMicro) or once per
+// iteration, on the streams it occupies (the first is its home).
+type Task struct {
+	ID       int           `json:"id"`
+	Name     string        `json:"name"`
+	Kind     TaskKind      `json:"kind"`
+	Phase    string        `json:"phase"` // forward, backward, update, comm, input
+	Stage    int           `json:"stage"`
+	Replica  int           `json:"replica"`
+	PerMicro bool          `json:"per_micro"`
+	Streams  []int         `json:"streams"`
+	Op       *graph.OpJSON `json:"op,omitempty"` // Compute
+	// Reads are the registers read (for in-place writers, the register's
+	// previous contents are read implicitly).
+	Reads []Use `json:"reads"`
+	// Writes are the registers written; InPlace marks read-modify-writes.
+	Writes  []int `json:"writes"`
+	InPlace bool  `json:"in_place,omitempty"`
+	// Offset is, for an Input task, the sample index of its micro-batch 0
+	// in the global batch.
+	Offset int `json:"offset,omitempty"`
+	// Work is the task's arithmetic and memory traffic, for the cost model.
+	FLOPs units.FLOPs `json:"flops"`
+	Bytes units.Bytes `json:"bytes"`
+	// Key identifies the task's work for calibration lookups (op, specs,
+	// attributes).
+	Key string `json:"key"`
+}
+
+// Register is a task output: Slots buffers of one spec on one device,
+// at Offset in the device's arena (slot k at Offset + k·SlotBytes).
+type Register struct {
+	ID        int         `json:"id"`
+	Name      string      `json:"name"`
+	Device    int         `json:"device"`
+	Spec      graph.Spec  `json:"spec"`
+	SlotBytes units.Bytes `json:"slot_bytes"`
+	Slots     int         `json:"slots"`
+	Offset    units.Bytes `json:"offset"`
+	// Persistent registers (parameters, optimizer state) live across
+	// iterations and are initialized from Init.
+	Persistent bool       `json:"persistent,omitempty"`
+	Init       graph.Init `json:"init"`
+	// Writers are the tasks writing the register, in the order their
+	// writes happen within an iteration.
+	Writers []int `json:"writers"`
+}
+
+// Bytes is the register's total size.
+func (r *Register) Bytes() units.Bytes { return r.SlotBytes * units.Bytes(r.Slots) }
+
+// Firing is one execution of a task within an iteration.
+type Firing struct {
+	Task  int `json:"task"`
+	Micro int `json:"micro"` // -1 for per-iteration tasks
+}
+
+// Memory is a device's planned memory.
+type Memory struct {
+	Device     int         `json:"device"`
+	Peak       units.Bytes `json:"peak"`       // arena size
+	Persistent units.Bytes `json:"persistent"` // of which parameters and state
+	Unshared   units.Bytes `json:"unshared"`   // what the registers would take without reuse
+}
+
+// Edge is a dependency: firing To of iteration i may start only after
+// firing From of iteration i−Delta has finished.
+type Edge struct {
+	From, To int
+	Delta    int
+}

@@ -1,0 +1,88 @@
+package plans
+
+import "slices"
+
+// order creates the firings and fixes every stream's order for one
+// iteration: the compute streams by the pipeline schedule, the collective
+// streams in the order gradients become ready, the point-to-point streams in
+// the order their data is produced.
+func (c *compiler) order() {
+	idx := map[[2]int]int{}
+	for _, t := range c.p.Tasks {
+		if t.PerMicro {
+			for m := range c.st.MB {
+				idx[[2]int{t.ID, m}] = len(c.p.Firings)
+				c.p.Firings = append(c.p.Firings, Firing{Task: t.ID, Micro: m})
+			}
+		} else {
+			idx[[2]int{t.ID, -1}] = len(c.p.Firings)
+			c.p.Firings = append(c.p.Firings, Firing{Task: t.ID, Micro: -1})
+		}
+	}
+	block := func(tasks []int, m int) []int {
+		fs := make([]int, len(tasks))
+		for i, t := range tasks {
+			fs[i] = idx[[2]int{t, m}]
+		}
+		return fs
+	}
+	for d := range c.p.Devices {
+		compute := &c.p.Streams[c.streams[d]["compute"]]
+		f, b := c.blocks[d]["F"], c.blocks[d]["B"]
+		for _, step := range c.schedule(d % c.st.PP) {
+			if step.forward {
+				compute.Order = append(compute.Order, block(f, step.micro)...)
+			} else {
+				compute.Order = append(compute.Order, block(b, step.micro)...)
+			}
+		}
+		compute.Order = append(compute.Order, block(c.updates[d], -1)...)
+		if s, ok := c.streams[d]["coll"]; ok {
+			c.p.Streams[s].Order = block(c.colls[d], -1)
+		}
+	}
+	// Transfers follow their data: walk each sending device's compute order.
+	for d := range c.p.Devices {
+		for _, f := range c.p.Streams[c.streams[d]["compute"]].Order {
+			fi := c.p.Firings[f]
+			for dst := range c.p.Devices {
+				for _, x := range c.xfers[[2]int{fi.Task, dst}] {
+					s := c.p.Tasks[x].Streams[0]
+					c.p.Streams[s].Order = append(c.p.Streams[s].Order, idx[[2]int{x, fi.Micro}])
+				}
+			}
+		}
+	}
+}
+
+type step struct {
+	forward bool
+	micro   int
+}
+
+// schedule is the order of forward and backward micro-batch blocks on a
+// pipeline stage.
+func (c *compiler) schedule(stage int) []step {
+	mb := c.st.MB
+	var s []step
+	if c.st.Sched == GPipe {
+		for m := range mb {
+			s = append(s, step{true, m})
+		}
+		for m := range mb {
+			s = append(s, step{false, m})
+		}
+		return s
+	}
+	warm := min(c.st.PP-stage-1, mb)
+	for m := range warm {
+		s = append(s, step{true, m})
+	}
+	for m := range mb - warm {
+		s = append(s, step{true, warm + m}, step{false, m})
+	}
+	for m := mb - warm; m < mb; m++ {
+		s = append(s, step{false, m})
+	}
+	return slices.Clip(s)
+}
