@@ -1,0 +1,183 @@
+package cpu
+
+import (
+	"errors"
+	"fmt"
+	"math"
+)
+
+// ErrShape reports dimensions that do not describe a valid operation, or
+// slices whose lengths do not match their dimensions. Kernels panic with an
+// error wrapping it: a mismatched call is a programming error.
+var ErrShape = errors.New("cpu: bad shape")
+
+// grainElems is the fewest elements an elementwise loop hands to one worker:
+// below it, waking a goroutine costs more than the work.
+const grainElems = 16 << 10
+
+// shapeErr returns an error wrapping ErrShape that names the kernel.
+func shapeErr(kernel, format string, args ...any) error {
+	return fmt.Errorf("%w: %s: %s", ErrShape, kernel, fmt.Sprintf(format, args...))
+}
+
+// checkLen panics with ErrShape unless got == want.
+func checkLen(kernel, name string, got, want int) {
+	if got != want {
+		panic(shapeErr(kernel, "len(%s) = %d, want %d", name, got, want))
+	}
+}
+
+// rowGrain is the fewest rows of the given length to hand to one worker.
+func rowGrain(rowLen int) int {
+	return max(1, grainElems/max(1, rowLen))
+}
+
+// sum64 sums s in float64 with four independent accumulators, for
+// reductions long enough that float32 accumulation would lose digits.
+func sum64(s []float32) float64 {
+	var a0, a1, a2, a3 float64
+	i := 0
+	for ; i+4 <= len(s); i += 4 {
+		q := s[i : i+4 : i+4]
+		a0 += float64(q[0])
+		a1 += float64(q[1])
+		a2 += float64(q[2])
+		a3 += float64(q[3])
+	}
+	for ; i < len(s); i++ {
+		a0 += float64(s[i])
+	}
+	return (a0 + a1) + (a2 + a3)
+}
+
+// ReLU sets y = max(x, 0). y may alias x.
+func ReLU(p *Pool, x, y []float32) {
+	checkLen("ReLU", "y", len(y), len(x))
+	p.For(len(x), grainElems, func(lo, hi int) {
+		x, y := x[lo:hi], y[lo:hi]
+		y = y[:len(x)]
+		for i, v := range x {
+			y[i] = max(v, 0)
+		}
+	})
+}
+
+// ReLUBackward sets dx = dy where x > 0 and 0 elsewhere.
+func ReLUBackward(p *Pool, x, dy, dx []float32) {
+	checkLen("ReLUBackward", "dy", len(dy), len(x))
+	checkLen("ReLUBackward", "dx", len(dx), len(x))
+	p.For(len(x), grainElems, func(lo, hi int) {
+		x, dy, dx := x[lo:hi], dy[lo:hi], dx[lo:hi]
+		dy, dx = dy[:len(x)], dx[:len(x)]
+		for i, v := range x {
+			if v > 0 {
+				dx[i] = dy[i]
+			} else {
+				dx[i] = 0
+			}
+		}
+	})
+}
+
+// GELU sets y = x·Φ(x) = ½·x·(1+erf(x/√2)), the exact form (not the tanh
+// approximation). y may alias x.
+func GELU(p *Pool, x, y []float32) {
+	checkLen("GELU", "y", len(y), len(x))
+	p.For(len(x), grainElems/8, func(lo, hi int) {
+		x, y := x[lo:hi], y[lo:hi]
+		y = y[:len(x)]
+		for i, v := range x {
+			t := float64(v)
+			y[i] = float32(0.5 * t * (1 + math.Erf(t*(1/math.Sqrt2))))
+		}
+	})
+}
+
+// GELUBackward sets dx = dy·(Φ(x) + x·φ(x)), the derivative of GELU.
+func GELUBackward(p *Pool, x, dy, dx []float32) {
+	checkLen("GELUBackward", "dy", len(dy), len(x))
+	checkLen("GELUBackward", "dx", len(dx), len(x))
+	const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
+	p.For(len(x), grainElems/8, func(lo, hi int) {
+		x, dy, dx := x[lo:hi], dy[lo:hi], dx[lo:hi]
+		dy, dx = dy[:len(x)], dx[:len(x)]
+		for i, v := range x {
+			t := float64(v)
+			cdf := 0.5 * (1 + math.Erf(t*(1/math.Sqrt2)))
+			pdf := invSqrt2Pi * math.Exp(-0.5*t*t)
+			dx[i] = float32(float64(dy[i]) * (cdf + t*pdf))
+		}
+	})
+}
+
+// Add sets y = a + b.
+func Add(p *Pool, a, b, y []float32) {
+	checkLen("Add", "b", len(b), len(a))
+	checkLen("Add", "y", len(y), len(a))
+	p.For(len(a), grainElems, func(lo, hi int) {
+		a, b, y := a[lo:hi], b[lo:hi], y[lo:hi]
+		b, y = b[:len(a)], y[:len(a)]
+		for i, v := range a {
+			y[i] = v + b[i]
+		}
+	})
+}
+
+// Mul sets y = a ⊙ b.
+func Mul(p *Pool, a, b, y []float32) {
+	checkLen("Mul", "b", len(b), len(a))
+	checkLen("Mul", "y", len(y), len(a))
+	p.For(len(a), grainElems, func(lo, hi int) {
+		a, b, y := a[lo:hi], b[lo:hi], y[lo:hi]
+		b, y = b[:len(a)], y[:len(a)]
+		for i, v := range a {
+			y[i] = v * b[i]
+		}
+	})
+}
+
+// Scale sets y = alpha·x.
+func Scale(p *Pool, alpha float32, x, y []float32) {
+	checkLen("Scale", "y", len(y), len(x))
+	p.For(len(x), grainElems, func(lo, hi int) {
+		x, y := x[lo:hi], y[lo:hi]
+		y = y[:len(x)]
+		for i, v := range x {
+			y[i] = alpha * v
+		}
+	})
+}
+
+// Axpy sets y += alpha·x, the accumulation of a gradient.
+func Axpy(p *Pool, alpha float32, x, y []float32) {
+	checkLen("Axpy", "y", len(y), len(x))
+	p.For(len(x), grainElems, func(lo, hi int) {
+		x, y := x[lo:hi], y[lo:hi]
+		y = y[:len(x)]
+		for i, v := range x {
+			y[i] += alpha * v
+		}
+	})
+}
+
+// Copy sets y = x.
+func Copy(p *Pool, x, y []float32) {
+	checkLen("Copy", "y", len(y), len(x))
+	p.For(len(x), 4*grainElems, func(lo, hi int) {
+		copy(y[lo:hi], x[lo:hi])
+	})
+}
+
+// Fill sets every element of y to v.
+func Fill(p *Pool, v float32, y []float32) {
+	p.For(len(y), 4*grainElems, func(lo, hi int) {
+		y := y[lo:hi]
+		if math.Float32bits(v) == 0 {
+			clear(y)
+			return
+		}
+		for i := range y {
+			y[i] = v
+		}
+	})
+}

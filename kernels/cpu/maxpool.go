@@ -1,0 +1,162 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+)
+
+// PoolShape describes 2-D max pooling of an input x [N,C,H,W] by KH×KW
+// windows into an output y [N,C,OutH,OutW]. Padding never wins: a window's
+// maximum is taken over the input pixels it covers (as if the padding were
+// −Inf), and every window covers at least one.
+type PoolShape struct {
+	N, C, H, W       int
+	KH, KW           int // window height and width
+	StrideH, StrideW int
+	PadH, PadW       int
+}
+
+// OutH returns the output height, or 0 if the window does not fit.
+func (s PoolShape) OutH() int { return outSize(s.H, s.KH, s.StrideH, s.PadH) }
+
+// OutW returns the output width, or 0 if the window does not fit.
+func (s PoolShape) OutW() int { return outSize(s.W, s.KW, s.StrideW, s.PadW) }
+
+// Validate reports, wrapping ErrShape, the first field that makes s
+// meaningless: a dimension or stride below 1, a negative padding, a padding
+// as large as the window (a window could then see only padding), or a window
+// larger than the padded input.
+func (s PoolShape) Validate() error {
+	if err := checkDims("PoolShape",
+		dim{"N", s.N, 1}, dim{"C", s.C, 1}, dim{"H", s.H, 1}, dim{"W", s.W, 1},
+		dim{"KH", s.KH, 1}, dim{"KW", s.KW, 1},
+		dim{"StrideH", s.StrideH, 1}, dim{"StrideW", s.StrideW, 1},
+		dim{"PadH", s.PadH, 0}, dim{"PadW", s.PadW, 0}); err != nil {
+		return err
+	}
+	if s.PadH >= s.KH {
+		return fmt.Errorf("%w: PoolShape.PadH = %d, want < KH = %d", ErrShape, s.PadH, s.KH)
+	}
+	if s.PadW >= s.KW {
+		return fmt.Errorf("%w: PoolShape.PadW = %d, want < KW = %d", ErrShape, s.PadW, s.KW)
+	}
+	if err := checkFit("PoolShape", "KH", s.KH, "H", s.H, "PadH", s.PadH); err != nil {
+		return err
+	}
+	return checkFit("PoolShape", "KW", s.KW, "W", s.W, "PadW", s.PadW)
+}
+
+// check panics unless s is valid and x and y have its sizes.
+func (s PoolShape) check(kernel, xName string, x []float32, yName string, y []float32) {
+	if err := s.Validate(); err != nil {
+		panic(err)
+	}
+	checkLen(kernel, xName, len(x), s.N*s.C*s.H*s.W)
+	checkLen(kernel, yName, len(y), s.N*s.C*s.OutH()*s.OutW())
+}
+
+// MaxPool2DForward sets y to the maximum of each window of x; a window
+// holding a NaN gives NaN.
+func MaxPool2DForward(p *Pool, s PoolShape, x, y []float32) {
+	s.check("MaxPool2DForward", "x", x, "y", y)
+	hw, ohw := s.H*s.W, s.OutH()*s.OutW()
+	p.For(s.N*s.C, rowGrain(hw), func(lo, hi int) {
+		colMax := make([]float32, s.W)
+		for pl := lo; pl < hi; pl++ {
+			s.forwardPlane(x[pl*hw:(pl+1)*hw], y[pl*ohw:(pl+1)*ohw], colMax)
+		}
+	})
+}
+
+// forwardPlane pools one plane x [H,W] into y [OutH,OutW]. For each output
+// row it first takes the maximum down the window's rows, column by column
+// into colMax [W], then across each window's columns: two plain loops,
+// instead of a nest of short ones per window.
+func (s PoolShape) forwardPlane(x, y, colMax []float32) {
+	ow, W := s.OutW(), s.W
+	for i := range s.OutH() {
+		h0 := i*s.StrideH - s.PadH
+		h1 := min(h0+s.KH, s.H)
+		h0 = max(h0, 0)
+		copy(colMax, x[h0*W:(h0+1)*W])
+		for h := h0 + 1; h < h1; h++ {
+			row := x[h*W : (h+1)*W]
+			row = row[:len(colMax)]
+			for k, v := range row {
+				colMax[k] = max(colMax[k], v)
+			}
+		}
+		out := y[i*ow : (i+1)*ow]
+		for j := range out {
+			w0 := j*s.StrideW - s.PadW
+			w1 := min(w0+s.KW, W)
+			w0 = max(w0, 0)
+			m := colMax[w0]
+			for _, v := range colMax[w0+1 : w1] {
+				m = max(m, v)
+			}
+			out[j] = m
+		}
+	}
+}
+
+// MaxPool2DBackward sets dx to the gradient of the loss with respect to x:
+// each window's dy goes to its maximum, recomputed from x, and overlapping
+// windows add up. Among equal maxima the first in window order (row-major)
+// takes it, and a NaN counts as larger than any number.
+func MaxPool2DBackward(p *Pool, s PoolShape, x, dy, dx []float32) {
+	s.check("MaxPool2DBackward", "x", x, "dy", dy)
+	checkLen("MaxPool2DBackward", "dx", len(dx), len(x))
+	hw, ohw := s.H*s.W, s.OutH()*s.OutW()
+	p.For(s.N*s.C, rowGrain(hw), func(lo, hi int) {
+		for pl := lo; pl < hi; pl++ {
+			s.backwardPlane(x[pl*hw:(pl+1)*hw], dy[pl*ohw:(pl+1)*ohw], dx[pl*hw:(pl+1)*hw])
+		}
+	})
+}
+
+// backwardPlane routes one plane's dy [OutH,OutW] to dx [H,W].
+func (s PoolShape) backwardPlane(x, dy, dx []float32) {
+	clear(dx)
+	ow, W := s.OutW(), s.W
+	for i := range s.OutH() {
+		h0 := i*s.StrideH - s.PadH
+		h1 := min(h0+s.KH, s.H)
+		h0 = max(h0, 0)
+		for j, g := range dy[i*ow : (i+1)*ow] {
+			w0 := j*s.StrideW - s.PadW
+			w1 := min(w0+s.KW, W)
+			w0 = max(w0, 0)
+			top := h0*W + w0
+			dx[top+argmaxWindow(x[top:], W, h1-h0, w1-w0)] += g
+		}
+	}
+}
+
+// argmaxWindow returns the offset in x of the first maximum of the window of
+// rows×cols elements, rows stride apart, at the start of x. It compares
+// order keys (integers) rather than floats, so that the compiler selects the
+// running maximum with conditional moves instead of branches that random
+// data would mispredict; as its own small function it keeps its loop
+// variables in registers.
+func argmaxWindow(x []float32, stride, rows, cols int) int {
+	best, m := 0, int32(math.MinInt32)
+	for h := range rows {
+		for k, v := range x[h*stride : h*stride+cols] {
+			if key := orderKey(v); key > m {
+				m, best = key, h*stride+k
+			}
+		}
+	}
+	return best
+}
+
+// orderKey maps float32 to int32 preserving order, with −0 equal to +0 and
+// every NaN above +Inf, without branches.
+func orderKey(v float32) int32 {
+	b := math.Float32bits(v + 0) // −0 + 0 = +0
+	k := int32(b)
+	k ^= int32(uint32(k>>31) >> 1) // negative: reverse the order of magnitudes
+	nan := (0x7f800000 - int32(b&0x7fffffff)) >> 31
+	return k&^nan | nan&math.MaxInt32
+}

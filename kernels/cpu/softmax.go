@@ -1,0 +1,133 @@
+package cpu
+
+import "math"
+
+// Softmax sets each row of y [rows, cols] to the softmax of the same row of
+// x, computed as exp(x − max) over its sum so that no logit overflows. y may
+// alias x.
+func Softmax(p *Pool, x, y []float32, rows, cols int) {
+	checkLen("Softmax", "x", len(x), rows*cols)
+	checkLen("Softmax", "y", len(y), rows*cols)
+	if cols == 0 {
+		return
+	}
+	p.For(rows, rowGrain(cols), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			xr, yr := x[r*cols:(r+1)*cols], y[r*cols:(r+1)*cols]
+			yr = yr[:len(xr)]
+			inv := float32(1 / expInto(xr, yr, maxOf(xr)))
+			for i := range yr {
+				yr[i] *= inv
+			}
+		}
+	})
+}
+
+// SoftmaxBackward sets dx to the gradient with respect to Softmax's input,
+// given its output y: dx = y ⊙ (dy − Σ_j y_j·dy_j), row by row.
+func SoftmaxBackward(p *Pool, y, dy, dx []float32, rows, cols int) {
+	checkLen("SoftmaxBackward", "y", len(y), rows*cols)
+	checkLen("SoftmaxBackward", "dy", len(dy), rows*cols)
+	checkLen("SoftmaxBackward", "dx", len(dx), rows*cols)
+	p.For(rows, rowGrain(cols), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			yr, dyr, dxr := y[r*cols:(r+1)*cols], dy[r*cols:(r+1)*cols], dx[r*cols:(r+1)*cols]
+			dyr, dxr = dyr[:len(yr)], dxr[:len(yr)]
+			var dot float64
+			for i, v := range yr {
+				dot += float64(v) * float64(dyr[i])
+			}
+			d := float32(dot)
+			for i, v := range yr {
+				dxr[i] = v * (dyr[i] - d)
+			}
+		}
+	})
+}
+
+// SoftmaxCrossEntropy returns the mean over rows of the cross-entropy
+// between softmax(logits) and the one-hot labels: −(1/rows)·Σ_r log
+// softmax(logits)[r, labels[r]], each term computed as a log-sum-exp in
+// float64 so that logits of any finite size are safe. A label outside
+// [0, cols) is an error wrapping ErrIndex that names its row; no rows give a
+// loss of 0. The rows are summed in blocks fixed by the shape, so the loss
+// does not depend on the number of workers.
+func SoftmaxCrossEntropy(p *Pool, logits []float32, labels []int32, rows, cols int) (loss float32, err error) {
+	checkLen("SoftmaxCrossEntropy", "logits", len(logits), rows*cols)
+	checkLen("SoftmaxCrossEntropy", "labels", len(labels), rows)
+	if err := checkIndices("SoftmaxCrossEntropy", "row", labels, cols); err != nil {
+		return 0, err
+	}
+	if rows == 0 {
+		return 0, nil
+	}
+	block := rowGrain(cols)
+	partial := make([]float64, (rows+block-1)/block)
+	p.For(len(partial), 1, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			var s float64
+			for r := b * block; r < min((b+1)*block, rows); r++ {
+				row := logits[r*cols : (r+1)*cols]
+				m := maxOf(row)
+				s += float64(m) + math.Log(sumExp(row, m)) - float64(row[labels[r]])
+			}
+			partial[b] = s
+		}
+	})
+	var total float64
+	for _, s := range partial {
+		total += s
+	}
+	return float32(total / float64(rows)), nil
+}
+
+// SoftmaxCrossEntropyBackward sets dlogits to the gradient of
+// SoftmaxCrossEntropy scaled by dloss: dloss·(softmax(logits) −
+// onehot(labels))/rows. It checks the labels as SoftmaxCrossEntropy does,
+// before writing anything.
+func SoftmaxCrossEntropyBackward(p *Pool, logits []float32, labels []int32, dloss float32, dlogits []float32, rows, cols int) error {
+	checkLen("SoftmaxCrossEntropyBackward", "logits", len(logits), rows*cols)
+	checkLen("SoftmaxCrossEntropyBackward", "labels", len(labels), rows)
+	checkLen("SoftmaxCrossEntropyBackward", "dlogits", len(dlogits), rows*cols)
+	if err := checkIndices("SoftmaxCrossEntropyBackward", "row", labels, cols); err != nil {
+		return err
+	}
+	scale := float64(dloss) / float64(rows)
+	p.For(rows, rowGrain(cols), func(lo, hi int) {
+		for r := lo; r < hi; r++ {
+			row, dr := logits[r*cols:(r+1)*cols], dlogits[r*cols:(r+1)*cols]
+			dr = dr[:len(row)]
+			k := scale / expInto(row, dr, maxOf(row))
+			l := labels[r]
+			pl := float64(dr[l]) * k
+			for i, e := range dr {
+				dr[i] = float32(float64(e) * k)
+			}
+			dr[l] = float32(pl - scale)
+		}
+	})
+	return nil
+}
+
+// expInto sets y = exp(x − m) for a row x whose maximum is m, and returns
+// Σ y in float64.
+func expInto(x, y []float32, m float32) float64 {
+	y = y[:len(x)]
+	var s float64
+	for i, v := range x {
+		e := math.Exp(float64(v) - float64(m))
+		y[i] = float32(e)
+		s += e
+	}
+	return s
+}
+
+// sumExp returns Σ exp(x − m) for a row whose maximum is m: a sum in
+// [1, len(x)] whatever the size of the logits.
+func sumExp(x []float32, m float32) float64 {
+	var s float64
+	for _, v := range x {
+		s += math.Exp(float64(v) - float64(m))
+	}
+	return s
+}

@@ -1,0 +1,33 @@
+// Package trace is the event schema that the simulator and the runtime both
+// record, so that a prediction and a measurement of the same plan can be set
+// side by side.
+//
+// # Clock
+//
+// Time is an instant in integer nanoseconds since the start of a run, and
+// durations are time.Duration; no time is ever a float. The simulator's
+// clock and the runtime's (host or device timers, rebased to the run's
+// start) both land on this one clock.
+//
+// # Events
+//
+// A Trace lists the plan's tasks (TaskInfo: name, kind, op, phase, the
+// streams the task occupies, its work) and the events that happened: an
+// Event is one firing of a task, for one iteration and micro-batch, from
+// Start to End. A task occupies all of its streams for the whole event: one
+// stream for a kernel, both ends for a transfer, every member for a
+// collective. Validate checks the invariants both engines promise, above all
+// that a stream runs one task at a time.
+//
+// # Views
+//
+// WriteChrome (Perfetto), WriteCSV and WritePprof
+// (go tool pprof -diff_base) render a trace; Compare measures the error of a
+// predicted trace against a measured one, per iteration and per task.
+//
+// # Determinism
+//
+// Every function here is a pure function of its input: the same trace gives
+// the same bytes from each writer and the same Comparison, whatever the
+// order of map iteration. Ties are broken by name, then by index.
+package trace
