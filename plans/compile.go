@@ -200,7 +200,7 @@ func (c *compiler) buildReplica(replica int) error {
 			task := c.newTask(Task{Name: c.taskName(dev, "input/"+in.Name), Kind: Input, Phase: "input",
 				Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 				Writes: []int{reg}, Offset: replica * c.st.MB * c.p.MicroBatch,
-				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")"})
+				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone()})
 			c.blocks[dev]["F"] = append(c.blocks[dev]["F"], task)
 		}
 	}
@@ -234,7 +234,7 @@ func (c *compiler) buildReplica(replica int) error {
 		cost := n.Cost()
 		task := c.newTask(Task{Name: c.taskName(dev, n.Name), Kind: Compute, Phase: n.Phase.String(),
 			Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
-			Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n)})
+			Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n)})
 		block := "F"
 		if n.Phase == graph.Backward {
 			block = "B"
@@ -281,7 +281,7 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 		Stage: src % c.st.PP, Replica: replica, PerMicro: true,
 		Streams: []int{c.stream(src, "p2p>"+c.p.Devices[dev].Name)},
 		Reads:   []Use{{Reg: srcReg, Mode: ReadMicro}}, Writes: []int{dst},
-		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes())})
+		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes()), Shape: []int{int(t.Spec.Bytes())}})
 	c.xfers[[2]int{from, dev}] = append(c.xfers[[2]int{from, dev}], task)
 	return dst, nil
 }
@@ -303,7 +303,7 @@ func (c *compiler) gradReg(dev int, grad *graph.Tensor, replica int) int {
 	task := c.newTask(Task{Name: c.p.Registers[reg].Name + ".accumulate", Kind: Accumulate, Phase: "backward",
 		Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Reads: []Use{{Reg: reg, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: true,
-		FLOPs: units.FLOPs(2 * n), Bytes: 3 * grad.Spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n)})
+		FLOPs: units.FLOPs(2 * n), Bytes: 3 * grad.Spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
 	c.blocks[dev]["B"] = append(c.blocks[dev]["B"], task)
 	return acc
 }
@@ -338,7 +338,7 @@ func (c *compiler) buildAllReduces() {
 		task := c.newTask(Task{Name: fmt.Sprintf("allreduce/%s", n.Inputs[0].Name), Kind: AllReduce, Phase: "comm",
 			Stage: s, Replica: -1, PerMicro: false, Streams: streams,
 			Writes: regs, InPlace: true, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
-			Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b)})
+			Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}})
 		for r := range c.st.DP {
 			dev := c.device(r, s)
 			c.colls[dev] = append(c.colls[dev], task)
@@ -351,19 +351,24 @@ func (c *compiler) buildUpdates() {
 	for r := range c.st.DP {
 		for _, n := range c.updateNodes() {
 			dev := c.device(r, c.stage[n.ID])
-			reads := []Use{{Reg: c.gradReg(dev, n.Inputs[1], r), Mode: ReadFinal}}
+			// Reads are the op's inputs in order: the weight and its state,
+			// updated in place, and the iteration's gradient.
+			var reads []Use
 			var writes []int
 			mutated := n.Op.(graph.Mutator).Mutates()
 			for i, in := range n.Inputs {
 				if slices.Contains(mutated, i) {
+					reads = append(reads, Use{Reg: c.regOf[dev][in.ID], Mode: ReadPrev})
 					writes = append(writes, c.regOf[dev][in.ID])
+				} else {
+					reads = append(reads, Use{Reg: c.gradReg(dev, in, r), Mode: ReadFinal})
 				}
 			}
 			op, _ := graph.EncodeOp(n.Op) // every update op is registered
 			cost := n.Cost()
 			task := c.newTask(Task{Name: c.taskName(dev, "update/"+n.Inputs[0].Name), Kind: Compute, Phase: "update",
 				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
-				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n)})
+				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n)})
 			c.updates[dev] = append(c.updates[dev], task)
 		}
 	}
@@ -418,4 +423,51 @@ func workKey(n *graph.Node) string {
 		b.Write(attrs)
 	}
 	return b.String()
+}
+
+// workShape encodes a node's work as integers for exact-shape cost
+// lookups: each input's dimensions followed by −1, then the op's integer
+// and boolean attributes in field order.
+func workShape(n *graph.Node) []int {
+	var s []int
+	for _, in := range n.Inputs {
+		s = append(s, in.Spec.Shape...)
+		s = append(s, -1)
+	}
+	var attrs any
+	if b, err := json.Marshal(n.Op); err == nil && json.Unmarshal(b, &attrs) == nil {
+		s = appendInts(s, attrs)
+	}
+	return s
+}
+
+// appendInts appends the integers and booleans found in a decoded JSON
+// value, objects in key order.
+func appendInts(s []int, v any) []int {
+	switch v := v.(type) {
+	case float64:
+		if v == float64(int(v)) {
+			s = append(s, int(v))
+		}
+	case bool:
+		if v {
+			s = append(s, 1)
+		} else {
+			s = append(s, 0)
+		}
+	case []any:
+		for _, x := range v {
+			s = appendInts(s, x)
+		}
+	case map[string]any:
+		keys := make([]string, 0, len(v))
+		for k := range v {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			s = appendInts(s, v[k])
+		}
+	}
+	return s
 }

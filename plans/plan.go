@@ -92,8 +92,8 @@ type Task struct {
 	PerMicro bool          `json:"per_micro"`
 	Streams  []int         `json:"streams"`
 	Op       *graph.OpJSON `json:"op,omitempty"` // Compute
-	// Reads are the registers read (for in-place writers, the register's
-	// previous contents are read implicitly).
+	// Reads are the registers read; for a compute task, its op's inputs in
+	// order (including those it updates in place).
 	Reads []Use `json:"reads"`
 	// Writes are the registers written; InPlace marks read-modify-writes.
 	Writes  []int `json:"writes"`
@@ -104,9 +104,10 @@ type Task struct {
 	// Work is the task's arithmetic and memory traffic, for the cost model.
 	FLOPs units.FLOPs `json:"flops"`
 	Bytes units.Bytes `json:"bytes"`
-	// Key identifies the task's work for calibration lookups (op, specs,
-	// attributes).
-	Key string `json:"key"`
+	// Key names the task's work (op, input specs, attributes) and Shape
+	// encodes it as integers: the cost model's exact-shape lookup key.
+	Key   string `json:"key"`
+	Shape []int  `json:"shape"`
 }
 
 // Register is a task output: Slots buffers of one spec on one device,

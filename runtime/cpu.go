@@ -22,15 +22,22 @@ func (d *CPU) Workers() int { return d.pool.Workers() }
 
 func (d *CPU) String() string { return fmt.Sprintf("cpu(%d workers)", d.Workers()) }
 
-// launch runs node n's kernel on buffers in (its inputs) and out (its
-// outputs). iter is the iteration number, for ops whose result depends on
-// it.
-func (d *CPU) launch(n *graph.Node, iter int, in, out []Buffer) error {
+// step says which iteration and micro-batch a kernel runs for: dropout
+// masks and Adam's bias correction depend on it.
+type step struct {
+	iter   int
+	micro  int // global micro-batch index, over all replicas
+	micros int // global micro-batches per iteration
+}
+
+// launch runs op's kernel on buffers in (its inputs, of specs inSpecs) and
+// out (its outputs, of specs outSpecs).
+func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, out []Buffer) error {
 	p := d.pool
 	x := func(i int) []float32 { return in[i].F }
 	y := func(i int) []float32 { return out[i].F }
-	shape := func(i int) graph.Shape { return n.Inputs[i].Spec.Shape }
-	switch op := n.Op.(type) {
+	shape := func(i int) graph.Shape { return inSpecs[i].Shape }
+	switch op := op.(type) {
 	case graph.MatMul:
 		ar, ac := matrix(shape(0))
 		br, bc := matrix(shape(1))
@@ -78,14 +85,14 @@ func (d *CPU) launch(n *graph.Node, iter int, in, out []Buffer) error {
 	case graph.Reshape:
 		cpu.Copy(p, x(0), y(0))
 	case graph.Dropout:
-		cpu.Dropout(p, x(0), y(0), op.Rate, op.Seed, dropoutOffset(iter, len(y(0))))
+		cpu.Dropout(p, x(0), y(0), op.Rate, op.Seed, at.dropoutOffset(len(y(0))))
 	case graph.DropoutGrad:
-		cpu.DropoutBackward(p, x(0), y(0), op.Rate, op.Seed, dropoutOffset(iter, len(y(0))))
+		cpu.DropoutBackward(p, x(0), y(0), op.Rate, op.Seed, at.dropoutOffset(len(y(0))))
 	case graph.ReduceSum:
 		o, r, i := shape(0).Split3(op.Axis)
 		cpu.ReduceSum(p, x(0), y(0), o, r, i)
 	case graph.BroadcastAxis:
-		o, r, i := n.Outputs[0].Spec.Shape.Split3(op.Axis)
+		o, r, i := outSpecs[0].Shape.Split3(op.Axis)
 		cpu.BroadcastAxis(p, x(0), y(0), o, r, i)
 	case graph.SoftmaxCrossEntropy:
 		rows, cols := matrix(shape(0))
@@ -119,9 +126,9 @@ func (d *CPU) launch(n *graph.Node, iter int, in, out []Buffer) error {
 	case graph.MomentumUpdate:
 		cpu.MomentumUpdate(p, x(0), x(1), x(2), op.LR, op.Momentum, op.WeightDecay)
 	case graph.AdamUpdate:
-		cpu.AdamUpdate(p, x(0), x(1), x(2), x(3), op.LR, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, iter+1)
+		cpu.AdamUpdate(p, x(0), x(1), x(2), x(3), op.LR, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter+1)
 	default:
-		return fmt.Errorf("runtime: cpu: no kernel for op %s (node %s)", n.Op.Type(), n.Name)
+		return fmt.Errorf("runtime: cpu: no kernel for op %s", op.Type())
 	}
 	return nil
 }
@@ -134,8 +141,13 @@ func matrix(s graph.Shape) (rows, cols int) {
 	return s.NumElements() / s[len(s)-1], s[len(s)-1]
 }
 
-// dropoutOffset gives each iteration its own range of mask counters.
-func dropoutOffset(iter, n int) uint64 { return uint64(iter) * uint64(n) }
+// dropoutOffset gives each micro-batch of each iteration its own range of
+// mask counters: the global batch's element index, so that masks do not
+// depend on how the batch is split.
+func (at step) dropoutOffset(n int) uint64 {
+	micros := max(at.micros, 1)
+	return (uint64(at.iter)*uint64(micros) + uint64(at.micro)) * uint64(n)
+}
 
 func convShape(w graph.Window, x, k graph.Shape) cpu.ConvShape {
 	return cpu.ConvShape{N: x[0], C: x[1], H: x[2], W: x[3], K: k[0], R: k[2], S: k[3],

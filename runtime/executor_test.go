@@ -128,3 +128,11 @@ func TestStoreInitDeterministic(t *testing.T) {
 		}
 	}
 }
+
+func buildTrain(t *testing.T, model string, batch int) (*zoo.Model, *graph.Graph) {
+	t.Helper()
+	m, err := zoo.Build(model, zoo.Config{Batch: batch, Train: true, Seed: 5})
+	require.NoError(t, err)
+	require.NoError(t, m.Graph.Minimize(m.Loss, graph.SGD{LR: 0.05, Momentum: 0.9}))
+	return m, m.Graph
+}

@@ -34,19 +34,20 @@ func (s *Store) bind(t *graph.Tensor) (Buffer, error) {
 		return st.buf, nil
 	}
 	buf := newBuffer(t.Spec)
-	s.initialize(t, buf.F)
+	initialize(s.seed, t.Name, t.Init, buf.F)
 	s.tensors[t.Name] = &stored{spec: t.Spec, buf: buf}
 	return buf, nil
 }
 
-// initialize fills a new tensor from its initializer with a generator
-// seeded by the store's seed and the tensor's name, so a tensor's initial
-// value does not depend on what else the graph declares.
-func (s *Store) initialize(t *graph.Tensor, v []float32) {
+// initialize fills a persistent tensor from its initializer with a
+// generator seeded by the seed and the tensor's name, so a tensor's initial
+// value does not depend on what else the graph declares, nor on whether it
+// runs through an Executor or a plan.
+func initialize(seed uint64, name string, init graph.Init, v []float32) {
 	h := fnv.New64a()
-	h.Write([]byte(t.Name))
-	rng := rand.New(rand.NewPCG(s.seed, h.Sum64()))
-	switch t.Init.Kind {
+	h.Write([]byte(name))
+	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
+	switch init.Kind {
 	case graph.Zeros:
 		clear(v)
 	case graph.Ones:
@@ -55,11 +56,11 @@ func (s *Store) initialize(t *graph.Tensor, v []float32) {
 		}
 	case graph.Uniform:
 		for i := range v {
-			v[i] = float32((2*rng.Float64() - 1) * t.Init.Scale)
+			v[i] = float32((2*rng.Float64() - 1) * init.Scale)
 		}
 	case graph.Normal:
 		for i := range v {
-			v[i] = float32(rng.NormFloat64() * t.Init.Scale)
+			v[i] = float32(rng.NormFloat64() * init.Scale)
 		}
 	}
 }

@@ -1,0 +1,173 @@
+package plans
+
+import (
+	"fmt"
+	"sort"
+
+	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/trace"
+)
+
+// NewTrace returns an empty trace labelled with the plan's devices,
+// streams and tasks, for an engine to fill with events.
+func (p *Plan) NewTrace(source string) *trace.Trace {
+	tr := &trace.Trace{Source: source, Plan: fmt.Sprintf("%s %s batch %d", p.Model, p.Strategy, p.Batch)}
+	tr.Streams = make([][]string, len(p.Devices))
+	streamRef := make([]trace.StreamRef, len(p.Streams))
+	for _, d := range p.Devices {
+		tr.Devices = append(tr.Devices, d.Name)
+	}
+	for i, s := range p.Streams {
+		streamRef[i] = trace.StreamRef{Device: int32(s.Device), Stream: int32(len(tr.Streams[s.Device]))}
+		tr.Streams[s.Device] = append(tr.Streams[s.Device], s.Name)
+	}
+	for _, t := range p.Tasks {
+		info := trace.TaskInfo{ID: int32(t.ID), Name: t.Name, Kind: string(t.Kind), Phase: t.Phase, FLOPs: t.FLOPs, Bytes: t.Bytes}
+		if t.Op != nil {
+			info.Op = t.Op.Type
+		}
+		for _, s := range t.Streams {
+			info.Streams = append(info.Streams, streamRef[s])
+		}
+		tr.Tasks = append(tr.Tasks, info)
+	}
+	return tr
+}
+
+// Work is task t's work for the cost model.
+func (p *Plan) Work(t int) cost.Work {
+	task := &p.Tasks[t]
+	kind := string(task.Kind)
+	if task.Op != nil {
+		kind = task.Op.Type
+	}
+	return cost.Work{Kind: kind, FLOPs: task.FLOPs, Bytes: task.Bytes, DType: "f32", Shape: task.Shape}
+}
+
+// CheckTrace verifies that an execution trace of the plan (simulated or
+// measured) obeys the plan's execution rules: every firing of every
+// iteration appears once, each starts only after everything its
+// dependency edges name has finished, and no register ever holds more
+// live versions than it has slots (a version is live from the start of
+// its write to the end of its last read).
+func (p *Plan) CheckTrace(tr *trace.Trace) error {
+	if err := tr.Validate(); err != nil {
+		return err
+	}
+	edges, err := p.Deps()
+	if err != nil {
+		return err
+	}
+	iters := tr.Iterations()
+	firingOf := p.firingIndex()
+	ev := make([][]*trace.Event, len(p.Firings)) // [firing][iter]
+	for f := range ev {
+		ev[f] = make([]*trace.Event, iters)
+	}
+	for i := range tr.Events {
+		e := &tr.Events[i]
+		if int(e.Task) >= len(p.Tasks) {
+			return fmt.Errorf("plans: trace event names task %d, the plan has %d", e.Task, len(p.Tasks))
+		}
+		f := firingOf(int(e.Task), int(e.Micro))
+		if p.Firings[f].Task != int(e.Task) || (p.Tasks[e.Task].PerMicro && p.Firings[f].Micro != int(e.Micro)) {
+			return fmt.Errorf("plans: trace event of %s has micro-batch %d", p.Tasks[e.Task].Name, e.Micro)
+		}
+		ev[f][e.Iter] = e
+	}
+	for f := range ev {
+		for i, e := range ev[f] {
+			if e == nil {
+				return fmt.Errorf("plans: trace lacks %s of iteration %d", p.FiringName(f), i)
+			}
+		}
+	}
+	for _, e := range edges {
+		for i := e.Delta; i < iters; i++ {
+			from, to := ev[e.From][i-e.Delta], ev[e.To][i]
+			if to.Start < from.End {
+				return fmt.Errorf("plans: %s of iteration %d started at %d ns, before %s of iteration %d ended at %d ns",
+					p.FiringName(e.To), i, to.Start, p.FiringName(e.From), i-e.Delta, from.End)
+			}
+		}
+	}
+	return p.checkSlots(ev, iters)
+}
+
+// checkSlots counts, for every register, the versions live at once.
+func (p *Plan) checkSlots(ev [][]*trace.Event, iters int) error {
+	type span struct{ start, end trace.Time }
+	live := make([]map[int]*span, len(p.Registers)) // register → version → span
+	for r := range live {
+		live[r] = map[int]*span{}
+	}
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		for i := range iters {
+			e := ev[f][i]
+			for _, r := range t.Writes {
+				v := p.WriteVersion(r, t.ID, i, fi.Micro)
+				s := live[r][v]
+				if s == nil {
+					s = &span{start: e.Start, end: e.End}
+					live[r][v] = s
+				}
+				s.start = min(s.start, e.Start)
+				s.end = max(s.end, e.End)
+			}
+			for _, u := range t.Reads {
+				v, err := p.ReadVersion(u, i, fi.Micro)
+				if err != nil {
+					return err
+				}
+				if s := live[u.Reg][v]; s != nil {
+					s.end = max(s.end, e.End)
+				}
+			}
+			if t.InPlace { // an in-place write reads the previous version
+				for _, r := range t.Writes {
+					if s := live[r][p.WriteVersion(r, t.ID, i, fi.Micro)-1]; s != nil {
+						s.end = max(s.end, e.End)
+					}
+				}
+			}
+		}
+	}
+	for r, vs := range live {
+		type point struct {
+			t     trace.Time
+			delta int
+		}
+		var pts []point
+		for _, s := range vs {
+			// An in-place write ends its predecessor's life as it starts
+			// its own: count ends before starts at equal times.
+			pts = append(pts, point{s.start, +1}, point{s.end, -1})
+		}
+		sort.Slice(pts, func(i, j int) bool {
+			if pts[i].t != pts[j].t {
+				return pts[i].t < pts[j].t
+			}
+			return pts[i].delta < pts[j].delta
+		})
+		n := 0
+		for _, pt := range pts {
+			n += pt.delta
+			if limit := p.Registers[r].Slots + inPlaceOverlap(p, r); n > limit {
+				return fmt.Errorf("plans: register %s held %d live versions at %d ns, it has %d slot(s)", p.Registers[r].Name, n, pt.t, p.Registers[r].Slots)
+			}
+		}
+	}
+	return nil
+}
+
+// inPlaceOverlap is 1 for registers updated in place: while an in-place
+// write runs, the old and the new version share the one slot.
+func inPlaceOverlap(p *Plan, r int) int {
+	for _, w := range p.Registers[r].Writers {
+		if p.Tasks[w].InPlace {
+			return 1
+		}
+	}
+	return 0
+}

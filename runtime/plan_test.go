@@ -1,0 +1,105 @@
+package runtime
+
+import (
+	"context"
+	"math"
+	"testing"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/stretchr/testify/require"
+)
+
+func cpuDevices(n int) []plans.Device {
+	devs := make([]plans.Device, n)
+	for i := range devs {
+		devs[i] = plans.Device{Name: "cpu" + string(rune('0'+i)), Type: "cpu", Workers: 1, Memory: 1 << 30}
+	}
+	return devs
+}
+
+func compile(t *testing.T, model, strategy string, batch int) *plans.Plan {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 5,
+		Optimizer: graph.SGD{LR: 0.05, Momentum: 0.9}, Devices: cpuDevices(4)})
+	require.NoError(t, err)
+	return p
+}
+
+// One training step from the same weights and batch gives the same updated
+// weights under every strategy (DESIGN: numerics are plan-independent).
+func TestPlanNumericsIndependentOfStrategy(t *testing.T) {
+	const batch = 16
+	run := func(strategy string) *PlanRunner {
+		p := compile(t, "mnist-cnn", strategy, batch)
+		r, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		feed := NewSyntheticFeeder(p.Images, 10, 64, 9)
+		res, err := r.Run(context.Background(), 2, feed)
+		require.NoError(t, err)
+		require.NoError(t, p.CheckTrace(res.Trace), "the measured trace obeys the plan")
+		return r
+	}
+	ref := run("single")
+	initial, err := NewPlanRunner(compile(t, "mnist-cnn", "single", batch))
+	require.NoError(t, err)
+	w0, _ := initial.Param("fc1.weight", 0)
+	w2, _ := ref.Param("fc1.weight", 0)
+	require.Greater(t, relDiff(w2, w0), 1e-3, "two steps change the weights")
+	for _, s := range []string{"dp=2", "pp=2,mb=4,sched=1f1b", "pp=2,mb=4,sched=gpipe", "mb=2", "dp=2,pp=2,mb=2"} {
+		t.Run(s, func(t *testing.T) {
+			got := run(s)
+			for _, name := range []string{"conv1.weight", "conv2.bias", "fc1.weight", "fc2.bias"} {
+				want, ok := ref.Param(name, 0)
+				require.True(t, ok)
+				for replica := range 2 {
+					g, ok := got.Param(name, replica)
+					if !ok {
+						continue
+					}
+					if e := relDiff(g, want); e > 1e-5 {
+						t.Errorf("%s (replica %d): relative difference %.3g from single, want ≤ 1e-5", name, replica, e)
+					}
+				}
+			}
+		})
+	}
+}
+
+// The plan path computes what the graph executor computes.
+func TestPlanMatchesExecutor(t *testing.T) {
+	const batch = 8
+	p := compile(t, "mlp", "single", batch)
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	feed := NewSyntheticFeeder(p.Images, 10, 32, 3)
+	res, err := r.Run(context.Background(), 3, feed)
+	require.NoError(t, err)
+
+	m, g := buildTrain(t, "mlp", batch)
+	store := NewStore(5)
+	ex, err := NewExecutor(g, NewCPU(1), store)
+	require.NoError(t, err)
+	for it := range 3 {
+		require.NoError(t, feed.Feed(it, 0, batch, ex.Buffer(m.Images).F, ex.Buffer(m.Labels).I))
+		require.NoError(t, ex.Run(it))
+		if got, want := res.Loss[it], float64(ex.Buffer(m.Loss).F[0]); math.Abs(got-want) > 1e-6*math.Abs(want) {
+			t.Errorf("iteration %d: plan loss %g, executor loss %g", it, got, want)
+		}
+	}
+	want, _ := store.Get("fc1.weight")
+	got, _ := r.Param("fc1.weight", 0)
+	require.Less(t, relDiff(got, want), 1e-6)
+}
+
+func relDiff(a, b []float32) float64 {
+	var num, den float64
+	for i := range a {
+		d := float64(a[i]) - float64(b[i])
+		num += d * d
+		den += float64(b[i]) * float64(b[i])
+	}
+	return math.Sqrt(num / den)
+}
