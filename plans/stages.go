@@ -10,7 +10,8 @@ import (
 // placeStages assigns every node of a training graph to one of pp pipeline
 // stages and returns the stage by node ID. The forward pass is cut at layer
 // boundaries (before a node that reads a weight) so as to minimize the
-// largest stage's forward FLOPs; a backward node goes with the forward node
+// largest stage's forward FLOPs (a layer starts at a node reading a
+// weight matrix or filter); a backward node goes with the forward node
 // it differentiates, an update with its weight.
 func placeStages(g *graph.Graph, loss *graph.Tensor, pp int) ([]int, error) {
 	stage := make([]int, len(g.Nodes))
@@ -27,7 +28,7 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int) ([]int, error) {
 				continue
 			}
 			for _, in := range n.Inputs {
-				if in.Kind == graph.Param {
+				if in.Kind == graph.Param && len(in.Spec.Shape) >= 2 { // a weight, not a bias
 					cands = append(cands, i)
 					break
 				}
@@ -71,37 +72,51 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int) ([]int, error) {
 	return stage, nil
 }
 
-// bestCuts chooses pp−1 of the candidate positions minimizing the largest
-// segment sum (prefix holds the running sums), by dynamic programming; ties
-// go to the earliest cuts.
+// bestCuts chooses pp−1 of the candidate positions so that the largest
+// segment sum (prefix holds the running sums) is least, and among those the
+// sum of squared segment sums (no stage left nearly empty), by dynamic
+// programming over (cuts made, last cut).
 func bestCuts(cands []int, prefix []float64, pp int) []int {
+	type score struct{ max, sq float64 }
+	less := func(a, b score) bool {
+		const tol = 1e-9
+		if math.Abs(a.max-b.max) > tol*math.Max(a.max, b.max) {
+			return a.max < b.max
+		}
+		return a.sq < b.sq
+	}
+	add := func(a score, seg float64) score { return score{math.Max(a.max, seg), a.sq + seg*seg} }
 	n := len(prefix) - 1
 	pos := append([]int{0}, cands...)
-	// best[k][i]: the least largest segment covering [0, pos[i]) with k cuts
-	// made, the last at pos[i].
-	best := make([][]float64, pp)
+	inf := score{math.Inf(1), math.Inf(1)}
+	best := make([][]score, pp)
 	from := make([][]int, pp)
 	for k := range best {
-		best[k] = make([]float64, len(pos))
+		best[k] = make([]score, len(pos))
 		from[k] = make([]int, len(pos))
 		for i := range best[k] {
-			best[k][i] = math.Inf(1)
+			best[k][i] = inf
 		}
 	}
-	best[0][0] = 0
+	best[0][0] = score{}
 	for k := 1; k < pp; k++ {
 		for i := 1; i < len(pos); i++ {
-			for j := 0; j < i; j++ {
-				v := math.Max(best[k-1][j], prefix[pos[i]]-prefix[pos[j]])
-				if v < best[k][i] {
+			for j := range i {
+				if best[k-1][j] == inf {
+					continue
+				}
+				if v := add(best[k-1][j], prefix[pos[i]]-prefix[pos[j]]); less(v, best[k][i]) {
 					best[k][i], from[k][i] = v, j
 				}
 			}
 		}
 	}
-	last, bestV := 0, math.Inf(1)
+	last, bestV := 0, inf
 	for i := 1; i < len(pos); i++ {
-		if v := math.Max(best[pp-1][i], prefix[n]-prefix[pos[i]]); v < bestV {
+		if best[pp-1][i] == inf {
+			continue
+		}
+		if v := add(best[pp-1][i], prefix[n]-prefix[pos[i]]); less(v, bestV) {
 			last, bestV = i, v
 		}
 	}

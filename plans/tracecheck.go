@@ -91,13 +91,23 @@ func (p *Plan) CheckTrace(tr *trace.Trace) error {
 			}
 		}
 	}
-	return p.checkSlots(ev, iters)
+	live, err := p.liveSpans(ev, iters)
+	if err != nil {
+		return err
+	}
+	if err := p.checkSlots(live); err != nil {
+		return err
+	}
+	return p.checkMemory(live)
 }
 
-// checkSlots counts, for every register, the versions live at once.
-func (p *Plan) checkSlots(ev [][]*trace.Event, iters int) error {
-	type span struct{ start, end trace.Time }
-	live := make([]map[int]*span, len(p.Registers)) // register → version → span
+// span is the life of one version of a register: from the start of its
+// write to the end of its last read.
+type span struct{ start, end trace.Time }
+
+// liveSpans returns, by register and version, when each version was live.
+func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error) {
+	live := make([]map[int]*span, len(p.Registers))
 	for r := range live {
 		live[r] = map[int]*span{}
 	}
@@ -118,7 +128,7 @@ func (p *Plan) checkSlots(ev [][]*trace.Event, iters int) error {
 			for _, u := range t.Reads {
 				v, err := p.ReadVersion(u, i, fi.Micro)
 				if err != nil {
-					return err
+					return nil, err
 				}
 				if s := live[u.Reg][v]; s != nil {
 					s.end = max(s.end, e.End)
@@ -133,6 +143,11 @@ func (p *Plan) checkSlots(ev [][]*trace.Event, iters int) error {
 			}
 		}
 	}
+	return live, nil
+}
+
+// checkSlots counts, for every register, the versions live at once.
+func (p *Plan) checkSlots(live []map[int]*span) error {
 	for r, vs := range live {
 		type point struct {
 			t     trace.Time
@@ -170,4 +185,38 @@ func inPlaceOverlap(p *Plan, r int) int {
 		}
 	}
 	return 0
+}
+
+// checkMemory verifies the memory plan: two registers whose bytes overlap
+// in a device arena are never live at the same time.
+func (p *Plan) checkMemory(live []map[int]*span) error {
+	byDevice := make([][]int, len(p.Devices))
+	for r := range p.Registers {
+		byDevice[p.Registers[r].Device] = append(byDevice[p.Registers[r].Device], r)
+	}
+	overlapBytes := func(a, b *Register) bool {
+		return a.Offset < b.Offset+b.Bytes() && b.Offset < a.Offset+a.Bytes()
+	}
+	for _, regs := range byDevice {
+		for i, a := range regs {
+			for _, b := range regs[i+1:] {
+				ra, rb := &p.Registers[a], &p.Registers[b]
+				if !overlapBytes(ra, rb) {
+					continue
+				}
+				if ra.Persistent || rb.Persistent {
+					return fmt.Errorf("plans: memory plan: %s and %s share bytes and one is persistent", ra.Name, rb.Name)
+				}
+				for _, sa := range live[a] {
+					for _, sb := range live[b] {
+						if sa.start < sb.end && sb.start < sa.end {
+							return fmt.Errorf("plans: memory plan: %s and %s share bytes on %s and were both live at %d ns",
+								ra.Name, rb.Name, p.Devices[ra.Device].Name, max(sa.start, sb.start))
+						}
+					}
+				}
+			}
+		}
+	}
+	return nil
 }

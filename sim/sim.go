@@ -112,3 +112,9 @@ func (s *engine) Pop() any {
 	s.q = s.q[:len(s.q)-1]
 	return e
 }
+
+// DurationFunc adapts a function to Durations.
+type DurationFunc func(p *plans.Plan, t int) (time.Duration, error)
+
+// Duration implements Durations.
+func (f DurationFunc) Duration(p *plans.Plan, t int) (time.Duration, error) { return f(p, t) }

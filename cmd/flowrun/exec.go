@@ -1,0 +1,194 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/runtime"
+	"github.com/flowkit/flowkit/sim"
+	"github.com/flowkit/flowkit/trace"
+)
+
+type execFlags struct {
+	iters, warmup, runs, top int
+	calib                    string
+	compare, json            bool
+	tracePath                string
+}
+
+func newExecCmd() *cobra.Command {
+	var f execFlags
+	cmd := &cobra.Command{
+		Use:   "exec PLAN",
+		Short: "Execute a plan file on this machine's CPU devices; with --compare, against the simulator",
+		Long: `Execute a compiled plan (written by 'flowsim plan') unchanged: every plan device
+becomes a CPU device of this process with the plan's worker count, every
+stream a goroutine firing its tasks in the plan's order as their dependency
+edges allow. Inputs are synthetic (random samples of the plan's shapes).
+
+The measured step time is the median over --runs runs of the mean step time
+after --warmup iterations. With --compare the plan is also simulated with the
+cost model (calibrated by --calib, else the device catalog's defaults), and
+predicted and measured step times and per-task times are compared.`,
+		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy dp=2 --batch 64 -o plan.json
+  flowrun calibrate -o calib.json
+  flowrun exec plan.json --compare --calib calib.json`,
+		Args: cobra.ExactArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error { return runExec(cmd, args[0], f) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.iters, "iters", 20, "iterations per run")
+	fl.IntVar(&f.warmup, "warmup", 3, "iterations left out of the step time")
+	fl.IntVar(&f.runs, "runs", 1, "runs; the measured step time is their median")
+	fl.StringVar(&f.calib, "calib", "", "calibration file for the simulator (from 'flowrun calibrate')")
+	fl.BoolVar(&f.compare, "compare", false, "also simulate the plan and compare predicted with measured")
+	fl.IntVar(&f.top, "top", 15, "tasks shown in the comparison table (worst first; 0: all)")
+	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json)")
+	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
+	return cmd
+}
+
+func runExec(cmd *cobra.Command, path string, f execFlags) error {
+	switch {
+	case f.iters < 1:
+		return fmt.Errorf("--iters must be ≥ 1, got %d", f.iters)
+	case f.warmup < 0 || f.warmup >= f.iters:
+		return fmt.Errorf("--warmup must be in [0, --iters), got %d", f.warmup)
+	case f.runs < 1:
+		return fmt.Errorf("--runs must be ≥ 1, got %d", f.runs)
+	}
+	p, err := plans.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var model *cost.ComputeModel
+	if f.compare {
+		if model, err = loadModel(f.calib); err != nil {
+			return err
+		}
+	}
+	// Runs continue from one another (the weights keep training); each is
+	// timed on its own.
+	runner, err := runtime.NewPlanRunner(p)
+	if err != nil {
+		return err
+	}
+	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, p.Seed)
+	type measured struct {
+		res  *runtime.RunResult
+		step time.Duration
+	}
+	var runs []measured
+	for i := range f.runs {
+		res, err := runner.Run(cmd.Context(), f.iters, feed)
+		if err != nil {
+			return err
+		}
+		if err := p.CheckTrace(res.Trace); err != nil {
+			return fmt.Errorf("run %d broke the plan's rules: %w", i, err)
+		}
+		step, err := res.Trace.StepTime(f.warmup)
+		if err != nil {
+			return err
+		}
+		runs = append(runs, measured{res, step})
+		if !f.json {
+			fmt.Fprintf(os.Stderr, "run %d: step %.3f ms\n", i+1, ms(step))
+		}
+	}
+	order := make([]int, len(runs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortFunc(order, func(a, b int) int { return int(runs[a].step - runs[b].step) })
+	med := runs[order[len(order)/2]]
+
+	out := map[string]any{
+		"plan": path, "model": p.Model, "strategy": p.Strategy, "batch": p.Batch,
+		"devices": len(p.Devices), "iters": f.iters, "warmup": f.warmup, "runs": f.runs,
+		"measured_step_s": med.step.Seconds(), "samples_per_s": float64(p.Batch) / med.step.Seconds(),
+	}
+	stepsS := make([]float64, len(runs))
+	for i, r := range runs {
+		stepsS[i] = r.step.Seconds()
+	}
+	out["measured_steps_s"] = stepsS
+	if f.tracePath != "" {
+		if err := writeChrome(f.tracePath, med.res.Trace); err != nil {
+			return err
+		}
+	}
+	if !f.compare {
+		if f.json {
+			return printJSON(out)
+		}
+		fmt.Printf("%s %s batch %d on %d device(s): step %.3f ms (median of %d), %.0f samples/s\n",
+			p.Model, p.Strategy, p.Batch, len(p.Devices), ms(med.step), f.runs, float64(p.Batch)/med.step.Seconds())
+		return nil
+	}
+	pred, err := sim.Simulate(p, sim.CostModel{Compute: model}, f.iters)
+	if err != nil {
+		return err
+	}
+	cmp, err := trace.Compare(pred, med.res.Trace, f.warmup)
+	if err != nil {
+		return err
+	}
+	if f.tracePath != "" {
+		if err := writeChrome(strings.TrimSuffix(f.tracePath, filepath.Ext(f.tracePath))+".sim.json", pred); err != nil {
+			return err
+		}
+	}
+	relErr := (cmp.PredStep.Seconds() - med.step.Seconds()) / med.step.Seconds()
+	if f.json {
+		out["predicted_step_s"] = cmp.PredStep.Seconds()
+		out["rel_error"] = relErr
+		out["tasks"] = cmp.Tasks
+		return printJSON(out)
+	}
+	fmt.Printf("%s %s batch %d on %d device(s)\n", p.Model, p.Strategy, p.Batch, len(p.Devices))
+	fmt.Printf("predicted step %.3f ms, measured %.3f ms (median of %d runs): error %+.1f%%\n\n",
+		ms(cmp.PredStep), ms(med.step), f.runs, 100*relErr)
+	return cmp.WriteTable(os.Stdout, f.top)
+}
+
+// loadModel returns the compute model of a calibration file, or of the
+// catalog defaults when path is empty.
+func loadModel(path string) (*cost.ComputeModel, error) {
+	if path == "" {
+		fmt.Fprintln(os.Stderr, "flowrun: no --calib: predicting from the device catalog's default efficiencies (run 'flowrun calibrate' for real figures)")
+		return cost.NewComputeModel(nil), nil
+	}
+	c, err := cost.LoadCalibration(path)
+	if err != nil {
+		return nil, err
+	}
+	return cost.NewComputeModel(c), nil
+}
+
+func writeChrome(path string, tr *trace.Trace) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := trace.WriteChrome(f, tr); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+func printJSON(v any) error {
+	enc := json.NewEncoder(os.Stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

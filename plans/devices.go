@@ -1,0 +1,62 @@
+package plans
+
+import (
+	"fmt"
+
+	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
+)
+
+// DevicesFromCluster returns n devices of a cluster for a plan: its first n
+// devices, or, when the cluster has fewer and they are CPUs, its CPU cores
+// divided into n devices of equal core counts (the local machine's cores
+// become the devices of a data- or pipeline-parallel plan), memory shared
+// in proportion. With oversubscribe, more devices than cores may be made
+// (one worker each, sharing cores: the simulator does not model that).
+func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Device, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("%w: %d devices asked for", ErrInfeasible, n)
+	}
+	if len(c.Devices) >= n {
+		devs := make([]Device, n)
+		for i, d := range c.Devices[:n] {
+			devs[i] = Device{Name: d.Name, Type: d.Type, Workers: max(d.Spec.Cores, 1), Memory: d.Spec.Memory}
+		}
+		return devs, nil
+	}
+	cores := 0
+	for _, d := range c.Devices {
+		if d.Spec.Class != topology.CPU {
+			return nil, fmt.Errorf("%w: the plan needs %d devices, cluster %s has %d", ErrInfeasible, n, c.Name, len(c.Devices))
+		}
+		cores += d.Spec.Cores
+	}
+	per := cores / n
+	if per < 1 && oversubscribe {
+		var devs []Device
+		for i := range n {
+			d := c.Devices[i%len(c.Devices)]
+			devs = append(devs, Device{Name: fmt.Sprintf("%s:%d", d.Name, i), Type: d.Type, Workers: 1,
+				Memory: d.Spec.Memory / units.Bytes(n)})
+		}
+		return devs, nil
+	}
+	if per < 1 {
+		return nil, fmt.Errorf("%w: the plan needs %d devices, cluster %s has %d CPU cores in all (oversubscribing cores is an option)", ErrInfeasible, n, c.Name, cores)
+	}
+	var devs []Device
+	for _, d := range c.Devices {
+		parts := d.Spec.Cores / per
+		for k := range parts {
+			if len(devs) == n {
+				break
+			}
+			devs = append(devs, Device{Name: fmt.Sprintf("%s:%d", d.Name, k), Type: d.Type, Workers: per,
+				Memory: d.Spec.Memory * units.Bytes(per) / units.Bytes(d.Spec.Cores)})
+		}
+	}
+	if len(devs) < n {
+		return nil, fmt.Errorf("%w: cluster %s's CPUs do not divide into %d devices of %d cores", ErrInfeasible, c.Name, n, per)
+	}
+	return devs, nil
+}

@@ -1,0 +1,273 @@
+package plans
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/trace"
+	"github.com/flowkit/flowkit/units"
+	"github.com/stretchr/testify/require"
+)
+
+func devs(n int, mem units.Bytes) []Device {
+	d := make([]Device, n)
+	for i := range d {
+		d[i] = Device{Name: "cpu" + string(rune('0'+i)), Type: "cpu", Workers: 1, Memory: mem}
+	}
+	return d
+}
+
+func mustCompile(t testing.TB, model, strategy string, batch int) *Plan {
+	t.Helper()
+	st, err := ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	p, err := Compile(Config{Model: model, Batch: batch, Strategy: st, Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devs(4, 0)})
+	require.NoError(t, err)
+	return p
+}
+
+func TestParseStrategy(t *testing.T) {
+	tests := []struct {
+		in   string
+		want Strategy
+		err  string
+	}{
+		{"single", Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB}, ""},
+		{"dp=2", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
+		{"pp=2,mb=4,sched=gpipe", Strategy{DP: 1, PP: 2, MB: 4, Sched: GPipe}, ""},
+		{"dp=2, pp=2", Strategy{DP: 2, PP: 2, MB: 1, Sched: OneFOneB}, ""},
+		{"pp=2,mbs=8", Strategy{DP: 1, PP: 2, MB: 8, Sched: OneFOneB}, ""},
+		{"dp=0", Strategy{}, "positive integer"},
+		{"dp=2,dp=4", Strategy{}, "given twice"},
+		{"tp=2", Strategy{}, "tp is not supported"},
+		{"sched=interleaved", Strategy{}, "gpipe or 1f1b"},
+		{"warp=9", Strategy{}, `unknown key "warp"`},
+		{"pp2", Strategy{}, "not key=value"},
+		{"mb=2,mbs=4", Strategy{}, "not both"},
+		{"dp=3,mbs=5", Strategy{}, "does not split"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			got, err := ParseStrategy(tt.in, 64)
+			if tt.err != "" {
+				require.ErrorContains(t, err, tt.err)
+				return
+			}
+			require.NoError(t, err)
+			require.Equal(t, tt.want, got)
+			again, err := ParseStrategy(got.String(), 64)
+			require.NoError(t, err)
+			require.Equal(t, got, again, "String round-trips")
+		})
+	}
+}
+
+// The compute stream of each stage follows the schedule's pattern of
+// forward (F) and backward (B) micro-batch blocks.
+func TestSchedules(t *testing.T) {
+	tests := []struct {
+		strategy string
+		stages   []string
+	}{
+		{"pp=2,mb=4,sched=1f1b", []string{"F0 F1 B0 F2 B1 F3 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"}},
+		{"pp=2,mb=4,sched=gpipe", []string{"F0 F1 F2 F3 B0 B1 B2 B3", "F0 F1 F2 F3 B0 B1 B2 B3"}},
+		{"pp=3,mb=2,sched=1f1b", []string{"F0 F1 B0 B1", "F0 F1 B0 B1", "F0 B0 F1 B1"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.strategy, func(t *testing.T) {
+			p := mustCompile(t, "mlp", tt.strategy, 8)
+			for s, want := range tt.stages {
+				var blocks []string
+				for _, f := range p.Streams[s].Order { // stream s is device s's compute stream
+					fi := p.Firings[f]
+					task := p.Tasks[fi.Task]
+					b := map[string]string{"forward": "F", "input": "F", "backward": "B"}[task.Phase]
+					if b == "" {
+						continue
+					}
+					tag := b + string(rune('0'+fi.Micro))
+					if len(blocks) == 0 || blocks[len(blocks)-1] != tag {
+						blocks = append(blocks, tag)
+					}
+				}
+				require.Equal(t, want, strings.Join(blocks, " "), "stage %d", s)
+			}
+		})
+	}
+}
+
+func TestCompileStructure(t *testing.T) {
+	p := mustCompile(t, "mnist-cnn", "dp=2", 64)
+	require.Len(t, p.Devices, 2)
+	require.Equal(t, 32, p.MicroBatch)
+	var allreduces int
+	for _, task := range p.Tasks {
+		if task.Kind == AllReduce {
+			allreduces++
+			require.Len(t, task.Streams, 2, "an all-reduce occupies both replicas' coll streams")
+		}
+	}
+	require.Equal(t, 8, allreduces, "one per weight and bias")
+	// Parameters plus momentum, never shared.
+	params := (32*9 + 32 + 64*32*9 + 64 + 3136*128 + 128 + 1280 + 10) * 4
+	for _, m := range p.Memory {
+		require.GreaterOrEqual(t, int(m.Persistent), 2*params)
+		require.LessOrEqual(t, m.Peak, m.Unshared)
+	}
+
+	pp := mustCompile(t, "mnist-cnn", "pp=2,mb=4", 64)
+	var sends int
+	for _, task := range pp.Tasks {
+		if task.Kind == Transfer {
+			sends++
+		}
+	}
+	// The cut falls before fc1: its input goes forward, its gradient back,
+	// and the labels are loaded on the last stage directly.
+	require.Equal(t, 2, sends)
+}
+
+// A register slot count too small for the schedule is rejected at compile
+// time, with the firings of the cycle named.
+func TestTooFewSlotsRejected(t *testing.T) {
+	st, err := ParseStrategy("pp=2,mb=4,sched=gpipe,slots=1", 64)
+	require.NoError(t, err)
+	_, err = Compile(Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+	require.True(t, errors.Is(err, ErrDeadlock), "got %v, want ErrDeadlock", err)
+	require.ErrorContains(t, err, "cpu0/")
+	require.ErrorContains(t, err, "frees a slot")
+}
+
+func TestOutOfMemoryRejected(t *testing.T) {
+	st, _ := ParseStrategy("single", 64)
+	_, err := Compile(Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(1, 8*units.MiB)})
+	require.True(t, errors.Is(err, ErrOutOfMemory), "got %v", err)
+	require.ErrorContains(t, err, "cpu0 needs")
+	require.ErrorContains(t, err, "over by")
+}
+
+func TestInfeasible(t *testing.T) {
+	for _, s := range []string{"dp=8", "pp=9", "dp=3"} {
+		st, err := ParseStrategy(s, 64)
+		require.NoError(t, err)
+		_, err = Compile(Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0)})
+		require.True(t, errors.Is(err, ErrInfeasible), "%s: got %v", s, err)
+	}
+}
+
+func TestCodecRoundTrip(t *testing.T) {
+	p := mustCompile(t, "mnist-cnn", "dp=2,pp=2,mb=2", 32)
+	var b bytes.Buffer
+	require.NoError(t, Encode(&b, p))
+	q, err := Decode(bytes.NewReader(b.Bytes()))
+	require.NoError(t, err)
+	var b2 bytes.Buffer
+	require.NoError(t, Encode(&b2, q))
+	require.Equal(t, b.String(), b2.String())
+	e1, _ := p.Deps()
+	e2, _ := q.Deps()
+	require.Equal(t, e1, e2)
+
+	bad := []struct{ edit, want string }{
+		{strings.Replace(b.String(), `"version": 1`, `"version": 7`, 1), "version 7"},
+		{strings.Replace(b.String(), `"micro_batches": 2`, `"micro_batches": 0`, 1), "micro_batches"},
+		{strings.Replace(b.String(), `"type": "conv2d"`, `"type": "conv9d"`, 1), "conv9d"},
+		{b.String()[:len(b.String())/2], "plans:"},
+		{`{"version": 1, "bogus": 3}`, "bogus"},
+	}
+	for _, tt := range bad {
+		_, err := Decode(strings.NewReader(tt.edit))
+		require.ErrorContains(t, err, tt.want)
+	}
+}
+
+// CheckTrace catches a firing that starts too early and a memory plan that
+// puts two live registers in the same bytes.
+func TestCheckTraceCatchesViolations(t *testing.T) {
+	p := mustCompile(t, "mlp", "pp=2,mb=2", 8)
+	tr := p.NewTrace("test")
+	// A sequential schedule in firing-dependency order is valid: emit each
+	// iteration's firings in a topological order, one after another.
+	edges, err := p.Deps()
+	require.NoError(t, err)
+	order := topo(len(p.Firings), edges)
+	now := trace.Time(0)
+	for it := range 2 {
+		for _, f := range order {
+			fi := p.Firings[f]
+			tr.Events = append(tr.Events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro), Start: now, End: now.Add(time.Microsecond)})
+			now = now.Add(time.Microsecond)
+		}
+	}
+	require.NoError(t, p.CheckTrace(tr))
+
+	early := *tr
+	early.Events = append([]trace.Event(nil), tr.Events...)
+	last := &early.Events[len(early.Events)-1]
+	last.Start, last.End = 0, 1 // runs before everything it depends on
+	require.ErrorContains(t, p.CheckTrace(&early), "before")
+
+	shared := *p
+	shared.Registers = append([]Register(nil), p.Registers...)
+	for i := range shared.Registers {
+		if !shared.Registers[i].Persistent {
+			shared.Registers[i].Offset = shared.Memory[shared.Registers[i].Device].Persistent
+		}
+	}
+	require.ErrorContains(t, shared.CheckTrace(tr), "memory plan")
+}
+
+// topo orders firings so that every same-iteration edge points forward.
+func topo(n int, edges []Edge) []int {
+	indeg := make([]int, n)
+	succ := make([][]int, n)
+	for _, e := range edges {
+		if e.Delta == 0 {
+			succ[e.From] = append(succ[e.From], e.To)
+			indeg[e.To]++
+		}
+	}
+	var order []int
+	for v := range n {
+		if indeg[v] == 0 {
+			order = append(order, v)
+		}
+	}
+	for i := 0; i < len(order); i++ {
+		for _, w := range succ[order[i]] {
+			if indeg[w]--; indeg[w] == 0 {
+				order = append(order, w)
+			}
+		}
+	}
+	return order
+}
+
+func FuzzDecode(f *testing.F) {
+	for _, s := range []string{"single", "pp=2,mb=2"} {
+		st, _ := ParseStrategy(s, 4)
+		p, err := Compile(Config{Model: "mlp", Batch: 4, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+		if err != nil {
+			f.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := Encode(&b, p); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b.Bytes())
+	}
+	f.Add([]byte(`{"version":1}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		p, err := Decode(bytes.NewReader(data))
+		if err != nil {
+			return
+		}
+		// A plan that decodes can be checked against an empty trace
+		// without panicking.
+		_ = p.CheckTrace(p.NewTrace("fuzz"))
+	})
+}

@@ -1,0 +1,142 @@
+package sim
+
+import (
+	"bytes"
+	"testing"
+	"time"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/trace"
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+func devices(n int) []plans.Device {
+	d := make([]plans.Device, n)
+	for i := range d {
+		d[i] = plans.Device{Name: "cpu" + string(rune('0'+i)), Type: "cpu", Workers: 1}
+	}
+	return d
+}
+
+func compile(t testing.TB, model, strategy string, batch int) *plans.Plan {
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st,
+		Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devices(st.Devices())})
+	require.NoError(t, err)
+	return p
+}
+
+// unit prices compute tasks at 1 µs per forward/update op, 2 µs per
+// backward op, and everything else at zero.
+var unit = DurationFunc(func(p *plans.Plan, t int) (time.Duration, error) {
+	task := p.Tasks[t]
+	switch {
+	case task.Kind != plans.Compute:
+		return 0, nil
+	case task.Phase == "backward":
+		return 2 * time.Microsecond, nil
+	}
+	return time.Microsecond, nil
+})
+
+// On one device a step is the sum of its tasks.
+func TestSingleStepIsSumOfTasks(t *testing.T) {
+	p := compile(t, "mlp", "single", 8)
+	tr, err := Simulate(p, unit, 4)
+	require.NoError(t, err)
+	var want time.Duration
+	for i := range p.Tasks {
+		d, _ := unit(p, i)
+		want += d
+	}
+	got, err := tr.StepTime(1)
+	require.NoError(t, err)
+	require.Equal(t, want, got)
+}
+
+// GPipe with uniform stages: a step takes (m + p − 1) forward slots and as
+// many backward slots of the slowest stage, the textbook bubble.
+func TestGPipeBubble(t *testing.T) {
+	// Every stage's forward block costs F and backward block B; with free
+	// transfers the iteration's makespan is (m+p−1)·(F+B) where F, B are
+	// per-stage block times, if stages are equal. mlp at pp=3 cuts one
+	// linear layer per stage: equal op counts.
+	p := compile(t, "mlp", "pp=3,mb=4,sched=gpipe", 12)
+	var fwd, bwd [3]time.Duration
+	upd := [3]time.Duration{}
+	for i, task := range p.Tasks {
+		d, _ := unit(p, i)
+		switch {
+		case task.Phase == "forward":
+			fwd[task.Stage] += d
+		case task.Phase == "backward":
+			bwd[task.Stage] += d
+		case task.Phase == "update":
+			upd[task.Stage] += d
+		}
+	}
+	tr, err := Simulate(p, unit, 1)
+	require.NoError(t, err)
+	end := tr.IterationEnds()[0]
+	// Lower bound: stage 0 runs all its blocks and waits for the pipeline
+	// to fill and drain.
+	maxF, maxB := max(fwd[0], fwd[1], fwd[2]), max(bwd[0], bwd[1], bwd[2])
+	const m, stages = 4, 3
+	bound := time.Duration(m+stages-1) * (maxF + maxB)
+	require.GreaterOrEqual(t, time.Duration(end), time.Duration(m)*(fwd[0]+bwd[0])+upd[0])
+	require.LessOrEqual(t, time.Duration(end), bound+upd[0]+upd[1]+upd[2])
+}
+
+// Same plan and prices, same trace, byte for byte.
+func TestDeterministic(t *testing.T) {
+	p := compile(t, "mnist-cnn", "dp=2,pp=2,mb=2", 16)
+	out := func() []byte {
+		tr, err := Simulate(p, unit, 3)
+		require.NoError(t, err)
+		var b bytes.Buffer
+		require.NoError(t, trace.WriteChrome(&b, tr))
+		return b.Bytes()
+	}
+	require.Equal(t, out(), out())
+}
+
+// Property: for any strategy and any task durations, the simulated trace
+// obeys every dependency edge and slot count of the plan, and never has
+// two registers that share memory live at once.
+func TestSimulatedTracesObeyThePlan(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		dp := rapid.IntRange(1, 2).Draw(rt, "dp")
+		pp := rapid.IntRange(1, 3).Draw(rt, "pp")
+		mb := rapid.IntRange(1, 4).Draw(rt, "mb")
+		sched := rapid.SampledFrom([]string{"gpipe", "1f1b"}).Draw(rt, "sched")
+		st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: plans.Schedule(sched)}
+		batch := dp * mb * rapid.IntRange(1, 3).Draw(rt, "per")
+		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: batch, Strategy: st,
+			Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devices(dp * pp)})
+		if err != nil {
+			rt.Fatalf("compile %v: %v", st, err)
+		}
+		durs := make([]time.Duration, len(p.Tasks))
+		for i := range durs {
+			durs[i] = time.Duration(rapid.IntRange(0, 1000).Draw(rt, "d"))
+		}
+		tr, err := Simulate(p, DurationFunc(func(_ *plans.Plan, t int) (time.Duration, error) { return durs[t], nil }), 3)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		if err := p.CheckTrace(tr); err != nil {
+			rt.Fatalf("%v: %v", st, err)
+		}
+	})
+}
+
+func TestSimulateErrors(t *testing.T) {
+	p := compile(t, "mlp", "single", 4)
+	_, err := Simulate(p, unit, 0)
+	require.ErrorContains(t, err, "iterations")
+	_, err = Simulate(p, DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return -1, nil }), 1)
+	require.ErrorContains(t, err, "negative")
+}
