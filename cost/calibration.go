@@ -1,0 +1,179 @@
+package cost
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/flowkit/flowkit/topology"
+)
+
+// CalibrationVersion is the calibration file format this package reads and
+// writes.
+const CalibrationVersion = 1
+
+// ErrCalibration is wrapped by every error about a calibration file.
+var ErrCalibration = errors.New("cost: bad calibration file")
+
+// Calibration is the content of a calibration file: per device type, per
+// op kind, a fitted model. It is plain data: a file measured on one machine
+// (say, a GPU host) loads on any other. JSON form:
+//
+//	{
+//	  "version": 1,
+//	  "devices": {
+//	    "cpu": {
+//	      "cores": 2,
+//	      "ops": {
+//	        "matmul": {
+//	          "launch_ns": 1800,
+//	          "compute": {"max": 0.62, "half": 3.1e6, "gamma": 1.2},
+//	          "memory":  {"max": 0.55, "half": 65536, "gamma": 1},
+//	          "exact": [{"dtype": "f32", "shape": [256, 256, 256], "time_ns": 412000}],
+//	          "fit": {"kind": "matmul", "samples": 40, "held_out": 10, "median_rel_err": 0.04, "max_rel_err": 0.11}
+//	        }
+//	      }
+//	    }
+//	  }
+//	}
+//
+// Device keys are catalog device types; op kinds are the graph's op names,
+// plus "*" for any kind without its own entry.
+type Calibration struct {
+	Version int                           `json:"version"`
+	Devices map[string]*DeviceCalibration `json:"devices"`
+}
+
+// DeviceCalibration is the calibration of one device type.
+type DeviceCalibration struct {
+	Cores int               `json:"cores,omitempty"` // CPU: cores used while measuring
+	Note  string            `json:"note,omitempty"`  // e.g. the host and date of the run
+	Ops   map[string]*OpFit `json:"ops"`
+}
+
+// NewCalibration returns an empty calibration of the current version.
+func NewCalibration() *Calibration {
+	return &Calibration{Version: CalibrationVersion, Devices: map[string]*DeviceCalibration{}}
+}
+
+// Write writes c as indented JSON. Map keys are sorted, so equal
+// calibrations give equal files.
+func (c *Calibration) Write(w io.Writer) error {
+	data, err := json.MarshalIndent(c, "", "  ")
+	if err != nil {
+		return fmt.Errorf("cost: writing calibration: %w", err)
+	}
+	_, err = w.Write(append(data, '\n'))
+	return err
+}
+
+// WriteFile writes c to path.
+func (c *Calibration) WriteFile(path string) error {
+	var buf bytes.Buffer
+	if err := c.Write(&buf); err != nil {
+		return err
+	}
+	if err := os.WriteFile(path, buf.Bytes(), 0o644); err != nil {
+		return fmt.Errorf("cost: %w", err)
+	}
+	return nil
+}
+
+// LoadCalibration reads a calibration file.
+func LoadCalibration(path string) (*Calibration, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("cost: %w", err)
+	}
+	return ReadCalibration(path, bytes.NewReader(data))
+}
+
+// ReadCalibration decodes and checks a calibration; name is used in errors.
+func ReadCalibration(name string, r io.Reader) (*Calibration, error) {
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("cost: %s: %w", name, err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var c Calibration
+	if err := dec.Decode(&c); err != nil {
+		off := dec.InputOffset()
+		var se *json.SyntaxError
+		var te *json.UnmarshalTypeError
+		switch {
+		case errors.As(err, &se):
+			off = se.Offset
+		case errors.As(err, &te):
+			off = te.Offset
+		}
+		line := 1 + bytes.Count(data[:min(int(off), len(data))], []byte("\n"))
+		return nil, fmt.Errorf("%w: %s:%d: %s", ErrCalibration, name, line, strings.TrimPrefix(err.Error(), "json: "))
+	}
+	if err := c.check(); err != nil {
+		return nil, fmt.Errorf("%w: %s: %w", ErrCalibration, name, err)
+	}
+	return &c, nil
+}
+
+func (c *Calibration) check() error {
+	if c.Version != CalibrationVersion {
+		return fmt.Errorf("version: got %d, this flowkit reads version %d", c.Version, CalibrationVersion)
+	}
+	for _, typ := range sortedKeys(c.Devices) {
+		if _, ok := topology.Lookup(typ); !ok {
+			return fmt.Errorf("devices[%q]: unknown device type (known: %s)", typ, strings.Join(topology.DeviceTypes(), ", "))
+		}
+		dc := c.Devices[typ]
+		if dc == nil {
+			return fmt.Errorf("devices[%q]: null", typ)
+		}
+		for _, kind := range sortedKeys(dc.Ops) {
+			path := fmt.Sprintf("devices[%q].ops[%q]", typ, kind)
+			if err := dc.Ops[kind].check(); err != nil {
+				return fmt.Errorf("%s.%w", path, err)
+			}
+		}
+	}
+	return nil
+}
+
+func (f *OpFit) check() error {
+	if f == nil {
+		return errors.New("null")
+	}
+	if f.Launch < 0 {
+		return fmt.Errorf("launch_ns: must not be negative, got %d", f.Launch)
+	}
+	for _, c := range []struct {
+		name string
+		c    Curve
+	}{{"compute", f.Compute}, {"memory", f.Memory}} {
+		switch {
+		case !(c.c.Max > 0 && c.c.Max <= 2):
+			return fmt.Errorf("%s.max: must be in (0, 2], got %g", c.name, c.c.Max)
+		case !(c.c.Half > 0 && c.c.Half < 1e30):
+			return fmt.Errorf("%s.half: must be positive, got %g", c.name, c.c.Half)
+		case !(c.c.Gamma >= 0.1 && c.c.Gamma <= 10):
+			return fmt.Errorf("%s.gamma: must be in [0.1, 10], got %g", c.name, c.c.Gamma)
+		}
+	}
+	for i, e := range f.Exact {
+		if _, ok := topology.CanonicalDType(e.DType); !ok {
+			return fmt.Errorf("exact[%d].dtype: unknown dtype %q", i, e.DType)
+		}
+		if e.Time <= 0 {
+			return fmt.Errorf("exact[%d].time_ns: must be positive, got %d", i, e.Time)
+		}
+		for _, d := range e.Shape {
+			if d < 0 {
+				return fmt.Errorf("exact[%d].shape: negative dimension %d", i, d)
+			}
+		}
+	}
+	return nil
+}

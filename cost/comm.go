@@ -1,0 +1,388 @@
+package cost
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
+)
+
+// Errors of the communication model.
+var (
+	ErrGroup       = errors.New("cost: bad device group")
+	ErrUnsupported = errors.New("cost: unsupported algorithm")
+)
+
+// Comm is the communication model of a cluster: point-to-point transfers
+// and collectives over the routes the topology gives. It caches the
+// bandwidth of each pattern it has priced (bandwidths do not depend on the
+// message size), and is safe for concurrent use.
+//
+// # Flows and channels
+//
+// Every algorithm is priced as phases; a phase is a set of concurrent
+// flows (src → dst, with a weight: the share of the phase's volume the flow
+// carries). A phase moving V bytes per unit of weight at rate B takes
+//
+//	T = V/B + steps·α
+//
+// B comes from channel packing, as NCCL builds channels: channel 1 routes
+// every flow by the topology's rule (widest path, then fewest hops, then
+// least latency) over the links' achievable bandwidths (bandwidth ×
+// efficiency), and runs at the rate the most loaded link allows, min over
+// links of capacity / (sum of the weights of the flows crossing it). Its
+// use is subtracted and the next channel is routed on what is left — new
+// ring orders, other NVLinks, other NICs — until a channel would add less
+// than a quarter of the first, a flow finds no capacity left, a flow would
+// cross a kind of link (NVLink, PCIe, InfiniBand, …) that channel 1 did
+// not (NCCL builds every channel from one path type: it does not add PCIe
+// rings to NVLink ones), or MaxChannels is reached. B is the sum of the channels' rates. So a
+// DGX-1V's hybrid cube mesh yields four rings (two over its double NVLinks,
+// one each way, two over its single ones), and a node with eight NICs
+// yields eight inter-node channels, while one NIC per node caps a ring at
+// that NIC. α, the per-step latency, is taken from channel 1's routes.
+type Comm struct {
+	c *topology.Cluster
+	// MaxChannels bounds channel packing (NCCL's default maximum is 32;
+	// 16 covers 8 NICs in both directions).
+	MaxChannels int
+
+	mu    sync.Mutex
+	cache map[string]packed
+}
+
+// NewComm returns the communication model of c.
+func NewComm(c *topology.Cluster) *Comm {
+	return &Comm{c: c, MaxChannels: 16, cache: map[string]packed{}}
+}
+
+// Cluster is the cluster being modeled.
+func (m *Comm) Cluster() *topology.Cluster { return m.c }
+
+// PointToPoint is the time to send size bytes from src to dst along their
+// route: the route's latency plus size over its bottleneck achievable
+// bandwidth (min over its links of bandwidth × efficiency).
+func (m *Comm) PointToPoint(src, dst topology.DeviceID, size units.Bytes) (time.Duration, error) {
+	if err := m.checkGroup([]topology.DeviceID{src}); err != nil {
+		return 0, err
+	}
+	if err := m.checkGroup([]topology.DeviceID{dst}); err != nil {
+		return 0, err
+	}
+	if size < 0 {
+		return 0, fmt.Errorf("%w: negative size %d", ErrGroup, size)
+	}
+	if src == dst {
+		return 0, nil
+	}
+	r, ok := m.c.RouteWith(src, dst, m.full())
+	if !ok {
+		return 0, fmt.Errorf("%w from %s to %s", topology.ErrNoRoute, m.c.Devices[src].Name, m.c.Devices[dst].Name)
+	}
+	return r.Latency + size.Over(r.Bandwidth), nil
+}
+
+// full gives every link its achievable bandwidth.
+func (m *Comm) full() topology.Capacity {
+	return func(l topology.LinkID, _ bool) units.BytesPerSecond { return m.c.Links[l].Effective() }
+}
+
+// flow is one concurrent transfer of a phase.
+type flow struct {
+	src, dst topology.DeviceID
+	w        float64
+}
+
+// packed is a priced pattern.
+type packed struct {
+	rate     float64 // bytes/s per unit of weight, summed over channels
+	channels int
+	lat      map[[2]topology.DeviceID]time.Duration // channel 1's route latencies
+}
+
+func (p packed) latency(a, b topology.DeviceID) time.Duration {
+	return p.lat[[2]topology.DeviceID{a, b}]
+}
+
+// maxLatency is the largest route latency among the pattern's flows.
+func (p packed) maxLatency() time.Duration {
+	var mx time.Duration
+	for _, l := range p.lat {
+		mx = max(mx, l)
+	}
+	return mx
+}
+
+// pack prices a pattern by channel packing (see Comm). gen returns the
+// flows of channel ch given the capacities left.
+func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []flow) (packed, error) {
+	m.mu.Lock()
+	p, ok := m.cache[key]
+	m.mu.Unlock()
+	if ok {
+		return p, nil
+	}
+	links := m.c.Links
+	res := make([]float64, 2*len(links))
+	for i, l := range links {
+		res[2*i], res[2*i+1] = float64(l.Effective()), float64(l.Effective())
+	}
+	idx := func(h topology.Hop) int {
+		if h.Forward {
+			return 2 * int(h.Link)
+		}
+		return 2*int(h.Link) + 1
+	}
+	capacity := func(l topology.LinkID, fwd bool) units.BytesPerSecond {
+		i := 2 * int(l)
+		if !fwd {
+			i++
+		}
+		if res[i] <= 1e-6*float64(links[l].Effective()) {
+			return 0
+		}
+		return units.BytesPerSecond(res[i])
+	}
+	p = packed{lat: map[[2]topology.DeviceID]time.Duration{}}
+	var first float64
+	load := make([]float64, len(res))
+	families := map[string]bool{}
+	for ch := 0; ch < max(1, m.MaxChannels); ch++ {
+		flows := gen(ch, capacity)
+		clear(load)
+		routed := true
+		var lats [][3]int64
+		for _, f := range flows {
+			if f.src == f.dst || f.w == 0 {
+				continue
+			}
+			r, ok := m.c.RouteWith(f.src, f.dst, capacity)
+			if !ok {
+				if ch == 0 {
+					return packed{}, fmt.Errorf("%w from %s to %s", topology.ErrNoRoute, m.c.Devices[f.src].Name, m.c.Devices[f.dst].Name)
+				}
+				routed = false
+				break
+			}
+			for _, h := range r.Hops {
+				load[idx(h)] += f.w
+				fam := m.family(h.Link)
+				if ch == 0 {
+					families[fam] = true
+				} else if !families[fam] {
+					routed = false // a slower path type than channel 1's
+				}
+			}
+			lats = append(lats, [3]int64{int64(f.src), int64(f.dst), int64(r.Latency)})
+		}
+		if !routed {
+			break
+		}
+		rate := math.Inf(1)
+		for i, l := range load {
+			if l > 0 {
+				rate = min(rate, res[i]/l)
+			}
+		}
+		if math.IsInf(rate, 1) { // nothing crosses a link
+			p.rate = rate
+			break
+		}
+		if rate <= 0 || ch > 0 && rate < first/4 {
+			break
+		}
+		if ch == 0 {
+			first = rate
+			for _, l := range lats {
+				k := [2]topology.DeviceID{topology.DeviceID(l[0]), topology.DeviceID(l[1])}
+				p.lat[k] = max(p.lat[k], time.Duration(l[2]))
+			}
+		}
+		for i, l := range load {
+			res[i] -= rate * l
+		}
+		p.rate += rate
+		p.channels++
+	}
+	m.mu.Lock()
+	m.cache[key] = p
+	m.mu.Unlock()
+	return p, nil
+}
+
+func (m *Comm) family(l topology.LinkID) string {
+	d, _ := m.c.Links[l].Kind.Defaults()
+	return d.Family
+}
+
+// phaseTime is V/B for a volume v per unit of weight.
+func phaseTime(v float64, p packed) time.Duration {
+	if v <= 0 || math.IsInf(p.rate, 1) {
+		return 0
+	}
+	return units.Bytes(math.Round(v)).Over(units.BytesPerSecond(p.rate))
+}
+
+func (m *Comm) checkGroup(group []topology.DeviceID) error {
+	if len(group) == 0 {
+		return fmt.Errorf("%w: empty", ErrGroup)
+	}
+	seen := map[topology.DeviceID]bool{}
+	for _, d := range group {
+		if d < 0 || int(d) >= len(m.c.Devices) {
+			return fmt.Errorf("%w: device %d not in cluster %s (%d devices)", ErrGroup, d, m.c.Name, len(m.c.Devices))
+		}
+		if seen[d] {
+			return fmt.Errorf("%w: device %s twice", ErrGroup, m.c.Devices[d].Name)
+		}
+		seen[d] = true
+	}
+	return nil
+}
+
+// segments splits a group by node: nodes in cluster order, members in ID
+// order.
+func (m *Comm) segments(group []topology.DeviceID) [][]topology.DeviceID {
+	byNode := map[int][]topology.DeviceID{}
+	var nodes []int
+	for _, d := range group {
+		n := m.c.Devices[d].Node
+		if _, ok := byNode[n]; !ok {
+			nodes = append(nodes, n)
+		}
+		byNode[n] = append(byNode[n], d)
+	}
+	slices.Sort(nodes)
+	segs := make([][]topology.DeviceID, len(nodes))
+	for i, n := range nodes {
+		segs[i] = byNode[n]
+		slices.Sort(segs[i])
+	}
+	return segs
+}
+
+// exhaustiveRing is the largest member count whose ring orders are all
+// searched (8!/… with branch and bound).
+const exhaustiveRing = 9
+
+// bestCycle orders members into the ring whose narrowest consecutive hop
+// (widest-path bandwidth under capacity) is widest, searching every order
+// for up to exhaustiveRing members (first member fixed; ties keep the
+// earliest order found, so ID order wins among equals). Larger sets keep
+// ID order.
+func (m *Comm) bestCycle(members []topology.DeviceID, capacity topology.Capacity) []topology.DeviceID {
+	n := len(members)
+	if n <= 2 || n > exhaustiveRing {
+		return slices.Clone(members)
+	}
+	w := make([][]float64, n)
+	for i, a := range members {
+		all := m.c.Widest(a, capacity)
+		w[i] = make([]float64, n)
+		for j, b := range members {
+			w[i][j] = float64(all[b])
+		}
+	}
+	best, bestVal := make([]int, n), -1.0
+	for i := range best {
+		best[i] = i
+	}
+	path := []int{0}
+	used := make([]bool, n)
+	used[0] = true
+	var dfs func(cur float64)
+	dfs = func(cur float64) {
+		if cur <= bestVal {
+			return
+		}
+		last := path[len(path)-1]
+		if len(path) == n {
+			if v := min(cur, w[last][0]); v > bestVal {
+				bestVal = v
+				copy(best, path)
+			}
+			return
+		}
+		for j := 1; j < n; j++ {
+			if !used[j] {
+				used[j] = true
+				path = append(path, j)
+				dfs(min(cur, w[last][j]))
+				path = path[:len(path)-1]
+				used[j] = false
+			}
+		}
+	}
+	dfs(math.Inf(1))
+	out := make([]topology.DeviceID, n)
+	for i, j := range best {
+		out[i] = members[j]
+	}
+	return out
+}
+
+// baseOrders is each segment's best ring on the full capacities.
+func (m *Comm) baseOrders(segs [][]topology.DeviceID) [][]topology.DeviceID {
+	out := make([][]topology.DeviceID, len(segs))
+	for i, s := range segs {
+		out[i] = m.bestCycle(s, m.full())
+	}
+	return out
+}
+
+func ringFlows(order []topology.DeviceID, closed bool) []flow {
+	var fs []flow
+	for i := range order {
+		j := i + 1
+		if j == len(order) {
+			if !closed {
+				break
+			}
+			j = 0
+		}
+		fs = append(fs, flow{order[i], order[j], 1})
+	}
+	return fs
+}
+
+func rotate(s []topology.DeviceID, k int) []topology.DeviceID {
+	k %= len(s)
+	return append(slices.Clone(s[k:]), s[:k]...)
+}
+
+// ringGen builds a ring over the group. In one node, each channel searches
+// the best ring on the capacity left. Across nodes the ring visits nodes
+// in order, each node's members in their best ring order, rotated by the
+// channel index so that channels enter and leave nodes through different
+// devices (and so different NICs), as NCCL's channels do.
+func (m *Comm) ringGen(segs [][]topology.DeviceID) func(int, topology.Capacity) []flow {
+	if len(segs) == 1 {
+		return func(_ int, capacity topology.Capacity) []flow {
+			return ringFlows(m.bestCycle(segs[0], capacity), true)
+		}
+	}
+	base := m.baseOrders(segs)
+	return func(ch int, _ topology.Capacity) []flow {
+		var order []topology.DeviceID
+		for _, b := range base {
+			order = append(order, rotate(b, ch)...)
+		}
+		return ringFlows(order, true)
+	}
+}
+
+func groupKey(op string, group []topology.DeviceID) string {
+	var b strings.Builder
+	b.WriteString(op)
+	for _, d := range group {
+		b.WriteString("," + strconv.Itoa(int(d)))
+	}
+	return b.String()
+}

@@ -1,0 +1,205 @@
+package cost
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
+)
+
+// ErrBadWork is wrapped when a Work cannot be priced.
+var ErrBadWork = errors.New("cost: bad work")
+
+// Work is what the compute model prices: one kernel of an op kind, its
+// arithmetic and memory traffic, its data type and its shape (the shape
+// only matters for exact measured entries).
+type Work struct {
+	Kind  string // op kind: "matmul", "conv2d", "relu", …
+	FLOPs units.FLOPs
+	Bytes units.Bytes // bytes read plus written
+	DType string      // f32, tf32, f16, bf16, f8 (see topology.CanonicalDType)
+	Shape []int
+}
+
+// Curve is a saturating efficiency curve over work size w (FLOPs or bytes):
+//
+//	eff(w) = Max · w^Gamma / (w^Gamma + Half^Gamma)
+//
+// Max is the asymptotic fraction of peak, Half the size at which half of it
+// is reached, Gamma the sharpness of the knee (1: a hyperbola, under which
+// time is affine in w).
+type Curve struct {
+	Max   float64 `json:"max"`
+	Half  float64 `json:"half"`
+	Gamma float64 `json:"gamma"`
+}
+
+// At evaluates the curve.
+func (c Curve) At(w float64) float64 {
+	if w <= 0 {
+		return c.Max
+	}
+	r := math.Pow(c.Half/w, c.Gamma)
+	return c.Max / (1 + r)
+}
+
+// OpFit is the model of one op kind on one device type.
+type OpFit struct {
+	Launch  time.Duration `json:"launch_ns"`
+	Compute Curve         `json:"compute"` // over FLOPs, fraction of the dtype's peak
+	Memory  Curve         `json:"memory"`  // over bytes, fraction of memory bandwidth
+	// Exact holds measured shapes; a Work whose dtype and shape match one
+	// is priced at its measured time, not by the curves.
+	Exact []Measurement `json:"exact,omitempty"`
+	// Report is the fit's own error on held-out shapes, when fitted.
+	Report *FitReport `json:"fit,omitempty"`
+}
+
+// Measurement is the measured time of one shape (the median of repeats).
+type Measurement struct {
+	DType string        `json:"dtype"`
+	Shape []int         `json:"shape"`
+	Time  time.Duration `json:"time_ns"`
+}
+
+// predict is the compute model's formula:
+//
+//	t = Launch + max(FLOPs / (peak · eff_c(FLOPs)), Bytes / (bw · eff_m(Bytes)))
+func (f *OpFit) predict(peak units.FLOPsPerSecond, bw units.BytesPerSecond, flops, bytes float64) float64 {
+	var tc, tm float64
+	if flops > 0 {
+		tc = flops / (float64(peak) * f.Compute.At(flops))
+	}
+	if bytes > 0 {
+		tm = bytes / (float64(bw) * f.Memory.At(bytes))
+	}
+	return f.Launch.Seconds() + max(tc, tm)
+}
+
+// defaultFit is the uncalibrated model of a device: the catalog's default
+// efficiencies with hyperbolic curves.
+func defaultFit(dev topology.DeviceSpec) *OpFit {
+	e := dev.Default
+	return &OpFit{
+		Launch:  e.Launch,
+		Compute: Curve{Max: e.Compute, Half: float64(e.HalfFLOPs), Gamma: 1},
+		Memory:  Curve{Max: e.Memory, Half: float64(e.HalfBytes), Gamma: 1},
+	}
+}
+
+// Source says which part of the model priced a Work.
+type Source string
+
+const (
+	FromExact   Source = "exact"   // a measured shape
+	FromFit     Source = "fit"     // a calibrated curve
+	FromDefault Source = "default" // catalog peaks and default efficiencies
+)
+
+// Prediction is a priced Work.
+type Prediction struct {
+	Time    time.Duration
+	Compute time.Duration // the arithmetic term, before max
+	Memory  time.Duration // the memory term, before max
+	Source  Source
+}
+
+// ComputeModel prices kernels on devices. Lookup order for a Work of kind
+// K and dtype D on device type T: an exact measured shape of K (or of the
+// "*" entry) under T in the calibration; then T's fitted curves for K, or
+// its "*" entry; then the catalog defaults for T. A nil *Calibration, or a
+// zero ComputeModel, uses the defaults only. It is safe for concurrent use.
+type ComputeModel struct {
+	calib *Calibration
+	exact map[string]time.Duration
+}
+
+// NewComputeModel returns a model using c (which may be nil).
+func NewComputeModel(c *Calibration) *ComputeModel {
+	m := &ComputeModel{calib: c, exact: map[string]time.Duration{}}
+	if c == nil {
+		return m
+	}
+	for typ, dc := range c.Devices {
+		for kind, of := range dc.Ops {
+			for _, e := range of.Exact {
+				dt, _ := topology.CanonicalDType(e.DType)
+				m.exact[exactKey(typ, kind, dt, e.Shape)] = e.Time
+			}
+		}
+	}
+	return m
+}
+
+func exactKey(typ, kind, dtype string, shape []int) string {
+	var b strings.Builder
+	b.WriteString(typ + "\x00" + kind + "\x00" + dtype + "\x00")
+	for _, d := range shape {
+		b.WriteString(strconv.Itoa(d) + "x")
+	}
+	return b.String()
+}
+
+// Time prices w on a device of spec dev.
+func (m *ComputeModel) Time(dev topology.DeviceSpec, w Work) (time.Duration, error) {
+	p, err := m.Predict(dev, w)
+	return p.Time, err
+}
+
+// Predict prices w on a device of spec dev and says how.
+func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, error) {
+	if w.FLOPs < 0 || w.Bytes < 0 || math.IsNaN(float64(w.FLOPs)) || math.IsInf(float64(w.FLOPs), 0) {
+		return Prediction{}, fmt.Errorf("%w: %s with %v and %v", ErrBadWork, w.Kind, w.FLOPs, w.Bytes)
+	}
+	dtype, ok := topology.CanonicalDType(w.DType)
+	if !ok {
+		return Prediction{}, fmt.Errorf("%w: %s: unknown dtype %q (want one of %s)", ErrBadWork, w.Kind, w.DType, strings.Join(topology.DTypes, ", "))
+	}
+	peak, _ := dev.Peak.PeakFor(dtype)
+	if m != nil && m.calib != nil {
+		if dc := m.calib.Devices[dev.Type]; dc != nil {
+			for _, kind := range []string{w.Kind, "*"} {
+				if t, ok := m.exact[exactKey(dev.Type, kind, dtype, w.Shape)]; ok && w.Shape != nil {
+					return Prediction{Time: t, Source: FromExact}, nil
+				}
+			}
+			for _, kind := range []string{w.Kind, "*"} {
+				if of := dc.Ops[kind]; of != nil {
+					return price(of, peak, dev.MemBandwidth, w, FromFit), nil
+				}
+			}
+		}
+	}
+	return price(defaultFit(dev), peak, dev.MemBandwidth, w, FromDefault), nil
+}
+
+func price(of *OpFit, peak units.FLOPsPerSecond, bw units.BytesPerSecond, w Work, src Source) Prediction {
+	f, b := float64(w.FLOPs), float64(w.Bytes)
+	var p Prediction
+	if f > 0 {
+		p.Compute = w.FLOPs.Over(peak * units.FLOPsPerSecond(of.Compute.At(f)))
+	}
+	if b > 0 {
+		p.Memory = w.Bytes.Over(bw * units.BytesPerSecond(of.Memory.At(b)))
+	}
+	p.Time = of.Launch + max(p.Compute, p.Memory)
+	p.Source = src
+	return p
+}
+
+// sortedKeys returns a map's keys in order, so that no map iteration
+// decides an output.
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,396 @@
+package topology
+
+import (
+	"fmt"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/flowkit/flowkit/units"
+)
+
+// elemRef is a device or switch under construction.
+type elemRef struct {
+	device bool
+	index  int
+}
+
+// builder expands a fileSpec into a Cluster.
+type builder struct {
+	d      *yamlDecoder
+	c      *Cluster
+	local  []map[string]elemRef // per node: local name -> element
+	top    map[string]int       // top-level switches
+	devPos []*deviceSpec
+	links  map[[2]elemRef]*yaml.Node
+	pend   []pendingLink
+}
+
+type pendingLink struct {
+	a, b elemRef
+	p    linkParams
+}
+
+func (d *yamlDecoder) build(fs *fileSpec, scale int) (*Cluster, error) {
+	c := &Cluster{Name: fs.name, Description: fs.description, Source: fs.source}
+	b := &builder{d: d, c: c, top: map[string]int{}, links: map[[2]elemRef]*yaml.Node{}}
+	nodeNames := map[string]bool{}
+	vertices := 0
+	type inst struct {
+		spec *nodeSpec
+		node int
+	}
+	var insts []inst
+	for _, ns := range fs.nodes {
+		count := ns.count * scale
+		if len(c.Nodes)+count > min(maxNodes, d.maxVertices) {
+			return nil, d.invalid(ns.nameN, join(ns.path, "count"), "more than %d nodes", min(maxNodes, d.maxVertices))
+		}
+		for i := range count {
+			name := ns.name
+			if count > 1 {
+				name += strconv.Itoa(i)
+			}
+			if nodeNames[name] {
+				return nil, d.errAt(ns.nameN, join(ns.path, "name"), detailf(ErrDuplicateName, "duplicate node name %q", name))
+			}
+			nodeNames[name] = true
+			c.Nodes = append(c.Nodes, Node{Name: name})
+			b.local = append(b.local, map[string]elemRef{})
+			insts = append(insts, inst{ns, len(c.Nodes) - 1})
+		}
+	}
+	// Devices first (their IDs are vertices 0..n-1), then switches.
+	for _, in := range insts {
+		for _, ds := range in.spec.devices {
+			for _, local := range ds.names {
+				if err := b.declare(in.node, local, elemRef{device: true, index: len(c.Devices)}, ds.nameN, join(ds.path, "name")); err != nil {
+					return nil, err
+				}
+				if vertices++; vertices > d.maxVertices {
+					return nil, d.invalid(ds.nameN, join(ds.path, "name"), "more than %d devices and switches", d.maxVertices)
+				}
+				spec, err := Spec(ds.typ, ds.cores)
+				if err != nil {
+					return nil, d.errAt(ds.typeN, join(ds.path, "type"), err)
+				}
+				if ds.memory > 0 {
+					spec.Memory = ds.memory
+				}
+				id := DeviceID(len(c.Devices))
+				c.Devices = append(c.Devices, Device{ID: id, Name: c.Nodes[in.node].Name + "/" + local, Node: in.node, Type: spec.Type, Spec: spec})
+				c.Nodes[in.node].Devices = append(c.Nodes[in.node].Devices, id)
+				b.devPos = append(b.devPos, ds)
+			}
+		}
+	}
+	for _, in := range insts {
+		for _, ss := range in.spec.switches {
+			for _, local := range ss.names {
+				if err := b.declare(in.node, local, elemRef{index: len(c.Switches)}, ss.nameN, join(ss.path, "name")); err != nil {
+					return nil, err
+				}
+				if vertices++; vertices > d.maxVertices {
+					return nil, d.invalid(ss.nameN, join(ss.path, "name"), "more than %d devices and switches", d.maxVertices)
+				}
+				c.Nodes[in.node].Switches = append(c.Nodes[in.node].Switches, len(c.Switches))
+				c.Switches = append(c.Switches, Switch{Name: c.Nodes[in.node].Name + "/" + local, Node: in.node, Kind: ss.kind})
+			}
+		}
+	}
+	for _, ss := range fs.switches {
+		for _, name := range ss.names {
+			if _, dup := b.top[name]; dup || nodeNames[name] {
+				return nil, d.errAt(ss.nameN, join(ss.path, "name"), detailf(ErrDuplicateName, "duplicate name %q", name))
+			}
+			b.top[name] = len(c.Switches)
+			c.Switches = append(c.Switches, Switch{Name: name, Node: -1, Kind: ss.kind})
+		}
+	}
+	for _, in := range insts {
+		for _, ls := range in.spec.links {
+			resolve := func(name string) (elemRef, bool) {
+				r, ok := b.local[in.node][name]
+				return r, ok
+			}
+			if err := b.link(ls, resolve, fmt.Sprintf(" in node %q", c.Nodes[in.node].Name)); err != nil {
+				return nil, err
+			}
+		}
+	}
+	for _, ls := range fs.links {
+		if err := b.link(ls, b.resolveGlobal, ""); err != nil {
+			return nil, err
+		}
+	}
+	if fs.fabric != nil && len(c.Nodes) > 1 {
+		if err := b.fabric(fs.fabric); err != nil {
+			return nil, err
+		}
+	}
+	b.finishLinks()
+	if err := b.checkConnected(); err != nil {
+		return nil, err
+	}
+	c.buildAdjacency()
+	return c, nil
+}
+
+func (b *builder) declare(node int, local string, r elemRef, n *yaml.Node, field string) error {
+	if _, dup := b.local[node][local]; dup {
+		return b.d.errAt(n, field, detailf(ErrDuplicateName, "duplicate name %q in node %q", local, b.c.Nodes[node].Name))
+	}
+	b.local[node][local] = r
+	return nil
+}
+
+// resolveGlobal resolves "node/element" or a top-level switch name.
+func (b *builder) resolveGlobal(name string) (elemRef, bool) {
+	if node, local, ok := strings.Cut(name, "/"); ok {
+		for i, n := range b.c.Nodes {
+			if n.Name == node {
+				r, ok := b.local[i][local]
+				return r, ok
+			}
+		}
+		return elemRef{}, false
+	}
+	i, ok := b.top[name]
+	return elemRef{index: i}, ok
+}
+
+func (b *builder) name(r elemRef) string {
+	if r.device {
+		return b.c.Devices[r.index].Name
+	}
+	return b.c.Switches[r.index].Name
+}
+
+func (b *builder) link(ls *linkSpec, resolve func(string) (elemRef, bool), where string) error {
+	look := func(names []string, n *yaml.Node, field string) ([]elemRef, error) {
+		var out []elemRef
+		for _, name := range names {
+			r, ok := resolve(name)
+			if !ok {
+				return nil, b.d.errAt(n, join(ls.path, field), detailf(ErrUnknownEndpoint, "unknown endpoint %q%s", name, where))
+			}
+			out = append(out, r)
+		}
+		return out, nil
+	}
+	from, err := look(ls.from, ls.fromN, "from")
+	if err != nil {
+		return err
+	}
+	to, err := look(ls.to, ls.toN, "to")
+	if err != nil {
+		return err
+	}
+	n := max(len(from), len(to))
+	for i := range n {
+		a, z := from[min(i, len(from)-1)], to[min(i, len(to)-1)]
+		if err := b.addLink(a, z, ls.linkParams, ls.self, ls.path); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b *builder) addLink(a, z elemRef, p linkParams, at *yaml.Node, path string) error {
+	if a == z {
+		return b.d.invalid(at, path, "link from %q to itself", b.name(a))
+	}
+	key := [2]elemRef{a, z}
+	if z.device && !a.device || a.device == z.device && z.index < a.index {
+		key = [2]elemRef{z, a}
+	}
+	if first, dup := b.links[key]; dup {
+		line := 0
+		if first != nil {
+			line = first.Line
+		}
+		return b.d.invalid(at, path, "second link between %q and %q (first at line %d): bundle links with count", b.name(a), b.name(z), line)
+	}
+	if len(b.links) >= 4*b.d.maxVertices {
+		return b.d.invalid(at, path, "more than %d links", 4*b.d.maxVertices)
+	}
+	b.links[key] = at
+	b.pend = append(b.pend, pendingLink{a, z, p})
+	return nil
+}
+
+// fabric attaches every node's ports to one switch, or to a non-blocking
+// two-level fat tree (leaf–spine) when there are more ports than a switch
+// has: leaves use half their radix for nodes and half for spines, every
+// leaf connects to every spine, and uplink bandwidth equals downlink
+// bandwidth. More than radix²/2 ports would need a third level; that is an
+// error.
+func (b *builder) fabric(f *fabricSpec) error {
+	var ports []elemRef
+	for i, node := range b.c.Nodes {
+		for _, name := range f.ports {
+			r, ok := b.local[i][name]
+			if !ok {
+				return b.d.errAt(f.portsN, join(f.path, "ports"), detailf(ErrUnknownEndpoint, "node %q has no element %q to attach", node.Name, name))
+			}
+			ports = append(ports, r)
+		}
+	}
+	kind := IBSwitch
+	if linkKinds[f.kind].Family == "ethernet" {
+		kind = EthSwitch
+	}
+	addSwitch := func(name string) elemRef {
+		b.c.Switches = append(b.c.Switches, Switch{Name: name, Node: -1, Kind: kind})
+		return elemRef{index: len(b.c.Switches) - 1}
+	}
+	if len(ports) <= f.radix {
+		sw := addSwitch("fabric/switch")
+		for _, p := range ports {
+			if err := b.addLink(p, sw, f.linkParams, f.self, f.path); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	down := f.radix / 2
+	leaves := (len(ports) + down - 1) / down
+	spines := (leaves*down + f.radix - 1) / f.radix
+	if leaves > f.radix {
+		return b.d.invalid(f.self, f.path, "%d ports need more than two fat-tree levels of radix-%d switches (at most %d ports)", len(ports), f.radix, f.radix*f.radix/2)
+	}
+	var leafRefs, spineRefs []elemRef
+	for i := range leaves {
+		leafRefs = append(leafRefs, addSwitch(fmt.Sprintf("fabric/leaf%d", i)))
+	}
+	for i := range spines {
+		spineRefs = append(spineRefs, addSwitch(fmt.Sprintf("fabric/spine%d", i)))
+	}
+	for i, p := range ports {
+		if err := b.addLink(p, leafRefs[i/down], f.linkParams, f.self, f.path); err != nil {
+			return err
+		}
+	}
+	portBW, _, _ := f.linkParams.resolve()
+	for l, leaf := range leafRefs {
+		onLeaf := min(down, len(ports)-l*down)
+		up := f.linkParams
+		up.bandwidth = portBW * units.BytesPerSecond(float64(onLeaf)/float64(spines))
+		up.count = max(1, (onLeaf+spines-1)/spines)
+		for _, spine := range spineRefs {
+			if err := b.addLink(leaf, spine, up, f.self, f.path); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+func (b *builder) vertex(r elemRef) Vertex {
+	if r.device {
+		return Vertex(r.index)
+	}
+	return Vertex(len(b.c.Devices) + r.index)
+}
+
+func (b *builder) finishLinks() {
+	for _, pl := range b.pend {
+		bw, lat, eff := pl.p.resolve()
+		b.c.Links = append(b.c.Links, Link{ID: LinkID(len(b.c.Links)), A: b.vertex(pl.a), B: b.vertex(pl.b),
+			Kind: pl.p.kind, Count: pl.p.count, Bandwidth: bw, Latency: lat, Efficiency: eff})
+	}
+}
+
+// checkConnected checks that every pair of devices has a route: either a
+// direct link or a path through switches only.
+func (b *builder) checkConnected() error {
+	c := b.c
+	nd, ns := len(c.Devices), len(c.Switches)
+	parent := make([]int, ns)
+	for i := range parent {
+		parent[i] = i
+	}
+	var find func(int) int
+	find = func(x int) int {
+		for parent[x] != x {
+			parent[x] = parent[parent[x]]
+			x = parent[x]
+		}
+		return x
+	}
+	touches := make([][]int, nd) // switch components each device reaches
+	direct := make([]map[int]bool, nd)
+	for _, l := range c.Links {
+		da, aDev := c.DeviceAt(l.A)
+		db, bDev := c.DeviceAt(l.B)
+		switch {
+		case !aDev && !bDev:
+			parent[find(int(l.A)-nd)] = find(int(l.B) - nd)
+		case aDev && bDev:
+			if direct[da] == nil {
+				direct[da] = map[int]bool{}
+			}
+			if direct[db] == nil {
+				direct[db] = map[int]bool{}
+			}
+			direct[da][int(db)], direct[db][int(da)] = true, true
+		}
+	}
+	for _, l := range c.Links {
+		da, aDev := c.DeviceAt(l.A)
+		db, bDev := c.DeviceAt(l.B)
+		if aDev && !bDev {
+			touches[da] = append(touches[da], find(int(l.B)-nd))
+		}
+		if bDev && !aDev {
+			touches[db] = append(touches[db], find(int(l.A)-nd))
+		}
+	}
+	for i := range nd {
+		if len(touches[i]) == 0 && len(direct[i]) == 0 && nd > 1 {
+			return b.disconnected(i, "is connected to nothing")
+		}
+	}
+	shares := func(i, j int) bool {
+		if direct[i][j] {
+			return true
+		}
+		for _, x := range touches[i] {
+			for _, y := range touches[j] {
+				if x == y {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	// Fast path: one switch component every device touches.
+	if nd > 0 && len(touches[0]) > 0 {
+		common := touches[0][0]
+		all := true
+		for i := range nd {
+			found := false
+			for _, x := range touches[i] {
+				found = found || x == common
+			}
+			all = all && found
+		}
+		if all {
+			return nil
+		}
+	}
+	for j := 1; j < nd; j++ {
+		for i := range j {
+			if !shares(i, j) {
+				return b.disconnected(j, fmt.Sprintf("has no route to %q (devices do not forward traffic: join them through a switch)", c.Devices[i].Name))
+			}
+		}
+	}
+	return nil
+}
+
+func (b *builder) disconnected(i int, why string) error {
+	ds := b.devPos[i]
+	return b.d.errAt(ds.nameN, join(ds.path, "name"), detailf(ErrDisconnected, "device %q %s", b.c.Devices[i].Name, why))
+}

@@ -1,0 +1,267 @@
+package topology
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/flowkit/flowkit/units"
+)
+
+func TestPresetsLoad(t *testing.T) {
+	for _, name := range PresetNames() {
+		t.Run(name, func(t *testing.T) {
+			c, err := Preset(name)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(c.Devices) == 0 || c.Description == "" || c.Source == "" {
+				t.Fatalf("got %d devices, description %q, source %q", len(c.Devices), c.Description, c.Source)
+			}
+			for _, d := range c.Devices[1:] {
+				if _, err := c.Route(0, d.ID); err != nil {
+					t.Errorf("route %s -> %s: %v", c.Devices[0].Name, d.Name, err)
+				}
+			}
+			for _, k := range []int{2, 3} {
+				sized, err := Preset(name + "x" + string(rune('0'+k)))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if got, want := len(sized.Devices), k*len(c.Devices); got != want {
+					t.Errorf("x%d: got %d devices, want %d", k, got, want)
+				}
+				if got, want := len(sized.Nodes), k*len(c.Nodes); got != want {
+					t.Errorf("x%d: got %d nodes, want %d", k, got, want)
+				}
+				last := sized.Devices[len(sized.Devices)-1].ID
+				if _, err := sized.Route(0, last); err != nil {
+					t.Errorf("x%d: %v", k, err)
+				}
+			}
+		})
+	}
+}
+
+func TestPresetNamesAndSizing(t *testing.T) {
+	c, err := Preset("dlperf-v100x32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Devices) != 32 || len(c.Nodes) != 4 {
+		t.Errorf("dlperf-v100x32: got %d devices on %d nodes, want 32 on 4", len(c.Devices), len(c.Nodes))
+	}
+	c, err = Preset("dgx-a100x4")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Name != "dgx-a100x4" || len(c.Devices) != 32 {
+		t.Errorf("dgx-a100x4: got %q with %d devices", c.Name, len(c.Devices))
+	}
+	// 32 nodes × 8 NDR NICs = 256 ports > radix 64: a leaf–spine fat tree.
+	c, err = Preset("dgx-h100x32")
+	if err != nil {
+		t.Fatal(err)
+	}
+	leaves, spines := 0, 0
+	for _, s := range c.Switches {
+		switch {
+		case strings.HasPrefix(s.Name, "fabric/leaf"):
+			leaves++
+		case strings.HasPrefix(s.Name, "fabric/spine"):
+			spines++
+		}
+	}
+	if leaves != 8 || spines != 4 {
+		t.Errorf("dgx-h100x32 fabric: got %d leaves, %d spines; want 8, 4", leaves, spines)
+	}
+	if got, want := c.Bisection().Bandwidth, 128*50*units.GBps; got != want {
+		t.Errorf("dgx-h100x32 bisection: got %v, want %v (non-blocking: 128 NDR ports)", got, want)
+	}
+	for _, bad := range []string{"dgx-a100x0", "nosuch", "dgx-a100x", "dgx-a100x07"} {
+		if _, err := Preset(bad); !errors.Is(err, ErrUnknownCluster) {
+			t.Errorf("Preset(%q): got %v, want ErrUnknownCluster", bad, err)
+		}
+	}
+}
+
+func TestHeterogeneousRoutes(t *testing.T) {
+	tests := []struct {
+		cluster, from, to string
+		want              []LinkKind
+		bw                units.BytesPerSecond
+	}{
+		{"mixed-a100-v100", "a100-0/gpu0", "v100-1/gpu5",
+			[]LinkKind{PCIe4, PCIe4, IBEDR, IBEDR, PCIe3, PCIe3}, 12.5 * units.GBps},
+		{"mixed-a100-v100", "a100-0/gpu0", "a100-0/gpu7",
+			[]LinkKind{NVLink3, NVLink3}, 300 * units.GBps},
+		{"mixed-a100-v100", "v100-0/gpu0", "v100-0/gpu3",
+			[]LinkKind{NVLink2}, 50 * units.GBps},
+		// GPUs do not relay: gpu0 and gpu5 share no NVLink, so PCIe.
+		{"mixed-a100-v100", "v100-0/gpu0", "v100-0/gpu5",
+			[]LinkKind{PCIe3, PCIe3}, 15.75 * units.GBps},
+		{"mixed-t4-cpu", "node/gpu0", "node/cpu",
+			[]LinkKind{PCIe3, MemBus}, 15.75 * units.GBps},
+		{"mixed-t4-cpux2", "node0/cpu", "node1/gpu0",
+			[]LinkKind{MemBus, PCIe3, Ethernet, Ethernet, PCIe3, PCIe3}, 25 * units.Gbps},
+	}
+	for _, tt := range tests {
+		t.Run(tt.cluster+":"+tt.from+"-"+tt.to, func(t *testing.T) {
+			c, err := Preset(tt.cluster)
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, ok1 := c.DeviceByName(tt.from)
+			b, ok2 := c.DeviceByName(tt.to)
+			if !ok1 || !ok2 {
+				t.Fatalf("devices %q, %q not found", tt.from, tt.to)
+			}
+			r, err := c.Route(a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := c.Kinds(r)
+			if strings.Join(kindStrings(got), ",") != strings.Join(kindStrings(tt.want), ",") {
+				t.Errorf("got %s, want kinds %v", c.Describe(r), tt.want)
+			}
+			if r.Bandwidth != tt.bw {
+				t.Errorf("got bottleneck %v, want %v", r.Bandwidth, tt.bw)
+			}
+		})
+	}
+}
+
+func kindStrings(ks []LinkKind) []string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = string(k)
+	}
+	return s
+}
+
+const goodCluster = `name: test
+nodes:
+  - name: n
+    devices:
+      - {name: "gpu[0-1]", type: A100-SXM4-80GB}
+    switches:
+      - {name: sw, kind: nvswitch}
+    links:
+      - {from: "gpu[0-1]", to: sw, kind: nvlink3, count: 12}
+`
+
+func TestBadClusterFiles(t *testing.T) {
+	tests := []struct {
+		name, yaml string
+		sentinel   error
+		want       string
+	}{
+		{"unknown device type", strings.Replace(goodCluster, "A100-SXM4-80GB", "A200", 1), ErrUnknownDeviceType,
+			`topology: bad.yaml:5: nodes[0].devices[0].type: unknown device type "A200" (known: `},
+		{"dangling link", strings.Replace(goodCluster, `to: sw`, `to: sw9`, 1), ErrUnknownEndpoint,
+			`topology: bad.yaml:9: nodes[0].links[0].to: unknown endpoint "sw9" in node "n"`},
+		{"disconnected device", goodCluster + "      - {from: gpu0, to: gpu1, kind: nvlink3}\n" + "  - name: m\n    devices:\n      - {name: gpu, type: T4}\n", ErrDisconnected,
+			`topology: bad.yaml:13: nodes[1].devices[0].name: device "m/gpu" is connected to nothing`},
+		{"negative bandwidth", strings.Replace(goodCluster, "count: 12", "bandwidth: -25GB/s", 1), ErrInvalid,
+			`topology: bad.yaml:9: nodes[0].links[0].bandwidth: must be positive, got -25GB/s`},
+		{"duplicate device", goodCluster + "      - {from: gpu0, to: sw, kind: pcie4}\n", ErrInvalid,
+			`topology: bad.yaml:10: nodes[0].links[1]: second link between "n/gpu0" and "n/sw" (first at line 9): bundle links with count`},
+		{"duplicate name", strings.Replace(goodCluster, "{name: sw,", "{name: gpu1,", 1), ErrDuplicateName,
+			`topology: bad.yaml:7: nodes[0].switches[0].name: duplicate name "gpu1" in node "n"`},
+		{"duplicate node", goodCluster + "  - name: n\n    devices: [{name: cpu, type: cpu}]\n", ErrDuplicateName,
+			`topology: bad.yaml:10: nodes[1].name: duplicate node name "n"`},
+		{"bad bandwidth unit", strings.Replace(goodCluster, "count: 12", "bandwidth: 300GB", 1), ErrBadQuantity,
+			`topology: bad.yaml:9: nodes[0].links[0].bandwidth: bandwidth "300GB": unknown unit "GB"`},
+		{"bad latency", strings.Replace(goodCluster, "count: 12", "latency: soon", 1), ErrBadQuantity,
+			`topology: bad.yaml:9: nodes[0].links[0].latency: latency "soon": want a duration like 2us`},
+		{"bad memory", strings.Replace(goodCluster, "type: A100-SXM4-80GB}", "type: A100-SXM4-80GB, memory: 80 gigs}", 1), ErrBadQuantity,
+			`topology: bad.yaml:5: nodes[0].devices[0].memory: size "80 gigs": unknown unit "gigs"`},
+		{"unknown field", strings.Replace(goodCluster, "kind: nvswitch", "kind: nvswitch, ports: 64", 1), ErrInvalid,
+			`topology: bad.yaml:7: nodes[0].switches[0].ports: unknown field (want one of name, kind)`},
+		{"unknown link kind", strings.Replace(goodCluster, "nvlink3", "nvlink9", 1), ErrInvalid,
+			`topology: bad.yaml:9: nodes[0].links[0].kind: unknown link kind "nvlink9"`},
+		{"cores on a GPU", strings.Replace(goodCluster, "type: A100-SXM4-80GB}", "type: A100-SXM4-80GB, cores: 4}", 1), ErrInvalid,
+			`topology: bad.yaml:5: nodes[0].devices[0].cores: only CPU devices have cores`},
+		{"mismatched ranges", strings.Replace(goodCluster, `to: sw,`, `to: "sw[0-2]",`, 1), ErrInvalid,
+			`topology: bad.yaml:9: nodes[0].links[0]: from names 2 endpoints and to names 3`},
+		{"yaml syntax", "nodes: [\n  {name: a\n", ErrInvalid, `topology: bad.yaml:`},
+		{"no nodes", "name: x\n", ErrInvalid, `topology: bad.yaml:1: nodes: missing`},
+		{"fabric port missing", goodCluster + "    count: 2\nfabric: {kind: ib-hdr, ports: nic}\n", ErrUnknownEndpoint,
+			`topology: bad.yaml:11: fabric.ports: node "n0" has no element "nic" to attach`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse("bad.yaml", []byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("got no error, want %q", tt.want)
+			}
+			if !strings.HasPrefix(err.Error(), tt.want) {
+				t.Errorf("got  %q\nwant %q…", err.Error(), tt.want)
+			}
+			if !errors.Is(err, tt.sentinel) {
+				t.Errorf("got %v, want it to wrap %v", err, tt.sentinel)
+			}
+			var fe *Error
+			if !errors.As(err, &fe) || fe.File != "bad.yaml" || fe.Line == 0 {
+				t.Errorf("got %#v, want an *Error with file and line", err)
+			}
+		})
+	}
+}
+
+func TestGoodClusterFile(t *testing.T) {
+	c, err := Parse("good.yaml", []byte(goodCluster))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.Devices) != 2 || len(c.Switches) != 1 || len(c.Links) != 2 {
+		t.Fatalf("got %d devices, %d switches, %d links; want 2, 1, 2", len(c.Devices), len(c.Switches), len(c.Links))
+	}
+	if got, want := c.Links[0].Bandwidth, 300*units.GBps; got != want {
+		t.Errorf("12 NVLink3 links: got %v, want %v", got, want)
+	}
+	if got, want := c.Bisection().Bandwidth, 300*units.GBps; got != want {
+		t.Errorf("bisection: got %v, want %v", got, want)
+	}
+}
+
+func TestDevicesDoNotRelay(t *testing.T) {
+	// a–b–c in a chain of direct links: a cannot reach c through b.
+	const chain = `nodes:
+  - name: n
+    devices: [{name: "g[0-2]", type: T4}]
+    links:
+      - {from: g0, to: g1, kind: nvlink2}
+      - {from: g1, to: g2, kind: nvlink2}
+`
+	_, err := Parse("chain.yaml", []byte(chain))
+	if !errors.Is(err, ErrDisconnected) || !strings.Contains(err.Error(), `device "n/g2" has no route to "n/g0"`) {
+		t.Errorf("got %v, want n/g2 unreachable from n/g0", err)
+	}
+}
+
+func FuzzLoadCluster(f *testing.F) {
+	for _, name := range PresetNames() {
+		data, err := PresetSource(name)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data)
+	}
+	f.Add([]byte(goodCluster))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := parseLimited("fuzz.yaml", data, 1, 512)
+		if err != nil {
+			var fe *Error
+			if !errors.As(err, &fe) {
+				t.Fatalf("error %v is not an *Error", err)
+			}
+			return
+		}
+		if len(c.Devices) > 1 {
+			if _, err := c.Route(0, DeviceID(len(c.Devices)-1)); err != nil {
+				t.Fatalf("loaded cluster has no route: %v", err)
+			}
+		}
+	})
+}
