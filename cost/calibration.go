@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
 	"strings"
 
 	"github.com/flowkit/flowkit/topology"
@@ -125,8 +126,13 @@ func (c *Calibration) check() error {
 		return fmt.Errorf("version: got %d, this flowkit reads version %d", c.Version, CalibrationVersion)
 	}
 	for _, typ := range sortedKeys(c.Devices) {
-		if _, ok := topology.Lookup(typ); !ok {
+		base, cores, hasCores := strings.Cut(typ, "/") // "cpu/2": see CalibrationKey
+		spec, ok := topology.Lookup(base)
+		if !ok {
 			return fmt.Errorf("devices[%q]: unknown device type (known: %s)", typ, strings.Join(topology.DeviceTypes(), ", "))
+		}
+		if n, err := strconv.Atoi(cores); hasCores && (spec.Class != topology.CPU || err != nil || n < 1) {
+			return fmt.Errorf("devices[%q]: a core count applies to CPU types only, as a positive integer", typ)
 		}
 		dc := c.Devices[typ]
 		if dc == nil {

@@ -163,9 +163,15 @@ func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, err
 	}
 	peak, _ := dev.Peak.PeakFor(dtype)
 	if m != nil && m.calib != nil {
-		if dc := m.calib.Devices[dev.Type]; dc != nil {
+		key := CalibrationKey(dev)
+		dc := m.calib.Devices[key]
+		if dc == nil {
+			key = dev.Type
+			dc = m.calib.Devices[key]
+		}
+		if dc != nil {
 			for _, kind := range []string{w.Kind, "*"} {
-				if t, ok := m.exact[exactKey(dev.Type, kind, dtype, w.Shape)]; ok && w.Shape != nil {
+				if t, ok := m.exact[exactKey(key, kind, dtype, w.Shape)]; ok && w.Shape != nil {
 					return Prediction{Time: t, Source: FromExact}, nil
 				}
 			}
@@ -191,6 +197,18 @@ func price(of *OpFit, peak units.FLOPsPerSecond, bw units.BytesPerSecond, w Work
 	p.Time = of.Launch + max(p.Compute, p.Memory)
 	p.Source = src
 	return p
+}
+
+// CalibrationKey is the key under which a calibration file holds a
+// device's calibration: the device type, and for a CPU its core count
+// ("cpu/2"), since a CPU's efficiencies change with the cores a kernel is
+// spread over. A calibration stored under the bare type applies to every
+// core count.
+func CalibrationKey(dev topology.DeviceSpec) string {
+	if dev.Class == topology.CPU && dev.Cores > 0 {
+		return fmt.Sprintf("%s/%d", dev.Type, dev.Cores)
+	}
+	return dev.Type
 }
 
 // sortedKeys returns a map's keys in order, so that no map iteration

@@ -255,3 +255,21 @@ func fitStats(dev topology.DeviceSpec, stats []shapeStat) OpFit {
 	}
 	return decode(best)
 }
+
+// ExactOnly is the model of an op kind measured on too few shapes to fit
+// curves: the measured shapes priced exactly, every other shape by the
+// device's default efficiencies.
+func ExactOnly(dev topology.DeviceSpec, samples []Sample) (OpFit, error) {
+	if len(samples) == 0 {
+		return OpFit{}, fmt.Errorf("%w: no samples", ErrFit)
+	}
+	stats, err := shapeStats(dev, samples[0].Work.Kind, samples)
+	if err != nil {
+		return OpFit{}, err
+	}
+	of := *defaultFit(dev)
+	for _, s := range stats {
+		of.Exact = append(of.Exact, Measurement{DType: s.dtype, Shape: s.shape, Time: time.Duration(math.Round(s.t * 1e9))})
+	}
+	return of, nil
+}

@@ -202,3 +202,19 @@ func (p *progress) finish() {
 		_ = p.bar.Finish()
 	}
 }
+
+// newProgressBar returns a function reporting progress out of total on
+// stderr: a bar on a terminal, nothing otherwise.
+func newProgressBar(total int, desc string) func(done int) {
+	if !term.IsTerminal(int(os.Stderr.Fd())) {
+		return func(int) {}
+	}
+	bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(desc),
+		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30), progressbar.OptionClearOnFinish())
+	return func(done int) {
+		_ = bar.Set(done)
+		if done == total {
+			_ = bar.Finish()
+		}
+	}
+}

@@ -17,7 +17,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTopoCmd())
+	root.AddCommand(newTopoCmd(), newPlanCmd(), newSimulateCmd())
 	return root
 }
 

@@ -1,0 +1,119 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
+)
+
+type planFlags struct {
+	model, cluster, strategy, optimizer, out string
+	batch                                    int
+	lr, momentum                             float64
+	seed                                     uint64
+	oversubscribe                            bool
+}
+
+func newPlanCmd() *cobra.Command {
+	var f planFlags
+	cmd := &cobra.Command{
+		Use:   "plan",
+		Short: "Compile a model, a cluster and a strategy into a plan file",
+		Long: `Compile one training iteration of a zoo model into a static plan: every op
+placed on a device, transfers, gradient accumulation and all-reduces
+inserted, every stream's order fixed by the schedule, every register given
+slots and an offset in its device's arena. The plan is rejected if it can
+deadlock (register slots too few for the schedule) or overflows a device's
+memory, with the tasks or the device named.
+
+Strategies: single | dp=D | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and their
+combinations (dp=2,pp=2); slots=N caps every register's slot count.
+On a CPU cluster with fewer devices than the strategy needs, the cores are
+divided among devices (local with 2 cores: dp=2 gets two 1-core devices).`,
+		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy pp=2,mb=4,sched=1f1b --batch 64 -o plan.json`,
+		Args:    cobra.NoArgs,
+		RunE:    func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", "))
+	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
+	fl.StringVar(&f.strategy, "strategy", "single", "parallel strategy")
+	fl.IntVar(&f.batch, "batch", 64, "global batch size")
+	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
+	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
+	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
+	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
+	fl.StringVarP(&f.out, "output", "o", "", "write the plan here (default: a summary only)")
+	return cmd
+}
+
+func runPlan(w io.Writer, f planFlags) error {
+	if !zoo.Known(f.model) {
+		return fmt.Errorf("unknown model %q (known: %s)", f.model, strings.Join(zoo.Names(), ", "))
+	}
+	st, err := plans.ParseStrategy(f.strategy, f.batch)
+	if err != nil {
+		return err
+	}
+	var opt graph.Optimizer
+	switch f.optimizer {
+	case "sgd":
+		opt = graph.SGD{LR: float32(f.lr), Momentum: float32(f.momentum)}
+	case "adam":
+		opt = graph.Adam{LR: float32(f.lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
+	default:
+		return fmt.Errorf("unknown --optimizer %q (want sgd or adam)", f.optimizer)
+	}
+	cluster, err := topology.Resolve(f.cluster)
+	if err != nil {
+		return err
+	}
+	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), f.oversubscribe)
+	if err != nil {
+		return err
+	}
+	p, err := plans.Compile(plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
+		Seed: f.seed, Cluster: cluster.Name, Devices: devs})
+	if err != nil {
+		return err
+	}
+	summarizePlan(w, p)
+	if f.out == "" {
+		return nil
+	}
+	file, err := os.Create(f.out)
+	if err != nil {
+		return err
+	}
+	if err := plans.Encode(file, p); err != nil {
+		file.Close()
+		return err
+	}
+	if err := file.Close(); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "wrote %s\n", f.out)
+	return nil
+}
+
+func summarizePlan(w io.Writer, p *plans.Plan) {
+	edges, _ := p.Deps()
+	fmt.Fprintf(w, "plan: %s, %s, batch %d (%d micro-batch(es) of %d), %s on %s\n",
+		p.Model, p.Strategy, p.Batch, p.MB, p.MicroBatch, p.Optimizer, p.Cluster)
+	fmt.Fprintf(w, "  %d tasks, %d firings per iteration, %d registers, %d streams, %d dependency edges\n",
+		len(p.Tasks), len(p.Firings), len(p.Registers), len(p.Streams), len(edges))
+	for _, m := range p.Memory {
+		d := p.Devices[m.Device]
+		fmt.Fprintf(w, "  %-14s %-4s %d worker(s)  peak memory %v (%v persistent; %v without reuse)\n",
+			d.Name, d.Type, d.Workers, m.Peak, m.Persistent, m.Unshared)
+	}
+}
