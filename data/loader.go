@@ -41,9 +41,7 @@ func NewLoader(ds *Dataset, batch int, shuffle bool, seed uint64) *Loader {
 	}
 	l := &Loader{ds: ds, batch: batch, shuffle: shuffle, seed: seed, perm: make([]int32, ds.N)}
 	l.rng = rand.New(&l.pcg)
-	for v := range l.norm {
-		l.norm[v] = float32((float64(v)/255 - MNISTMean) / MNISTStd)
-	}
+	l.norm = NormTable()
 	l.Reset(0)
 	return l
 }
@@ -58,6 +56,24 @@ func (l *Loader) Reset(epoch int) {
 		l.pcg.Seed(l.seed, uint64(epoch))
 		l.rng.Shuffle(len(l.perm), func(i, j int) { l.perm[i], l.perm[j] = l.perm[j], l.perm[i] })
 	}
+}
+
+// EpochOrder returns the order in which a shuffling Loader with this seed
+// visits n samples in epoch: for other consumers of the same batches (the
+// runtime's plan feeder).
+func EpochOrder(n int, seed uint64, epoch int) []int32 {
+	l := &Loader{ds: &Dataset{N: n}, shuffle: true, seed: seed, perm: make([]int32, n)}
+	l.rng = rand.New(&l.pcg)
+	l.Reset(epoch)
+	return l.perm
+}
+
+// NormTable maps each pixel byte to its normalized value, as Loader does.
+func NormTable() (t [256]float32) {
+	for v := range t {
+		t[v] = float32((float64(v)/255 - MNISTMean) / MNISTStd)
+	}
+	return t
 }
 
 // Epoch returns the epoch set by the last Reset.

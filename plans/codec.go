@@ -78,13 +78,24 @@ func (p *Plan) check() error {
 			}
 		}
 	}
+	if p.MB > len(p.Firings) {
+		return fmt.Errorf("plans: %d micro-batches but only %d firings", p.MB, len(p.Firings))
+	}
+	fired := make(map[[2]int]bool, len(p.Firings))
 	for i, f := range p.Firings {
 		if f.Task < 0 || f.Task >= len(p.Tasks) {
 			return bad("firings", i, "task %d out of range", f.Task)
 		}
+		if fired[[2]int{f.Task, f.Micro}] {
+			return bad("firings", i, "task %d micro-batch %d fires twice", f.Task, f.Micro)
+		}
+		fired[[2]int{f.Task, f.Micro}] = true
 		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.MB)) || (!per && f.Micro != -1) {
 			return bad("firings", i, "micro-batch %d invalid for task %s", f.Micro, p.Tasks[f.Task].Name)
 		}
+	}
+	if want := p.firingCount(); want != len(p.Firings) {
+		return fmt.Errorf("plans: the tasks fire %d times per iteration, the plan lists %d firings", want, len(p.Firings))
 	}
 	inRange := func(r int) bool { return r >= 0 && r < len(p.Registers) }
 	for i, t := range p.Tasks {
@@ -129,4 +140,17 @@ func (p *Plan) check() error {
 		}
 	}
 	return nil
+}
+
+// firingCount is the number of firings per iteration the tasks imply.
+func (p *Plan) firingCount() int {
+	n := 0
+	for _, t := range p.Tasks {
+		if t.PerMicro {
+			n += p.MB
+		} else {
+			n++
+		}
+	}
+	return n
 }

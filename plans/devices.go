@@ -42,7 +42,7 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 		return devs, nil
 	}
 	if per < 1 {
-		return nil, fmt.Errorf("%w: the plan needs %d devices, cluster %s has %d CPU cores in all (oversubscribing cores is an option)", ErrInfeasible, n, c.Name, cores)
+		return nil, fmt.Errorf("%w: the plan needs %d devices, cluster %s has %d CPU cores in all", ErrInfeasible, n, c.Name, cores)
 	}
 	var devs []Device
 	for _, d := range c.Devices {

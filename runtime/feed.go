@@ -3,6 +3,7 @@ package runtime
 import (
 	"fmt"
 	"math/rand/v2"
+	"sync"
 
 	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
@@ -51,16 +52,17 @@ func (s *SyntheticFeeder) Feed(iter, from, n int, images []float32, labels []int
 }
 
 // MNISTFeeder feeds a data set in shuffled epochs: iteration i takes
-// samples [i·batch, (i+1)·batch) of the order of its epoch, the order a
-// data.Loader with the same seed visits.
+// samples [i·batch, (i+1)·batch) of its epoch's order — the batches a
+// data.Loader with the same seed gives, normalized the same way.
 type MNISTFeeder struct {
-	ds      *data.Dataset
-	batch   int
-	perm    [][]int32 // by epoch, filled on demand
-	steps   int
-	seed    uint64
-	norm    [256]float32
-	permsMu chan struct{}
+	ds    *data.Dataset
+	batch int
+	steps int
+	seed  uint64
+	norm  [256]float32
+
+	mu    sync.Mutex
+	perms map[int][]int32 // by epoch
 }
 
 // NewMNISTFeeder returns a feeder of ds in global batches of batch samples.
@@ -68,31 +70,23 @@ func NewMNISTFeeder(ds *data.Dataset, batch int, seed uint64) (*MNISTFeeder, err
 	if batch < 1 || batch > ds.N {
 		return nil, fmt.Errorf("runtime: batch must be between 1 and the %d samples, got %d", ds.N, batch)
 	}
-	f := &MNISTFeeder{ds: ds, batch: batch, steps: ds.N / batch, seed: seed, permsMu: make(chan struct{}, 1)}
-	for v := range f.norm {
-		f.norm[v] = (float32(v)/255 - data.MNISTMean) / data.MNISTStd
-	}
-	return f, nil
+	return &MNISTFeeder{ds: ds, batch: batch, steps: ds.N / batch, seed: seed, norm: data.NormTable(), perms: map[int][]int32{}}, nil
 }
 
 // Steps is the number of full batches per epoch.
 func (f *MNISTFeeder) Steps() int { return f.steps }
 
-// order returns the shuffled order of an epoch.
+// order returns the shuffled order of an epoch, keeping the two latest.
 func (f *MNISTFeeder) order(epoch int) []int32 {
-	f.permsMu <- struct{}{}
-	defer func() { <-f.permsMu }()
-	for len(f.perm) <= epoch {
-		e := len(f.perm)
-		rng := rand.New(rand.NewPCG(f.seed, uint64(e)))
-		p := make([]int32, f.ds.N)
-		for i := range p {
-			p[i] = int32(i)
-		}
-		rng.Shuffle(len(p), func(i, j int) { p[i], p[j] = p[j], p[i] })
-		f.perm = append(f.perm, p)
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	p, ok := f.perms[epoch]
+	if !ok {
+		p = data.EpochOrder(f.ds.N, f.seed, epoch)
+		f.perms[epoch] = p
+		delete(f.perms, epoch-2)
 	}
-	return f.perm[epoch]
+	return p
 }
 
 // Feed implements Feeder.

@@ -39,6 +39,11 @@ type PlanRunner struct {
 	// Stall is how long the runner waits without any firing finishing
 	// before it gives up with an error naming what is stuck (default 1 min).
 	Stall time.Duration
+	// Progress, if set, is called once per iteration, when its last loss
+	// is known, with the iteration's mean loss.
+	Progress func(iter int, loss float64)
+
+	lossTasks int // loss firings per iteration
 }
 
 // NewPlanRunner prepares p for execution: devices, arenas, decoded ops,
@@ -79,6 +84,15 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 			}
 		}
 	}
+	for i := range p.Tasks {
+		if _, ok := r.ops[i].(graph.SoftmaxCrossEntropy); ok {
+			if p.Tasks[i].PerMicro {
+				r.lossTasks += p.MB
+			} else {
+				r.lossTasks++
+			}
+		}
+	}
 	for i := range p.Registers {
 		reg := &p.Registers[i]
 		if reg.Persistent {
@@ -98,6 +112,20 @@ func (r *PlanRunner) slot(reg, k int) Buffer {
 		return Buffer{I: unsafe.Slice((*int32)(unsafe.Pointer(unsafe.SliceData(f))), n)}
 	}
 	return Buffer{F: f}
+}
+
+// Store returns a Store holding the current parameters and optimizer
+// state of replica 0 (copied), e.g. to evaluate the trained model.
+func (r *PlanRunner) Store() *Store {
+	s := NewStore(r.p.Seed)
+	for i, reg := range r.p.Registers {
+		if reg.Persistent && reg.Device/max(r.stages(), 1) == 0 {
+			b := newBuffer(reg.Spec)
+			copy(b.F, r.slot(i, 0).F)
+			s.tensors[reg.Name] = &stored{spec: reg.Spec, buf: b}
+		}
+	}
+	return s
 }
 
 // Param returns the current value of persistent register name on the
@@ -140,6 +168,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 		done:   make([]int, len(p.Firings)),
 		events: make([]trace.Event, 0, len(p.Firings)*iters),
 		loss:   make([]float64, iters),
+		losses: make([]int, iters),
 	}
 	x.cond = sync.NewCond(&x.mu)
 	x.start = time.Now()
@@ -190,6 +219,7 @@ type run struct {
 	done     []int // iterations finished, by firing
 	events   []trace.Event
 	loss     []float64
+	losses   []int     // loss firings finished, by iteration
 	progress time.Time // last time a firing finished
 }
 
@@ -211,10 +241,19 @@ func (x *run) stream(order []int) error {
 			x.done[f] = it + 1
 			x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro),
 				Start: trace.Time(start), End: trace.Time(end)})
-			x.loss[it] += loss
+			report := false
+			if _, ok := x.r.ops[fi.Task].(graph.SoftmaxCrossEntropy); ok {
+				x.loss[it] += loss
+				x.losses[it]++
+				report = x.losses[it] == x.r.lossTasks && x.r.Progress != nil
+			}
 			x.progress = time.Now()
 			x.cond.Broadcast()
+			mean := x.loss[it]
 			x.mu.Unlock()
+			if report {
+				x.r.Progress(it, mean)
+			}
 		}
 	}
 	return nil

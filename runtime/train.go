@@ -11,6 +11,8 @@ import (
 	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/trace"
 )
 
 // TrainConfig describes a training run.
@@ -233,4 +235,61 @@ func argmax(v []float32) int {
 		}
 	}
 	return best
+}
+
+// TrainPlan trains through a compiled plan, executed unchanged by a
+// PlanRunner on the plan's CPU devices, on train in shuffled epochs (the
+// batches Train would see with the plan's seed), then evaluates replica 0's
+// weights on test. maxSteps > 0 stops early.
+func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats)) (*TrainResult, error) {
+	if epochs < 1 {
+		return nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", epochs)
+	}
+	if err := checkInput(p.Model, train); err != nil {
+		return nil, err
+	}
+	feed, err := NewMNISTFeeder(train, p.Batch, p.Seed)
+	if err != nil {
+		return nil, err
+	}
+	r, err := NewPlanRunner(p)
+	if err != nil {
+		return nil, err
+	}
+	steps := epochs * feed.Steps()
+	if maxSteps > 0 {
+		steps = min(steps, maxSteps)
+	}
+	last := time.Now()
+	r.Progress = func(iter int, loss float64) {
+		now := time.Now()
+		if progress != nil {
+			progress(StepStats{Step: iter + 1, Steps: steps, Epoch: iter / feed.Steps(), Loss: float32(loss), StepTime: now.Sub(last)})
+		}
+		last = now
+	}
+	start := time.Now()
+	run, err := r.Run(ctx, steps, feed)
+	if err != nil {
+		return nil, err
+	}
+	res := &TrainResult{Model: p.Model, Optimizer: p.Optimizer, Batch: p.Batch, Steps: steps,
+		Epochs: (steps + feed.Steps() - 1) / feed.Steps(), TrainTime: time.Since(start)}
+	prev := trace.Time(0)
+	for _, end := range run.Trace.IterationEnds() {
+		res.StepTimes = append(res.StepTimes, end.Sub(prev))
+		prev = end
+	}
+	lastEpoch := (steps - 1) / feed.Steps() * feed.Steps()
+	for i := lastEpoch; i < steps; i++ {
+		if l := run.Loss[i]; math.IsNaN(l) || math.IsInf(l, 0) {
+			return nil, fmt.Errorf("%w at step %d: loss is %g (try a smaller learning rate)", ErrDiverged, i, l)
+		}
+		res.FinalLoss += run.Loss[i] / float64(steps-lastEpoch)
+	}
+	res.TestAccuracy, res.TestLoss, err = Evaluate(p.Model, r.Store(), NewCPU(0), test, 0)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }

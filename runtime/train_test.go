@@ -7,6 +7,7 @@ import (
 
 	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
 	"github.com/stretchr/testify/require"
 )
 
@@ -95,4 +96,26 @@ func TestTrainErrors(t *testing.T) {
 	cancel()
 	_, err := Train(ctx, base, train, test, nil)
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// Training through a plan is training: the single-device plan sees the
+// batches Train sees and computes the same losses; a pipeline plan learns
+// as well.
+func TestTrainPlan(t *testing.T) {
+	train, test := realMNIST(t)
+	opt := graph.SGD{LR: 0.05, Momentum: 0.9}
+	cfg := TrainConfig{Model: "mlp", Epochs: 1, Batch: 32, Optimizer: opt, Seed: 3, MaxSteps: 100, Workers: 1}
+	want, err := Train(context.Background(), cfg, train, subset(test, 1000), nil)
+	require.NoError(t, err)
+	for _, strategy := range []string{"single", "pp=2,mb=2,sched=gpipe", "dp=2"} {
+		st, err := plans.ParseStrategy(strategy, 32)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 32, Strategy: st, Optimizer: opt, Seed: 3, Devices: cpuDevices(st.Devices())})
+		require.NoError(t, err)
+		got, err := TrainPlan(context.Background(), p, 1, 100, train, subset(test, 1000), nil)
+		require.NoError(t, err)
+		require.Equal(t, 100, got.Steps)
+		require.InDelta(t, want.FinalLoss, got.FinalLoss, 1e-4*want.FinalLoss, strategy)
+		require.InDelta(t, want.TestAccuracy, got.TestAccuracy, 0.003, strategy)
+	}
 }

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"math"
 	"os"
@@ -15,7 +14,9 @@ import (
 	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
+	"github.com/flowkit/flowkit/topology"
 )
 
 type trainFlags struct {
@@ -30,6 +31,8 @@ type trainFlags struct {
 	dataDir   string
 	maxSteps  int
 	json      bool
+	strategy  string
+	cluster   string
 }
 
 func newTrainCmd() *cobra.Command {
@@ -64,6 +67,8 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.dataDir, "data", "", "directory with the four MNIST IDX files (plain or .gz)")
 	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: train the full epochs)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
+	fl.StringVar(&f.strategy, "strategy", "", "train through a compiled plan with this strategy (e.g. single, dp=2, pp=2,mb=4), executed by the plan runtime")
+	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
 	return cmd
 }
 
@@ -127,10 +132,19 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	if err != nil {
 		return err
 	}
-	cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
-		Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps}
 	progress := newProgress(f.batch)
-	res, err := runtime.Train(cmd.Context(), cfg, train, test, progress.step)
+	var res *runtime.TrainResult
+	if f.strategy != "" {
+		var p *plans.Plan
+		if p, err = compileLocal(f, opt); err != nil {
+			return err
+		}
+		res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, progress.step)
+	} else {
+		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
+			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps}
+		res, err = runtime.Train(cmd.Context(), cfg, train, test, progress.step)
+	}
 	progress.finish()
 	if err != nil {
 		return err
@@ -143,6 +157,24 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		res.FinalLoss, ms(res.StepMedian()), res.SamplesPerSecond())
 	fmt.Printf("test accuracy %.2f%% (loss %.4f) on %d images\n", 100*res.TestAccuracy, res.TestLoss, test.N)
 	return nil
+}
+
+// compileLocal compiles the plan of a --strategy training run.
+func compileLocal(f trainFlags, opt graph.Optimizer) (*plans.Plan, error) {
+	st, err := plans.ParseStrategy(f.strategy, f.batch)
+	if err != nil {
+		return nil, err
+	}
+	cluster, err := topology.Resolve(f.cluster)
+	if err != nil {
+		return nil, err
+	}
+	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), false)
+	if err != nil {
+		return nil, err
+	}
+	return plans.Compile(plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
+		Seed: f.seed, Cluster: cluster.Name, Devices: devs})
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -162,9 +194,10 @@ func printTrainJSON(res *runtime.TrainResult, f trainFlags) error {
 		"samples_per_s":  res.SamplesPerSecond(),
 		"train_time_s":   res.TrainTime.Seconds(),
 	}
-	enc := json.NewEncoder(os.Stdout)
-	enc.SetIndent("", "  ")
-	return enc.Encode(out)
+	if f.strategy != "" {
+		out["strategy"] = f.strategy
+	}
+	return printJSON(out)
 }
 
 // progress shows training progress on stderr: a bar on a terminal, a line
