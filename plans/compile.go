@@ -426,13 +426,14 @@ func workKey(n *graph.Node) string {
 }
 
 // workShape encodes a node's work as integers for exact-shape cost
-// lookups: each input's dimensions followed by −1, then the op's integer
-// and boolean attributes in field order.
+// lookups: each input's dimensions followed by 0 (dimensions are
+// positive), then the op's non-negative integer and boolean attributes in
+// field order.
 func workShape(n *graph.Node) []int {
 	var s []int
 	for _, in := range n.Inputs {
 		s = append(s, in.Spec.Shape...)
-		s = append(s, -1)
+		s = append(s, 0)
 	}
 	var attrs any
 	if b, err := json.Marshal(n.Op); err == nil && json.Unmarshal(b, &attrs) == nil {
@@ -446,7 +447,7 @@ func workShape(n *graph.Node) []int {
 func appendInts(s []int, v any) []int {
 	switch v := v.(type) {
 	case float64:
-		if v == float64(int(v)) {
+		if v == float64(int(v)) && v >= 0 {
 			s = append(s, int(v))
 		}
 	case bool:

@@ -22,7 +22,7 @@ type execFlags struct {
 	iters, warmup, runs, top int
 	calib                    string
 	compare, json            bool
-	tracePath                string
+	tracePath, pprofDir      string
 }
 
 func newExecCmd() *cobra.Command {
@@ -53,6 +53,7 @@ predicted and measured step times and per-task times are compared.`,
 	fl.BoolVar(&f.compare, "compare", false, "also simulate the plan and compare predicted with measured")
 	fl.IntVar(&f.top, "top", 15, "tasks shown in the comparison table (worst first; 0: all)")
 	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json)")
+	fl.StringVar(&f.pprofDir, "pprof", "", "write measured.pb.gz (and, with --compare, predicted.pb.gz) to this folder: go tool pprof -diff_base predicted.pb.gz measured.pb.gz")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	return cmd
 }
@@ -127,6 +128,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			return err
 		}
 	}
+	if err := writeProfile(f.pprofDir, "measured.pb.gz", med.res.Trace, f.warmup); err != nil {
+		return err
+	}
 	if !f.compare {
 		if f.json {
 			return printJSON(out)
@@ -147,6 +151,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if err := writeChrome(strings.TrimSuffix(f.tracePath, filepath.Ext(f.tracePath))+".sim.json", pred); err != nil {
 			return err
 		}
+	}
+	if err := writeProfile(f.pprofDir, "predicted.pb.gz", pred, f.warmup); err != nil {
+		return err
 	}
 	relErr := (cmp.PredStep.Seconds() - med.step.Seconds()) / med.step.Seconds()
 	if f.json {
@@ -181,6 +188,26 @@ func writeChrome(path string, tr *trace.Trace) error {
 		return err
 	}
 	if err := trace.WriteChrome(f, tr); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// writeProfile writes a trace as a pprof profile into dir (nothing if dir
+// is empty).
+func writeProfile(dir, name string, tr *trace.Trace, warmup int) error {
+	if dir == "" {
+		return nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		return err
+	}
+	if err := trace.WritePprof(f, tr, warmup); err != nil {
 		f.Close()
 		return err
 	}

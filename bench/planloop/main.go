@@ -1,0 +1,175 @@
+// Command planloop measures the plan loop on this machine's CPU: for each
+// model, global batch and strategy it compiles a plan on the local cluster,
+// executes it unchanged (runs × iterations), simulates it with a
+// calibration, and tabulates predicted against measured step time. It
+// writes results/plan-loop-cpu/{table.md,results.json}.
+//
+//	go run ./bench/planloop --calib calib.json
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	goruntime "runtime"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/runtime"
+	"github.com/flowkit/flowkit/sim"
+	"github.com/flowkit/flowkit/topology"
+)
+
+type row struct {
+	Model     string    `json:"model"`
+	Batch     int       `json:"batch"`
+	Strategy  string    `json:"strategy"`
+	Devices   int       `json:"devices"`
+	PredMs    float64   `json:"predicted_step_ms"`
+	MeasMs    float64   `json:"measured_step_ms"` // median of runs
+	RunsMs    []float64 `json:"runs_ms"`
+	RelErr    float64   `json:"rel_error"`
+	PeakBytes []int64   `json:"peak_mem_bytes"`
+}
+
+func main() {
+	calibPath := flag.String("calib", "", "calibration file (from flowrun calibrate; required)")
+	models := flag.String("models", "mnist-cnn", "comma-separated models")
+	batches := flag.String("batches", "64,256", "comma-separated global batches")
+	strategies := flag.String("strategies", "single;dp=2;pp=2,mb=4,sched=1f1b;pp=2,mb=4,sched=gpipe", "semicolon-separated strategies")
+	runs := flag.Int("runs", 5, "runs per plan (median kept)")
+	iters := flag.Int("iters", 20, "iterations per run")
+	warmup := flag.Int("warmup", 3, "iterations left out of each run's step time")
+	out := flag.String("out", "results/plan-loop-cpu", "output folder")
+	flag.Parse()
+	if err := run(*calibPath, *models, *batches, *strategies, *runs, *iters, *warmup, *out); err != nil {
+		fmt.Fprintln(os.Stderr, "planloop:", err)
+		os.Exit(1)
+	}
+}
+
+func run(calibPath, models, batches, strategies string, runs, iters, warmup int, out string) error {
+	if calibPath == "" {
+		return fmt.Errorf("--calib is required (flowrun calibrate -o calib.json)")
+	}
+	calib, err := cost.LoadCalibration(calibPath)
+	if err != nil {
+		return err
+	}
+	model := sim.CostModel{Compute: cost.NewComputeModel(calib)}
+	cluster, err := topology.Resolve("local")
+	if err != nil {
+		return err
+	}
+	var rows []row
+	for _, m := range strings.Split(models, ",") {
+		for _, bs := range strings.Split(batches, ",") {
+			var batch int
+			if _, err := fmt.Sscan(bs, &batch); err != nil {
+				return fmt.Errorf("batch %q: %w", bs, err)
+			}
+			for _, s := range strings.Split(strategies, ";") {
+				r, err := measure(m, batch, s, cluster, model, runs, iters, warmup)
+				if err != nil {
+					return fmt.Errorf("%s batch %d %s: %w", m, batch, s, err)
+				}
+				fmt.Printf("%-10s %4d  %-24s predicted %8.2f ms  measured %8.2f ms  error %+6.1f%%\n",
+					r.Model, r.Batch, r.Strategy, r.PredMs, r.MeasMs, 100*r.RelErr)
+				rows = append(rows, r)
+			}
+		}
+	}
+	return write(out, calibPath, rows)
+}
+
+func measure(model string, batch int, strategy string, cluster *topology.Cluster, cm sim.CostModel, runs, iters, warmup int) (row, error) {
+	st, err := plans.ParseStrategy(strategy, batch)
+	if err != nil {
+		return row{}, err
+	}
+	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), false)
+	if err != nil {
+		return row{}, err
+	}
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 1, Cluster: cluster.Name,
+		Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devs})
+	if err != nil {
+		return row{}, err
+	}
+	pred, err := sim.Simulate(p, cm, iters)
+	if err != nil {
+		return row{}, err
+	}
+	predStep, err := pred.StepTime(warmup)
+	if err != nil {
+		return row{}, err
+	}
+	r := row{Model: model, Batch: batch, Strategy: p.Strategy, Devices: len(p.Devices), PredMs: ms(predStep)}
+	for _, m := range p.Memory {
+		r.PeakBytes = append(r.PeakBytes, int64(m.Peak))
+	}
+	runner, err := runtime.NewPlanRunner(p)
+	if err != nil {
+		return row{}, err
+	}
+	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, 1)
+	for range runs {
+		res, err := runner.Run(context.Background(), iters, feed)
+		if err != nil {
+			return row{}, err
+		}
+		if err := p.CheckTrace(res.Trace); err != nil {
+			return row{}, err
+		}
+		step, err := res.Trace.StepTime(warmup)
+		if err != nil {
+			return row{}, err
+		}
+		r.RunsMs = append(r.RunsMs, ms(step))
+	}
+	sorted := slices.Clone(r.RunsMs)
+	slices.Sort(sorted)
+	r.MeasMs = sorted[len(sorted)/2]
+	r.RelErr = (r.PredMs - r.MeasMs) / r.MeasMs
+	return r, nil
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func write(dir, calibPath string, rows []row) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	host, _ := os.Hostname()
+	meta := map[string]any{
+		"date": time.Now().UTC().Format(time.RFC3339), "host": host, "cpus": goruntime.NumCPU(),
+		"go": goruntime.Version(), "calibration": calibPath, "rows": rows,
+	}
+	b, err := json.MarshalIndent(meta, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, "results.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	var md strings.Builder
+	fmt.Fprintf(&md, "# Plan loop on CPU: predicted vs measured step time\n\n")
+	fmt.Fprintf(&md, "%s, %s, %d CPUs, %s. Measured: median of %d runs; predicted: `flowsim` with `%s`.\n\n",
+		meta["date"], host, goruntime.NumCPU(), goruntime.Version(), len(rows[0].RunsMs), filepath.Base(calibPath))
+	fmt.Fprintf(&md, "| model | batch | strategy | devices | predicted ms | measured ms | error |\n|---|---:|---|---:|---:|---:|---:|\n")
+	worst := 0.0
+	for _, r := range rows {
+		fmt.Fprintf(&md, "| %s | %d | %s | %d | %.2f | %.2f | %+.1f%% |\n", r.Model, r.Batch, r.Strategy, r.Devices, r.PredMs, r.MeasMs, 100*r.RelErr)
+		worst = math.Max(worst, math.Abs(r.RelErr))
+	}
+	fmt.Fprintf(&md, "\nWorst |error|: %.1f%%.\n", 100*worst)
+	return os.WriteFile(filepath.Join(dir, "table.md"), []byte(md.String()), 0o644)
+}
