@@ -27,7 +27,7 @@ type calibFlags struct {
 	workers     []int
 	models      []string
 	batches     []int
-	repeats     int
+	iters       int
 	json        bool
 }
 
@@ -36,9 +36,11 @@ func newCalibrateCmd() *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "calibrate",
 		Short: "Measure this machine's kernels and fit the cost model",
-		Long: `Run microbenchmarks of every task the plans of the given models would run, at
-each micro-batch size and worker count (the kernels, and the in-process
-transfers, gradient accumulations and all-reduces between CPU devices), then
+		Long: `Measure every task the plans of the given models run, at each micro-batch
+size and worker count — the kernels, and the in-process transfers, gradient
+accumulations and all-reduces between CPU devices — by running single,
+dp=2 and pp=2 plans on this machine and taking each task's median time in
+place (with the cache state and neighbours it has in a real run), then
 fit the cost model per op kind: launch overhead + max(FLOPs / (peak·eff_c),
 bytes / (bandwidth·eff_m)) with efficiencies that saturate with the size of
 the work. Every fit is tested on a quarter of the shapes held out of it, and
@@ -55,7 +57,7 @@ count ("cpu/2"), and loads on any machine.`,
 	fl.IntSliceVar(&f.workers, "workers", nil, "worker counts (cores per device) to calibrate (default: 1 and all cores)")
 	fl.StringSliceVar(&f.models, "models", []string{"mnist-cnn", "mlp"}, "zoo models whose tasks are measured")
 	fl.IntSliceVar(&f.batches, "batches", []int{4, 8, 16, 32, 64, 128, 256}, "micro-batch sizes measured")
-	fl.IntVar(&f.repeats, "repeats", 9, "timed runs per task (the median is kept)")
+	fl.IntVar(&f.iters, "iters", 8, "iterations each calibration plan runs (the first two untimed; the median is kept)")
 	fl.StringVarP(&f.out, "output", "o", "calib.json", "calibration file to write")
 	fl.BoolVar(&f.json, "json", false, "print the fit reports as JSON")
 	return cmd
@@ -86,11 +88,11 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return fmt.Errorf("--batches: %d is not a positive batch", b)
 		}
 	}
-	if f.repeats < 1 {
-		return fmt.Errorf("--repeats must be ≥ 1, got %d", f.repeats)
+	if f.iters < 3 {
+		return fmt.Errorf("--iters must be ≥ 3, got %d", f.iters)
 	}
 	calib := cost.NewCalibration()
-	bench := runtime.Microbench{Repeats: f.repeats}
+	bench := runtime.Microbench{Iters: f.iters}
 	var reports []calibReport
 	for _, w := range f.workers {
 		spec, err := topology.Spec("cpu", w)
@@ -186,10 +188,9 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		}
 	}
 	progress := newProgressBar(len(ps), fmt.Sprintf("calibrating %d worker(s)", w))
-	seen := map[string]bool{}
 	var samples []cost.Sample
 	for i, p := range ps {
-		got, err := bench.Measure(cmd.Context(), p, seen)
+		got, err := bench.Measure(cmd.Context(), p)
 		if err != nil {
 			return nil, err
 		}
