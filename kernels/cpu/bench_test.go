@@ -1,0 +1,57 @@
+package cpu
+
+import "testing"
+
+// benchSgemm times C = op(A)·op(B) on pool p and reports GFLOP/s.
+func benchSgemm(b *testing.B, p *Pool, transA, transB bool, m, n, k int) {
+	rng := newRNG(1)
+	lda, ldb := k, n
+	if transA {
+		lda = m
+	}
+	if transB {
+		ldb = k
+	}
+	x := randSlice(rng, m*k)
+	y := randSlice(rng, k*n)
+	c := make([]float32, m*n)
+	for b.Loop() {
+		Sgemm(p, transA, transB, m, n, k, 1, x, lda, y, ldb, 0, c, n)
+	}
+	flops := 2 * float64(m) * float64(n) * float64(k) * float64(b.N)
+	b.ReportMetric(flops/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+}
+
+func BenchmarkSgemm_512(b *testing.B)  { benchSgemm(b, NewPool(0), false, false, 512, 512, 512) }
+func BenchmarkSgemm_1024(b *testing.B) { benchSgemm(b, NewPool(0), false, false, 1024, 1024, 1024) }
+func BenchmarkSgemm_2048(b *testing.B) { benchSgemm(b, NewPool(0), false, false, 2048, 2048, 2048) }
+
+func BenchmarkSgemm_1024_Serial(b *testing.B) { benchSgemm(b, nil, false, false, 1024, 1024, 1024) }
+
+// The MNIST CNN at batch 64, each layer as one GEMM over the batch
+// (bench/openblas/sgemm.c times the same shapes).
+
+// BenchmarkSgemm_MNISTConv1Fwd: 32 filters of 1·3·3 over 64·28·28 pixels.
+func BenchmarkSgemm_MNISTConv1Fwd(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, false, 32, 64*28*28, 9)
+}
+
+// BenchmarkSgemm_MNISTConv2Fwd: 64 filters of 32·3·3 over 64·14·14 pixels.
+func BenchmarkSgemm_MNISTConv2Fwd(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, false, 64, 64*14*14, 288)
+}
+
+// BenchmarkSgemm_MNISTConv2WGrad: dW = dY·colsᵀ, summed over the pixels.
+func BenchmarkSgemm_MNISTConv2WGrad(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, true, 64, 288, 64*14*14)
+}
+
+// BenchmarkSgemm_MNISTFC1Fwd: Y = X·Wᵀ with W stored [128, 3136].
+func BenchmarkSgemm_MNISTFC1Fwd(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, true, 64, 128, 3136)
+}
+
+// BenchmarkSgemm_MNISTFC1DGrad: dX = dY·W.
+func BenchmarkSgemm_MNISTFC1DGrad(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, false, 64, 3136, 128)
+}
