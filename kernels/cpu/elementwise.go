@@ -57,9 +57,19 @@ func ReLU(p *Pool, x, y []float32) {
 		x, y := x[lo:hi], y[lo:hi]
 		y = y[:len(x)]
 		for i, v := range x {
-			y[i] = max(v, 0)
+			b := math.Float32bits(v)
+			y[i] = math.Float32frombits(b & positiveMask(b))
 		}
 	})
+}
+
+// positiveMask is all ones if the float with bits b is greater than zero
+// (NaNs with the sign bit clear count as positive), else zero. Bit logic
+// rather than a comparison: ReLU's inputs are positive about half the
+// time at random, and a branch would mispredict on every other element.
+func positiveMask(b uint32) uint32 {
+	i := int32(b)
+	return uint32((-i & ^i) >> 31)
 }
 
 // ReLUBackward sets dx = dy where x > 0 and 0 elsewhere.
@@ -70,11 +80,7 @@ func ReLUBackward(p *Pool, x, dy, dx []float32) {
 		x, dy, dx := x[lo:hi], dy[lo:hi], dx[lo:hi]
 		dy, dx = dy[:len(x)], dx[:len(x)]
 		for i, v := range x {
-			if v > 0 {
-				dx[i] = dy[i]
-			} else {
-				dx[i] = 0
-			}
+			dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & positiveMask(math.Float32bits(v)))
 		}
 	})
 }

@@ -119,6 +119,10 @@ func MaxPool2DBackward(p *Pool, s PoolShape, x, dy, dx []float32) {
 func (s PoolShape) backwardPlane(x, dy, dx []float32) {
 	clear(dx)
 	ow, W := s.OutW(), s.W
+	if s.KH == 2 && s.KW == 2 && s.StrideH == 2 && s.StrideW == 2 && s.PadH == 0 && s.PadW == 0 {
+		backward2x2(x, dy, dx, W, s.OutH(), ow)
+		return
+	}
 	for i := range s.OutH() {
 		h0 := i*s.StrideH - s.PadH
 		h1 := min(h0+s.KH, s.H)
@@ -129,6 +133,31 @@ func (s PoolShape) backwardPlane(x, dy, dx []float32) {
 			w0 = max(w0, 0)
 			top := h0*W + w0
 			dx[top+argmaxWindow(x[top:], W, h1-h0, w1-w0)] += g
+		}
+	}
+}
+
+// backward2x2 is backwardPlane for the common 2×2 window of stride 2
+// without padding: four order keys per window, the first maximum selected
+// by conditional moves.
+func backward2x2(x, dy, dx []float32, W, oh, ow int) {
+	for i := range oh {
+		r0 := x[2*i*W : 2*i*W+2*ow]
+		r1 := x[(2*i+1)*W : (2*i+1)*W+2*ow]
+		out := dx[2*i*W:]
+		for j, g := range dy[i*ow : (i+1)*ow] {
+			c := 2 * j
+			m, off := orderKey(r0[c]), 0
+			if k := orderKey(r0[c+1]); k > m {
+				m, off = k, 1
+			}
+			if k := orderKey(r1[c]); k > m {
+				m, off = k, W
+			}
+			if k := orderKey(r1[c+1]); k > m {
+				off = W + 1
+			}
+			out[c+off] += g
 		}
 	}
 }
