@@ -62,8 +62,9 @@ func (p *Plan) check() error {
 	if p.Version != Version {
 		return fmt.Errorf("plans: version %d, this build reads version %d", p.Version, Version)
 	}
-	if p.MB < 1 || p.MicroBatch < 1 || len(p.Devices) == 0 {
-		return fmt.Errorf("plans: micro_batches, micro_batch and devices must be non-empty")
+	if p.MB < 1 || p.MicroBatch < 1 || p.DP < 1 || p.PP < 1 || len(p.Devices) != p.DP*p.PP {
+		return fmt.Errorf("plans: want positive micro_batches, micro_batch, replicas and stages, and replicas×stages devices; got %d, %d, %d, %d and %d",
+			p.MB, p.MicroBatch, p.DP, p.PP, len(p.Devices))
 	}
 	bad := func(what string, i int, format string, args ...any) error {
 		return fmt.Errorf("plans: %s[%d]: %s", what, i, fmt.Sprintf(format, args...))

@@ -57,7 +57,7 @@ func Compile(cfg Config) (*Plan, error) {
 	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
-		MicroBatch: micro, MB: st.MB, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		MicroBatch: micro, MB: st.MB, DP: st.DP, PP: st.PP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 		Labels:  graph.Spec{Shape: graph.Shape{cfg.Batch}, DType: m.Labels.Spec.DType},

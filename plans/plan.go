@@ -17,6 +17,8 @@ type Plan struct {
 	Batch      int        `json:"batch"`       // global samples per iteration
 	MicroBatch int        `json:"micro_batch"` // samples per micro-batch
 	MB         int        `json:"micro_batches"`
+	DP         int        `json:"replicas"` // data-parallel replicas
+	PP         int        `json:"stages"`   // pipeline stages; device = replica·PP + stage
 	Optimizer  string     `json:"optimizer"`
 	Seed       uint64     `json:"seed"` // initial weights: see runtime.Store
 	Cluster    string     `json:"cluster"`

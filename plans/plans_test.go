@@ -177,6 +177,7 @@ func TestCodecRoundTrip(t *testing.T) {
 		{strings.Replace(b.String(), `"micro_batches": 2`, `"micro_batches": 0`, 1), "micro_batches"},
 		{strings.Replace(b.String(), `"type": "conv2d"`, `"type": "conv9d"`, 1), "conv9d"},
 		{b.String()[:len(b.String())/2], "plans:"},
+		{strings.Replace(b.String(), `"replicas": 2`, `"replicas": 3`, 1), "replicas×stages"},
 		{`{"version": 1, "bogus": 3}`, "bogus"},
 	}
 	for _, tt := range bad {

@@ -119,7 +119,7 @@ func (r *PlanRunner) slot(reg, k int) Buffer {
 func (r *PlanRunner) Store() *Store {
 	s := NewStore(r.p.Seed)
 	for i, reg := range r.p.Registers {
-		if reg.Persistent && reg.Device/max(r.stages(), 1) == 0 {
+		if reg.Persistent && reg.Device/r.p.PP == 0 {
 			b := newBuffer(reg.Spec)
 			copy(b.F, r.slot(i, 0).F)
 			s.tensors[reg.Name] = &stored{spec: reg.Spec, buf: b}
@@ -132,20 +132,11 @@ func (r *PlanRunner) Store() *Store {
 // device of the given replica (and its stage), for inspection.
 func (r *PlanRunner) Param(name string, replica int) ([]float32, bool) {
 	for i, reg := range r.p.Registers {
-		if reg.Persistent && reg.Name == name && reg.Device/max(r.stages(), 1) == replica {
+		if reg.Persistent && reg.Name == name && reg.Device/r.p.PP == replica {
 			return r.slot(i, 0).F, true
 		}
 	}
 	return nil, false
-}
-
-// stages is the number of pipeline stages (devices per replica).
-func (r *PlanRunner) stages() int {
-	n := 0
-	for _, t := range r.p.Tasks {
-		n = max(n, t.Stage+1)
-	}
-	return n
 }
 
 // RunResult is what a run of a plan measured.
@@ -338,7 +329,7 @@ func (x *run) fire(f, it int) (float64, error) {
 		if _, ok := op.(graph.Mutator); ok {
 			out = nil // updates write their inputs in place
 		}
-		at := step{iter: it, micro: t.Replica*p.MB + fi.Micro, micros: len(p.Devices) / max(x.r.stages(), 1) * p.MB}
+		at := step{iter: it, micro: t.Replica*p.MB + fi.Micro, micros: p.DP * p.MB}
 		if err := dev.launch(op, x.r.in[t.ID], x.r.out[t.ID], at, reads, out); err != nil {
 			return 0, err
 		}
