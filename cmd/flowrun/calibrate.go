@@ -157,19 +157,27 @@ func heldOutMedian(reps []calibReport) float64 {
 	return errs[len(errs)/2]
 }
 
-// measure times every distinct task of the calibration plans on devices of
-// w workers: single plans for the kernels, dp=2 for all-reduces, pp=2 with
-// two micro-batches for transfers and accumulation.
+// measure times every task of the calibration plans on devices of w
+// workers: single plans for the kernels (one and two micro-batches, for
+// accumulation), and where two devices fit the cores, dp=2 for all-reduces
+// and pp=2 for transfers.
 func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) ([]cost.Sample, error) {
 	dev := plans.Device{Type: "cpu", Workers: w}
 	var ps []*plans.Plan
 	for _, model := range f.models {
 		for _, b := range f.batches {
-			for _, s := range []plans.Strategy{
+			strategies := []plans.Strategy{
 				{DP: 1, PP: 1, MB: 1, Sched: plans.OneFOneB},
-				{DP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB},
-				{DP: 1, PP: 2, MB: 2, Sched: plans.OneFOneB},
-			} {
+				{DP: 1, PP: 1, MB: 2, Sched: plans.OneFOneB}, // accumulation
+			}
+			// Two devices only where they fit the cores: oversubscribed
+			// cores would time every kernel slow.
+			if 2*w <= goruntime.NumCPU() {
+				strategies = append(strategies,
+					plans.Strategy{DP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB},
+					plans.Strategy{DP: 1, PP: 2, MB: 2, Sched: plans.OneFOneB})
+			}
+			for _, s := range strategies {
 				devs := make([]plans.Device, s.Devices())
 				for i := range devs {
 					devs[i] = dev
