@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -51,9 +52,14 @@ type Calibration struct {
 
 // DeviceCalibration is the calibration of one device type.
 type DeviceCalibration struct {
-	Cores int               `json:"cores,omitempty"` // CPU: cores used while measuring
-	Note  string            `json:"note,omitempty"`  // e.g. the host and date of the run
-	Ops   map[string]*OpFit `json:"ops"`
+	Cores int    `json:"cores,omitempty"` // CPU: cores used while measuring
+	Note  string `json:"note,omitempty"`  // e.g. the host and date of the run
+	// Contention is how much a kernel slows while other devices of the
+	// same host are busy: its time stretches by 1 + Contention per busy
+	// device (CPU devices sharing caches and memory bandwidth). The op
+	// fits are times of kernels running alone.
+	Contention float64           `json:"contention,omitempty"`
+	Ops        map[string]*OpFit `json:"ops"`
 }
 
 // NewCalibration returns an empty calibration of the current version.
@@ -137,6 +143,9 @@ func (c *Calibration) check() error {
 		dc := c.Devices[typ]
 		if dc == nil {
 			return fmt.Errorf("devices[%q]: null", typ)
+		}
+		if dc.Contention < 0 || math.IsNaN(dc.Contention) || math.IsInf(dc.Contention, 0) {
+			return fmt.Errorf("devices[%q].contention: must be a non-negative number, got %g", typ, dc.Contention)
 		}
 		for _, kind := range sortedKeys(dc.Ops) {
 			path := fmt.Sprintf("devices[%q].ops[%q]", typ, kind)

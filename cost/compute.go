@@ -199,6 +199,20 @@ func price(of *OpFit, peak units.FLOPsPerSecond, bw units.BytesPerSecond, w Work
 	return p
 }
 
+// Slowdown is the calibrated contention of a device (see
+// DeviceCalibration.Contention), 0 when uncalibrated.
+func (m *ComputeModel) Slowdown(dev topology.DeviceSpec) float64 {
+	if m == nil || m.calib == nil {
+		return 0
+	}
+	for _, key := range []string{CalibrationKey(dev), dev.Type} {
+		if dc := m.calib.Devices[key]; dc != nil {
+			return dc.Contention
+		}
+	}
+	return 0
+}
+
 // CalibrationKey is the key under which a calibration file holds a
 // device's calibration: the device type, and for a CPU its core count
 // ("cpu/2"), since a CPU's efficiencies change with the cores a kernel is

@@ -8,6 +8,7 @@ import (
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -113,6 +114,17 @@ func (c *compiler) stream(dev int, name string) int {
 	c.p.Streams = append(c.p.Streams, Stream{Device: dev, Name: name})
 	c.streams[dev][name] = len(c.p.Streams) - 1
 	return len(c.p.Streams) - 1
+}
+
+// commStream is the stream a device's communication runs on: its own
+// stream on an accelerator, whose copy engines and links work beside its
+// compute units, but the compute stream on a CPU, where a copy or a
+// reduction takes a core the kernels would otherwise use.
+func (c *compiler) commStream(dev int, name string) int {
+	if spec, ok := topology.Lookup(c.p.Devices[dev].Type); ok && spec.Class == topology.CPU {
+		return c.stream(dev, "compute")
+	}
+	return c.stream(dev, name)
 }
 
 func (c *compiler) newRegister(dev int, name string, spec graph.Spec) int {
@@ -279,7 +291,7 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 	from := c.p.Registers[srcReg].Writers[0]
 	task := c.newTask(Task{Name: c.taskName(src, "send/"+t.Name+">"+c.p.Devices[dev].Name), Kind: Transfer, Phase: "comm",
 		Stage: src % c.st.PP, Replica: replica, PerMicro: true,
-		Streams: []int{c.stream(src, "p2p>"+c.p.Devices[dev].Name)},
+		Streams: []int{c.commStream(src, "p2p>"+c.p.Devices[dev].Name)},
 		Reads:   []Use{{Reg: srcReg, Mode: ReadMicro}}, Writes: []int{dst},
 		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes()), Shape: []int{int(t.Spec.Bytes())}})
 	c.xfers[[2]int{from, dev}] = append(c.xfers[[2]int{from, dev}], task)
@@ -332,7 +344,7 @@ func (c *compiler) buildAllReduces() {
 		for r := range c.st.DP {
 			dev := c.device(r, s)
 			regs = append(regs, c.gradReg(dev, grad, r))
-			streams = append(streams, c.stream(dev, "coll"))
+			streams = append(streams, c.commStream(dev, "coll"))
 		}
 		b := grad.Spec.Bytes()
 		task := c.newTask(Task{Name: fmt.Sprintf("allreduce/%s", n.Inputs[0].Name), Kind: AllReduce, Phase: "comm",

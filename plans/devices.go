@@ -20,7 +20,7 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 	if len(c.Devices) >= n {
 		devs := make([]Device, n)
 		for i, d := range c.Devices[:n] {
-			devs[i] = Device{Name: d.Name, Type: d.Type, Workers: max(d.Spec.Cores, 1), Memory: d.Spec.Memory}
+			devs[i] = Device{Name: d.Name, Type: d.Type, Workers: max(d.Spec.Cores, 1), Memory: d.Spec.Memory, Host: c.Nodes[d.Node].Name}
 		}
 		return devs, nil
 	}
@@ -37,7 +37,7 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 		for i := range n {
 			d := c.Devices[i%len(c.Devices)]
 			devs = append(devs, Device{Name: fmt.Sprintf("%s:%d", d.Name, i), Type: d.Type, Workers: 1,
-				Memory: d.Spec.Memory / units.Bytes(n)})
+				Memory: d.Spec.Memory / units.Bytes(n), Host: c.Nodes[d.Node].Name})
 		}
 		return devs, nil
 	}
@@ -52,7 +52,7 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 				break
 			}
 			devs = append(devs, Device{Name: fmt.Sprintf("%s:%d", d.Name, k), Type: d.Type, Workers: per,
-				Memory: d.Spec.Memory * units.Bytes(per) / units.Bytes(d.Spec.Cores)})
+				Memory: d.Spec.Memory * units.Bytes(per) / units.Bytes(d.Spec.Cores), Host: c.Nodes[d.Node].Name})
 		}
 	}
 	if len(devs) < n {

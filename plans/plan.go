@@ -43,6 +43,9 @@ type Device struct {
 	Type    string      `json:"type"`    // catalog type, the cost model's key
 	Workers int         `json:"workers"` // CPU devices: worker goroutines (cores)
 	Memory  units.Bytes `json:"memory"`  // capacity
+	// Host names the machine whose memory system the device shares with
+	// the plan's other devices of that host ("" if unknown).
+	Host string `json:"host,omitempty"`
 }
 
 // Stream is an in-order queue of work on one device.

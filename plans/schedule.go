@@ -3,9 +3,9 @@ package plans
 import "slices"
 
 // order creates the firings and fixes every stream's order for one
-// iteration: the compute streams by the pipeline schedule, the collective
-// streams in the order gradients become ready, the point-to-point streams in
-// the order their data is produced.
+// iteration: the compute streams by the pipeline schedule, all-reduces in
+// the order gradients become ready, transfers in the order their data is
+// produced.
 func (c *compiler) order() {
 	idx := map[[2]int]int{}
 	for _, t := range c.p.Tasks {
@@ -36,22 +36,38 @@ func (c *compiler) order() {
 				compute.Order = append(compute.Order, block(b, step.micro)...)
 			}
 		}
-		compute.Order = append(compute.Order, block(c.updates[d], -1)...)
-		if s, ok := c.streams[d]["coll"]; ok {
-			c.p.Streams[s].Order = block(c.colls[d], -1)
-		}
-	}
-	// Transfers follow their data: walk each sending device's compute order.
-	for d := range c.p.Devices {
-		for _, f := range c.p.Streams[c.streams[d]["compute"]].Order {
-			fi := c.p.Firings[f]
-			for dst := range c.p.Devices {
-				for _, x := range c.xfers[[2]int{fi.Task, dst}] {
-					s := c.p.Tasks[x].Streams[0]
-					c.p.Streams[s].Order = append(c.p.Streams[s].Order, idx[[2]int{x, fi.Micro}])
+		// All-reduces in the order gradients become ready (on the stream
+		// each occupies on this device), then the updates.
+		for _, t := range c.colls[d] {
+			for _, s := range c.p.Tasks[t].Streams {
+				if c.p.Streams[s].Device == d {
+					c.p.Streams[s].Order = append(c.p.Streams[s].Order, idx[[2]int{t, -1}])
 				}
 			}
 		}
+		compute.Order = append(compute.Order, block(c.updates[d], -1)...)
+	}
+	// Transfers follow their data: on the sending device, right after the
+	// firing that produced it (on its compute stream, for a CPU), or in that
+	// order on a stream of their own.
+	for d := range c.p.Devices {
+		compute := &c.p.Streams[c.streams[d]["compute"]]
+		var order []int
+		for _, f := range compute.Order {
+			order = append(order, f)
+			fi := c.p.Firings[f]
+			for dst := range c.p.Devices {
+				for _, x := range c.xfers[[2]int{fi.Task, dst}] {
+					xf := idx[[2]int{x, fi.Micro}]
+					if s := c.p.Tasks[x].Streams[0]; s == c.streams[d]["compute"] {
+						order = append(order, xf)
+					} else {
+						c.p.Streams[s].Order = append(c.p.Streams[s].Order, xf)
+					}
+				}
+			}
+		}
+		compute.Order = order
 	}
 }
 

@@ -3,20 +3,31 @@ package sim
 import (
 	"container/heap"
 	"fmt"
+	"math"
 	"time"
 
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/trace"
 )
 
-// Durations prices plan tasks: how long one firing of task t runs.
+// Durations prices plan tasks: how long one firing of task t runs on its
+// device when nothing else runs on the device's host.
 type Durations interface {
 	Duration(p *plans.Plan, t int) (time.Duration, error)
 }
 
+// Contention is implemented by Durations that also model devices slowing
+// each other down through the memory system of a host they share: a
+// firing on device d progresses at rate 1/(1 + Slowdown(d)·b), where b is
+// the number of other devices of its host busy at the moment.
+type Contention interface {
+	Slowdown(p *plans.Plan, device int) float64
+}
+
 // Simulate executes iters iterations of p and returns the trace. Each
-// firing starts as soon as every firing its edges name has finished and
-// runs for its task's duration.
+// firing starts as soon as every firing its edges name has finished, and
+// runs for its task's duration, stretched while other devices of its host
+// are busy if d models contention.
 func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	if iters < 1 {
 		return nil, fmt.Errorf("sim: iterations must be ≥ 1, got %d", iters)
@@ -43,25 +54,25 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 			waiting[e.To+i*nf]++
 		}
 	}
-
+	s := &engine{p: p, dur: dur, hosts: newHosts(p, d)}
 	tr := p.NewTrace("sim")
 	tr.Events = make([]trace.Event, 0, nf*iters)
-	s := &engine{}
-	start := func(inst int, now trace.Time) {
-		f := p.Firings[inst%nf]
-		s.push(now.Add(dur[f.Task]), inst, now)
-	}
 	for inst, w := range waiting {
 		if w == 0 {
-			start(inst, 0)
+			s.start(inst, 0)
 		}
 	}
 	done := 0
 	for s.Len() > 0 {
 		ev := heap.Pop(s).(event)
+		r := s.running[ev.inst]
+		if r == nil || r.version != ev.version {
+			continue // rescheduled since
+		}
+		s.finish(ev.inst, ev.at)
 		f, i := ev.inst%nf, ev.inst/nf
 		fi := p.Firings[f]
-		tr.Events = append(tr.Events, trace.Event{Task: int32(fi.Task), Iter: int32(i), Micro: int32(fi.Micro), Start: ev.start, End: ev.at})
+		tr.Events = append(tr.Events, trace.Event{Task: int32(fi.Task), Iter: int32(i), Micro: int32(fi.Micro), Start: r.start, End: ev.at})
 		done++
 		for _, e := range out[f] {
 			j := i + e.Delta
@@ -70,7 +81,7 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 			}
 			next := e.To + j*nf
 			if waiting[next]--; waiting[next] == 0 {
-				start(next, ev.at)
+				s.start(next, ev.at)
 			}
 		}
 	}
@@ -80,22 +91,148 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	return tr, nil
 }
 
-// event is the end of one firing instance.
+// hosts groups a plan's devices by the host whose memory they share.
+type hosts struct {
+	of       []int     // host index by device; −1: shares with no one
+	slowdown []float64 // by device
+	members  [][]int   // devices by host
+}
+
+func newHosts(p *plans.Plan, d Durations) *hosts {
+	h := &hosts{of: make([]int, len(p.Devices)), slowdown: make([]float64, len(p.Devices))}
+	c, ok := d.(Contention)
+	index := map[string]int{}
+	for dev, pd := range p.Devices {
+		h.of[dev] = -1
+		if !ok || pd.Host == "" {
+			continue
+		}
+		h.slowdown[dev] = c.Slowdown(p, dev)
+		k, seen := index[pd.Host]
+		if !seen {
+			k = len(h.members)
+			index[pd.Host] = k
+			h.members = append(h.members, nil)
+		}
+		h.of[dev] = k
+		h.members[k] = append(h.members[k], dev)
+	}
+	return h
+}
+
+// running is a firing in progress: the work it has left, in nanoseconds
+// of running alone, and the rate it progresses at since the last change.
+type running struct {
+	dev       int
+	start     trace.Time
+	since     trace.Time
+	remaining float64
+	rate      float64
+	version   uint64
+}
+
+// event is the expected end of one firing instance.
 type event struct {
-	at, start trace.Time
-	seq       uint64
-	inst      int
+	at      trace.Time
+	seq     uint64
+	inst    int
+	version uint64
 }
 
-// engine is the event queue, a heap ordered by (time, sequence).
+// engine is the simulation state and its event queue, a heap ordered by
+// (time, sequence).
 type engine struct {
-	q   []event
-	seq uint64
+	p     *plans.Plan
+	dur   []time.Duration
+	hosts *hosts
+
+	q       []event
+	seq     uint64
+	running map[int]*running
+	byDev   [][]int // running instances by device, in start order
+	busy    []int   // devices busy on each host
 }
 
-func (s *engine) push(at trace.Time, inst int, start trace.Time) {
+func (s *engine) home(inst int) int {
+	t := s.p.Tasks[s.p.Firings[inst%len(s.p.Firings)].Task]
+	return s.p.Streams[t.Streams[0]].Device
+}
+
+// rate is the progress rate of a firing on dev now.
+func (s *engine) rate(dev int) float64 {
+	h := s.hosts.of[dev]
+	if h < 0 || s.hosts.slowdown[dev] == 0 {
+		return 1
+	}
+	others := s.busy[h]
+	if len(s.byDev[dev]) > 0 {
+		others--
+	}
+	return 1 / (1 + s.hosts.slowdown[dev]*float64(others))
+}
+
+func (s *engine) schedule(inst int, r *running, now trace.Time) {
+	r.version++
 	s.seq++
-	heap.Push(s, event{at: at, start: start, seq: s.seq, inst: inst})
+	end := now + trace.Time(math.Ceil(r.remaining/r.rate))
+	heap.Push(s, event{at: end, seq: s.seq, inst: inst, version: r.version})
+}
+
+func (s *engine) start(inst int, now trace.Time) {
+	if s.running == nil {
+		s.running = map[int]*running{}
+		s.byDev = make([][]int, len(s.p.Devices))
+		s.busy = make([]int, len(s.hosts.members))
+	}
+	dev := s.home(inst)
+	wasIdle := len(s.byDev[dev]) == 0
+	s.byDev[dev] = append(s.byDev[dev], inst)
+	if wasIdle {
+		s.changeBusy(dev, +1, now)
+	}
+	r := &running{dev: dev, start: now, since: now, remaining: float64(s.dur[s.p.Firings[inst%len(s.p.Firings)].Task]), rate: s.rate(dev)}
+	s.running[inst] = r
+	s.schedule(inst, r, now)
+}
+
+func (s *engine) finish(inst int, now trace.Time) {
+	dev := s.running[inst].dev
+	delete(s.running, inst)
+	list := s.byDev[dev]
+	for i, x := range list {
+		if x == inst {
+			s.byDev[dev] = append(list[:i:i], list[i+1:]...)
+			break
+		}
+	}
+	if len(s.byDev[dev]) == 0 {
+		s.changeBusy(dev, -1, now)
+	}
+}
+
+// changeBusy records dev turning busy (+1) or idle (−1) and re-rates the
+// firings running on the other devices of its host.
+func (s *engine) changeBusy(dev, delta int, now trace.Time) {
+	h := s.hosts.of[dev]
+	if h < 0 {
+		return
+	}
+	s.busy[h] += delta
+	for _, other := range s.hosts.members[h] {
+		if other == dev {
+			continue
+		}
+		for _, inst := range s.byDev[other] {
+			r := s.running[inst]
+			rate := s.rate(other)
+			if rate == r.rate {
+				continue
+			}
+			r.remaining = max(r.remaining-float64(now-r.since)*r.rate, 0)
+			r.since, r.rate = now, rate
+			s.schedule(inst, r, now)
+		}
+	}
 }
 
 func (s *engine) Len() int { return len(s.q) }

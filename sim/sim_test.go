@@ -140,3 +140,43 @@ func TestSimulateErrors(t *testing.T) {
 	_, err = Simulate(p, DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return -1, nil }), 1)
 	require.ErrorContains(t, err, "negative")
 }
+
+// contended prices every compute task at 1 ms alone and slows devices of
+// one host down by k per other busy device.
+type contended struct{ k float64 }
+
+func (c contended) Duration(p *plans.Plan, t int) (time.Duration, error) {
+	if p.Tasks[t].Kind == plans.Compute {
+		return time.Millisecond, nil
+	}
+	return 0, nil
+}
+
+func (c contended) Slowdown(*plans.Plan, int) float64 { return c.k }
+
+// Two data-parallel replicas on one host run their kernels side by side;
+// with contention k each kernel takes 1+k times as long while the other
+// replica is busy, and devices of different hosts do not interfere.
+func TestContention(t *testing.T) {
+	p := compile(t, "mlp", "dp=2", 8)
+	kernels := 0
+	for _, task := range p.Tasks {
+		if task.Kind == plans.Compute && task.Replica == 0 {
+			kernels++
+		}
+	}
+	step := func(hostA, hostB string, k float64) time.Duration {
+		p.Devices[0].Host, p.Devices[1].Host = hostA, hostB
+		tr, err := Simulate(p, contended{k}, 3)
+		require.NoError(t, err)
+		require.NoError(t, p.CheckTrace(tr))
+		s, err := tr.StepTime(1)
+		require.NoError(t, err)
+		return s
+	}
+	alone := time.Duration(kernels) * time.Millisecond
+	require.Equal(t, alone, step("", "", 0.5), "no host: no contention")
+	require.Equal(t, alone, step("a", "b", 0.5), "different hosts")
+	require.Equal(t, alone, step("a", "a", 0), "no slowdown")
+	require.Equal(t, alone*3/2, step("a", "a", 0.5), "both replicas always busy: every kernel 1.5×")
+}

@@ -69,7 +69,7 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 	if err != nil {
 		return err
 	}
-	var rows []row
+	var cs []*config
 	for _, m := range strings.Split(models, ",") {
 		for _, bs := range strings.Split(batches, ",") {
 			var batch int
@@ -77,69 +77,95 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 				return fmt.Errorf("batch %q: %w", bs, err)
 			}
 			for _, s := range strings.Split(strategies, ";") {
-				r, err := measure(m, batch, s, cluster, model, runs, iters, warmup)
+				c, err := prepare(m, batch, s, cluster, model, iters, warmup)
 				if err != nil {
 					return fmt.Errorf("%s batch %d %s: %w", m, batch, s, err)
 				}
-				fmt.Printf("%-10s %4d  %-24s predicted %8.2f ms  measured %8.2f ms  error %+6.1f%%\n",
-					r.Model, r.Batch, r.Strategy, r.PredMs, r.MeasMs, 100*r.RelErr)
-				rows = append(rows, r)
+				cs = append(cs, c)
 			}
 		}
+	}
+	// Runs go round-robin over the plans, so that a slow spell of a shared
+	// machine lands on one run of many plans rather than on every run of
+	// one plan.
+	for run := range runs {
+		for _, c := range cs {
+			if err := c.run(iters, warmup); err != nil {
+				return fmt.Errorf("%s batch %d %s, run %d: %w", c.row.Model, c.row.Batch, c.row.Strategy, run+1, err)
+			}
+		}
+	}
+	rows := make([]row, len(cs))
+	for i, c := range cs {
+		r := &c.row
+		sorted := slices.Clone(r.RunsMs)
+		slices.Sort(sorted)
+		r.MeasMs = sorted[len(sorted)/2]
+		r.RelErr = (r.PredMs - r.MeasMs) / r.MeasMs
+		fmt.Printf("%-10s %4d  %-24s predicted %8.2f ms  measured %8.2f ms  error %+6.1f%%\n",
+			r.Model, r.Batch, r.Strategy, r.PredMs, r.MeasMs, 100*r.RelErr)
+		rows[i] = *r
 	}
 	return write(out, calibPath, rows)
 }
 
-func measure(model string, batch int, strategy string, cluster *topology.Cluster, cm sim.CostModel, runs, iters, warmup int) (row, error) {
+// config is one plan under measurement.
+type config struct {
+	p      *plans.Plan
+	runner *runtime.PlanRunner
+	feed   runtime.Feeder
+	row    row
+}
+
+// prepare compiles a plan, simulates it and readies its runner.
+func prepare(model string, batch int, strategy string, cluster *topology.Cluster, cm sim.CostModel, iters, warmup int) (*config, error) {
 	st, err := plans.ParseStrategy(strategy, batch)
 	if err != nil {
-		return row{}, err
+		return nil, err
 	}
 	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), false)
 	if err != nil {
-		return row{}, err
+		return nil, err
 	}
 	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 1, Cluster: cluster.Name,
 		Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devs})
 	if err != nil {
-		return row{}, err
+		return nil, err
 	}
 	pred, err := sim.Simulate(p, cm, iters)
 	if err != nil {
-		return row{}, err
+		return nil, err
 	}
 	predStep, err := pred.StepTime(warmup)
 	if err != nil {
-		return row{}, err
+		return nil, err
 	}
-	r := row{Model: model, Batch: batch, Strategy: p.Strategy, Devices: len(p.Devices), PredMs: ms(predStep)}
+	c := &config{p: p, feed: runtime.NewSyntheticFeeder(p.Images, 10, 1024, 1),
+		row: row{Model: model, Batch: batch, Strategy: p.Strategy, Devices: len(p.Devices), PredMs: ms(predStep)}}
 	for _, m := range p.Memory {
-		r.PeakBytes = append(r.PeakBytes, int64(m.Peak))
+		c.row.PeakBytes = append(c.row.PeakBytes, int64(m.Peak))
 	}
-	runner, err := runtime.NewPlanRunner(p)
+	if c.runner, err = runtime.NewPlanRunner(p); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// run executes the plan once more and records its step time.
+func (c *config) run(iters, warmup int) error {
+	res, err := c.runner.Run(context.Background(), iters, c.feed)
 	if err != nil {
-		return row{}, err
+		return err
 	}
-	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, 1)
-	for range runs {
-		res, err := runner.Run(context.Background(), iters, feed)
-		if err != nil {
-			return row{}, err
-		}
-		if err := p.CheckTrace(res.Trace); err != nil {
-			return row{}, err
-		}
-		step, err := res.Trace.StepTime(warmup)
-		if err != nil {
-			return row{}, err
-		}
-		r.RunsMs = append(r.RunsMs, ms(step))
+	if err := c.p.CheckTrace(res.Trace); err != nil {
+		return err
 	}
-	sorted := slices.Clone(r.RunsMs)
-	slices.Sort(sorted)
-	r.MeasMs = sorted[len(sorted)/2]
-	r.RelErr = (r.PredMs - r.MeasMs) / r.MeasMs
-	return r, nil
+	step, err := res.Trace.StepTime(warmup)
+	if err != nil {
+		return err
+	}
+	c.row.RunsMs = append(c.row.RunsMs, ms(step))
+	return nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	goruntime "runtime"
 	"slices"
@@ -28,6 +29,7 @@ type calibFlags struct {
 	models      []string
 	batches     []int
 	iters       int
+	rounds      int
 	json        bool
 }
 
@@ -40,7 +42,10 @@ func newCalibrateCmd() *cobra.Command {
 size and worker count — the kernels, and the in-process transfers, gradient
 accumulations and all-reduces between CPU devices — by running single,
 dp=2 and pp=2 plans on this machine and taking each task's median time in
-place (with the cache state and neighbours it has in a real run), then
+place (with the cache state and neighbours it has in a real run). Kernels are
+priced from one-device plans (running alone); the data-parallel plans give how
+much kernels slow down while another device of the host is busy (shared
+caches and memory bandwidth), which the simulator applies. Then
 fit the cost model per op kind: launch overhead + max(FLOPs / (peak·eff_c),
 bytes / (bandwidth·eff_m)) with efficiencies that saturate with the size of
 the work. Every fit is tested on a quarter of the shapes held out of it, and
@@ -58,6 +63,7 @@ count ("cpu/2"), and loads on any machine.`,
 	fl.StringSliceVar(&f.models, "models", []string{"mnist-cnn", "mlp"}, "zoo models whose tasks are measured")
 	fl.IntSliceVar(&f.batches, "batches", []int{4, 8, 16, 32, 64, 128, 256}, "micro-batch sizes measured")
 	fl.IntVar(&f.iters, "iters", 8, "iterations each calibration plan runs (the first two untimed; the median is kept)")
+	fl.IntVar(&f.rounds, "rounds", 3, "times every calibration plan runs, in rounds (the median is kept)")
 	fl.StringVarP(&f.out, "output", "o", "calib.json", "calibration file to write")
 	fl.BoolVar(&f.json, "json", false, "print the fit reports as JSON")
 	return cmd
@@ -91,26 +97,35 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 	if f.iters < 3 {
 		return fmt.Errorf("--iters must be ≥ 3, got %d", f.iters)
 	}
+	if f.rounds < 1 {
+		return fmt.Errorf("--rounds must be ≥ 1, got %d", f.rounds)
+	}
 	calib := cost.NewCalibration()
 	bench := runtime.Microbench{Iters: f.iters}
 	var reports []calibReport
+	contention := map[string]float64{}
 	for _, w := range f.workers {
 		spec, err := topology.Spec("cpu", w)
 		if err != nil {
 			return err
 		}
 		start := time.Now()
-		samples, err := measure(cmd, bench, f, w)
+		m, err := measure(cmd, bench, f, w)
 		if err != nil {
 			return err
 		}
-		dc, reps, err := fitKinds(spec, samples)
+		dc, reps, err := fitKinds(spec, append(m.alone, m.comm...))
 		if err != nil {
 			return err
+		}
+		if len(m.slowdowns) > 0 {
+			sort.Float64s(m.slowdowns)
+			dc.Contention = max(0, m.slowdowns[len(m.slowdowns)/2])
 		}
 		host, _ := os.Hostname()
-		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs",
-			host, w, time.Now().UTC().Format("2006-01-02"), len(samples), time.Since(start).Seconds())
+		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
+			host, w, time.Now().UTC().Format("2006-01-02"), len(m.alone)+len(m.comm), time.Since(start).Seconds(), len(m.slowdowns))
+		contention[cost.CalibrationKey(spec)] = dc.Contention
 		calib.Devices[cost.CalibrationKey(spec)] = dc
 		for _, r := range reps {
 			reports = append(reports, calibReport{Key: cost.CalibrationKey(spec), FitReport: r})
@@ -120,7 +135,7 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		return err
 	}
 	if f.json {
-		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports)})
+		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports), "contention": contention})
 	}
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "device\top\tshapes\theld out\tmedian err\tmax err\t")
@@ -132,6 +147,9 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f%%\t%.1f%%\t\n", r.Key, r.Kind, r.Shapes, r.HeldOut, 100*r.MedianRelErr, 100*r.MaxRelErr)
 	}
 	tw.Flush()
+	for _, k := range slices.Sorted(maps.Keys(contention)) {
+		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host\n", k, 100*contention[k])
+	}
 	fmt.Printf("held-out shapes, all ops: median error %.1f%%\nwrote %s\n", 100*heldOutMedian(reports), f.out)
 	return nil
 }
@@ -157,13 +175,29 @@ func heldOutMedian(reps []calibReport) float64 {
 	return errs[len(errs)/2]
 }
 
-// measure times every task of the calibration plans on devices of w
-// workers: single plans for the kernels (one and two micro-batches, for
-// accumulation), and where two devices fit the cores, dp=2 for all-reduces
-// and pp=2 for transfers.
-func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) ([]cost.Sample, error) {
+// measured is what the calibration plans measured on devices of one
+// worker count.
+type measured struct {
+	alone []cost.Sample // kernels of one-device plans: nothing else running
+	comm  []cost.Sample // transfers and all-reduces of two-device plans
+	// slowdowns are, for kernels of data-parallel plans (two devices
+	// running the same kernels at once), time / time alone − 1.
+	slowdowns []float64
+}
+
+// measure runs the calibration plans on devices of w workers: one-device
+// plans for the kernels alone (one and two micro-batches, for
+// accumulation), and, where two devices fit the cores, dp=2 for all-reduces
+// and for the kernels' slowdown when both devices are busy, and pp=2 for
+// transfers.
+func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) (*measured, error) {
 	dev := plans.Device{Type: "cpu", Workers: w}
-	var ps []*plans.Plan
+	type job struct {
+		p       *plans.Plan
+		devices int
+		dp      bool
+	}
+	var jobs []job
 	for _, model := range f.models {
 		for _, b := range f.batches {
 			strategies := []plans.Strategy{
@@ -191,23 +225,58 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 				if err != nil {
 					return nil, err
 				}
-				ps = append(ps, p)
+				jobs = append(jobs, job{p: p, devices: s.Devices(), dp: s.DP > 1})
 			}
 		}
 	}
-	progress := newProgressBar(len(ps), fmt.Sprintf("calibrating %d worker(s)", w))
-	var samples []cost.Sample
-	for i, p := range ps {
-		got, err := bench.Measure(cmd.Context(), p)
+	// Every plan runs f.rounds times, the rounds one after the other, so
+	// that a slow spell of a shared machine does not skew one shape.
+	progress := newProgressBar(f.rounds*len(jobs), fmt.Sprintf("calibrating %d worker(s)", w))
+	m := &measured{}
+	var corun []cost.Sample
+	for i := range f.rounds * len(jobs) {
+		j := jobs[i%len(jobs)]
+		got, err := bench.Measure(cmd.Context(), j.p)
 		if err != nil {
 			return nil, err
 		}
 		for _, s := range got {
-			samples = append(samples, s.Sample)
+			comm := s.Work.Kind == string(plans.Transfer) || s.Work.Kind == string(plans.AllReduce)
+			switch {
+			case j.devices == 1:
+				m.alone = append(m.alone, s.Sample)
+			case comm:
+				m.comm = append(m.comm, s.Sample)
+			case j.dp:
+				corun = append(corun, s.Sample)
+			}
 		}
 		progress(i + 1)
 	}
-	return samples, nil
+	alone, co := medians(m.alone), medians(corun)
+	for _, key := range slices.Sorted(maps.Keys(co)) {
+		// Kernels of a few microseconds are mostly overhead: they say
+		// little about memory-system contention.
+		if t, ok := alone[key]; ok && t > 100*time.Microsecond {
+			m.slowdowns = append(m.slowdowns, float64(co[key])/float64(t)-1)
+		}
+	}
+	return m, nil
+}
+
+// medians returns each shape's median time, by kind and shape.
+func medians(samples []cost.Sample) map[string]time.Duration {
+	by := map[string][]time.Duration{}
+	for _, s := range samples {
+		k := fmt.Sprint(s.Work.Kind, s.Work.Shape)
+		by[k] = append(by[k], s.Time)
+	}
+	out := make(map[string]time.Duration, len(by))
+	for k, ts := range by {
+		slices.Sort(ts)
+		out[k] = ts[len(ts)/2]
+	}
+	return out
 }
 
 // fitKinds fits every op kind; kinds seen on fewer than four shapes keep
