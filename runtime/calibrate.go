@@ -9,7 +9,7 @@ import (
 )
 
 // Microbench measures the tasks of a plan where they run: it executes the
-// plan on this machine's CPU devices and takes each task's median duration,
+// plan on this machine's CPU devices and takes each task's mean duration,
 // so that every kernel is timed with the operands, the cache state and the
 // neighbours it has in a real run (a kernel timed alone, on operands hot in
 // cache, runs faster than it does between other kernels).
@@ -19,7 +19,7 @@ type Microbench struct {
 	Iters, Warmup int
 }
 
-// TaskSample is one task's measured median duration.
+// TaskSample is one task's measured mean duration.
 type TaskSample struct {
 	cost.Sample
 	Workers int    // of the task's device
@@ -53,7 +53,9 @@ func (m Microbench) Measure(ctx context.Context, p *plans.Plan) ([]TaskSample, e
 		}
 		t := int(st.Task)
 		workers := p.Devices[p.Streams[p.Tasks[t].Streams[0]].Device].Workers
-		out = append(out, TaskSample{Sample: cost.Sample{Work: p.Work(t), Time: max(st.Median, 1)}, Workers: workers, Key: p.Tasks[t].Key})
+		// The mean, not the median: a step time is a mean over iterations,
+		// and on a shared machine task times are skewed by slow outliers.
+		out = append(out, TaskSample{Sample: cost.Sample{Work: p.Work(t), Time: max(st.Mean, 1)}, Workers: workers, Key: p.Tasks[t].Key})
 	}
 	return out, nil
 }

@@ -41,7 +41,7 @@ func newCalibrateCmd() *cobra.Command {
 		Long: `Measure every task the plans of the given models run, at each micro-batch
 size and worker count — the kernels, and the in-process transfers, gradient
 accumulations and all-reduces between CPU devices — by running single,
-dp=2 and pp=2 plans on this machine and taking each task's median time in
+dp=2 and pp=2 plans on this machine and taking each task's mean time in
 place (with the cache state and neighbours it has in a real run). Kernels are
 priced from one-device plans (running alone); the data-parallel plans give how
 much kernels slow down while another device of the host is busy (shared
@@ -62,8 +62,8 @@ count ("cpu/2"), and loads on any machine.`,
 	fl.IntSliceVar(&f.workers, "workers", nil, "worker counts (cores per device) to calibrate (default: 1 and all cores)")
 	fl.StringSliceVar(&f.models, "models", []string{"mnist-cnn", "mlp"}, "zoo models whose tasks are measured")
 	fl.IntSliceVar(&f.batches, "batches", []int{4, 8, 16, 32, 64, 128, 256}, "micro-batch sizes measured")
-	fl.IntVar(&f.iters, "iters", 8, "iterations each calibration plan runs (the first two untimed; the median is kept)")
-	fl.IntVar(&f.rounds, "rounds", 3, "times every calibration plan runs, in rounds (the median is kept)")
+	fl.IntVar(&f.iters, "iters", 8, "iterations each calibration plan runs (the first two untimed; the mean is kept)")
+	fl.IntVar(&f.rounds, "rounds", 5, "times every calibration plan runs, in rounds (the median of the rounds is kept)")
 	fl.StringVarP(&f.out, "output", "o", "calib.json", "calibration file to write")
 	fl.BoolVar(&f.json, "json", false, "print the fit reports as JSON")
 	return cmd

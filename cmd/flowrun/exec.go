@@ -84,11 +84,11 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return err
 	}
 	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, p.Seed)
-	type measured struct {
+	type timedRun struct {
 		res  *runtime.RunResult
 		step time.Duration
 	}
-	var runs []measured
+	var runs []timedRun
 	for i := range f.runs {
 		res, err := runner.Run(cmd.Context(), f.iters, feed)
 		if err != nil {
@@ -101,7 +101,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if err != nil {
 			return err
 		}
-		runs = append(runs, measured{res, step})
+		runs = append(runs, timedRun{res, step})
 		if !f.json {
 			fmt.Fprintf(os.Stderr, "run %d: step %.3f ms\n", i+1, ms(step))
 		}
