@@ -106,7 +106,7 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 			r.Model, r.Batch, r.Strategy, r.PredMs, r.MeasMs, 100*r.RelErr)
 		rows[i] = *r
 	}
-	return write(out, calibPath, rows)
+	return write(out, calibPath, rows, iters, warmup)
 }
 
 // config is one plan under measurement.
@@ -170,7 +170,7 @@ func (c *config) run(iters, warmup int) error {
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-func write(dir, calibPath string, rows []row) error {
+func write(dir, calibPath string, rows []row, iters, warmup int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -188,8 +188,8 @@ func write(dir, calibPath string, rows []row) error {
 	}
 	var md strings.Builder
 	fmt.Fprintf(&md, "# Plan loop on CPU: predicted vs measured step time\n\n")
-	fmt.Fprintf(&md, "%s, %s, %d CPUs, %s. Measured: median of %d runs; predicted: `flowsim` with `%s`.\n\n",
-		meta["date"], host, goruntime.NumCPU(), goruntime.Version(), len(rows[0].RunsMs), filepath.Base(calibPath))
+	fmt.Fprintf(&md, "%s, %s, %d CPUs, %s. Measured: median of %d runs (round-robin over the plans) of %d iterations, %d of them warm-up; predicted: `flowsim` with `%s`.\n\n",
+		meta["date"], host, goruntime.NumCPU(), goruntime.Version(), len(rows[0].RunsMs), iters, warmup, filepath.Base(calibPath))
 	fmt.Fprintf(&md, "| model | batch | strategy | devices | predicted ms | measured ms | error |\n|---|---:|---|---:|---:|---:|---:|\n")
 	worst := 0.0
 	for _, r := range rows {
