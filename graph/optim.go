@@ -25,6 +25,18 @@ func (g *Graph) Minimize(loss *Tensor, opt Optimizer) error {
 	return g.Err()
 }
 
+// NewOptimizer returns the optimizer named "sgd" (with momentum when
+// momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8), as the CLIs take it.
+func NewOptimizer(name string, lr, momentum float64) (Optimizer, error) {
+	switch name {
+	case "sgd":
+		return SGD{LR: float32(lr), Momentum: float32(momentum)}, nil
+	case "adam":
+		return Adam{LR: float32(lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, nil
+	}
+	return nil, fmt.Errorf("graph: unknown optimizer %q (want sgd or adam)", name)
+}
+
 // SGD is stochastic gradient descent, with momentum when Momentum > 0
 // (PyTorch's formulation: v = μ·v + g; w −= lr·v).
 type SGD struct {

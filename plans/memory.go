@@ -125,8 +125,7 @@ type reachability struct {
 func newReachability(n int, edges []Edge) *reachability {
 	r := &reachability{n: n, words: (2*n + 63) / 64}
 	succ := make([][]int, 2*n)
-	indeg := make([]int, 2*n)
-	link := func(a, b int) { succ[a] = append(succ[a], b); indeg[b]++ }
+	link := func(a, b int) { succ[a] = append(succ[a], b) }
 	for _, e := range edges {
 		switch e.Delta {
 		case 0:
@@ -136,20 +135,7 @@ func newReachability(n int, edges []Edge) *reachability {
 			link(e.From, e.To+n)
 		}
 	}
-	// Topological order (the plan has no same-iteration cycle: Deps checked).
-	order := make([]int, 0, 2*n)
-	for v := range 2 * n {
-		if indeg[v] == 0 {
-			order = append(order, v)
-		}
-	}
-	for i := 0; i < len(order); i++ {
-		for _, w := range succ[order[i]] {
-			if indeg[w]--; indeg[w] == 0 {
-				order = append(order, w)
-			}
-		}
-	}
+	order := topoOrder(succ) // the plan has no same-iteration cycle: Deps checked
 	r.from = make([][]uint64, 2*n)
 	for i := len(order) - 1; i >= 0; i-- {
 		v := order[i]
@@ -170,3 +156,29 @@ func (r *reachability) has(a, b int) bool { return r.from[a][b/64]&(1<<(b%64)) !
 func (r *reachability) within(a, b int) bool { return a != b && r.has(a, b) }
 
 func (r *reachability) next(a, b int) bool { return r.has(a, b+r.n) }
+
+// topoOrder returns the nodes of an acyclic graph, given by successor
+// lists, in an order where every edge points forward (Kahn's algorithm);
+// nodes on a cycle are left out.
+func topoOrder(succ [][]int) []int {
+	indeg := make([]int, len(succ))
+	for _, ws := range succ {
+		for _, w := range ws {
+			indeg[w]++
+		}
+	}
+	order := make([]int, 0, len(succ))
+	for v, d := range indeg {
+		if d == 0 {
+			order = append(order, v)
+		}
+	}
+	for i := 0; i < len(order); i++ {
+		for _, w := range succ[order[i]] {
+			if indeg[w]--; indeg[w] == 0 {
+				order = append(order, w)
+			}
+		}
+	}
+	return order
+}

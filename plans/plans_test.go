@@ -224,28 +224,13 @@ func TestCheckTraceCatchesViolations(t *testing.T) {
 
 // topo orders firings so that every same-iteration edge points forward.
 func topo(n int, edges []Edge) []int {
-	indeg := make([]int, n)
 	succ := make([][]int, n)
 	for _, e := range edges {
 		if e.Delta == 0 {
 			succ[e.From] = append(succ[e.From], e.To)
-			indeg[e.To]++
 		}
 	}
-	var order []int
-	for v := range n {
-		if indeg[v] == 0 {
-			order = append(order, v)
-		}
-	}
-	for i := 0; i < len(order); i++ {
-		for _, w := range succ[order[i]] {
-			if indeg[w]--; indeg[w] == 0 {
-				order = append(order, w)
-			}
-		}
-	}
-	return order
+	return topoOrder(succ)
 }
 
 func FuzzDecode(f *testing.F) {

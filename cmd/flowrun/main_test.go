@@ -32,7 +32,7 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--lr", "0"}, "--lr must be a positive number"},
 		{[]string{"--lr", "NaN"}, "--lr must be a positive number"},
 		{[]string{"--momentum", "1"}, "--momentum must be in [0, 1)"},
-		{[]string{"--optimizer", "lamb"}, `unknown --optimizer "lamb"`},
+		{[]string{"--optimizer", "lamb"}, `unknown optimizer "lamb"`},
 		{[]string{"--epochs", "two"}, `invalid argument "two"`},
 		{[]string{"--data", filepath.Join(t.TempDir(), "missing")}, "no such directory"},
 		{[]string{"--data", t.TempDir()}, "train-images-idx3-ubyte"},

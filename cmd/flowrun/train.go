@@ -106,21 +106,11 @@ func (f trainFlags) validate() error {
 	return nil
 }
 
-func (f trainFlags) optim() (graph.Optimizer, error) {
-	switch f.optimizer {
-	case "sgd":
-		return graph.SGD{LR: float32(f.lr), Momentum: float32(f.momentum)}, nil
-	case "adam":
-		return graph.Adam{LR: float32(f.lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, nil
-	}
-	return nil, fmt.Errorf("unknown --optimizer %q (want sgd or adam)", f.optimizer)
-}
-
 func runTrain(cmd *cobra.Command, f trainFlags) error {
 	if err := f.validate(); err != nil {
 		return err
 	}
-	opt, err := f.optim()
+	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum)
 	if err != nil {
 		return err
 	}

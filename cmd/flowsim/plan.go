@@ -64,14 +64,9 @@ func runPlan(w io.Writer, f planFlags) error {
 	if err != nil {
 		return err
 	}
-	var opt graph.Optimizer
-	switch f.optimizer {
-	case "sgd":
-		opt = graph.SGD{LR: float32(f.lr), Momentum: float32(f.momentum)}
-	case "adam":
-		opt = graph.Adam{LR: float32(f.lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
-	default:
-		return fmt.Errorf("unknown --optimizer %q (want sgd or adam)", f.optimizer)
+	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum)
+	if err != nil {
+		return err
 	}
 	cluster, err := topology.Resolve(f.cluster)
 	if err != nil {
