@@ -37,7 +37,7 @@ type PlanRunner struct {
 	out    [][]graph.Spec
 
 	// Stall is how long the runner waits without any firing finishing
-	// before it gives up with an error naming what is stuck (default 1 min).
+	// before it gives up with ErrStalled (default 1 min; 0 waits forever).
 	Stall time.Duration
 	// Progress, if set, is called once per iteration, when its last loss
 	// is known, with the iteration's mean loss.
@@ -272,11 +272,16 @@ func (x *run) wait(f, it int) error {
 	}
 }
 
-// watchdog cancels the run when no firing has finished for Stall.
+// watchdog wakes the streams when the run is cancelled, and cancels it
+// when no firing has finished for Stall.
 func (x *run) watchdog(cancel context.CancelCauseFunc) (stop func()) {
 	quit := make(chan struct{})
 	go func() {
-		tick := time.NewTicker(min(x.r.Stall/4, time.Second))
+		period := time.Second
+		if x.r.Stall > 0 {
+			period = min(x.r.Stall/4+1, time.Second)
+		}
+		tick := time.NewTicker(period)
 		defer tick.Stop()
 		for {
 			select {
@@ -289,7 +294,7 @@ func (x *run) watchdog(cancel context.CancelCauseFunc) (stop func()) {
 				return
 			case <-tick.C:
 				x.mu.Lock()
-				stalled := time.Since(x.progress) > x.r.Stall
+				stalled := x.r.Stall > 0 && time.Since(x.progress) > x.r.Stall
 				x.mu.Unlock()
 				if stalled {
 					cancel(fmt.Errorf("%w: no task finished for %v", ErrStalled, x.r.Stall))

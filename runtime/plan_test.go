@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"context"
+	"errors"
 	"math"
 	"testing"
 
@@ -102,4 +103,32 @@ func relDiff(a, b []float32) float64 {
 		den += float64(b[i]) * float64(b[i])
 	}
 	return math.Sqrt(num / den)
+}
+
+// A cancelled run stops promptly with the cause, whatever Stall says.
+func TestPlanRunCancelled(t *testing.T) {
+	p := compile(t, "mlp", "pp=2,mb=2", 8)
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	r.Stall = 0
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err = r.Run(ctx, 1000, NewSyntheticFeeder(p.Images, 10, 16, 1))
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+// A feeder error stops the run with an error naming the firing.
+func TestPlanRunFeederError(t *testing.T) {
+	p := compile(t, "mlp", "dp=2", 8)
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	_, err = r.Run(context.Background(), 3, failingFeeder{})
+	require.ErrorContains(t, err, "input/images")
+	require.ErrorContains(t, err, "disk on fire")
+}
+
+type failingFeeder struct{}
+
+func (failingFeeder) Feed(int, int, int, []float32, []int32) error {
+	return errors.New("disk on fire")
 }
