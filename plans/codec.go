@@ -31,6 +31,8 @@ func Decode(r io.Reader) (*Plan, error) {
 			return nil, fmt.Errorf("plans: byte %d: %w", se.Offset, err)
 		case errors.As(err, &te):
 			return nil, fmt.Errorf("plans: byte %d: field %s: %w", te.Offset, te.Field, err)
+		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("plans: the file ends before the plan does (truncated JSON): %w", err)
 		}
 		return nil, fmt.Errorf("plans: %w", err)
 	}
