@@ -11,6 +11,7 @@ import (
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/kernels/cpu"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 	"github.com/flowkit/flowkit/units"
 )
@@ -59,6 +60,9 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 		r.edges[e.To] = append(r.edges[e.To], e)
 	}
 	for i, d := range p.Devices {
+		if spec, ok := topology.Lookup(d.Type); !ok || spec.Class != topology.CPU {
+			return nil, fmt.Errorf("runtime: plan device %s is a %s: not available: this runtime executes on CPU devices only", d.Name, d.Type)
+		}
 		if d.Workers < 1 {
 			return nil, fmt.Errorf("runtime: plan device %s has %d workers", d.Name, d.Workers)
 		}

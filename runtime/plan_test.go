@@ -132,3 +132,14 @@ type failingFeeder struct{}
 func (failingFeeder) Feed(int, int, int, []float32, []int32) error {
 	return errors.New("disk on fire")
 }
+
+// A plan compiled for GPUs is refused, not run on the CPU by mistake.
+func TestPlanForGPUsRefused(t *testing.T) {
+	st, err := plans.ParseStrategy("dp=2", 8)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1},
+		Devices: []plans.Device{{Name: "gpu0", Type: "A100-SXM4-40GB", Workers: 1}, {Name: "gpu1", Type: "A100-SXM4-40GB", Workers: 1}}})
+	require.NoError(t, err)
+	_, err = NewPlanRunner(p)
+	require.ErrorContains(t, err, "not available")
+}
