@@ -177,6 +177,15 @@ func (f *OpFit) check() error {
 			return fmt.Errorf("%s.gamma: must be in [0.1, 10], got %g", c.name, c.c.Gamma)
 		}
 	}
+	for _, fam := range sortedKeys(f.Families) {
+		prev := 0.0
+		for i, p := range f.Families[fam] {
+			if !(p.Work > prev) || p.Time <= 0 || math.IsInf(p.Work, 0) {
+				return fmt.Errorf("families[%q][%d]: want positive times at increasing work, got work %g, time %d ns", fam, i, p.Work, p.Time)
+			}
+			prev = p.Work
+		}
+	}
 	for i, e := range f.Exact {
 		if _, ok := topology.CanonicalDType(e.DType); !ok {
 			return fmt.Errorf("exact[%d].dtype: unknown dtype %q", i, e.DType)

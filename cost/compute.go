@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -25,6 +26,10 @@ type Work struct {
 	Bytes units.Bytes // bytes read plus written
 	DType string      // f32, tf32, f16, bf16, f8 (see topology.CanonicalDType)
 	Shape []int
+	// Family, if set, names shapes that differ only in how much work they
+	// do — one layer at several batch sizes. A fit interpolates a family's
+	// measured shapes before it falls back to the op kind's curves.
+	Family string
 }
 
 // Curve is a saturating efficiency curve over work size w (FLOPs or bytes):
@@ -57,8 +62,47 @@ type OpFit struct {
 	// Exact holds measured shapes; a Work whose dtype and shape match one
 	// is priced at its measured time, not by the curves.
 	Exact []Measurement `json:"exact,omitempty"`
+	// Families holds, per shape family (Work.Family), the family's
+	// measured shapes by work, for interpolation.
+	Families map[string][]FamilyPoint `json:"families,omitempty"`
 	// Report is the fit's own error on held-out shapes, when fitted.
 	Report *FitReport `json:"fit,omitempty"`
+}
+
+// FamilyPoint is one measured shape of a family: its work (FLOPs, or
+// bytes for an op that does no arithmetic) and its time.
+type FamilyPoint struct {
+	Work float64       `json:"work"`
+	Time time.Duration `json:"time_ns"`
+}
+
+// workOf is the size a family is interpolated over.
+func workOf(flops, bytes float64) float64 {
+	if flops > 0 {
+		return flops
+	}
+	return bytes
+}
+
+// interpolate prices work w within a family: piecewise-linear in log time
+// over log work between the measured points, extended along the nearest
+// segment (its slope held between 0 and 1.5: time neither falls with work
+// nor grows much faster than it). ok is false with fewer than two points.
+func interpolate(pts []FamilyPoint, w float64) (t float64, ok bool) {
+	if len(pts) < 2 || w <= 0 {
+		return 0, false
+	}
+	i := sort.Search(len(pts), func(i int) bool { return pts[i].Work >= w })
+	i = min(max(i, 1), len(pts)-1)
+	a, b := pts[i-1], pts[i]
+	if a.Work <= 0 || b.Work <= a.Work || a.Time <= 0 || b.Time <= 0 {
+		return 0, false
+	}
+	slope := math.Log(float64(b.Time)/float64(a.Time)) / math.Log(b.Work/a.Work)
+	if w < a.Work || w > b.Work {
+		slope = min(max(slope, 0), 1.5)
+	}
+	return float64(a.Time) * math.Pow(w/a.Work, slope) / 1e9, true
 }
 
 // Measurement is the measured time of one shape (the median of repeats).
@@ -98,6 +142,7 @@ type Source string
 
 const (
 	FromExact   Source = "exact"   // a measured shape
+	FromFamily  Source = "family"  // interpolated between measured shapes of its family
 	FromFit     Source = "fit"     // a calibrated curve
 	FromDefault Source = "default" // catalog peaks and default efficiencies
 )
@@ -173,6 +218,11 @@ func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, err
 			for _, kind := range []string{w.Kind, "*"} {
 				if t, ok := m.exact[exactKey(key, kind, dtype, w.Shape)]; ok && w.Shape != nil {
 					return Prediction{Time: t, Source: FromExact}, nil
+				}
+			}
+			if of := dc.Ops[w.Kind]; of != nil && w.Family != "" {
+				if t, ok := interpolate(of.Families[w.Family], workOf(float64(w.FLOPs), float64(w.Bytes))); ok {
+					return Prediction{Time: time.Duration(math.Round(t * 1e9)), Source: FromFamily}, nil
 				}
 			}
 			for _, kind := range []string{w.Kind, "*"} {

@@ -1,6 +1,7 @@
 package cost
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"math"
@@ -40,12 +41,13 @@ func (r FitReport) String() string {
 
 // shapeStat is one distinct shape with the median of its measurements.
 type shapeStat struct {
-	dtype string
-	shape []int
-	flops float64
-	bytes float64
-	peak  float64
-	t     float64 // seconds
+	family string
+	dtype  string
+	shape  []int
+	flops  float64
+	bytes  float64
+	peak   float64
+	t      float64 // seconds
 }
 
 // Fit fits the compute model of one op kind on device dev from measured
@@ -82,14 +84,20 @@ func Fit(dev topology.DeviceSpec, samples []Sample) (OpFit, FitReport, error) {
 		}
 	}
 	held := fitStats(dev, train)
+	heldFamilies := families(train)
 	errs := make([]float64, len(test))
 	for i, s := range test {
-		errs[i] = math.Abs(held.predict(units.FLOPsPerSecond(s.peak), dev.MemBandwidth, s.flops, s.bytes)-s.t) / s.t
+		p, ok := interpolate(heldFamilies[s.family], workOf(s.flops, s.bytes))
+		if !ok {
+			p = held.predict(units.FLOPsPerSecond(s.peak), dev.MemBandwidth, s.flops, s.bytes)
+		}
+		errs[i] = math.Abs(p-s.t) / s.t
 	}
 	slices.Sort(errs)
 	rep := FitReport{Kind: kind, Samples: len(samples), Shapes: len(stats), HeldOut: len(test),
 		MedianRelErr: median(errs), MaxRelErr: errs[len(errs)-1]}
 	of := fitStats(dev, stats)
+	of.Families = families(stats)
 	for _, s := range stats {
 		of.Exact = append(of.Exact, Measurement{DType: s.dtype, Shape: s.shape, Time: time.Duration(math.Round(s.t * 1e9))})
 	}
@@ -138,7 +146,7 @@ func shapeStats(dev topology.DeviceSpec, kind string, samples []Sample) ([]shape
 		peak, _ := dev.Peak.PeakFor(dt)
 		key := fmt.Sprintf("%s|%v|%g|%d", dt, w.Shape, float64(w.FLOPs), w.Bytes)
 		if _, ok := first[key]; !ok {
-			first[key] = shapeStat{dtype: dt, shape: slices.Clone(w.Shape), flops: float64(w.FLOPs), bytes: float64(w.Bytes), peak: float64(peak)}
+			first[key] = shapeStat{family: w.Family, dtype: dt, shape: slices.Clone(w.Shape), flops: float64(w.FLOPs), bytes: float64(w.Bytes), peak: float64(peak)}
 		}
 		groups[key] = append(groups[key], s.Time.Seconds())
 	}
@@ -268,8 +276,32 @@ func ExactOnly(dev topology.DeviceSpec, samples []Sample) (OpFit, error) {
 		return OpFit{}, err
 	}
 	of := *defaultFit(dev)
+	of.Families = families(stats)
 	for _, s := range stats {
 		of.Exact = append(of.Exact, Measurement{DType: s.dtype, Shape: s.shape, Time: time.Duration(math.Round(s.t * 1e9))})
 	}
 	return of, nil
+}
+
+// families groups shapes by family into points sorted by work, keeping
+// families of two or more shapes.
+func families(stats []shapeStat) map[string][]FamilyPoint {
+	by := map[string][]FamilyPoint{}
+	for _, s := range stats {
+		if s.family != "" {
+			by[s.family] = append(by[s.family], FamilyPoint{Work: workOf(s.flops, s.bytes), Time: time.Duration(math.Round(s.t * 1e9))})
+		}
+	}
+	out := map[string][]FamilyPoint{}
+	for f, pts := range by {
+		if len(pts) < 2 {
+			continue
+		}
+		slices.SortFunc(pts, func(a, b FamilyPoint) int { return cmp.Compare(a.Work, b.Work) })
+		out[f] = pts
+	}
+	if len(out) == 0 {
+		return nil
+	}
+	return out
 }

@@ -212,7 +212,8 @@ func (c *compiler) buildReplica(replica int) error {
 			task := c.newTask(Task{Name: c.taskName(dev, "input/"+in.Name), Kind: Input, Phase: "input",
 				Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 				Writes: []int{reg}, Offset: replica * c.st.MB * c.p.MicroBatch,
-				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone()})
+				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone(),
+				Family: "input(" + batchless(in.Spec) + ")"})
 			c.blocks[dev]["F"] = append(c.blocks[dev]["F"], task)
 		}
 	}
@@ -246,7 +247,7 @@ func (c *compiler) buildReplica(replica int) error {
 		cost := n.Cost()
 		task := c.newTask(Task{Name: c.taskName(dev, n.Name), Kind: Compute, Phase: n.Phase.String(),
 			Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
-			Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n)})
+			Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 		block := "F"
 		if n.Phase == graph.Backward {
 			block = "B"
@@ -293,7 +294,8 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 		Stage: src % c.st.PP, Replica: replica, PerMicro: true,
 		Streams: []int{c.commStream(src, "p2p>"+c.p.Devices[dev].Name)},
 		Reads:   []Use{{Reg: srcReg, Mode: ReadMicro}}, Writes: []int{dst},
-		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes()), Shape: []int{int(t.Spec.Bytes())}})
+		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes()), Shape: []int{int(t.Spec.Bytes())},
+		Family: "transfer(" + batchless(t.Spec) + ")"})
 	c.xfers[[2]int{from, dev}] = append(c.xfers[[2]int{from, dev}], task)
 	return dst, nil
 }
@@ -380,7 +382,7 @@ func (c *compiler) buildUpdates() {
 			cost := n.Cost()
 			task := c.newTask(Task{Name: c.taskName(dev, "update/"+n.Inputs[0].Name), Kind: Compute, Phase: "update",
 				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
-				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n)})
+				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 			c.updates[dev] = append(c.updates[dev], task)
 		}
 	}
@@ -435,6 +437,40 @@ func workKey(n *graph.Node) string {
 		b.Write(attrs)
 	}
 	return b.String()
+}
+
+// workFamily is workKey with the micro-batch dimension — the leading axis
+// of every input that is not a weight or optimizer state — left out.
+func workFamily(n *graph.Node) string {
+	var b strings.Builder
+	b.WriteString(n.Op.Type())
+	b.WriteByte('(')
+	for i, in := range n.Inputs {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		if in.Persistent() {
+			b.WriteString(in.Spec.String())
+		} else {
+			b.WriteString(batchless(in.Spec))
+		}
+	}
+	b.WriteByte(')')
+	if attrs, err := json.Marshal(n.Op); err == nil && string(attrs) != "{}" {
+		b.Write(attrs)
+	}
+	return b.String()
+}
+
+// batchless writes a spec with its leading (batch) axis as "b".
+func batchless(s graph.Spec) string {
+	if len(s.Shape) == 0 {
+		return s.String()
+	}
+	if len(s.Shape) == 1 {
+		return s.DType.String() + "[b]"
+	}
+	return s.DType.String() + "[b," + strings.TrimPrefix(s.Shape[1:].String(), "[")
 }
 
 // workShape encodes a node's work as integers for exact-shape cost

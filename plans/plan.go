@@ -113,6 +113,9 @@ type Task struct {
 	// encodes it as integers: the cost model's exact-shape lookup key.
 	Key   string `json:"key"`
 	Shape []int  `json:"shape"`
+	// Family is Key with the micro-batch dimension left out: the same
+	// work at any batch size, for interpolating calibrations.
+	Family string `json:"family,omitempty"`
 }
 
 // Register is a task output: Slots buffers of one spec on one device,

@@ -41,7 +41,7 @@ func (p *Plan) Work(t int) cost.Work {
 	if task.Op != nil {
 		kind = task.Op.Type
 	}
-	return cost.Work{Kind: kind, FLOPs: task.FLOPs, Bytes: task.Bytes, DType: "f32", Shape: task.Shape}
+	return cost.Work{Kind: kind, FLOPs: task.FLOPs, Bytes: task.Bytes, DType: "f32", Shape: task.Shape, Family: task.Family}
 }
 
 // CheckTrace verifies that an execution trace of the plan (simulated or
