@@ -8,13 +8,17 @@ import (
 	"github.com/flowkit/flowkit/topology"
 )
 
-// CostModel prices every task with the compute model on its home device:
-// kernels by op kind and shape, and the in-process transfers, gradient
-// accumulations and all-reduces between CPU devices as the memory-bound
-// kinds "transfer", "accumulate" and "allreduce" (calibrated like kernels).
-// Devices of one host slow each other down by the calibrated contention.
+// CostModel prices every task on its home device. Kernels go to the
+// compute model, by op kind and shape. Communication between accelerators
+// goes to the communication model over the cluster's routes, when Comm is
+// set and knows the plan's devices by name; communication between CPU
+// devices of one process (in-process copies and reductions) goes to the
+// compute model as the memory-bound kinds "transfer" and "allreduce",
+// calibrated like kernels. Devices of one host slow each other down by the
+// calibrated contention.
 type CostModel struct {
 	Compute *cost.ComputeModel
+	Comm    *cost.Comm // optional
 }
 
 var (
@@ -24,11 +28,45 @@ var (
 
 // Duration implements Durations.
 func (m CostModel) Duration(p *plans.Plan, t int) (time.Duration, error) {
-	spec, err := deviceSpec(p, p.Streams[p.Tasks[t].Streams[0]].Device)
+	home := p.Streams[p.Tasks[t].Streams[0]].Device
+	spec, err := deviceSpec(p, home)
 	if err != nil {
 		return 0, err
 	}
+	if d, ok, err := m.comm(p, t, spec); ok || err != nil {
+		return d, err
+	}
 	return m.Compute.Time(spec, p.Work(t))
+}
+
+// comm prices a transfer or an all-reduce between accelerators with the
+// communication model; ok is false when that does not apply.
+func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.Duration, ok bool, err error) {
+	task := &p.Tasks[t]
+	if m.Comm == nil || home.Class == topology.CPU || (task.Kind != plans.Transfer && task.Kind != plans.AllReduce) {
+		return 0, false, nil
+	}
+	id := func(dev int) (topology.DeviceID, bool) { return m.Comm.Cluster().DeviceByName(p.Devices[dev].Name) }
+	switch task.Kind {
+	case plans.Transfer:
+		src, ok1 := id(p.Streams[task.Streams[0]].Device)
+		dst, ok2 := id(p.Registers[task.Writes[0]].Device)
+		if !ok1 || !ok2 {
+			return 0, false, nil
+		}
+		d, err = m.Comm.PointToPoint(src, dst, task.Bytes)
+	default:
+		var group []topology.DeviceID
+		for _, s := range task.Streams {
+			g, ok := id(p.Streams[s].Device)
+			if !ok {
+				return 0, false, nil
+			}
+			group = append(group, g)
+		}
+		d, err = m.Comm.AllReduce(group, task.Bytes, cost.Auto)
+	}
+	return d, true, err
 }
 
 // Slowdown implements Contention with the calibrated contention of the

@@ -5,8 +5,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
@@ -179,4 +181,36 @@ func TestContention(t *testing.T) {
 	require.Equal(t, alone, step("a", "b", 0.5), "different hosts")
 	require.Equal(t, alone, step("a", "a", 0), "no slowdown")
 	require.Equal(t, alone*3/2, step("a", "a", 0.5), "both replicas always busy: every kernel 1.5×")
+}
+
+// On a GPU cluster, all-reduces are priced by the communication model over
+// the cluster's routes.
+func TestCommOnGPUCluster(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	st, err := plans.ParseStrategy("dp=8", 64)
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, 8, false)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs})
+	require.NoError(t, err)
+	comm := cost.NewComm(c)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
+	checked := 0
+	for i, task := range p.Tasks {
+		if task.Kind != plans.AllReduce {
+			continue
+		}
+		got, err := m.Duration(p, i)
+		require.NoError(t, err)
+		group := make([]topology.DeviceID, 8)
+		for k := range group {
+			group[k] = topology.DeviceID(k)
+		}
+		want, err := comm.AllReduce(group, task.Bytes, cost.Auto)
+		require.NoError(t, err)
+		require.Equal(t, want, got, task.Name)
+		checked++
+	}
+	require.Equal(t, 6, checked, "one all-reduce per weight and bias")
 }

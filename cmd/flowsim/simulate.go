@@ -11,13 +11,14 @@ import (
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/sim"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 )
 
 type simFlags struct {
-	plan, calib, tracePath string
-	iters, warmup          int
-	json                   bool
+	plan, calib, tracePath, cluster string
+	iters, warmup                   int
+	json                            bool
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -28,7 +29,9 @@ func newSimulateCmd() *cobra.Command {
 		Long: `Simulate a plan with the discrete-event simulator: every firing starts as soon
 as its dependency edges allow and lasts what the cost model says (from
 --calib, a file written by 'flowrun calibrate', else the device catalog's
-default efficiencies). The same input gives the same output, byte for byte.`,
+default efficiencies); transfers and all-reduces between accelerators are
+priced over the cluster's routes by the communication model. The same input
+gives the same output, byte for byte.`,
 		Example: `  flowsim simulate --plan plan.json --calib calib.json --trace sim.json`,
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd.OutOrStdout(), f) },
@@ -36,6 +39,7 @@ default efficiencies). The same input gives the same output, byte for byte.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.plan, "plan", "", "plan file (from 'flowsim plan'; required)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster whose routes price communication between accelerators (default: the plan's, if it is a preset)")
 	fl.IntVar(&f.iters, "iters", 10, "iterations to simulate")
 	fl.IntVar(&f.warmup, "warmup", 2, "iterations left out of the step time")
 	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto)")
@@ -58,7 +62,20 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return err
 		}
 	}
-	tr, err := sim.Simulate(p, sim.CostModel{Compute: cost.NewComputeModel(calib)}, f.iters)
+	model := sim.CostModel{Compute: cost.NewComputeModel(calib)}
+	switch {
+	case f.cluster != "":
+		c, err := topology.Resolve(f.cluster)
+		if err != nil {
+			return err
+		}
+		model.Comm = cost.NewComm(c)
+	case p.Cluster != "":
+		if c, err := topology.Resolve(p.Cluster); err == nil {
+			model.Comm = cost.NewComm(c)
+		}
+	}
+	tr, err := sim.Simulate(p, model, f.iters)
 	if err != nil {
 		return err
 	}
