@@ -84,16 +84,14 @@ type compiler struct {
 	p     *Plan
 
 	// per device
-	regOf   []map[int]int      // tensor ID → register holding it on that device
-	copyOf  []map[int]int      // tensor ID → register of its copy received on that device
-	streams []map[string]int   // stream name → stream index
-	fwd     [][][]int          // [device][micro] forward-block tasks in order... (filled by schedule)
-	blocks  []map[string][]int // device → block name ("F", "B") → tasks in order
-	accOf   []map[int]int      // grad tensor ID → accumulator register
-	grads   []map[int]int      // param tensor ID → register the update reads
-	updates [][]int            // device → update tasks in order
-	colls   [][]int            // device → all-reduce tasks in order
-	xfers   map[[2]int][]int   // (src task, dst device) → transfer tasks
+	regOf    []map[int]int    // tensor ID → register holding it on that device
+	copyOf   []map[int]int    // tensor ID → register of its copy received on that device
+	streams  []map[string]int // stream name → stream index
+	fwd, bwd [][]int          // device → the tasks of a forward (backward) micro-batch block, in order
+	accOf    []map[int]int    // grad tensor ID → accumulator register
+	updates  [][]int          // device → update tasks in order
+	colls    [][]int          // device → all-reduce tasks in order
+	xfers    map[[2]int][]int // (src task, dst device) → transfer tasks
 }
 
 func (c *compiler) device(replica, stage int) int { return replica*c.st.PP + stage }
@@ -155,15 +153,15 @@ func (c *compiler) build() error {
 	c.regOf = make([]map[int]int, n)
 	c.copyOf = make([]map[int]int, n)
 	c.streams = make([]map[string]int, n)
-	c.blocks = make([]map[string][]int, n)
+	c.fwd = make([][]int, n)
+	c.bwd = make([][]int, n)
 	c.accOf = make([]map[int]int, n)
-	c.grads = make([]map[int]int, n)
 	c.updates = make([][]int, n)
 	c.colls = make([][]int, n)
 	c.xfers = map[[2]int][]int{}
 	for d := range n {
 		c.regOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[string]int{}
-		c.blocks[d], c.accOf[d], c.grads[d] = map[string][]int{}, map[int]int{}, map[int]int{}
+		c.accOf[d] = map[int]int{}
 		c.stream(d, "compute")
 	}
 	for r := range c.st.DP {
@@ -214,7 +212,7 @@ func (c *compiler) buildReplica(replica int) error {
 				Writes: []int{reg}, Offset: replica * c.st.MB * c.p.MicroBatch,
 				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone(),
 				Family: "input(" + batchless(in.Spec) + ")"})
-			c.blocks[dev]["F"] = append(c.blocks[dev]["F"], task)
+			c.fwd[dev] = append(c.fwd[dev], task)
 		}
 	}
 	for _, n := range c.g.Nodes {
@@ -248,11 +246,11 @@ func (c *compiler) buildReplica(replica int) error {
 		task := c.newTask(Task{Name: c.taskName(dev, n.Name), Kind: Compute, Phase: n.Phase.String(),
 			Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 			Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
-		block := "F"
 		if n.Phase == graph.Backward {
-			block = "B"
+			c.bwd[dev] = append(c.bwd[dev], task)
+		} else {
+			c.fwd[dev] = append(c.fwd[dev], task)
 		}
-		c.blocks[dev][block] = append(c.blocks[dev][block], task)
 	}
 	return nil
 }
@@ -318,7 +316,7 @@ func (c *compiler) gradReg(dev int, grad *graph.Tensor, replica int) int {
 		Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Reads: []Use{{Reg: reg, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: true,
 		FLOPs: units.FLOPs(2 * n), Bytes: 3 * grad.Spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
-	c.blocks[dev]["B"] = append(c.blocks[dev]["B"], task)
+	c.bwd[dev] = append(c.bwd[dev], task)
 	return acc
 }
 

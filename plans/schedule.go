@@ -28,7 +28,7 @@ func (c *compiler) order() {
 	}
 	for d := range c.p.Devices {
 		compute := &c.p.Streams[c.streams[d]["compute"]]
-		f, b := c.blocks[d]["F"], c.blocks[d]["B"]
+		f, b := c.fwd[d], c.bwd[d]
 		for _, step := range c.schedule(d % c.st.PP) {
 			if step.forward {
 				compute.Order = append(compute.Order, block(f, step.micro)...)
