@@ -171,7 +171,7 @@ func (op BiasAdd) Signatures(in, out []Spec) []Signature {
 func (op BiasAdd) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	var db *Tensor
 	if need[1] {
-		db = g.apply1(BiasGrad{Axis: op.Axis}, dy[0])
+		db = g.apply1(BiasGrad(op), dy[0])
 	}
 	return []*Tensor{dy[0], db}
 }

@@ -54,7 +54,7 @@ func (o SGD) update(g *Graph, params, grads []*Tensor) {
 			continue
 		}
 		v := g.State(w.Name+".momentum", w.Spec.Shape, Init{Kind: Zeros})
-		g.Apply(MomentumUpdate{LR: o.LR, Momentum: o.Momentum, WeightDecay: o.WeightDecay}, w, grads[i], v)
+		g.Apply(MomentumUpdate(o), w, grads[i], v)
 	}
 }
 

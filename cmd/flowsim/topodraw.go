@@ -46,8 +46,6 @@ type layout struct {
 	maxBW, minBW   float64
 	typeLabels     bool
 	nodesPerRow    int
-	fabricY        float64
-	fabricSwitches []int
 }
 
 func (l *layout) at(v topology.Vertex) (float64, float64) {
