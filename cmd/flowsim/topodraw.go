@@ -34,18 +34,18 @@ const (
 var switchRows = []topology.SwitchKind{topology.NVSwitch, topology.PCIeSwitch, topology.Host, topology.NIC}
 
 type layout struct {
-	pos            []vg.Point // per vertex, in plot units (X, Y as floats)
-	nodeBox        [][4]float64
-	center         [][2]float64 // per node: centre of its devices
-	width          float64      // of a node box
-	rowBottom      []float64    // per row of nodes: the bottom of its boxes
-	xmin, xmax     float64
-	ymin, ymax     float64
-	kinds          []topology.LinkKind
-	c              *topology.Cluster
-	maxBW, minBW   float64
-	typeLabels     bool
-	nodesPerRow    int
+	pos          []vg.Point // per vertex, in plot units (X, Y as floats)
+	nodeBox      [][4]float64
+	center       [][2]float64 // per node: centre of its devices
+	width        float64      // of a node box
+	rowBottom    []float64    // per row of nodes: the bottom of its boxes
+	xmin, xmax   float64
+	ymin, ymax   float64
+	kinds        []topology.LinkKind
+	c            *topology.Cluster
+	maxBW, minBW float64
+	typeLabels   bool
+	nodesPerRow  int
 }
 
 func (l *layout) at(v topology.Vertex) (float64, float64) {
