@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ type planFlags struct {
 	lr, momentum                             float64
 	seed                                     uint64
 	oversubscribe                            bool
+	json                                     bool
 }
 
 func newPlanCmd() *cobra.Command {
@@ -53,6 +55,7 @@ divided among devices (local with 2 cores: dp=2 gets two 1-core devices).`,
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
 	fl.StringVarP(&f.out, "output", "o", "", "write the plan here (default: a summary only)")
+	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object")
 	return cmd
 }
 
@@ -81,11 +84,23 @@ func runPlan(w io.Writer, f planFlags) error {
 	if err != nil {
 		return err
 	}
-	summarizePlan(w, p)
-	if f.out == "" {
-		return nil
+	if f.out != "" {
+		if err := writePlan(f.out, p); err != nil {
+			return err
+		}
 	}
-	file, err := os.Create(f.out)
+	if f.json {
+		return planJSON(w, p, f.out)
+	}
+	summarizePlan(w, p)
+	if f.out != "" {
+		fmt.Fprintf(w, "wrote %s\n", f.out)
+	}
+	return nil
+}
+
+func writePlan(path string, p *plans.Plan) error {
+	file, err := os.Create(path)
 	if err != nil {
 		return err
 	}
@@ -93,11 +108,22 @@ func runPlan(w io.Writer, f planFlags) error {
 		file.Close()
 		return err
 	}
-	if err := file.Close(); err != nil {
-		return err
+	return file.Close()
+}
+
+func planJSON(w io.Writer, p *plans.Plan, path string) error {
+	edges, _ := p.Deps()
+	peak := make(map[string]int64, len(p.Memory))
+	for _, m := range p.Memory {
+		peak[p.Devices[m.Device].Name] = int64(m.Peak)
 	}
-	fmt.Fprintf(w, "wrote %s\n", f.out)
-	return nil
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(map[string]any{
+		"plan": path, "model": p.Model, "strategy": p.Strategy, "batch": p.Batch, "micro_batch": p.MicroBatch,
+		"micro_batches": p.MB, "devices": len(p.Devices), "tasks": len(p.Tasks), "firings": len(p.Firings),
+		"registers": len(p.Registers), "streams": len(p.Streams), "edges": len(edges), "peak_mem_bytes": peak,
+	})
 }
 
 func summarizePlan(w io.Writer, p *plans.Plan) {
