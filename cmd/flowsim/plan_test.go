@@ -1,0 +1,50 @@
+package main
+
+import (
+	"encoding/json"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// plan writes a file that simulate reads; the simulation is deterministic
+// and reports what scripts need.
+func TestPlanThenSimulate(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "pp=2,mb=2", "--batch", "16", "-o", path)
+	require.NoError(t, err)
+	out1, err := run(t, "simulate", "--plan", path, "--json")
+	require.NoError(t, err)
+	out2, err := run(t, "simulate", "--plan", path, "--json")
+	require.NoError(t, err)
+	require.Equal(t, out1, out2, "deterministic")
+	var res struct {
+		StepTime float64          `json:"step_time_s"`
+		Samples  float64          `json:"samples_per_s"`
+		Peak     map[string]int64 `json:"peak_mem_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out1), &res))
+	require.Greater(t, res.StepTime, 0.0)
+	require.InDelta(t, 16/res.StepTime, res.Samples, 1e-6*res.Samples)
+	require.Len(t, res.Peak, 2)
+}
+
+func TestPlanBadInput(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"plan", "--model", "gpt-9"}, `unknown model "gpt-9"`},
+		{[]string{"plan", "--strategy", "tp=2"}, "tp is not supported"},
+		{[]string{"plan", "--strategy", "dp=3"}, "infeasible"},
+		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
+		{[]string{"plan", "--strategy", "pp=2,mb=4,sched=gpipe,slots=1"}, "deadlock"},
+		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer"},
+		{[]string{"simulate"}, `"plan" not set`},
+		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
+	} {
+		_, err := run(t, tt.args...)
+		require.ErrorContains(t, err, tt.want, "%v", tt.args)
+	}
+}
