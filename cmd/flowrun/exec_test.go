@@ -1,0 +1,92 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+)
+
+// exec runs a plan file and, with --compare, reports predicted and
+// measured step time and per-task errors as JSON.
+func TestExecCompareJSON(t *testing.T) {
+	dir := t.TempDir()
+	st, err := plans.ParseStrategy("dp=2", 8)
+	require.NoError(t, err)
+	devs := []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1}, {Name: "cpu1", Type: "cpu", Workers: 1}}
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.01}, Devices: devs})
+	require.NoError(t, err)
+	path := filepath.Join(dir, "plan.json")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, plans.Encode(f, p))
+	require.NoError(t, f.Close())
+
+	out := captureStdout(t, func() {
+		cmd := newExecCmd()
+		cmd.SetArgs([]string{path, "--compare", "--json", "--iters", "5", "--warmup", "1",
+			"--trace", filepath.Join(dir, "run.json"), "--pprof", dir})
+		cmd.SetErr(io.Discard)
+		require.NoError(t, cmd.Execute())
+	})
+	var res struct {
+		Pred   float64           `json:"predicted_step_s"`
+		Meas   float64           `json:"measured_step_s"`
+		RelErr float64           `json:"rel_error"`
+		Tasks  []json.RawMessage `json:"tasks"`
+	}
+	require.NoError(t, json.Unmarshal(out, &res))
+	require.Greater(t, res.Pred, 0.0)
+	require.Greater(t, res.Meas, 0.0)
+	require.InDelta(t, (res.Pred-res.Meas)/res.Meas, res.RelErr, 1e-9)
+	require.Len(t, res.Tasks, len(p.Tasks))
+	for _, name := range []string{"run.json", "run.sim.json", "measured.pb.gz", "predicted.pb.gz"} {
+		require.FileExists(t, filepath.Join(dir, name))
+	}
+}
+
+func TestExecBadInput(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	require.NoError(t, os.WriteFile(bad, []byte(`{"version": 1`), 0o644))
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{filepath.Join(t.TempDir(), "none.json")}, "no such file"},
+		{[]string{bad}, "truncated"},
+		{[]string{bad, "--iters", "0"}, "--iters"},
+		{[]string{bad, "--warmup", "30"}, "--warmup"},
+	} {
+		cmd := newExecCmd()
+		cmd.SetArgs(tt.args)
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		require.ErrorContains(t, cmd.Execute(), tt.want, "%v", tt.args)
+	}
+}
+
+// captureStdout returns what f prints on os.Stdout.
+func captureStdout(t *testing.T, f func()) []byte {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	old := os.Stdout
+	os.Stdout = w
+	done := make(chan []byte)
+	go func() {
+		var b bytes.Buffer
+		_, _ = io.Copy(&b, r)
+		done <- b.Bytes()
+	}()
+	f()
+	os.Stdout = old
+	require.NoError(t, w.Close())
+	return <-done
+}
