@@ -13,18 +13,22 @@ import (
 // feeding costs a copy, and sample g of iteration i is the same however the
 // batch is split over devices.
 type SyntheticFeeder struct {
-	batch   int
-	sample  int // floats per image
-	images  []float32
-	labels  []int32
-	classes int
+	batch  int
+	sample int // floats per image
+	images []float32
+	labels []int32
 }
+
+var (
+	_ Feeder = (*SyntheticFeeder)(nil)
+	_ Feeder = (*MNISTFeeder)(nil)
+)
 
 // NewSyntheticFeeder returns a feeder of the plan's input shapes with a
 // pool of poolSize samples generated from seed.
 func NewSyntheticFeeder(images graph.Spec, classes, poolSize int, seed uint64) *SyntheticFeeder {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
-	s := &SyntheticFeeder{batch: images.Shape[0], sample: images.Shape.NumElements() / images.Shape[0], classes: classes}
+	s := &SyntheticFeeder{batch: images.Shape[0], sample: images.Shape.NumElements() / images.Shape[0]}
 	s.images = make([]float32, poolSize*s.sample)
 	for i := range s.images {
 		s.images[i] = float32(rng.NormFloat64())
