@@ -150,20 +150,35 @@ func (g *Graph) Input(name string, shape Shape, dtype DType) *Tensor {
 
 // Param declares a trainable f32 weight.
 func (g *Graph) Param(name string, shape Shape, init Init) *Tensor {
-	return g.persistent(name, shape, init, Param)
+	return g.persistent(name, Spec{shape, F32}, init, Param)
+}
+
+// TypedParam declares a trainable weight of a floating-point dtype.
+func (g *Graph) TypedParam(name string, shape Shape, dtype DType, init Init) *Tensor {
+	return g.persistent(name, Spec{shape, dtype}, init, Param)
 }
 
 // State declares persistent non-trainable f32 state.
 func (g *Graph) State(name string, shape Shape, init Init) *Tensor {
-	return g.persistent(name, shape, init, State)
+	return g.persistent(name, Spec{shape, F32}, init, State)
 }
 
-func (g *Graph) persistent(name string, shape Shape, init Init, kind TensorKind) *Tensor {
-	if !shape.valid() {
-		g.fail(fmt.Errorf("graph: %s %s: shape %v has a non-positive dimension", kind, name, shape))
+// TypedState declares persistent non-trainable state of a floating-point
+// dtype.
+func (g *Graph) TypedState(name string, shape Shape, dtype DType, init Init) *Tensor {
+	return g.persistent(name, Spec{shape, dtype}, init, State)
+}
+
+func (g *Graph) persistent(name string, spec Spec, init Init, kind TensorKind) *Tensor {
+	if !spec.Shape.valid() {
+		g.fail(fmt.Errorf("graph: %s %s: shape %v has a non-positive dimension", kind, name, spec.Shape))
 		return nil
 	}
-	t := g.newTensor(name, Spec{shape, F32}, kind)
+	if !spec.DType.IsFloat() {
+		g.fail(fmt.Errorf("graph: %s %s: dtype %s is not floating point", kind, name, spec.DType))
+		return nil
+	}
+	t := g.newTensor(name, spec, kind)
 	t.Init = init
 	return t
 }

@@ -42,6 +42,23 @@ func TestInfer(t *testing.T) {
 		{"layer norm", LayerNorm{Eps: 1e-5}, []Spec{f(2, 5, 8), f(8), f(8)}, []Spec{f(2, 5, 8), f(2, 5), f(2, 5)}, ""},
 		{"embedding", Embedding{}, []Spec{f(100, 16), {Shape{4, 7}, I32}}, []Spec{f(4, 7, 16)}, ""},
 		{"dropout rate", Dropout{Rate: 1}, []Spec{f(3)}, nil, "rate"},
+		{"attention", Attention{Heads: 4, Seq: 5}, []Spec{f(10, 48)}, []Spec{f(10, 16), f(2, 4, 5, 5)}, ""},
+		{"attention rank 3", Attention{Heads: 2, Seq: 7, Causal: true}, []Spec{f(3, 7, 12)}, []Spec{f(3, 7, 4), f(3, 2, 7, 7)}, ""},
+		{"attention bf16", Attention{Heads: 1, Seq: 2}, []Spec{{Shape{2, 6}, BF16}}, []Spec{{Shape{2, 2}, BF16}, {Shape{1, 1, 2, 2}, BF16}}, ""},
+		{"attention not 3·hidden", Attention{Heads: 1, Seq: 5}, []Spec{f(10, 16)}, nil, "16 columns, not 3·hidden"},
+		{"attention rows", Attention{Heads: 2, Seq: 4}, []Spec{f(10, 12)}, nil, "10 rows are not a whole number of sequences of 4"},
+		{"attention heads", Attention{Heads: 3, Seq: 5}, []Spec{f(10, 24)}, nil, "hidden size 8 does not divide into 3 heads"},
+		{"attention no heads", Attention{Seq: 5}, []Spec{f(10, 24)}, nil, "heads and seq must be ≥ 1"},
+		{"attention rank 1", Attention{Heads: 1, Seq: 1}, []Spec{f(12)}, nil, "rank ≥ 2"},
+		{"attention ints", Attention{Heads: 1, Seq: 1}, []Spec{{Shape{2, 3}, I32}}, nil, "floating point"},
+		{"attention grad", AttentionGrad{Heads: 2, Seq: 5}, []Spec{f(10, 12), f(2, 2, 5, 5), f(10, 4)}, []Spec{f(10, 12)}, ""},
+		{"attention grad probs", AttentionGrad{Heads: 2, Seq: 5}, []Spec{f(10, 12), f(2, 1, 5, 5), f(10, 4)}, nil, "probs must be [2,2,5,5]"},
+		{"attention grad dout", AttentionGrad{Heads: 2, Seq: 5}, []Spec{f(10, 12), f(2, 2, 5, 5), f(10, 12)}, nil, "dout must be [10,4]"},
+		{"mean square", MeanSquare{}, []Spec{{Shape{2, 3, 4}, BF16}}, []Spec{f()}, ""},
+		{"mean square ints", MeanSquare{}, []Spec{{Shape{2}, I32}}, nil, "floating point"},
+		{"mean square grad", MeanSquareGrad{}, []Spec{{Shape{2, 3}, BF16}, f()}, []Spec{{Shape{2, 3}, BF16}}, ""},
+		{"mean square grad dloss", MeanSquareGrad{}, []Spec{f(2, 3), f(1)}, nil, "dloss must be a scalar"},
+		{"softmax ce of bf16 is f32", SoftmaxCrossEntropy{}, []Spec{{Shape{8, 10}, BF16}, {Shape{8}, I32}}, []Spec{f()}, ""},
 		{"update", SGDUpdate{LR: 1}, []Spec{f(3), f(3)}, nil, ""},
 		{"arity", ReLU{}, []Spec{f(3), f(3)}, nil, "takes 1 inputs, got 2"},
 	}
@@ -102,6 +119,28 @@ func TestMatMulSignatures(t *testing.T) {
 // Every signature of every op names one layout per input and output, and
 // split axes exist.
 func TestSignaturesWellFormed(t *testing.T) {
+	for name, g := range map[string]*Graph{"cnn": signatureGraph(t), "transformer": transformerGraph(t)} {
+		t.Run(name, func(t *testing.T) { checkSignatures(t, g) })
+	}
+}
+
+// transformerGraph is a pre-norm transformer block in bf16 trained by
+// momentum SGD on the mean square of its output.
+func transformerGraph(t *testing.T) *Graph {
+	g := New()
+	x := g.Input("x", Shape{2, 5, 8}, BF16)
+	p := func(name string, s ...int) *Tensor { return g.TypedParam(name, Shape(s), BF16, Init{}) }
+	h := g.LayerNorm(x, p("norm.weight", 8), p("norm.bias", 8), 1e-5)
+	h = g.Attention(g.Linear(h, p("in_proj_weight", 24, 8), p("in_proj_bias", 24)), 2, 5, true)
+	h = g.Add(x, g.GELU(g.Linear(h, p("out_proj.weight", 8, 8), nil)))
+	require.NoError(t, g.Minimize(g.MeanSquare(h), SGD{LR: 0.01, Momentum: 0.9}))
+	for _, s := range g.byKind(State) {
+		require.Equal(t, BF16, s.Spec.DType, "%s takes its weight's dtype", s.Name)
+	}
+	return g
+}
+
+func signatureGraph(t *testing.T) *Graph {
 	g := New()
 	x := g.Input("x", Shape{4, 3, 8, 8}, F32)
 	y := g.Input("y", Shape{4}, I32)
@@ -115,6 +154,10 @@ func TestSignaturesWellFormed(t *testing.T) {
 	logits := g.Softmax(g.Linear(h, w2, nil))
 	loss := g.SoftmaxCrossEntropy(g.Dropout(logits, 0.1, 1), y)
 	require.NoError(t, g.Minimize(loss, Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}))
+	return g
+}
+
+func checkSignatures(t *testing.T, g *Graph) {
 	for _, n := range g.Nodes {
 		sigs := n.Op.Signatures(specs(n.Inputs), specs(n.Outputs))
 		require.NotEmpty(t, sigs, n.Name)
@@ -184,4 +227,60 @@ func TestUniqueNames(t *testing.T) {
 	a, b := g.ReLU(x), g.ReLU(x)
 	require.NotEqual(t, a.Name, b.Name)
 	require.True(t, strings.HasPrefix(b.Name, "relu"))
+}
+
+// Attention's FLOPs are those of its two products per sequence and head
+// plus the softmax; its gradient's, four products plus dS.
+func TestAttentionAndMeanSquareCost(t *testing.T) {
+	f := func(s ...int) Spec { return Spec{Shape(s), F32} }
+	const batch, heads, seq, hid = 3, 2, 5, 8
+	d := hid / heads
+	scores := batch * heads * seq * seq
+	qkv, out, probs := f(batch*seq, 3*hid), f(batch*seq, hid), f(batch, heads, seq, seq)
+	tests := []struct {
+		name  string
+		op    Op
+		in    []Spec
+		flops int
+	}{
+		{"attention", Attention{Heads: heads, Seq: seq}, []Spec{qkv}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
+		{"attention_grad", AttentionGrad{Heads: heads, Seq: seq}, []Spec{qkv, probs, out}, 4*batch*heads*(2*seq*seq*d) + 4*scores},
+		{"mean_square", MeanSquare{}, []Spec{{Shape{4, 6}, BF16}}, 2 * 24},
+		{"mean_square_grad", MeanSquareGrad{}, []Spec{{Shape{4, 6}, BF16}, f()}, 24},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			outs, err := tt.op.Infer(tt.in)
+			require.NoError(t, err)
+			c := tt.op.Cost(tt.in, outs)
+			if int(c.FLOPs) != tt.flops {
+				t.Errorf("got %v FLOPs, want %d", float64(c.FLOPs), tt.flops)
+			}
+			if least := bytesOf(tt.in, outs); c.Bytes < least {
+				t.Errorf("got %d bytes, want at least the %d of inputs and outputs", c.Bytes, least)
+			}
+		})
+	}
+	mse := MeanSquare{}.Cost([]Spec{{Shape{4, 6}, BF16}}, []Spec{f()})
+	require.EqualValues(t, 24*2+4, mse.Bytes, "bf16 elements are 2 bytes")
+}
+
+// Only the backward pass reads the probabilities: a loss that depends on
+// them is refused, not differentiated wrongly.
+func TestAttentionProbsTakeNoGradient(t *testing.T) {
+	g := New()
+	w := g.Param("w", Shape{4, 6}, Init{})
+	out := g.Apply(Attention{Heads: 1, Seq: 2}, w)
+	require.NotNil(t, out)
+	_, err := g.Backward(g.MeanSquare(out[1]), []*Tensor{w})
+	require.ErrorContains(t, err, "probabilities")
+}
+
+func TestTypedParams(t *testing.T) {
+	g := New()
+	w := g.TypedParam("w", Shape{2, 3}, BF16, Init{Kind: Ones})
+	require.Equal(t, Spec{Shape{2, 3}, BF16}, w.Spec)
+	require.EqualValues(t, 12, w.Spec.Bytes())
+	require.Nil(t, g.TypedState("s", Shape{2}, I32, Init{}))
+	require.ErrorContains(t, g.Err(), "dtype i32 is not floating point")
 }

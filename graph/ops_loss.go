@@ -1,7 +1,19 @@
 package graph
 
+import "github.com/flowkit/flowkit/units"
+
+// IsLoss reports whether op computes a training loss: an f32 scalar, the
+// mean over the batch that a runtime reports for each iteration.
+func IsLoss(op Op) bool {
+	switch op.(type) {
+	case SoftmaxCrossEntropy, MeanSquare:
+		return true
+	}
+	return false
+}
+
 // SoftmaxCrossEntropy is the fused, numerically stable mean cross-entropy
-// of softmax(logits [N,C]) against integer labels [N] (i32): a scalar.
+// of softmax(logits [N,C]) against integer labels [N] (i32): an f32 scalar.
 type SoftmaxCrossEntropy struct{}
 
 func (SoftmaxCrossEntropy) Type() string { return "softmax_cross_entropy" }
@@ -24,7 +36,7 @@ func (SoftmaxCrossEntropy) Infer(in []Spec) ([]Spec, error) {
 	if err := checkLogitsLabels("softmax_cross_entropy", in); err != nil {
 		return nil, err
 	}
-	return []Spec{{Shape{}, in[0].DType}}, nil
+	return []Spec{{Shape{}, F32}}, nil
 }
 
 func (SoftmaxCrossEntropy) Cost(in, out []Spec) Cost { return elementwiseCost(in, in[:1], 5) }
@@ -67,6 +79,77 @@ func (SoftmaxCrossEntropyGrad) Cost(in, out []Spec) Cost { return elementwiseCos
 
 func (SoftmaxCrossEntropyGrad) Signatures(in, out []Spec) []Signature {
 	return []Signature{sig(1, S(0), S(0), S(0), B), sig(1, B, B, B, B)}
+}
+
+// MeanSquare is the mean of the squares of x's elements (x of any shape
+// and float dtype) as an f32 scalar: PyTorch's x.float().pow(2).mean(), the
+// loss of a model without labels.
+type MeanSquare struct{}
+
+func (MeanSquare) Type() string { return "mean_square" }
+
+func (MeanSquare) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("mean_square", in, 1); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("mean_square", in, 0); err != nil {
+		return nil, err
+	}
+	return []Spec{{Shape{}, F32}}, nil
+}
+
+// Cost: a multiply and an add per element.
+func (MeanSquare) Cost(in, out []Spec) Cost {
+	return Cost{FLOPs: units.FLOPs(2 * in[0].Shape.NumElements()), Bytes: bytesOf(in, out)}
+}
+
+// Signatures: as for SoftmaxCrossEntropy, a split input gives partial sums
+// of the mean (each device dividing by the global count).
+func (MeanSquare) Signatures(in, out []Spec) []Signature {
+	var sigs []Signature
+	for a := range len(in[0].Shape) {
+		sigs = append(sigs, sig(1, P, S(a)))
+	}
+	return append(sigs, sig(1, B, B))
+}
+
+func (MeanSquare) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	return []*Tensor{g.apply1(MeanSquareGrad{}, n.Inputs[0], dy[0])}
+}
+
+// MeanSquare adds the mean of the squares of x's elements, an f32 scalar.
+func (g *Graph) MeanSquare(x *Tensor) *Tensor { return g.apply1(MeanSquare{}, x) }
+
+// MeanSquareGrad is dx = 2·x·dloss/N for x of N elements: (x, dloss) → dx,
+// of x's spec.
+type MeanSquareGrad struct{}
+
+func (MeanSquareGrad) Type() string { return "mean_square_grad" }
+
+func (MeanSquareGrad) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("mean_square_grad", in, 2); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("mean_square_grad", in, 0, 1); err != nil {
+		return nil, err
+	}
+	if len(in[1].Shape) != 0 {
+		return nil, shapeErr("mean_square_grad", in, "dloss must be a scalar")
+	}
+	return []Spec{in[0]}, nil
+}
+
+// Cost: one multiply per element (2·dloss/N is computed once).
+func (MeanSquareGrad) Cost(in, out []Spec) Cost {
+	return Cost{FLOPs: units.FLOPs(out[0].Shape.NumElements()), Bytes: bytesOf(in, out)}
+}
+
+func (MeanSquareGrad) Signatures(in, out []Spec) []Signature {
+	var sigs []Signature
+	for a := range len(in[0].Shape) {
+		sigs = append(sigs, sig(1, S(a), S(a), B))
+	}
+	return append(sigs, sig(1, B, B, B))
 }
 
 // Softmax is the softmax over the last axis.

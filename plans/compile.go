@@ -19,8 +19,9 @@ type Config struct {
 	Strategy  Strategy
 	Optimizer graph.Optimizer
 	Seed      uint64
-	Cluster   string   // name, recorded in the plan
-	Devices   []Device // available devices; the plan takes the first DP·PP
+	DType     graph.DType // of the model's float tensors (zero: f32)
+	Cluster   string      // name, recorded in the plan
+	Devices   []Device    // available devices; the plan takes the first DP·PP
 }
 
 // Compile turns a model, a strategy and devices into a plan: it places the
@@ -44,7 +45,7 @@ func Compile(cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("plans: no optimizer")
 	}
 	micro := cfg.Batch / (st.DP * st.MB)
-	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed})
+	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed, DType: cfg.DType})
 	if err != nil {
 		return nil, err
 	}
@@ -61,7 +62,9 @@ func Compile(cfg Config) (*Plan, error) {
 		MicroBatch: micro, MB: st.MB, DP: st.DP, PP: st.PP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
-		Labels:  graph.Spec{Shape: graph.Shape{cfg.Batch}, DType: m.Labels.Spec.DType},
+	}
+	if m.Labels != nil {
+		c.p.Labels = graph.Spec{Shape: graph.Shape{cfg.Batch}, DType: m.Labels.Spec.DType}
 	}
 	if err := c.build(); err != nil {
 		return nil, err
@@ -204,6 +207,9 @@ func (c *compiler) buildReplica(replica int) error {
 		c.regOf[dev][t.ID] = reg
 	}
 	for _, in := range []*graph.Tensor{c.model.Images, c.model.Labels} {
+		if in == nil { // a model without labels
+			continue
+		}
 		for _, dev := range c.readersDevices(replica, in, consumers) {
 			reg := c.newRegister(dev, in.Name, in.Spec)
 			c.regOf[dev][in.ID] = reg

@@ -30,9 +30,11 @@ type Plan struct {
 	// dependency edges refer to them by index.
 	Firings []Firing `json:"firings"`
 	Memory  []Memory `json:"memory"` // per device
-	// Images and Labels are the global batch's inputs, for feeders.
+	// Images and Labels are the global batch's inputs, for feeders:
+	// the model's input (images for a classifier) and its labels (the
+	// zero Spec for a model without labels).
 	Images graph.Spec `json:"images"`
-	Labels graph.Spec `json:"labels"`
+	Labels graph.Spec `json:"labels,omitzero"`
 
 	deps []Edge // derived once, see Deps
 }

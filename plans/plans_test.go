@@ -257,3 +257,67 @@ func FuzzDecode(f *testing.F) {
 		_ = p.CheckTrace(p.NewTrace("fuzz"))
 	})
 }
+
+// A model without labels compiles with one input per replica, on the
+// first stage only, and its plan round-trips without a labels spec.
+func TestCompileInputOnlyModel(t *testing.T) {
+	const model = "gpt2s-blocks:layers=2,hidden=16,heads=2,seq=4"
+	for _, strategy := range []string{"single", "dp=2", "pp=2,mb=2"} {
+		t.Run(strategy, func(t *testing.T) {
+			p := mustCompile(t, model, strategy, 8)
+			require.Equal(t, graph.Spec{}, p.Labels)
+			require.Equal(t, graph.Shape{8, 4, 16}, p.Images.Shape)
+			var inputs []string
+			for _, task := range p.Tasks {
+				if task.Kind == Input {
+					inputs = append(inputs, task.Name)
+					require.Equal(t, 0, task.Stage, task.Name)
+				}
+			}
+			want := map[string][]string{"single": {"input/x"}, "dp=2": {"cpu0/input/x", "cpu1/input/x"}, "pp=2,mb=2": {"cpu0/input/x"}}[strategy]
+			require.Equal(t, want, inputs)
+			var b bytes.Buffer
+			require.NoError(t, Encode(&b, p))
+			require.NotContains(t, b.String(), `"labels"`)
+			q, err := Decode(&b)
+			require.NoError(t, err)
+			require.Equal(t, p.Labels, q.Labels)
+		})
+	}
+}
+
+// The memory planner counts a bf16 tensor at two bytes an element.
+func TestBF16HalvesMemory(t *testing.T) {
+	const model = "mlp3x4096:width=256"
+	st, err := ParseStrategy("single", 64)
+	require.NoError(t, err)
+	plan := func(d graph.DType) *Plan {
+		p, err := Compile(Config{Model: model, Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, DType: d, Devices: devs(1, 0)})
+		require.NoError(t, err)
+		return p
+	}
+	f32, bf16 := plan(0), plan(graph.BF16)
+	require.Equal(t, graph.F32, f32.Images.DType)
+	require.Equal(t, graph.BF16, bf16.Images.DType)
+	require.Len(t, bf16.Registers, len(f32.Registers))
+	for i, r := range bf16.Registers {
+		want := f32.Registers[i].SlotBytes / 2
+		if len(r.Spec.Shape) == 0 { // the f32 loss and gradient seed
+			want *= 2
+		}
+		require.Equal(t, want, r.SlotBytes, r.Name)
+	}
+	params := units.Bytes(3 * (256*256 + 256))
+	require.Equal(t, 2*params*2, bf16.Memory[0].Persistent, "weights and momentum, two bytes each")
+	require.InDelta(t, 0.5, float64(bf16.Memory[0].Peak)/float64(f32.Memory[0].Peak), 0.01)
+	for i, task := range bf16.Tasks {
+		if task.Op != nil && task.Op.Type == "matmul" {
+			require.Equal(t, "bf16", bf16.Work(i).DType, "priced at the bf16 rate")
+			require.Equal(t, "f32", f32.Work(i).DType)
+		}
+	}
+	cnn := mustCompile(t, "mnist-cnn", "single", 8)
+	for i, task := range cnn.Tasks {
+		require.Equal(t, "f32", cnn.Work(i).DType, "%s: labels are i32, their input task f32", task.Name)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/trace"
 )
 
@@ -34,14 +35,31 @@ func (p *Plan) NewTrace(source string) *trace.Trace {
 	return tr
 }
 
-// Work is task t's work for the cost model.
+// Work is task t's work for the cost model. Its dtype, which sets the peak
+// rate, is that of the first float register the task reads (else writes):
+// a bf16 matmul is priced at the bf16 rate, the f32 loss of bf16 logits
+// at the bf16 rate too.
 func (p *Plan) Work(t int) cost.Work {
 	task := &p.Tasks[t]
 	kind := string(task.Kind)
 	if task.Op != nil {
 		kind = task.Op.Type
 	}
-	return cost.Work{Kind: kind, FLOPs: task.FLOPs, Bytes: task.Bytes, DType: "f32", Shape: task.Shape, Family: task.Family}
+	return cost.Work{Kind: kind, FLOPs: task.FLOPs, Bytes: task.Bytes, DType: p.workDType(task), Shape: task.Shape, Family: task.Family}
+}
+
+func (p *Plan) workDType(task *Task) string {
+	for _, u := range task.Reads {
+		if d := p.Registers[u.Reg].Spec.DType; d.IsFloat() {
+			return d.String()
+		}
+	}
+	for _, r := range task.Writes {
+		if d := p.Registers[r].Spec.DType; d.IsFloat() {
+			return d.String()
+		}
+	}
+	return graph.F32.String()
 }
 
 // CheckTrace verifies that an execution trace of the plan (simulated or

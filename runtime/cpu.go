@@ -104,6 +104,16 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 	case graph.SoftmaxCrossEntropyGrad:
 		rows, cols := matrix(shape(0))
 		return cpu.SoftmaxCrossEntropyBackward(p, x(0), in[1].I, x(2)[0], y(0), rows, cols)
+	case graph.MeanSquare:
+		y(0)[0] = cpu.MeanSquare(p, x(0))
+	case graph.MeanSquareGrad:
+		cpu.MeanSquareBackward(p, x(0), x(1)[0], y(0))
+	case graph.Attention:
+		rows, cols := matrix(shape(0))
+		cpu.AttentionForward(p, x(0), y(0), y(1), rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
+	case graph.AttentionGrad:
+		rows, cols := matrix(shape(0))
+		cpu.AttentionBackward(p, x(0), x(1), x(2), y(0), rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
 	case graph.Softmax:
 		rows, cols := matrix(shape(0))
 		cpu.Softmax(p, x(0), y(0), rows, cols)

@@ -43,6 +43,44 @@ func gradModel(t *testing.T) (g *graph.Graph, x, labels, ids, loss *graph.Tensor
 // ∇L·u from the backward pass must match (L(w+hu) − L(w−hu))/2h.
 func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	g, x, labels, ids, loss := gradModel(t)
+	checkGradients(t, g, loss, func(ex *Executor, rng *rand.Rand) {
+		for i := range ex.Buffer(x).F {
+			ex.Buffer(x).F[i] = float32(rng.NormFloat64())
+		}
+		copy(ex.Buffer(labels).I, []int32{1, 3})
+		copy(ex.Buffer(ids).I, []int32{0, 4, 2, 2, 1, 3})
+	})
+}
+
+// The same check through attention (causal and not) and the mean-square
+// loss: two pre-norm transformer blocks on 2 sequences of 5.
+func TestAttentionGradientsMatchFiniteDifferences(t *testing.T) {
+	for _, causal := range []bool{false, true} {
+		g := graph.New()
+		x := g.Input("x", graph.Shape{2, 5, 8}, graph.F32)
+		u := graph.Init{Kind: graph.Uniform, Scale: 0.5}
+		h := x
+		for i := range 2 {
+			p := func(name string, s ...int) *graph.Tensor { return g.Param(name+string(rune('0'+i)), graph.Shape(s), u) }
+			a := g.LayerNorm(h, p("g", 8), p("b", 8), 1e-5)
+			a = g.Attention(g.Linear(a, p("wqkv", 24, 8), p("bqkv", 24)), 2, 5, causal)
+			h = g.Add(h, g.GELU(g.Linear(a, p("wo", 8, 8), p("bo", 8))))
+		}
+		loss := g.MeanSquare(h)
+		require.NoError(t, g.Err())
+		checkGradients(t, g, loss, func(ex *Executor, rng *rand.Rand) {
+			for i := range ex.Buffer(x).F {
+				ex.Buffer(x).F[i] = float32(rng.NormFloat64())
+			}
+		})
+	}
+}
+
+// checkGradients compares, for every parameter of g and three random
+// directions, the backward pass's directional derivative of loss with
+// central finite differences; feed fills the inputs.
+func checkGradients(t *testing.T, g *graph.Graph, loss *graph.Tensor, feed func(*Executor, *rand.Rand)) {
+	t.Helper()
 	params := g.Params()
 	grads, err := g.Backward(loss, params)
 	require.NoError(t, err)
@@ -51,11 +89,7 @@ func TestGradientsMatchFiniteDifferences(t *testing.T) {
 	ex, err := NewExecutor(g, NewCPU(2), store)
 	require.NoError(t, err)
 	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range ex.Buffer(x).F {
-		ex.Buffer(x).F[i] = float32(rng.NormFloat64())
-	}
-	copy(ex.Buffer(labels).I, []int32{1, 3})
-	copy(ex.Buffer(ids).I, []int32{0, 4, 2, 2, 1, 3})
+	feed(ex, rng)
 	lossAt := func() float64 {
 		require.NoError(t, ex.Run(0))
 		return float64(ex.Buffer(loss).F[0])

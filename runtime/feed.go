@@ -11,12 +11,14 @@ import (
 
 // SyntheticFeeder feeds random samples drawn from a fixed pool, so that
 // feeding costs a copy, and sample g of iteration i is the same however the
-// batch is split over devices.
+// batch is split over devices. Inputs are standard normal (as torch.randn
+// draws them), labels uniform over the classes; a model without labels
+// just never asks for them.
 type SyntheticFeeder struct {
 	batch  int
-	sample int // floats per image
+	sample int // floats per input sample
 	images []float32
-	labels []int32
+	labels []int32 // one per sample of the pool
 }
 
 var (
@@ -24,11 +26,18 @@ var (
 	_ Feeder = (*MNISTFeeder)(nil)
 )
 
-// NewSyntheticFeeder returns a feeder of the plan's input shapes with a
-// pool of poolSize samples generated from seed.
+// syntheticPoolMax caps a synthetic feeder's pool, in floats (256 MiB): a
+// pool of a thousand samples of a transformer's activations would take
+// gigabytes. The pool still holds at least one global batch.
+const syntheticPoolMax = 64 << 20
+
+// NewSyntheticFeeder returns a feeder of the plan's input shapes (images is
+// the global batch's input) with a pool of poolSize samples generated from
+// seed, fewer if they would take more than 256 MiB.
 func NewSyntheticFeeder(images graph.Spec, classes, poolSize int, seed uint64) *SyntheticFeeder {
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	s := &SyntheticFeeder{batch: images.Shape[0], sample: images.Shape.NumElements() / images.Shape[0]}
+	poolSize = min(poolSize, max(s.batch, syntheticPoolMax/s.sample))
 	s.images = make([]float32, poolSize*s.sample)
 	for i := range s.images {
 		s.images[i] = float32(rng.NormFloat64())
@@ -95,9 +104,12 @@ func (f *MNISTFeeder) order(epoch int) []int32 {
 
 // Feed implements Feeder.
 func (f *MNISTFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
+	size := f.ds.Rows * f.ds.Cols
+	if images != nil && len(images) != n*size {
+		return fmt.Errorf("runtime: MNIST feeds %d×%d images, the model's input takes %d floats a sample", f.ds.Rows, f.ds.Cols, len(images)/max(n, 1))
+	}
 	epoch, step := iter/f.steps, iter%f.steps
 	order := f.order(epoch)
-	size := f.ds.Rows * f.ds.Cols
 	for k := range n {
 		idx := int(order[step*f.batch+from+k])
 		if images != nil {

@@ -17,7 +17,9 @@ import (
 )
 
 // Feeder supplies a plan's inputs: samples [from, from+n) of iteration
-// iter's global batch, images as NCHW floats and labels. Input tasks of
+// iter's global batch, the model's input as floats (images NCHW for a
+// classifier) and labels. Either slice is nil when the caller does not
+// want it — the labels always, for a model without labels. Input tasks of
 // several devices call it concurrently.
 type Feeder interface {
 	Feed(iter, from, n int, images []float32, labels []int32) error
@@ -25,7 +27,8 @@ type Feeder interface {
 
 // PlanRunner executes a plan unchanged on CPU devices of this process:
 // each plan device is a CPU device with the plan's worker count, its
-// registers carved from one arena at the plan's offsets, and each stream a
+// registers carved from one arena at the plan's offsets (scaled by two in a
+// plan with 2-byte dtypes, which the CPU computes in f32), and each stream a
 // goroutine firing its tasks in the plan's order once every dependency
 // edge is satisfied — the edges the simulator follows.
 type PlanRunner struct {
@@ -45,6 +48,12 @@ type PlanRunner struct {
 	Progress func(iter int, loss float64)
 
 	lossTasks int // loss firings per iteration
+	// widen scales the plan's arena offsets: a CPU device computes every
+	// float dtype in f32, so a plan with 2-byte registers runs in an arena
+	// laid out at twice its planned offsets and size, where each register
+	// has room for f32 elements and no two that the plan keeps apart
+	// overlap.
+	widen units.Bytes
 }
 
 // NewPlanRunner prepares p for execution: devices, arenas, decoded ops,
@@ -55,9 +64,14 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 	if err != nil {
 		return nil, err
 	}
-	r := &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute}
+	r := &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute, widen: 1}
 	for _, e := range edges {
 		r.edges[e.To] = append(r.edges[e.To], e)
+	}
+	for _, reg := range p.Registers {
+		if reg.Spec.DType.Size() == 2 {
+			r.widen = 2
+		}
 	}
 	for i, d := range p.Devices {
 		if spec, ok := topology.Lookup(d.Type); !ok || spec.Class != topology.CPU {
@@ -67,7 +81,7 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 			return nil, fmt.Errorf("runtime: plan device %s has %d workers", d.Name, d.Workers)
 		}
 		r.devs = append(r.devs, NewCPU(d.Workers))
-		r.arenas = append(r.arenas, make([]float32, (p.Memory[i].Peak+3)/4))
+		r.arenas = append(r.arenas, make([]float32, (p.Memory[i].Peak*r.widen+3)/4))
 	}
 	r.ops = make([]graph.Op, len(p.Tasks))
 	r.in = make([][]graph.Spec, len(p.Tasks))
@@ -89,7 +103,7 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 		}
 	}
 	for i := range p.Tasks {
-		if _, ok := r.ops[i].(graph.SoftmaxCrossEntropy); ok {
+		if graph.IsLoss(r.ops[i]) {
 			if p.Tasks[i].PerMicro {
 				r.lossTasks += p.MB
 			} else {
@@ -109,7 +123,7 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 // slot returns the buffer of slot k of register reg.
 func (r *PlanRunner) slot(reg, k int) Buffer {
 	rg := &r.p.Registers[reg]
-	off := int(rg.Offset+units.Bytes(k)*rg.SlotBytes) / 4
+	off := int((rg.Offset+units.Bytes(k)*rg.SlotBytes)*r.widen) / 4
 	n := rg.Spec.Shape.NumElements()
 	f := r.arenas[rg.Device][off : off+n : off+n]
 	if rg.Spec.DType == graph.I32 {
@@ -237,7 +251,7 @@ func (x *run) stream(order []int) error {
 			x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro),
 				Start: trace.Time(start), End: trace.Time(end)})
 			report := false
-			if _, ok := x.r.ops[fi.Task].(graph.SoftmaxCrossEntropy); ok {
+			if graph.IsLoss(x.r.ops[fi.Task]) {
 				x.loss[it] += loss
 				x.losses[it]++
 				report = x.losses[it] == x.r.lossTasks && x.r.Progress != nil
@@ -342,7 +356,7 @@ func (x *run) fire(f, it int) (float64, error) {
 		if err := dev.launch(op, x.r.in[t.ID], x.r.out[t.ID], at, reads, out); err != nil {
 			return 0, err
 		}
-		if _, ok := op.(graph.SoftmaxCrossEntropy); ok {
+		if graph.IsLoss(op) {
 			return float64(out[0].F[0]) / float64(at.micros), nil
 		}
 	case plans.Input:

@@ -29,6 +29,10 @@ type TrainConfig struct {
 	EvalBatch int
 	// MaxSteps stops training early after this many steps (0: no limit).
 	MaxSteps int
+	// DType is the dtype of the model's float tensors (zero: f32). The CPU
+	// computes every float dtype in f32, so it changes no result here;
+	// evaluation builds the f32 graph.
+	DType graph.DType
 }
 
 // StepStats is reported after every training step.
@@ -89,7 +93,7 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 	if err := checkInput(cfg.Model, train); err != nil {
 		return nil, err
 	}
-	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: cfg.Batch, Train: true, Seed: cfg.Seed})
+	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: cfg.Batch, Train: true, Seed: cfg.Seed, DType: cfg.DType})
 	if err != nil {
 		return nil, err
 	}
@@ -152,11 +156,16 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 	return res, nil
 }
 
-// checkInput checks that a data set's images fit a model's input.
+// checkInput checks that a model is a classifier whose input a data set's
+// images fit: MNIST training and evaluation, and the MNISTFeeder, serve
+// nothing else.
 func checkInput(model string, ds *data.Dataset) error {
 	in, err := zoo.InputShape(model)
 	if err != nil {
 		return err
+	}
+	if classes, _ := zoo.Classes(model); classes == 0 {
+		return fmt.Errorf("runtime: model %s has no labels (its loss is the mean square of its output): MNIST feeds classifiers only", model)
 	}
 	if !in.Equal(graph.Shape{1, ds.Rows, ds.Cols}) {
 		return fmt.Errorf("runtime: model %s takes %v images, the data set has 1×%d×%d", model, in, ds.Rows, ds.Cols)

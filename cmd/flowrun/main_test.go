@@ -33,6 +33,8 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--lr", "NaN"}, "--lr must be a positive number"},
 		{[]string{"--momentum", "1"}, "--momentum must be in [0, 1)"},
 		{[]string{"--optimizer", "lamb"}, `unknown optimizer "lamb"`},
+		{[]string{"--dtype", "f16"}, `--dtype: zoo: models are built in f32 or bf16, not "f16"`},
+		{[]string{"--model", "mlp3x4096"}, "MNIST only"},
 		{[]string{"--epochs", "two"}, `invalid argument "two"`},
 		{[]string{"--data", filepath.Join(t.TempDir(), "missing")}, "no such directory"},
 		{[]string{"--data", t.TempDir()}, "train-images-idx3-ubyte"},

@@ -33,6 +33,7 @@ type trainFlags struct {
 	json      bool
 	strategy  string
 	cluster   string
+	dtype     string
 }
 
 func newTrainCmd() *cobra.Command {
@@ -69,6 +70,7 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.strategy, "strategy", "", "train through a compiled plan with this strategy (e.g. single, dp=2, pp=2,mb=4), executed by the plan runtime")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
+	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
 	return cmd
 }
 
@@ -114,6 +116,10 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	if err != nil {
 		return err
 	}
+	dtype, err := zoo.ParseDType(f.dtype)
+	if err != nil {
+		return fmt.Errorf("--dtype: %w", err)
+	}
 	dir, err := data.LocateMNIST(f.dataDir)
 	if err != nil {
 		return err
@@ -126,13 +132,13 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	var res *runtime.TrainResult
 	if f.strategy != "" {
 		var p *plans.Plan
-		if p, err = compileLocal(f, opt); err != nil {
+		if p, err = compileLocal(f, opt, dtype); err != nil {
 			return err
 		}
 		res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, progress.step)
 	} else {
 		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
-			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps}
+			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype}
 		res, err = runtime.Train(cmd.Context(), cfg, train, test, progress.step)
 	}
 	progress.finish()
@@ -150,7 +156,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 }
 
 // compileLocal compiles the plan of a --strategy training run.
-func compileLocal(f trainFlags, opt graph.Optimizer) (*plans.Plan, error) {
+func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.Plan, error) {
 	st, err := plans.ParseStrategy(f.strategy, f.batch)
 	if err != nil {
 		return nil, err
@@ -164,7 +170,7 @@ func compileLocal(f trainFlags, opt graph.Optimizer) (*plans.Plan, error) {
 		return nil, err
 	}
 	return plans.Compile(plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
-		Seed: f.seed, Cluster: cluster.Name, Devices: devs})
+		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs})
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -17,6 +17,7 @@ import (
 
 type planFlags struct {
 	model, cluster, strategy, optimizer, out string
+	dtype                                    string
 	batch                                    int
 	lr, momentum                             float64
 	seed                                     uint64
@@ -39,13 +40,19 @@ memory, with the tasks or the device named.
 Strategies: single | dp=D | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and their
 combinations (dp=2,pp=2); slots=N caps every register's slot count.
 On a CPU cluster with fewer devices than the strategy needs, the cores are
-divided among devices (local with 2 cores: dp=2 gets two 1-core devices).`,
-		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy pp=2,mb=4,sched=1f1b --batch 64 -o plan.json`,
-		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
+divided among devices (local with 2 cores: dp=2 gets two 1-core devices).
+
+A model name may carry size options (see graph/zoo), e.g.
+gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16. --dtype sets the dtype of
+every float tensor of the model; memory is planned at its size.`,
+		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy pp=2,mb=4,sched=1f1b --batch 64 -o plan.json
+  flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster dgx-h100`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", "))
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…)")
+	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
 	fl.StringVar(&f.strategy, "strategy", "single", "parallel strategy")
 	fl.IntVar(&f.batch, "batch", 64, "global batch size")
@@ -60,8 +67,12 @@ divided among devices (local with 2 cores: dp=2 gets two 1-core devices).`,
 }
 
 func runPlan(w io.Writer, f planFlags) error {
-	if !zoo.Known(f.model) {
-		return fmt.Errorf("unknown model %q (known: %s)", f.model, strings.Join(zoo.Names(), ", "))
+	if _, err := zoo.InputShape(f.model); err != nil { // an unknown model or bad size options, said first
+		return err
+	}
+	dtype, err := zoo.ParseDType(f.dtype)
+	if err != nil {
+		return fmt.Errorf("--dtype: %w", err)
 	}
 	st, err := plans.ParseStrategy(f.strategy, f.batch)
 	if err != nil {
@@ -80,7 +91,7 @@ func runPlan(w io.Writer, f planFlags) error {
 		return err
 	}
 	p, err := plans.Compile(plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
-		Seed: f.seed, Cluster: cluster.Name, Devices: devs})
+		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs})
 	if err != nil {
 		return err
 	}
@@ -120,7 +131,7 @@ func planJSON(w io.Writer, p *plans.Plan, path string) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(map[string]any{
-		"plan": path, "model": p.Model, "strategy": p.Strategy, "batch": p.Batch, "micro_batch": p.MicroBatch,
+		"plan": path, "model": p.Model, "dtype": p.Images.DType.String(), "strategy": p.Strategy, "batch": p.Batch, "micro_batch": p.MicroBatch,
 		"micro_batches": p.MB, "devices": len(p.Devices), "tasks": len(p.Tasks), "firings": len(p.Firings),
 		"registers": len(p.Registers), "streams": len(p.Streams), "edges": len(edges), "peak_mem_bytes": peak,
 	})
@@ -128,8 +139,8 @@ func planJSON(w io.Writer, p *plans.Plan, path string) error {
 
 func summarizePlan(w io.Writer, p *plans.Plan) {
 	edges, _ := p.Deps()
-	fmt.Fprintf(w, "plan: %s, %s, batch %d (%d micro-batch(es) of %d), %s on %s\n",
-		p.Model, p.Strategy, p.Batch, p.MB, p.MicroBatch, p.Optimizer, p.Cluster)
+	fmt.Fprintf(w, "plan: %s (%s), %s, batch %d (%d micro-batch(es) of %d), %s on %s\n",
+		p.Model, p.Images.DType, p.Strategy, p.Batch, p.MB, p.MicroBatch, p.Optimizer, p.Cluster)
 	fmt.Fprintf(w, "  %d tasks, %d firings per iteration, %d registers, %d streams, %d dependency edges\n",
 		len(p.Tasks), len(p.Firings), len(p.Registers), len(p.Streams), len(edges))
 	for _, m := range p.Memory {

@@ -41,10 +41,33 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
 		{[]string{"plan", "--strategy", "pp=2,mb=4,sched=gpipe,slots=1"}, "deadlock"},
 		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer"},
+		{[]string{"plan", "--dtype", "f64"}, `--dtype: zoo: models are built in f32 or bf16, not "f64"`},
+		{[]string{"plan", "--model", "gpt2s-blocks:depth=2"}, `unknown size option "depth"`},
 		{[]string{"simulate"}, `"plan" not set`},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
 	} {
 		_, err := run(t, tt.args...)
 		require.ErrorContains(t, err, tt.want, "%v", tt.args)
 	}
+}
+
+// The full-size workloads compile; bf16 halves the memory planned.
+func TestPlanWorkloads(t *testing.T) {
+	peak := func(model, batch, dtype string) float64 {
+		out, err := run(t, "plan", "--json", "--model", model, "--batch", batch, "--dtype", dtype)
+		require.NoError(t, err)
+		var res struct {
+			DType string           `json:"dtype"`
+			Peak  map[string]int64 `json:"peak_mem_bytes"`
+		}
+		require.NoError(t, json.Unmarshal([]byte(out), &res))
+		require.Equal(t, dtype, res.DType)
+		require.Len(t, res.Peak, 1)
+		for _, b := range res.Peak {
+			return float64(b)
+		}
+		return 0
+	}
+	require.InDelta(t, 0.5, peak("mlp3x4096", "4096", "bf16")/peak("mlp3x4096", "4096", "f32"), 0.01)
+	require.Greater(t, peak("gpt2s-blocks", "8", "bf16"), 4e9)
 }

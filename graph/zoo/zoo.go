@@ -1,16 +1,37 @@
 // Package zoo builds flowkit's reference models as logical graphs.
 //
-// Each model takes images NCHW (f32) and integer labels (i32) and ends in
-// the mean softmax cross-entropy. Parameters are named and initialized as
-// PyTorch's layers are (weights and biases uniform in ±1/√fan_in), so
-// results are comparable with a PyTorch reference.
+// The classifiers (mlp, mnist-cnn, cifar-cnn) take images NCHW and integer
+// labels (i32) and end in the mean softmax cross-entropy. The workloads
+// mlp3x4096 and gpt2s-blocks mirror PyTorch reference workloads: they take
+// a random input and no labels, and their loss is the mean square of their
+// output, computed in f32 (out.float().pow(2).mean()). Parameters are named
+// and initialized as PyTorch's modules name and initialize them (see
+// pytorchInit and xavierInit), so results are comparable with a PyTorch
+// reference.
+//
+// Every float tensor of a model — input, parameters, activations,
+// gradients and optimizer state — has the dtype of Config.DType (f32 by
+// default), but for losses, f32 scalars, and the statistics layer norms
+// keep for their backward pass, f32.
+//
+// # Sizes
+//
+// A model name may carry size options after a colon, "name:key=value,…",
+// for the models that have them:
+//
+//   - mlp3x4096: depth (Linear layers, 3) and width (4096);
+//   - gpt2s-blocks: layers (12), hidden (768), heads (12) and seq (1024).
+//
+// "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16" is a small transformer
+// for tests. The name, options included, is the model's name everywhere:
+// in a plan, on a command line.
 package zoo
 
 import (
 	"fmt"
 	"math"
-	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/flowkit/flowkit/graph"
@@ -24,33 +45,67 @@ type Config struct {
 	Train bool
 	// Seed seeds the dropout masks.
 	Seed uint64
+	// DType is the dtype of the model's float tensors: f32 (the zero
+	// value means f32) or bf16.
+	DType graph.DType
 }
 
 // Model is a built model graph and its distinguished tensors.
 type Model struct {
-	Name   string
-	Graph  *graph.Graph
-	Images *graph.Tensor // [N,C,H,W] f32
-	Labels *graph.Tensor // [N] i32
-	Logits *graph.Tensor // [N,classes]
-	Loss   *graph.Tensor // scalar
+	Name  string
+	Graph *graph.Graph
+	// Images is the input: [N,C,H,W] images of a classifier, [N,width]
+	// or [N,seq,hidden] for the other models; of the model's dtype.
+	Images *graph.Tensor
+	Labels *graph.Tensor // [N] i32; nil for a model without labels
+	Logits *graph.Tensor // [N,classes] of a classifier; nil for the others
+	Loss   *graph.Tensor // f32 scalar
 }
 
-// builder builds a model's forward graph.
+// builder builds one kind of model.
 type builder struct {
-	input   graph.Shape // per sample, C×H×W
+	doc string
+	// sizes are the size options a name may set, with their defaults.
+	sizes []sizeOption
+	// input returns the per-sample input shape.
+	input func(sz sizes) graph.Shape
+	// classes is, for a classifier, the number of classes: it takes labels
+	// and ends in the softmax cross-entropy. 0 for a model whose loss is
+	// the mean square of its output.
 	classes int
-	build   func(b *layers, x *graph.Tensor, cfg Config) *graph.Tensor
-	doc     string
+	// build builds the forward graph from the input to the output.
+	build func(l *layers, x *graph.Tensor, cfg Config, sz sizes) *graph.Tensor
 }
+
+type sizeOption struct {
+	name string
+	def  int
+}
+
+// sizes are a model's size options by name.
+type sizes map[string]int
+
+func fixedInput(s graph.Shape) func(sizes) graph.Shape { return func(sizes) graph.Shape { return s } }
 
 var models = map[string]builder{
-	"mlp":       {graph.Shape{1, 28, 28}, 10, buildMLP, "MNIST MLP: 784-256-256-10 with ReLU"},
-	"mnist-cnn": {graph.Shape{1, 28, 28}, 10, buildMNISTCNN, "MNIST CNN: two 3×3 conv+ReLU+max-pool, 3136-128-10"},
-	"cifar-cnn": {graph.Shape{3, 32, 32}, 10, buildCIFARCNN, "CIFAR-10 CNN: two 3×3 conv+ReLU+max-pool, 4096-512-10, dropout 0.5"},
+	"mlp":       {doc: "MNIST MLP: 784-256-256-10 with ReLU", input: fixedInput(graph.Shape{1, 28, 28}), classes: 10, build: buildMLP},
+	"mnist-cnn": {doc: "MNIST CNN: two 3×3 conv+ReLU+max-pool, 3136-128-10", input: fixedInput(graph.Shape{1, 28, 28}), classes: 10, build: buildMNISTCNN},
+	"cifar-cnn": {doc: "CIFAR-10 CNN: two 3×3 conv+ReLU+max-pool, 4096-512-10, dropout 0.5", input: fixedInput(graph.Shape{3, 32, 32}), classes: 10, build: buildCIFARCNN},
+	"mlp3x4096": {
+		doc:   "deep MLP: nn.Sequential(Linear(4096,4096), ReLU, …) of 3 Linear layers, loss mean(out²); options depth, width",
+		sizes: []sizeOption{{"depth", 3}, {"width", 4096}},
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["width"]} },
+		build: buildDeepMLP,
+	},
+	"gpt2s-blocks": {
+		doc:   "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq",
+		sizes: []sizeOption{{"layers", 12}, {"hidden", 768}, {"heads", 12}, {"seq", 1024}},
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"], sz["hidden"]} },
+		build: buildTransformerBlocks,
+	},
 }
 
-// Names lists the models Build knows, sorted.
+// Names lists the models Build knows, sorted (without size options).
 func Names() []string {
 	names := make([]string, 0, len(models))
 	for n := range models {
@@ -61,47 +116,130 @@ func Names() []string {
 }
 
 // Describe returns a one-line description of a model.
-func Describe(name string) string { return models[name].doc }
+func Describe(name string) string {
+	base, _, _ := strings.Cut(name, ":")
+	return models[base].doc
+}
 
-// InputShape returns a model's per-sample input shape (C, H, W).
+// InputShape returns a model's per-sample input shape: (C, H, W) for a
+// classifier.
 func InputShape(name string) (graph.Shape, error) {
-	b, ok := models[name]
-	if !ok {
-		return nil, unknown(name)
+	b, sz, err := lookup(name)
+	if err != nil {
+		return nil, err
 	}
-	return b.input.Clone(), nil
+	return b.input(sz).Clone(), nil
+}
+
+// Classes returns a classifier's number of classes, or 0 for a model
+// without labels.
+func Classes(name string) (int, error) {
+	b, _, err := lookup(name)
+	if err != nil {
+		return 0, err
+	}
+	return b.classes, nil
 }
 
 func unknown(name string) error {
 	return fmt.Errorf("zoo: unknown model %q (known: %s)", name, strings.Join(Names(), ", "))
 }
 
+// lookup returns the builder of a model name and the sizes it sets.
+func lookup(name string) (builder, sizes, error) {
+	base, opts, hasOpts := strings.Cut(name, ":")
+	b, ok := models[base]
+	if !ok {
+		return builder{}, nil, unknown(name)
+	}
+	sz := sizes{}
+	var known []string
+	for _, o := range b.sizes {
+		sz[o.name] = o.def
+		known = append(known, o.name)
+	}
+	if !hasOpts {
+		return b, sz, nil
+	}
+	if len(b.sizes) == 0 {
+		return builder{}, nil, fmt.Errorf("zoo: %s: model %s has no size options", name, base)
+	}
+	set := map[string]bool{}
+	for _, kv := range strings.Split(opts, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		switch _, isOption := sz[k]; {
+		case !ok:
+			return builder{}, nil, fmt.Errorf("zoo: %s: size option %q is not key=value", name, kv)
+		case !isOption:
+			return builder{}, nil, fmt.Errorf("zoo: %s: unknown size option %q (options: %s)", name, k, strings.Join(known, ", "))
+		case set[k]:
+			return builder{}, nil, fmt.Errorf("zoo: %s: size option %s given twice", name, k)
+		}
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 {
+			return builder{}, nil, fmt.Errorf("zoo: %s: %s must be a positive integer, got %q", name, k, v)
+		}
+		sz[k], set[k] = n, true
+	}
+	return b, sz, nil
+}
+
+// ParseDType returns the model dtype named s: f32 or bf16.
+func ParseDType(s string) (graph.DType, error) {
+	d, err := graph.ParseDType(s)
+	if err != nil || (d != graph.F32 && d != graph.BF16) {
+		return 0, fmt.Errorf("zoo: models are built in f32 or bf16, not %q", s)
+	}
+	return d, nil
+}
+
 // Build builds the named model's forward graph and loss.
 func Build(name string, cfg Config) (*Model, error) {
-	b, ok := models[name]
-	if !ok {
-		return nil, unknown(name)
+	b, sz, err := lookup(name)
+	if err != nil {
+		return nil, err
 	}
 	if cfg.Batch < 1 {
 		return nil, fmt.Errorf("zoo: %s: batch must be ≥ 1, got %d", name, cfg.Batch)
 	}
+	dtype := cfg.DType
+	if dtype == 0 {
+		dtype = graph.F32
+	}
+	if dtype != graph.F32 && dtype != graph.BF16 {
+		return nil, fmt.Errorf("zoo: %s: models are built in f32 or bf16, not %s", name, dtype)
+	}
 	g := graph.New()
 	m := &Model{Name: name, Graph: g}
-	m.Images = g.Input("images", append(graph.Shape{cfg.Batch}, b.input...), graph.F32)
-	m.Labels = g.Input("labels", graph.Shape{cfg.Batch}, graph.I32)
-	m.Logits = b.build(&layers{g: g}, m.Images, cfg)
-	m.Loss = g.SoftmaxCrossEntropy(m.Logits, m.Labels)
+	input := append(graph.Shape{cfg.Batch}, b.input(sz)...)
+	if b.classes > 0 {
+		m.Images = g.Input("images", input, dtype)
+		m.Labels = g.Input("labels", graph.Shape{cfg.Batch}, graph.I32)
+	} else {
+		m.Images = g.Input("x", input, dtype)
+	}
+	out := b.build(&layers{g: g, dtype: dtype}, m.Images, cfg, sz)
+	if b.classes > 0 {
+		m.Logits = out
+		m.Loss = g.SoftmaxCrossEntropy(out, m.Labels)
+	} else {
+		m.Loss = g.MeanSquare(out)
+	}
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("zoo: %s: %w", name, err)
 	}
-	if got := m.Logits.Spec.Shape; !got.Equal(graph.Shape{cfg.Batch, b.classes}) {
+	if got := out.Spec.Shape; b.classes > 0 && !got.Equal(graph.Shape{cfg.Batch, b.classes}) {
 		return nil, fmt.Errorf("zoo: %s: logits are %v, want [%d,%d]", name, got, cfg.Batch, b.classes)
 	}
 	return m, nil
 }
 
-// layers declares PyTorch-style layers on a graph.
-type layers struct{ g *graph.Graph }
+// layers declares PyTorch-style layers on a graph, with parameters of the
+// model's dtype.
+type layers struct {
+	g     *graph.Graph
+	dtype graph.DType
+}
 
 // pytorchInit is the default initialization of nn.Linear and nn.Conv2d
 // (kaiming_uniform with a=√5, which is uniform in ±1/√fan_in, and the same
@@ -110,35 +248,58 @@ func pytorchInit(fanIn int) graph.Init {
 	return graph.Init{Kind: graph.Uniform, Scale: 1 / math.Sqrt(float64(fanIn))}
 }
 
+// xavierInit is xavier_uniform: uniform in ±√(6/(fan_in+fan_out)).
+func xavierInit(fanIn, fanOut int) graph.Init {
+	return graph.Init{Kind: graph.Uniform, Scale: math.Sqrt(6 / float64(fanIn+fanOut))}
+}
+
+func (l *layers) param(name string, shape graph.Shape, init graph.Init) *graph.Tensor {
+	return l.g.TypedParam(name, shape, l.dtype, init)
+}
+
 func (l *layers) conv(name string, x *graph.Tensor, in, out, k, stride, pad int) *graph.Tensor {
 	init := pytorchInit(in * k * k)
-	w := l.g.Param(name+".weight", graph.Shape{out, in, k, k}, init)
-	b := l.g.Param(name+".bias", graph.Shape{out}, init)
+	w := l.param(name+".weight", graph.Shape{out, in, k, k}, init)
+	b := l.param(name+".bias", graph.Shape{out}, init)
 	return l.g.BiasAdd(l.g.Conv2D(x, w, stride, pad), b, 1)
 }
 
+// linear is nn.Linear(in, out) named name.
 func (l *layers) linear(name string, x *graph.Tensor, in, out int) *graph.Tensor {
 	init := pytorchInit(in)
-	w := l.g.Param(name+".weight", graph.Shape{out, in}, init)
-	b := l.g.Param(name+".bias", graph.Shape{out}, init)
+	return l.affine(name+".weight", name+".bias", x, in, out, init, init)
+}
+
+// affine adds x·wᵀ + b for a weight w [out, in] and a bias b [out] of the
+// given names and initializers.
+func (l *layers) affine(wName, bName string, x *graph.Tensor, in, out int, wInit, bInit graph.Init) *graph.Tensor {
+	w := l.param(wName, graph.Shape{out, in}, wInit)
+	b := l.param(bName, graph.Shape{out}, bInit)
 	return l.g.Linear(x, w, b)
 }
 
-func buildMLP(l *layers, x *graph.Tensor, cfg Config) *graph.Tensor {
+// layerNorm is nn.LayerNorm(width) (eps 1e-5, weight 1, bias 0) named name.
+func (l *layers) layerNorm(name string, x *graph.Tensor, width int) *graph.Tensor {
+	w := l.param(name+".weight", graph.Shape{width}, graph.Init{Kind: graph.Ones})
+	b := l.param(name+".bias", graph.Shape{width}, graph.Init{Kind: graph.Zeros})
+	return l.g.LayerNorm(x, w, b, 1e-5)
+}
+
+func buildMLP(l *layers, x *graph.Tensor, _ Config, _ sizes) *graph.Tensor {
 	h := l.g.Flatten(x)
 	h = l.g.ReLU(l.linear("fc1", h, 784, 256))
 	h = l.g.ReLU(l.linear("fc2", h, 256, 256))
 	return l.linear("fc3", h, 256, 10)
 }
 
-func buildMNISTCNN(l *layers, x *graph.Tensor, cfg Config) *graph.Tensor {
+func buildMNISTCNN(l *layers, x *graph.Tensor, _ Config, _ sizes) *graph.Tensor {
 	h := l.g.MaxPool2D(l.g.ReLU(l.conv("conv1", x, 1, 32, 3, 1, 1)), 2, 2)
 	h = l.g.MaxPool2D(l.g.ReLU(l.conv("conv2", h, 32, 64, 3, 1, 1)), 2, 2)
 	h = l.g.ReLU(l.linear("fc1", l.g.Flatten(h), 64*7*7, 128))
 	return l.linear("fc2", h, 128, 10)
 }
 
-func buildCIFARCNN(l *layers, x *graph.Tensor, cfg Config) *graph.Tensor {
+func buildCIFARCNN(l *layers, x *graph.Tensor, cfg Config, _ sizes) *graph.Tensor {
 	h := l.g.MaxPool2D(l.g.ReLU(l.conv("conv1", x, 3, 32, 3, 1, 1)), 2, 2)
 	h = l.g.MaxPool2D(l.g.ReLU(l.conv("conv2", h, 32, 64, 3, 1, 1)), 2, 2)
 	h = l.g.ReLU(l.linear("fc1", l.g.Flatten(h), 64*8*8, 512))
@@ -148,5 +309,48 @@ func buildCIFARCNN(l *layers, x *graph.Tensor, cfg Config) *graph.Tensor {
 	return l.linear("fc2", h, 512, 10)
 }
 
-// Known reports whether name is a model of the zoo.
-func Known(name string) bool { return slices.Contains(Names(), name) }
+// buildDeepMLP is nn.Sequential(Linear(w,w), ReLU, …, ReLU, Linear(w,w))
+// of depth Linear layers, whose parameters the Sequential names by module
+// index: 0.weight, 0.bias, 2.weight, ….
+func buildDeepMLP(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
+	w := sz["width"]
+	for i := range sz["depth"] {
+		if i > 0 {
+			x = l.g.ReLU(x)
+		}
+		x = l.linear(strconv.Itoa(2*i), x, w, w)
+	}
+	return x
+}
+
+// buildTransformerBlocks is nn.TransformerEncoder(nn.TransformerEncoderLayer(
+// hidden, heads, 4·hidden, dropout=0, batch_first=True, norm_first=True,
+// activation="gelu"), layers) without a final norm: per layer,
+// x += OutProj(Attention(InProj(LN1(x)))) and x += Linear2(GELU(Linear1(LN2(x)))),
+// attention not causal. nn.MultiheadAttention initializes its packed input
+// projection with xavier_uniform and both projections' biases with zeros.
+// (nn.TransformerEncoder deep-copies one layer, so in PyTorch every layer
+// starts from the same weights; here each draws its own, by name.)
+func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
+	h, heads, seq := sz["hidden"], sz["heads"], sz["seq"]
+	zeros := graph.Init{Kind: graph.Zeros}
+	for i := range sz["layers"] {
+		p := "layers." + strconv.Itoa(i) + "."
+		a := l.layerNorm(p+"norm1", x, h)
+		a = l.affine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros)
+		a = l.g.Attention(a, heads, seq, false)
+		a = l.affine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros)
+		x = l.g.Add(x, a)
+		f := l.layerNorm(p+"norm2", x, h)
+		f = l.g.GELU(l.linear(p+"linear1", f, h, 4*h))
+		x = l.g.Add(x, l.linear(p+"linear2", f, 4*h, h))
+	}
+	return x
+}
+
+// Known reports whether name is a model of the zoo, with valid size
+// options if any.
+func Known(name string) bool {
+	_, _, err := lookup(name)
+	return err == nil
+}

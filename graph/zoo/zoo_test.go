@@ -2,6 +2,7 @@ package zoo
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -112,4 +113,142 @@ func TestShapeErrorNamesOpAndShapes(t *testing.T) {
 	// The error is sticky: later ops are not added.
 	require.Nil(t, g.ReLU(x))
 	require.Len(t, g.Nodes, 0)
+}
+
+func TestWorkloadParamCounts(t *testing.T) {
+	const h = 768
+	perLayer := (3*h*h + 3*h) + (h*h + h) + (4*h*h + 4*h) + (4*h*h + h) + 4*h // attention, MLP, two norms
+	tests := []struct {
+		model string
+		want  int
+	}{
+		{"mlp3x4096", 3 * (4096*4096 + 4096)},        // 50,343,936
+		{"gpt2s-blocks", 12 * perLayer},              // 85,054,464
+		{"mlp3x4096:depth=2,width=8", 2 * (8*8 + 8)}, // sizes from the name
+		{"gpt2s-blocks:layers=2,hidden=16,heads=4,seq=8", 2 * (12*16*16 + 13*16)},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			m, err := Build(tt.model, Config{Batch: 2})
+			require.NoError(t, err)
+			if got := m.Graph.NumParams(); got != tt.want {
+				t.Errorf("got %d parameters, want %d", got, tt.want)
+			}
+		})
+	}
+}
+
+// A training step's FLOPs agree with the usual formulas: three times the
+// forward matmuls, 3·2·N·params for the MLP (less the gradient of the
+// input, which no one asks for: 8 products instead of 9) and
+// 3·(24·b·s·h²·L + 4·b·s²·h·L) for the transformer.
+func TestWorkloadTrainingFLOPs(t *testing.T) {
+	tests := []struct {
+		model   string
+		batch   int
+		formula float64
+		ratio   float64 // of our FLOPs to the formula's
+		tol     float64
+	}{
+		{"mlp3x4096", 4096, 3 * 2 * 3 * math.Pow(4096, 3), 8.0 / 9, 0.002},
+		{"gpt2s-blocks", 8, 3 * (24*8*1024*768*768*12 + 4*8*1024*1024*768*12.0), 1, 0.03},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			m, err := Build(tt.model, Config{Batch: tt.batch, Train: true, DType: graph.BF16})
+			require.NoError(t, err)
+			require.NoError(t, m.Graph.Minimize(m.Loss, graph.SGD{LR: 0.01}))
+			got := float64(m.Graph.Cost().FLOPs)
+			t.Logf("%s batch %d: %.5g FLOPs per step, formula %.5g (ratio %.4f)", tt.model, tt.batch, got, tt.formula, got/tt.formula)
+			if r := got / tt.formula; math.Abs(r-tt.ratio) > tt.tol*tt.ratio {
+				t.Errorf("got %.5g FLOPs, %.4f of the formula's %.5g; want %.4f ± %.1f%%", got, r, tt.formula, tt.ratio, 100*tt.tol)
+			}
+		})
+	}
+}
+
+// Every float tensor takes the model's dtype, except the f32 loss and the
+// layer norms' saved statistics; parameters are named and initialized as
+// in PyTorch.
+func TestWorkloadDTypeAndInit(t *testing.T) {
+	m, err := Build("gpt2s-blocks:layers=2,hidden=16,heads=4,seq=8", Config{Batch: 3, Train: true, DType: graph.BF16})
+	require.NoError(t, err)
+	require.Nil(t, m.Labels)
+	require.Nil(t, m.Logits)
+	require.Equal(t, graph.Spec{Shape: graph.Shape{3, 8, 16}, DType: graph.BF16}, m.Images.Spec)
+	require.NoError(t, m.Graph.Minimize(m.Loss, graph.SGD{LR: 0.01, Momentum: 0.9}))
+	require.Equal(t, graph.Spec{Shape: graph.Shape{}, DType: graph.F32}, m.Loss.Spec)
+	for _, tn := range m.Graph.Tensors {
+		stat := tn.Producer != nil && tn.Producer.Op.Type() == "layer_norm" && tn != tn.Producer.Outputs[0]
+		scalar := len(tn.Spec.Shape) == 0 // the loss and its gradient seed
+		if !stat && !scalar && tn.Spec.DType != graph.BF16 {
+			t.Errorf("%s: got %v, want bf16", tn.Name, tn.Spec)
+		}
+	}
+	init := map[string]graph.Init{}
+	for _, p := range m.Graph.Params() {
+		init[p.Name] = p.Init
+	}
+	uniform := func(b float64) graph.Init { return graph.Init{Kind: graph.Uniform, Scale: b} }
+	for name, want := range map[string]graph.Init{
+		"layers.1.self_attn.in_proj_weight":  uniform(math.Sqrt(6.0 / (16 + 48))),
+		"layers.1.self_attn.in_proj_bias":    {Kind: graph.Zeros},
+		"layers.1.self_attn.out_proj.weight": uniform(1 / math.Sqrt(16)),
+		"layers.1.self_attn.out_proj.bias":   {Kind: graph.Zeros},
+		"layers.0.linear1.weight":            uniform(1 / math.Sqrt(16)),
+		"layers.0.linear2.bias":              uniform(1 / math.Sqrt(64)),
+		"layers.0.norm1.weight":              {Kind: graph.Ones},
+		"layers.0.norm2.bias":                {Kind: graph.Zeros},
+	} {
+		got, ok := init[name]
+		require.True(t, ok, "parameter %s", name)
+		require.Equal(t, want, got, name)
+	}
+	require.Len(t, init, 2*12)
+
+	mlp, err := Build("mlp3x4096:width=8", Config{Batch: 2})
+	require.NoError(t, err)
+	var names []string
+	for _, p := range mlp.Graph.Params() {
+		names = append(names, p.Name)
+	}
+	require.Equal(t, []string{"0.weight", "0.bias", "2.weight", "2.bias", "4.weight", "4.bias"}, names)
+	require.Equal(t, graph.F32, mlp.Images.Spec.DType, "f32 by default")
+}
+
+func TestSizeOptions(t *testing.T) {
+	s, err := InputShape("gpt2s-blocks:seq=16, hidden=32")
+	require.NoError(t, err)
+	require.Equal(t, graph.Shape{16, 32}, s)
+	s, err = InputShape("mlp3x4096")
+	require.NoError(t, err)
+	require.Equal(t, graph.Shape{4096}, s)
+	for n, want := range map[string]int{"mlp": 10, "cifar-cnn": 10, "mlp3x4096": 0, "gpt2s-blocks:seq=4": 0} {
+		c, err := Classes(n)
+		require.NoError(t, err)
+		require.Equal(t, want, c, n)
+	}
+	require.True(t, Known("gpt2s-blocks:layers=1"))
+	for _, tt := range []struct{ name, want string }{
+		{"gpt2s-blocks:layers=0", "layers must be a positive integer"},
+		{"gpt2s-blocks:depth=2", `unknown size option "depth" (options: layers, hidden, heads, seq)`},
+		{"gpt2s-blocks:seq", "not key=value"},
+		{"gpt2s-blocks:seq=8,seq=16", "seq given twice"},
+		{"mnist-cnn:width=3", "has no size options"},
+		{"gpt3:layers=2", "unknown model"},
+		{"gpt2s-blocks:hidden=30,heads=4", "hidden size 30 does not divide into 4 heads"},
+	} {
+		_, err := Build(tt.name, Config{Batch: 1})
+		require.ErrorContains(t, err, tt.want, tt.name)
+		if !strings.Contains(tt.want, "divide") {
+			require.False(t, Known(tt.name), tt.name)
+		}
+	}
+	_, err = Build("mlp", Config{Batch: 1, DType: graph.I32})
+	require.ErrorContains(t, err, "f32 or bf16")
+	d, err := ParseDType("bf16")
+	require.NoError(t, err)
+	require.Equal(t, graph.BF16, d)
+	_, err = ParseDType("f16")
+	require.ErrorContains(t, err, `not "f16"`)
 }

@@ -1,9 +1,6 @@
 package cpu
 
-import (
-	"fmt"
-	"sync"
-)
+import "fmt"
 
 // ConvShape describes a 2-D convolution (cross-correlation, as in every
 // framework) of an input x [N,C,H,W] with a filter w [K,C,R,S] into an output
@@ -88,43 +85,6 @@ func (s ConvShape) pointwise() bool {
 	return s.R == 1 && s.S == 1 && s.StrideH == 1 && s.StrideW == 1 && s.PadH == 0 && s.PadW == 0
 }
 
-// colPool recycles column-matrix scratch buffers (*[]float32) across calls.
-var colPool sync.Pool
-
-// getCol returns a scratch buffer of n floats with undefined contents; give
-// it back with colPool.Put.
-func getCol(n int) *[]float32 {
-	if b, ok := colPool.Get().(*[]float32); ok && cap(*b) >= n {
-		*b = (*b)[:n]
-		return b
-	}
-	b := make([]float32, n)
-	return &b
-}
-
-// eachImage calls body(q, n, col) for every image n of a batch. When the
-// images can keep the workers evenly busy they run in parallel, each with a
-// serial q; otherwise they run one after another and q is p, so that the
-// GEMM inside body parallelizes instead. col is scratch of colLen floats
-// private to the calling goroutine.
-func eachImage(p *Pool, images, colLen int, body func(q *Pool, n int, col []float32)) {
-	if w := p.Workers(); w > 1 && (images >= 4*w || images%w == 0) {
-		p.For(images, 1, func(lo, hi int) {
-			buf := getCol(colLen)
-			defer colPool.Put(buf)
-			for n := lo; n < hi; n++ {
-				body(nil, n, *buf)
-			}
-		})
-		return
-	}
-	buf := getCol(colLen)
-	defer colPool.Put(buf)
-	for n := range images {
-		body(p, n, *buf)
-	}
-}
-
 // Conv2DForward sets y = conv(x, w): per image, w viewed as [K, C·R·S] times
 // the column matrix of x [C·R·S, OutH·OutW], written straight into the
 // image's NCHW output. (One GEMM over the whole batch, followed by a scatter
@@ -135,12 +95,12 @@ func Conv2DForward(p *Pool, s ConvShape, x, w, y []float32) {
 	crs, ohw := s.C*s.R*s.S, s.OutH()*s.OutW()
 	chw, kohw := s.C*s.H*s.W, s.K*ohw
 	if s.pointwise() {
-		eachImage(p, s.N, 0, func(q *Pool, n int, _ []float32) {
+		eachItem(p, s.N, 0, func(q *Pool, n int, _ []float32) {
 			Sgemm(q, false, false, s.K, ohw, crs, 1, w, crs, x[n*chw:(n+1)*chw], ohw, 0, y[n*kohw:(n+1)*kohw], ohw)
 		})
 		return
 	}
-	eachImage(p, s.N, crs*ohw, func(q *Pool, n int, col []float32) {
+	eachItem(p, s.N, crs*ohw, func(q *Pool, n int, col []float32) {
 		s.im2col(x[n*chw:(n+1)*chw], col, ohw)
 		Sgemm(q, false, false, s.K, ohw, crs, 1, w, crs, col, ohw, 0, y[n*kohw:(n+1)*kohw], ohw)
 	})
@@ -154,12 +114,12 @@ func Conv2DBackwardData(p *Pool, s ConvShape, dy, w, dx []float32) {
 	crs, ohw := s.C*s.R*s.S, s.OutH()*s.OutW()
 	chw, kohw := s.C*s.H*s.W, s.K*ohw
 	if s.pointwise() {
-		eachImage(p, s.N, 0, func(q *Pool, n int, _ []float32) {
+		eachItem(p, s.N, 0, func(q *Pool, n int, _ []float32) {
 			Sgemm(q, true, false, crs, ohw, s.K, 1, w, crs, dy[n*kohw:(n+1)*kohw], ohw, 0, dx[n*chw:(n+1)*chw], ohw)
 		})
 		return
 	}
-	eachImage(p, s.N, crs*ohw, func(q *Pool, n int, col []float32) {
+	eachItem(p, s.N, crs*ohw, func(q *Pool, n int, col []float32) {
 		Sgemm(q, true, false, crs, ohw, s.K, 1, w, crs, dy[n*kohw:(n+1)*kohw], ohw, 0, col, ohw)
 		s.col2im(col, ohw, dx[n*chw:(n+1)*chw])
 	})

@@ -67,3 +67,42 @@ func (p *Pool) For(n, grain int, body func(lo, hi int)) {
 	body(0, first)
 	wg.Wait()
 }
+
+// colPool recycles scratch buffers (*[]float32) across calls: column
+// matrices of convolutions, score matrices of attention.
+var colPool sync.Pool
+
+// getCol returns a scratch buffer of n floats with undefined contents; give
+// it back with colPool.Put.
+func getCol(n int) *[]float32 {
+	if b, ok := colPool.Get().(*[]float32); ok && cap(*b) >= n {
+		*b = (*b)[:n]
+		return b
+	}
+	b := make([]float32, n)
+	return &b
+}
+
+// eachItem calls body(q, n, col) for every item n of a batch (an image, a
+// sequence's attention head). When the items can keep the workers evenly
+// busy they run in parallel, each with a serial q; otherwise they run one
+// after another and q is p, so that the GEMMs inside body parallelize
+// instead. col is scratch of colLen floats private to the calling
+// goroutine.
+func eachItem(p *Pool, items, colLen int, body func(q *Pool, n int, col []float32)) {
+	if w := p.Workers(); w > 1 && (items >= 4*w || items%w == 0) {
+		p.For(items, 1, func(lo, hi int) {
+			buf := getCol(colLen)
+			defer colPool.Put(buf)
+			for n := lo; n < hi; n++ {
+				body(nil, n, *buf)
+			}
+		})
+		return
+	}
+	buf := getCol(colLen)
+	defer colPool.Put(buf)
+	for n := range items {
+		body(p, n, *buf)
+	}
+}

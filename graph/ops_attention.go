@@ -1,0 +1,147 @@
+package graph
+
+import (
+	"fmt"
+
+	"github.com/flowkit/flowkit/units"
+)
+
+// Attention is multi-head scaled dot-product attention over packed
+// projections, what nn.MultiheadAttention computes between its input and
+// output projections. qkv is viewed as a matrix (every leading axis a row
+// axis, as MatMul does) of T = batch·Seq rows — row b·Seq + i is position i
+// of sequence b — and 3·hid columns: Q in [0, hid), K in [hid, 2·hid), V in
+// [2·hid, 3·hid). Head h reads columns h·d … (h+1)·d − 1 of each, with
+// d = hid/Heads. For every sequence and head, P = softmax(Q Kᵀ/√d) row by
+// row — with Causal, position i attends to positions j ≤ i only — and
+// O = P V. The outputs are out, of qkv's shape with hid columns (head h in
+// columns h·d …), and probs [batch, Heads, Seq, Seq], the P kept for the
+// backward pass; both have qkv's dtype.
+type Attention struct {
+	Heads, Seq int
+	Causal     bool
+}
+
+func (Attention) Type() string { return "attention" }
+
+// dims checks qkv (in[0]) against the attributes and returns the number of
+// sequences and the width of each of Q, K and V. Errors name op.
+func (a Attention) dims(op string, in []Spec) (batch, hid int, err error) {
+	if err := checkFloat(op, in, 0); err != nil {
+		return 0, 0, err
+	}
+	s := in[0].Shape
+	if len(s) < 2 {
+		return 0, 0, shapeErr(op, in, "qkv must have rank ≥ 2")
+	}
+	if a.Heads < 1 || a.Seq < 1 {
+		return 0, 0, shapeErr(op, in, "heads and seq must be ≥ 1, got %d and %d", a.Heads, a.Seq)
+	}
+	rows, cols := matrixView(s)
+	if cols%3 != 0 {
+		return 0, 0, shapeErr(op, in, "qkv has %d columns, not 3·hidden", cols)
+	}
+	hid = cols / 3
+	if hid%a.Heads != 0 {
+		return 0, 0, shapeErr(op, in, "hidden size %d does not divide into %d heads", hid, a.Heads)
+	}
+	if rows%a.Seq != 0 {
+		return 0, 0, shapeErr(op, in, "%d rows are not a whole number of sequences of %d", rows, a.Seq)
+	}
+	return rows / a.Seq, hid, nil
+}
+
+func (a Attention) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("attention", in, 1); err != nil {
+		return nil, err
+	}
+	batch, hid, err := a.dims("attention", in)
+	if err != nil {
+		return nil, err
+	}
+	s := in[0].Shape
+	out := append(s[:len(s)-1:len(s)-1], hid)
+	probs := Shape{batch, a.Heads, a.Seq, a.Seq}
+	return []Spec{{out, in[0].DType}, {probs, in[0].DType}}, nil
+}
+
+// attentionWork returns, for the probs spec of an attention, the number of
+// scores (batch·Heads·Seq²) and their bytes.
+func attentionWork(probs Spec) (scores float64, bytes units.Bytes) {
+	return float64(probs.Shape.NumElements()), probs.Bytes()
+}
+
+// Cost: Q Kᵀ and P V are 2·Seq²·d FLOPs each per sequence and head, so
+// 4·d per score (4·batch·Seq²·hid in all), and the softmax about 5 per
+// score. Besides reading qkv and writing out and probs, the softmax reads
+// and rewrites the scores in place.
+func (Attention) Cost(in, out []Spec) Cost {
+	scores, pb := attentionWork(out[1])
+	d := float64(out[0].Shape[len(out[0].Shape)-1] / out[1].Shape[1])
+	return Cost{FLOPs: units.FLOPs(scores * (4*d + 5)), Bytes: bytesOf(in, out) + 2*pb}
+}
+
+// Signatures: sequences are independent, so the batch splits (along the
+// leading axis, at sequence boundaries). Heads are independent too, but Q,
+// K and V are packed along one axis, and no split of it gives each device
+// whole heads of all three.
+func (Attention) Signatures(in, out []Spec) []Signature {
+	return []Signature{sig(2, S(0), S(0), S(0)), sig(2, B, B, B)}
+}
+
+func (a Attention) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	if dy[1] != nil {
+		g.fail(fmt.Errorf("graph: %s: no gradient flows through the attention probabilities, which only the backward pass reads", n.Name))
+		return []*Tensor{nil}
+	}
+	return []*Tensor{g.apply1(AttentionGrad(a), n.Inputs[0], n.Outputs[1], dy[0])}
+}
+
+// Attention adds multi-head attention over packed projections qkv (see
+// the Attention op) and returns its output.
+func (g *Graph) Attention(qkv *Tensor, heads, seq int, causal bool) *Tensor {
+	return g.apply1(Attention{Heads: heads, Seq: seq, Causal: causal}, qkv)
+}
+
+// AttentionGrad is the gradient of Attention: (qkv, probs, dout) → dqkv.
+// Per sequence and head, with P the saved probabilities: dV = Pᵀ dO,
+// dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(dP ⊙ P))/√d, dQ = dS K and dK = dSᵀ Q,
+// each written to its head's columns of dqkv.
+type AttentionGrad Attention
+
+func (AttentionGrad) Type() string { return "attention_grad" }
+
+func (a AttentionGrad) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("attention_grad", in, 3); err != nil {
+		return nil, err
+	}
+	batch, hid, err := Attention(a).dims("attention_grad", in)
+	if err != nil {
+		return nil, err
+	}
+	if want := (Shape{batch, a.Heads, a.Seq, a.Seq}); !in[1].Shape.Equal(want) {
+		return nil, shapeErr("attention_grad", in, "probs must be %v", want)
+	}
+	s := in[0].Shape
+	if want := append(s[:len(s)-1:len(s)-1], hid); !in[2].Shape.Equal(want) {
+		return nil, shapeErr("attention_grad", in, "dout must be %v", want)
+	}
+	if err := checkFloat("attention_grad", in, 1, 2); err != nil {
+		return nil, err
+	}
+	return []Spec{in[0]}, nil
+}
+
+// Cost: four products of 2·Seq²·d FLOPs per sequence and head (8·d per
+// score) and about 4 per score for dS. Besides its inputs and output, the
+// kernel writes dP (score-sized scratch), rewrites it as dS and reads it
+// twice.
+func (AttentionGrad) Cost(in, out []Spec) Cost {
+	scores, pb := attentionWork(in[1])
+	d := float64(in[2].Shape[len(in[2].Shape)-1] / in[1].Shape[1])
+	return Cost{FLOPs: units.FLOPs(scores * (8*d + 4)), Bytes: bytesOf(in, out) + 4*pb}
+}
+
+func (AttentionGrad) Signatures(in, out []Spec) []Signature {
+	return []Signature{sig(1, S(0), S(0), S(0), S(0)), sig(1, B, B, B, B)}
+}

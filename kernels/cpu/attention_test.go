@@ -1,0 +1,168 @@
+package cpu
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+type attnShape struct {
+	batch, seq, heads, hid int
+	causal                 bool
+}
+
+func (s attnShape) String() string {
+	c := ""
+	if s.causal {
+		c = "/causal"
+	}
+	return fmt.Sprintf("b%d_s%d_h%d_d%d%s", s.batch, s.seq, s.heads, s.hid, c)
+}
+
+// attentionCases cover one head and several, causal and not, sequences of
+// awkward lengths, and (b·heads against the test pools' three workers)
+// both the parallel-over-heads and the parallel-GEMM paths.
+var attentionCases = []attnShape{
+	{1, 1, 1, 1, false},
+	{1, 5, 1, 4, false},
+	{2, 7, 3, 12, true},
+	{3, 13, 4, 16, false},
+	{1, 11, 2, 10, true},
+	{2, 33, 1, 8, false},
+	{1, 70, 2, 6, true},
+}
+
+// attentionRef returns out [b·seq, hid] and probs [b, heads, seq, seq] of
+// attention over qkv [b·seq, 3·hid], straight from the definition.
+func attentionRef(qkv []float64, s attnShape) (out, probs []float64) {
+	d := s.hid / s.heads
+	ld := 3 * s.hid
+	out = make([]float64, s.batch*s.seq*s.hid)
+	probs = make([]float64, s.batch*s.heads*s.seq*s.seq)
+	for b := range s.batch {
+		for h := range s.heads {
+			q := func(i, k int) float64 { return qkv[(b*s.seq+i)*ld+h*d+k] }
+			key := func(j, k int) float64 { return qkv[(b*s.seq+j)*ld+s.hid+h*d+k] }
+			v := func(j, k int) float64 { return qkv[(b*s.seq+j)*ld+2*s.hid+h*d+k] }
+			pr := probs[(b*s.heads+h)*s.seq*s.seq:]
+			for i := range s.seq {
+				n := s.seq
+				if s.causal {
+					n = i + 1
+				}
+				m := math.Inf(-1)
+				row := make([]float64, n)
+				for j := range n {
+					for k := range d {
+						row[j] += q(i, k) * key(j, k)
+					}
+					row[j] /= math.Sqrt(float64(d))
+					m = max(m, row[j])
+				}
+				var sum float64
+				for j := range row {
+					row[j] = math.Exp(row[j] - m)
+					sum += row[j]
+				}
+				for j := range row {
+					pr[i*s.seq+j] = row[j] / sum
+					for k := range d {
+						out[(b*s.seq+i)*s.hid+h*d+k] += row[j] / sum * v(j, k)
+					}
+				}
+			}
+		}
+	}
+	return out, probs
+}
+
+// scaledQKV returns qkv spread over [−2, 2), so that the softmaxes are
+// far from flat.
+func scaledQKV(seed uint64, s attnShape) []float32 {
+	x := randSlice(newRNG(seed), s.batch*s.seq*3*s.hid)
+	Scale(nil, 2, x, x)
+	return x
+}
+
+func TestAttentionForward(t *testing.T) {
+	for i, s := range attentionCases {
+		qkv := scaledQKV(uint64(i), s)
+		wantOut, wantProbs := attentionRef(to64(qkv), s)
+		for _, tp := range testPools {
+			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
+				out := randSlice(newRNG(99), len(wantOut)) // garbage to overwrite
+				probs := randSlice(newRNG(98), len(wantProbs))
+				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.hid, s.causal)
+				checkClose(t, "out", out, wantOut, fwdTol)
+				checkClose(t, "probs", probs, wantProbs, fwdTol)
+			})
+		}
+	}
+}
+
+func TestAttentionBackward(t *testing.T) {
+	for i, s := range attentionCases {
+		if s.batch*s.seq*s.hid > 300 { // finite differences are slow
+			continue
+		}
+		qkv := scaledQKV(uint64(i)+20, s)
+		r := randSlice(newRNG(uint64(i)+21), s.batch*s.seq*s.hid)
+		want := centralDiff(projected(r, func(x []float64) []float64 {
+			out, _ := attentionRef(x, s)
+			return out
+		}), to64(qkv), fdStep)
+		for _, tp := range testPools {
+			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
+				out := make([]float32, len(r))
+				probs := make([]float32, s.batch*s.heads*s.seq*s.seq)
+				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.hid, s.causal)
+				dqkv := randSlice(newRNG(97), len(qkv)) // garbage to overwrite
+				AttentionBackward(tp.p, qkv, probs, r, dqkv, s.batch, s.seq, s.heads, s.hid, s.causal)
+				checkClose(t, "dqkv", dqkv, want, gradTol)
+			})
+		}
+	}
+}
+
+// The results do not depend on the number of workers, bit for bit: the
+// plans' numerics must not depend on how a batch is split.
+func TestAttentionWorkerIndependent(t *testing.T) {
+	s := attnShape{2, 24, 3, 18, true}
+	qkv := scaledQKV(5, s)
+	dout := randSlice(newRNG(6), s.batch*s.seq*s.hid)
+	run := func(p *Pool) (out, dqkv []float32) {
+		out, dqkv = make([]float32, len(dout)), make([]float32, len(qkv))
+		probs := make([]float32, s.batch*s.heads*s.seq*s.seq)
+		AttentionForward(p, qkv, out, probs, s.batch, s.seq, s.heads, s.hid, s.causal)
+		AttentionBackward(p, qkv, probs, dout, dqkv, s.batch, s.seq, s.heads, s.hid, s.causal)
+		return out, dqkv
+	}
+	out1, d1 := run(nil)
+	for _, w := range []int{2, 3, 6} {
+		out, d := run(NewPool(w))
+		for i := range out {
+			if out[i] != out1[i] {
+				t.Fatalf("%d workers: out[%d] got %v, want %v as serially", w, i, out[i], out1[i])
+			}
+		}
+		for i := range d {
+			if d[i] != d1[i] {
+				t.Fatalf("%d workers: dqkv[%d] got %v, want %v as serially", w, i, d[i], d1[i])
+			}
+		}
+	}
+}
+
+func TestAttentionPanicsOnBadCall(t *testing.T) {
+	qkv, out, probs := make([]float32, 2*4*12), make([]float32, 2*4*4), make([]float32, 2*2*4*4)
+	for name, f := range map[string]func(){
+		"heads do not divide hid": func() { AttentionForward(nil, qkv, out, probs, 2, 4, 3, 4, false) },
+		"no heads":                func() { AttentionForward(nil, qkv, out, probs, 2, 4, 0, 4, false) },
+		"short probs":             func() { AttentionForward(nil, qkv, out, probs[1:], 2, 4, 2, 4, false) },
+		"long out":                func() { AttentionForward(nil, qkv, append(out, 0), probs, 2, 4, 2, 4, false) },
+		"short dqkv":              func() { AttentionBackward(nil, qkv, probs, out, qkv[1:], 2, 4, 2, 4, true) },
+		"short dout":              func() { AttentionBackward(nil, qkv, probs, out[1:], qkv, 2, 4, 2, 4, true) },
+	} {
+		t.Run(name, func(t *testing.T) { mustPanicShape(t, f) })
+	}
+}
