@@ -3,6 +3,7 @@ module github.com/flowkit/flowkit
 go 1.26.0
 
 require (
+	github.com/ebitengine/purego v0.11.3
 	github.com/google/pprof v0.0.0-20261105003125-4bf881d7fb0b
 	github.com/schollz/progressbar/v3 v3.19.1
 	github.com/spf13/cobra v1.10.2

@@ -1,0 +1,301 @@
+package cuda
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
+
+// cublasLtMatmulDescAttributes_t (cublasLt.h).
+const (
+	ltDescTransA      = 3 // CUBLASLT_MATMUL_DESC_TRANSA: int32_t (cublasOperation_t)
+	ltDescTransB      = 4 // CUBLASLT_MATMUL_DESC_TRANSB: int32_t (cublasOperation_t)
+	ltDescEpilogue    = 7 // CUBLASLT_MATMUL_DESC_EPILOGUE: uint32_t (cublasLtEpilogue_t)
+	ltDescBiasPointer = 8 // CUBLASLT_MATMUL_DESC_BIAS_POINTER: const void*
+)
+
+// cublasLtEpilogue_t (cublasLt.h).
+const (
+	ltEpilogueDefault  = 1 // CUBLASLT_EPILOGUE_DEFAULT
+	ltEpilogueReLU     = 2 // CUBLASLT_EPILOGUE_RELU
+	ltEpilogueBias     = 4 // CUBLASLT_EPILOGUE_BIAS
+	ltEpilogueReLUBias = 6 // CUBLASLT_EPILOGUE_RELU_BIAS = RELU | BIAS
+)
+
+// cublasLtMatmulPreferenceAttributes_t (cublasLt.h).
+const (
+	ltPrefMaxWorkspaceBytes = 1 // CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES: uint64_t
+	ltPrefMinAlignmentA     = 5 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES: uint32_t
+	ltPrefMinAlignmentB     = 6 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES: uint32_t
+	ltPrefMinAlignmentC     = 7 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES: uint32_t
+	ltPrefMinAlignmentD     = 8 // CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES: uint32_t
+)
+
+// ltLayout is the column-major description of one stored matrix: cuBLASLt
+// takes the shape before op is applied.
+type ltLayout struct {
+	rows, cols uint64
+	ld         int64
+}
+
+// ltLayouts restates a row-major MatmulBias for cuBLASLt like toColMajor
+// does for Gemm: Lt's A is our B, Lt's B is our A, and D = C is n×m.
+func ltLayouts(transA, transB bool, m, n, k, lda, ldb, ldc int) (first, second, out ltLayout) {
+	first = ltLayout{rows: uint64(n), cols: uint64(k), ld: int64(ldb)}
+	if transB {
+		first.rows, first.cols = uint64(k), uint64(n)
+	}
+	second = ltLayout{rows: uint64(k), cols: uint64(m), ld: int64(lda)}
+	if transA {
+		second.rows, second.cols = uint64(m), uint64(k)
+	}
+	return first, second, ltLayout{rows: uint64(n), cols: uint64(m), ld: int64(ldc)}
+}
+
+// alignment returns the largest power of two up to 256 dividing p, the
+// figure cuBLASLt's heuristics need when pointers are not 256-byte aligned.
+func alignment(p DevicePtr) uint32 {
+	if p == 0 {
+		return 256
+	}
+	return uint32(min(uintptr(p)&-uintptr(p), 256))
+}
+
+// ltKey identifies a cached MatmulBias plan.
+type ltKey struct {
+	t                      GemmType
+	transA, transB         bool
+	m, n, k, lda, ldb, ldc int
+	bias, relu             bool
+	alignA, alignB, alignC uint32
+}
+
+// ltPlan is the descriptors and algorithm for one ltKey.
+type ltPlan struct {
+	desc               uintptr // cublasLtMatmulDesc_t
+	first, second, out uintptr // cublasLtMatrixLayout_t of our B, our A, and C
+	algo               [8]uint64
+}
+
+// BLASLt is a cuBLASLt handle bound to a Context, for products with a fused
+// epilogue. Its methods may be called from any goroutine and are serialized.
+// Each stream gets its own WorkspaceSize workspace, as for BLAS.
+type BLASLt struct {
+	ctx   *Context
+	mu    sync.Mutex
+	h     uintptr // cublasLtHandle_t; 0 once destroyed
+	ws    workspaces
+	plans map[ltKey]*ltPlan
+}
+
+var errNilBLASLt = errors.New("cuda: nil or destroyed BLASLt handle")
+
+// NewBLASLt loads cuBLAS (as NewBLAS) and creates a cuBLASLt handle.
+func (c *Context) NewBLASLt() (*BLASLt, error) {
+	if err := loadBLAS(); err != nil {
+		return nil, err
+	}
+	if err := c.enter(); err != nil {
+		return nil, err
+	}
+	defer c.exit()
+	l := &BLASLt{ctx: c, ws: workspaces{ctx: c}, plans: make(map[ltKey]*ltPlan)}
+	if st := cublasLtCreate(&l.h); st != cublasSuccess {
+		return nil, blasError("cublasLtCreate", st)
+	}
+	return l, nil
+}
+
+// Destroy releases the cached plans, the workspaces and the handle once
+// pending work is done; it is a no-op the second time.
+func (l *BLASLt) Destroy() error {
+	if l == nil {
+		return nil
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h == 0 {
+		return nil
+	}
+	if err := l.ctx.enter(); err != nil {
+		return err
+	}
+	defer l.ctx.exit()
+	if r := cuCtxSynchronize(); r != cudaSuccess {
+		return driverError("cuCtxSynchronize", r)
+	}
+	var errs []error
+	for k, p := range l.plans {
+		errs = append(errs, p.destroy())
+		delete(l.plans, k)
+	}
+	if st := cublasLtDestroy(l.h); st != cublasSuccess {
+		errs = append(errs, blasError("cublasLtDestroy", st))
+	}
+	l.h = 0
+	errs = append(errs, l.ws.free())
+	return errors.Join(errs...)
+}
+
+func (p *ltPlan) destroy() error {
+	var errs []error
+	for _, l := range []uintptr{p.first, p.second, p.out} {
+		if l != 0 {
+			if st := cublasLtMatrixLayoutDestroy(l); st != cublasSuccess {
+				errs = append(errs, blasError("cublasLtMatrixLayoutDestroy", st))
+			}
+		}
+	}
+	if p.desc != 0 {
+		if st := cublasLtMatmulDescDestroy(p.desc); st != cublasSuccess {
+			errs = append(errs, blasError("cublasLtMatmulDescDestroy", st))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// plan returns the cached plan for key, creating it: descriptors, layouts
+// and the heuristic's best algorithm. The caller holds l.mu and has entered
+// the context.
+func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
+	if p, ok := l.plans[key]; ok {
+		return p, nil
+	}
+	dt, _, ct, _ := key.t.gemmTypes()
+	g := toColMajor(key.transA, key.transB, key.m, key.n, key.k, key.lda, key.ldb, key.ldc)
+	p := &ltPlan{}
+	fail := func(call string, st cublasStatus) (*ltPlan, error) {
+		return nil, errors.Join(blasError(call, st), p.destroy())
+	}
+	if st := cublasLtMatmulDescCreate(&p.desc, ct, cudaR32F); st != cublasSuccess {
+		return fail("cublasLtMatmulDescCreate", st)
+	}
+	epilogue := uint32(ltEpilogueDefault)
+	switch {
+	case key.bias && key.relu:
+		epilogue = ltEpilogueReLUBias
+	case key.bias:
+		epilogue = ltEpilogueBias
+	case key.relu:
+		epilogue = ltEpilogueReLU
+	}
+	if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescTransA, int32(g.transa)); st != cublasSuccess {
+		return fail("cublasLtMatmulDescSetAttribute(TRANSA)", st)
+	}
+	if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescTransB, int32(g.transb)); st != cublasSuccess {
+		return fail("cublasLtMatmulDescSetAttribute(TRANSB)", st)
+	}
+	if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescEpilogue, epilogue); st != cublasSuccess {
+		return fail("cublasLtMatmulDescSetAttribute(EPILOGUE)", st)
+	}
+	first, second, out := ltLayouts(key.transA, key.transB, key.m, key.n, key.k, key.lda, key.ldb, key.ldc)
+	for _, x := range []struct {
+		dst *uintptr
+		l   ltLayout
+	}{{&p.first, first}, {&p.second, second}, {&p.out, out}} {
+		if st := cublasLtMatrixLayoutCreate(x.dst, dt, x.l.rows, x.l.cols, x.l.ld); st != cublasSuccess {
+			return fail("cublasLtMatrixLayoutCreate", st)
+		}
+	}
+
+	var pref uintptr
+	if st := cublasLtMatmulPreferenceCreate(&pref); st != cublasSuccess {
+		return fail("cublasLtMatmulPreferenceCreate", st)
+	}
+	defer cublasLtMatmulPreferenceDestroy(pref)
+	if st := cublasLtMatmulPreferenceSetAttribute(pref, ltPrefMaxWorkspaceBytes, uint64(WorkspaceSize)); st != cublasSuccess {
+		return fail("cublasLtMatmulPreferenceSetAttribute(MAX_WORKSPACE_BYTES)", st)
+	}
+	// Lt's A is our B and Lt's B our A.
+	for _, a := range []struct {
+		attr  int32
+		align uint32
+	}{{ltPrefMinAlignmentA, key.alignB}, {ltPrefMinAlignmentB, key.alignA}, {ltPrefMinAlignmentC, key.alignC}, {ltPrefMinAlignmentD, key.alignC}} {
+		if st := cublasLtMatmulPreferenceSetAttribute(pref, a.attr, a.align); st != cublasSuccess {
+			return fail(fmt.Sprintf("cublasLtMatmulPreferenceSetAttribute(%d)", a.attr), st)
+		}
+	}
+	var res ltHeuristicResult
+	var count int32
+	if st := cublasLtMatmulAlgoGetHeuristic(l.h, p.desc, p.first, p.second, p.out, p.out, pref, &res, &count); st != cublasSuccess {
+		return fail("cublasLtMatmulAlgoGetHeuristic", st)
+	}
+	if count < 1 || res.state != int32(cublasSuccess) {
+		return fail(fmt.Sprintf("cublasLtMatmulAlgoGetHeuristic(%v, m=%d n=%d k=%d): no algorithm", key.t, key.m, key.n, key.k), cublasNotSupported)
+	}
+	p.algo = res.algo
+	l.plans[key] = p
+	return p, nil
+}
+
+// MatmulBias enqueues C = op(A)·op(B) + bias on s, then max(·, 0) if relu,
+// in one cuBLASLt call. Shapes, strides and types are as for BLAS.Gemm;
+// bias is a vector of n elements of the data type (bfloat16 for GemmBF16)
+// added to every row of C, or 0 for none. Descriptors and the algorithm are
+// chosen once per shape and pointer alignment and cached.
+func (l *BLASLt) MatmulBias(s *Stream, t GemmType, transA, transB bool, m, n, k int,
+	a DevicePtr, lda int, b DevicePtr, ldb int, bias DevicePtr, c DevicePtr, ldc int, relu bool) error {
+	const call = "MatmulBias"
+	if l == nil {
+		return errNilBLASLt
+	}
+	_, size, _, ok := t.gemmTypes()
+	if !ok {
+		return argError(call, "unknown %v", t)
+	}
+	if err := checkGemm(call, transA, transB, m, n, k, lda, ldb, ldc); err != nil {
+		return err
+	}
+	if err := checkGemmPointers(call, size, m, n, k, a, b, c); err != nil {
+		return err
+	}
+	if bias%DevicePtr(size) != 0 {
+		return argError(call, "bias = %#x is not aligned to its %d-byte elements", uintptr(bias), size)
+	}
+	if m == 0 || n == 0 {
+		return nil
+	}
+	if k == 0 {
+		// cuBLASLt rejects k = 0; the result would be bias (and ReLU) alone.
+		return argError(call, "k = 0")
+	}
+	key := ltKey{
+		t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc,
+		bias: bias != 0, relu: relu,
+		alignA: alignment(a), alignB: alignment(b), alignC: alignment(c),
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h == 0 {
+		return errNilBLASLt
+	}
+	if s == nil || s.h == 0 {
+		return errors.New("cuda: nil or destroyed stream")
+	}
+	if s.ctx != l.ctx {
+		return errors.New("cuda: stream and BLASLt belong to different contexts")
+	}
+	if err := l.ctx.enter(); err != nil {
+		return err
+	}
+	defer l.ctx.exit()
+	ws, err := l.ws.get(s)
+	if err != nil {
+		return err
+	}
+	p, err := l.plan(key)
+	if err != nil {
+		return err
+	}
+	if key.bias {
+		if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescBiasPointer, uint64(bias)); st != cublasSuccess {
+			return blasError("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", st)
+		}
+	}
+	alpha, beta := float32(1), float32(0)
+	if st := cublasLtMatmul(l.h, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out,
+		&p.algo, ws, uint64(WorkspaceSize), s.h); st != cublasSuccess {
+		return blasError(fmt.Sprintf("cublasLtMatmul(%v, m=%d n=%d k=%d)", t, m, n, k), st)
+	}
+	return nil
+}
