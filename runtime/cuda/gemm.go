@@ -160,8 +160,12 @@ func checkBatch(call string, m, n, ldc int, strideA, strideB, strideC int64, bat
 		return argError(call, "negative stride (A %d, B %d, C %d)", strideA, strideB, strideC)
 	}
 	if batch > 1 && m > 0 && n > 0 {
-		if extent := int64(m-1)*int64(ldc) + int64(n); strideC < extent {
-			return argError(call, "strideC = %d < %d: the batch's Cs overlap", strideC, extent)
+		// Disjoint either one after the other or side by side as column
+		// blocks of one matrix (attention heads in one row of ldc).
+		after := strideC >= int64(m-1)*int64(ldc)+int64(n)
+		beside := strideC >= int64(n) && int64(batch-1)*strideC+int64(n) <= int64(ldc)
+		if !after && !beside {
+			return argError(call, "strideC = %d with m = %d, n = %d, ldc = %d: the batch's Cs overlap", strideC, m, n, ldc)
 		}
 	}
 	return nil

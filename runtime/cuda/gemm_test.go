@@ -240,7 +240,10 @@ func TestCheckBatch(t *testing.T) {
 		wantErr                   string
 	}{
 		{"ok", 3, 4, 5, 20, 0, 14, 2, ""},
-		{"overlapping C", 3, 4, 5, 20, 20, 13, 2, "strideC = 13 < 14"},
+		{"overlapping C", 3, 4, 5, 20, 20, 13, 2, "strideC = 13 with m = 3, n = 4, ldc = 5"},
+		{"heads side by side", 1024, 64, 768, 64, 64, 64, 12, ""},
+		{"column blocks too wide for ldc", 1024, 64, 768, 64, 64, 64, 13, "overlap"},
+		{"column blocks overlapping", 1024, 64, 768, 64, 64, 63, 12, "overlap"},
 		{"single batch may overlap", 3, 4, 5, 0, 0, 0, 1, ""},
 		{"negative stride", 3, 4, 5, -1, 0, 14, 2, "negative stride"},
 		{"negative batch", 3, 4, 5, 0, 0, 14, -1, "batch = -1"},

@@ -1,0 +1,136 @@
+package cuda
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flowkit/flowkit/graph"
+	cu "github.com/flowkit/flowkit/runtime/cuda"
+)
+
+// The benchmarks time the GPT-2-small kernels (bf16, batch 8, sequence 1024,
+// width 768) on the device with CUDA events: gpu-us/op is device time per
+// call, and GB/s (bytes each call must move, at least) or TFLOP/s the rate
+// it reaches.
+
+// benchGPU times run on the device.
+func benchGPU(b *testing.B, bytes, flops float64, run func() error) {
+	e := gpu(b)
+	start, err := e.ctx.NewEvent(true)
+	must(b, err)
+	defer start.Destroy()
+	end, err := e.ctx.NewEvent(true)
+	must(b, err)
+	defer end.Destroy()
+	must(b, run()) // warm up: the first launch loads the module's code
+	e.sync(b)
+	must(b, start.Record(e.s))
+	n := 0
+	for b.Loop() {
+		must(b, run())
+		n++
+	}
+	must(b, end.Record(e.s))
+	must(b, end.Synchronize())
+	d, err := cu.Elapsed(start, end)
+	must(b, err)
+	per := d.Seconds() / float64(n)
+	b.ReportMetric(per*1e6, "gpu-us/op")
+	if bytes > 0 {
+		b.ReportMetric(bytes/per/1e9, "GB/s")
+	}
+	if flops > 0 {
+		b.ReportMetric(flops/per/1e12, "TFLOP/s")
+	}
+}
+
+// benchBuf returns n elements of dt of device memory holding small random
+// values (a random block repeated: drawing hundreds of millions would cost
+// device time for nothing).
+func benchBuf(b *testing.B, e *gpuEnv, dt graph.DType, n int) cu.DevicePtr {
+	block := randIn(newRNG(uint64(n)), dt, min(n, 1<<16), -1, 1)
+	vals := make([]float32, n)
+	for i := 0; i < n; i += len(block) {
+		copy(vals[i:], block)
+	}
+	return e.put(b, dt, vals)
+}
+
+const (
+	gptRows   = 8 * 1024 // batch 8, sequence 1024
+	gptWidth  = 768
+	gptHeads  = 12
+	gptSeq    = 1024
+	gptBatch  = 8
+	gptHidden = 4 * gptWidth
+)
+
+func BenchmarkLayerNorm_BF16_8192x768(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptWidth
+	x, g, bb, y := benchBuf(b, e, dt, n), benchBuf(b, e, dt, gptWidth), benchBuf(b, e, dt, gptWidth), e.alloc(b, dt, n)
+	m, r := e.alloc(b, graph.F32, gptRows), e.alloc(b, graph.F32, gptRows)
+	benchGPU(b, float64(2*2*n), 0, func() error {
+		return e.k.LayerNorm(e.s, dt, x, g, bb, y, m, r, gptRows, gptWidth, 1e-5)
+	})
+}
+
+func BenchmarkLayerNormBackward_BF16_8192x768(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptWidth
+	x, g, dy, dx := benchBuf(b, e, dt, n), benchBuf(b, e, dt, gptWidth), benchBuf(b, e, dt, n), e.alloc(b, dt, n)
+	m, r := e.alloc(b, graph.F32, gptRows), e.alloc(b, graph.F32, gptRows)
+	must(b, e.k.LayerNorm(e.s, dt, x, g, g, dx, m, r, gptRows, gptWidth, 1e-5))
+	dg, db := e.alloc(b, dt, gptWidth), e.alloc(b, dt, gptWidth)
+	work := e.alloc(b, graph.F32, int(LayerNormWorkspace(gptRows, gptWidth)/4))
+	benchGPU(b, float64(3*2*n), 0, func() error {
+		return e.k.LayerNormBackward(e.s, dt, x, g, dy, m, r, dx, dg, db, work, gptRows, gptWidth)
+	})
+}
+
+func BenchmarkSoftmax_BF16_96x1024x1024(b *testing.B) {
+	e := gpu(b)
+	dt, rows := graph.BF16, gptBatch*gptHeads*gptSeq
+	x, y := benchBuf(b, e, dt, rows*gptSeq), e.alloc(b, dt, rows*gptSeq)
+	benchGPU(b, float64(2*2*rows*gptSeq), 0, func() error { return e.k.Softmax(e.s, dt, x, y, rows, gptSeq) })
+}
+
+func BenchmarkSoftmaxBackward_BF16_96x1024x1024(b *testing.B) {
+	e := gpu(b)
+	dt, rows := graph.BF16, gptBatch*gptHeads*gptSeq
+	y, dy, dx := benchBuf(b, e, dt, rows*gptSeq), benchBuf(b, e, dt, rows*gptSeq), e.alloc(b, dt, rows*gptSeq)
+	benchGPU(b, float64(3*2*rows*gptSeq), 0, func() error { return e.k.SoftmaxBackward(e.s, dt, y, dy, dx, rows, gptSeq) })
+}
+
+func BenchmarkGELU_BF16_8192x3072(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptHidden
+	x, y := benchBuf(b, e, dt, n), e.alloc(b, dt, n)
+	benchGPU(b, float64(2*2*n), 0, func() error { return e.k.GELU(e.s, dt, x, y, n) })
+}
+
+func BenchmarkGELUBackward_BF16_8192x3072(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptHidden
+	x, dy, dx := benchBuf(b, e, dt, n), benchBuf(b, e, dt, n), e.alloc(b, dt, n)
+	benchGPU(b, float64(3*2*n), 0, func() error { return e.k.GELUBackward(e.s, dt, x, dy, dx, n) })
+}
+
+// BenchmarkAttention_BF16_B8S1024H768 times a forward and a backward pass;
+// the rate counts the GEMMs' 12·batch·seq²·hid FLOPs (causal masking
+// saves none of them).
+func BenchmarkAttention_BF16_B8S1024H768(b *testing.B) {
+	e := gpu(b)
+	dt, tt := graph.BF16, gptBatch*gptSeq
+	qkv, out := benchBuf(b, e, dt, tt*3*gptWidth), e.alloc(b, dt, tt*gptWidth)
+	probs := e.alloc(b, dt, gptBatch*gptHeads*gptSeq*gptSeq)
+	dout, dqkv := benchBuf(b, e, dt, tt*gptWidth), e.alloc(b, dt, tt*3*gptWidth)
+	work := e.alloc(b, dt, int(AttentionWorkspace(dt, gptSeq, gptHeads)/dt.Size()))
+	flops := 12 * float64(gptBatch) * math.Pow(gptSeq, 2) * gptWidth
+	benchGPU(b, 0, flops, func() error {
+		if err := e.k.AttentionForward(e.s, dt, qkv, out, probs, gptBatch, gptSeq, gptHeads, gptWidth, true); err != nil {
+			return err
+		}
+		return e.k.AttentionBackward(e.s, dt, qkv, probs, dout, dqkv, work, gptBatch, gptSeq, gptHeads, gptWidth, true)
+	})
+}

@@ -1,0 +1,78 @@
+package cuda
+
+import (
+	"github.com/flowkit/flowkit/graph"
+	cu "github.com/flowkit/flowkit/runtime/cuda"
+	"github.com/flowkit/flowkit/units"
+)
+
+// bias_add_T(const T *x, const T *b, T *y, int outer, int c, int inner)
+var kBiasAdd = defTyped("bias", "bias_add", pPtr, pPtr, pPtr, pI32, pI32, pI32)
+
+// BiasAdd sets y = x + b broadcast over a middle axis: with x and y viewed
+// as [outer, c, inner], y[o,j,i] = x[o,j,i] + b[j]. y may alias x.
+func (k *Kernels) BiasAdd(s *cu.Stream, dt graph.DType, x, b, y cu.DevicePtr, outer, c, inner int) error {
+	const op = "BiasAdd"
+	f, err := kBiasAdd.of(op, dt)
+	if err != nil {
+		return err
+	}
+	if err := fits32(op, "outer c inner", outer, c, inner); err != nil {
+		return err
+	}
+	n := int64(outer) * int64(c) * int64(inner)
+	if n == 0 {
+		return nil
+	}
+	if err := notNil(op, "x b y", x, b, y); err != nil {
+		return err
+	}
+	return k.flat(s, f, n/vec(dt)+1, x, b, y, int32(outer), int32(c), int32(inner))
+}
+
+// BiasGradWorkspace is the scratch BiasGrad needs for these sizes.
+func BiasGradWorkspace(outer, c, inner int) units.Bytes {
+	if outer <= 0 || c <= 0 || inner <= 0 {
+		return 0
+	}
+	n := colChunks(outer) * c
+	if inner > 1 {
+		n += outer * c
+	}
+	return units.Bytes(4 * n)
+}
+
+// BiasGrad sets db[j] = Σ over o and i of dy[o,j,i], the gradient of
+// BiasAdd's b, in an order fixed by the sizes (no atomics): for inner > 1,
+// each (o, j) row of dy is summed first; then the [outer, c] matrix is
+// summed down its columns by colSum. work holds BiasGradWorkspace(outer, c,
+// inner) bytes.
+func (k *Kernels) BiasGrad(s *cu.Stream, dt graph.DType, dy, db, work cu.DevicePtr, outer, c, inner int) error {
+	const op = "BiasGrad"
+	if _, err := kBiasAdd.of(op, dt); err != nil {
+		return err
+	}
+	if err := fits32(op, "outer c inner", outer, c, inner); err != nil {
+		return err
+	}
+	if c == 0 {
+		return nil
+	}
+	if outer == 0 || inner == 0 {
+		return k.Fill(s, dt, 0, db, c)
+	}
+	if err := notNil(op, "dy db work", dy, db, work); err != nil {
+		return err
+	}
+	if inner == 1 {
+		return k.colSum(s, dt, dt, dy, db, work, outer, c)
+	}
+	rs, err := kRowSumToF32.of(op, dt)
+	if err != nil {
+		return err
+	}
+	if err := k.rowSum(s, rs, dy, work, outer*c, inner); err != nil {
+		return err
+	}
+	return k.colSum(s, graph.F32, dt, work, db, work+cu.DevicePtr(4*outer*c), outer, c)
+}

@@ -1,0 +1,169 @@
+// Losses: softmax cross-entropy (float32 logits, int32 labels) and mean
+// square (any float x), each a float32 scalar in device memory, and their
+// gradients, which read the upstream gradient dloss from device memory.
+#include "common.cuh"
+
+// sce_fwd_f32 writes the mean over rows of m + log Σ_j exp(x_j − m) −
+// x_label, m the row's maximum, computed in double as kernels/cpu does. It
+// runs as a single block of THREADS threads, a warp to a row, rows in a fixed
+// order, so the sum does not depend on the device: it is meant for
+// classifier heads, not for vocabularies of ten thousand classes and more.
+// A label outside [0, n) makes the loss NaN; no rows give 0.
+KERNEL __launch_bounds__(THREADS) sce_fwd_f32(const float *x, const int *labels, float *loss, int rows, int n) {
+	__shared__ double part[THREADS / 32];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+	double acc = 0;
+	for (int r = warp; r < rows; r += nw) {
+		const float *p = x + (long long)r * n;
+		float m = -INFINITY;
+		for (int j = lane; j < n; j += 32) m = fmaxf(m, p[j]);
+		m = warpMax(m);
+		double s = 0;
+		for (int j = lane; j < n; j += 32) s += exp((double)p[j] - (double)m);
+		s = warpSum(s);
+		const int l = labels[r];
+		acc += (l >= 0 && l < n) ? (double)m + log(s) - (double)p[l] : (double)qnan();
+	}
+	if (lane == 0) part[warp] = acc;
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		double t = 0;
+		for (int i = 0; i < nw; i++) t += part[i];
+		*loss = rows > 0 ? (float)(t / rows) : 0.0f;
+	}
+}
+
+// sce_bwd sets dx = dloss·(softmax(x) − onehot(label))/rows, row by row; a
+// label outside [0, n) makes its row NaN.
+__device__ __forceinline__ float sceScale(const float *dloss, int rows) {
+	return (float)((double)*dloss / (double)rows);
+}
+
+KERNEL ROW_BOUNDS sce_bwd_warp_f32(const float *x, const int *labels, const float *dloss, float *dx,
+                                                     int rows, int n) {
+	const int lane = threadIdx.x & 31;
+	const float scale = sceScale(dloss, rows);
+	const bool vec = n % 4 == 0 && aligned16(x) && aligned16(dx);
+	int first, stride;
+	warpRows(first, stride);
+	for (int r = first; r < rows; r += stride) {
+		const float *p = x + (long long)r * n;
+		float *q = dx + (long long)r * n;
+		const int l = labels[r];
+		const bool ok = l >= 0 && l < n;
+		if (vec) {
+			float v[ROW_PER_LANE];
+			rowLoad<float>(p, n, lane, v, -INFINITY);
+			float m = -INFINITY;
+#pragma unroll
+			for (int e = 0; e < ROW_PER_LANE; e++) m = fmaxf(m, v[e]);
+			m = warpMax(m);
+			float s = 0;
+#pragma unroll
+			for (int e = 0; e < ROW_PER_LANE; e++) {
+				v[e] = expf(v[e] - m);
+				s += v[e];
+			}
+			const float k = ok ? scale / warpSum(s) : qnan();
+#pragma unroll
+			for (int e = 0; e < ROW_PER_LANE; e++) v[e] = v[e] * k - (rowCol<float>(e, lane) == l ? scale : 0.0f);
+			rowStore<float>(q, n, lane, v);
+		} else {
+			float m = -INFINITY;
+			for (int j = lane; j < n; j += 32) m = fmaxf(m, p[j]);
+			m = warpMax(m);
+			float s = 0;
+			for (int j = lane; j < n; j += 32) s += expf(p[j] - m);
+			const float k = ok ? scale / warpSum(s) : qnan();
+			for (int j = lane; j < n; j += 32) q[j] = expf(p[j] - m) * k - (j == l ? scale : 0.0f);
+		}
+	}
+}
+
+KERNEL __launch_bounds__(THREADS) sce_bwd_block_f32(const float *x, const int *labels, const float *dloss, float *dx,
+                                                      int rows, int n) {
+	__shared__ float scratch[32];
+	const float scale = sceScale(dloss, rows);
+	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+		const float *p = x + (long long)r * n;
+		float *q = dx + (long long)r * n;
+		const int l = labels[r];
+		float m = -INFINITY;
+		for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, p[j]);
+		m = blockMax(m, scratch);
+		float s = 0;
+		for (int j = threadIdx.x; j < n; j += blockDim.x) s += expf(p[j] - m);
+		s = blockSum(s, scratch);
+		const float k = (l >= 0 && l < n) ? scale / s : qnan();
+		for (int j = threadIdx.x; j < n; j += blockDim.x) q[j] = expf(p[j] - m) * k - (j == l ? scale : 0.0f);
+	}
+}
+
+// msq_partial writes part[b] = Σ x² (squares and sums in double, as
+// kernels/cpu computes them) over elements b·chunk …
+// (b+1)·chunk − 1, one block each; msq_final adds the parts in a fixed
+// order and writes Σ/n as float. chunk depends on n alone, so the loss does
+// not depend on the device.
+template <class T> __device__ __forceinline__ void msq_partial_t(const T *x, double *part, long long n, long long chunk) {
+	__shared__ double scratch[32];
+	constexpr int N = VW<T>::N;
+	for (long long b = blockIdx.x; b * chunk < n; b += gridDim.x) {
+		const long long lo = b * chunk, hi = min(n, lo + chunk);
+		const T *p = x + lo;
+		double s = 0;
+		long long done = 0;
+		if (aligned16(p)) {
+			done = (hi - lo) / N * N;
+			for (long long i = (long long)threadIdx.x * N; i < done; i += (long long)blockDim.x * N) {
+				Vec<T, N> a = ldv<T, N>(p + i);
+#pragma unroll
+				for (int k = 0; k < N; k++) {
+					const double v = toF(a.v[k]);
+					s += v * v;
+				}
+			}
+		}
+		for (long long i = done + threadIdx.x; i < hi - lo; i += blockDim.x) {
+			const double v = toF(p[i]);
+			s += v * v;
+		}
+		s = blockSum(s, scratch);
+		if (threadIdx.x == 0) part[b] = s;
+	}
+}
+
+KERNEL __launch_bounds__(THREADS) msq_partial_f32(const float *x, double *part, long long n, long long chunk) {
+	msq_partial_t(x, part, n, chunk);
+}
+KERNEL __launch_bounds__(THREADS) msq_partial_bf16(const bf16 *x, double *part, long long n, long long chunk) {
+	msq_partial_t(x, part, n, chunk);
+}
+
+KERNEL __launch_bounds__(THREADS) msq_final(const double *part, float *loss, int parts, long long n) {
+	__shared__ double scratch[32];
+	double s = 0;
+	for (int i = threadIdx.x; i < parts; i += blockDim.x) s += part[i];
+	s = blockSum(s, scratch);
+	if (threadIdx.x == 0) *loss = (float)(s / (double)n);
+}
+
+// msq_bwd sets dx = x·(2·dloss/n), the factor computed once.
+template <class T> __device__ __forceinline__ void msq_bwd_t(const T *x, const float *dloss, T *dx, long long n) {
+	constexpr int N = VW<T>::N;
+	const float k = (float)(2.0 * (double)*dloss / (double)n);
+	const long long nv = (aligned16(x) && aligned16(dx)) ? n / N : 0;
+	for (long long i = gtid(); i < nv; i += gstride()) {
+		Vec<T, N> a = ldv<T, N>(x + i * N), r;
+#pragma unroll
+		for (int j = 0; j < N; j++) r.v[j] = fromF<T>(toF(a.v[j]) * k);
+		stv<T, N>(dx + i * N, r);
+	}
+	for (long long i = nv * N + gtid(); i < n; i += gstride()) dx[i] = fromF<T>(toF(x[i]) * k);
+}
+
+KERNEL __launch_bounds__(THREADS) msq_bwd_f32(const float *x, const float *dloss, float *dx, long long n) {
+	msq_bwd_t(x, dloss, dx, n);
+}
+KERNEL __launch_bounds__(THREADS) msq_bwd_bf16(const bf16 *x, const float *dloss, bf16 *dx, long long n) {
+	msq_bwd_t(x, dloss, dx, n);
+}

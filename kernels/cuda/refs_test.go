@@ -1,0 +1,335 @@
+package cuda
+
+import (
+	"math"
+	"testing"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
+)
+
+// The float64 references the GPU tests compare with. TestReferences checks
+// them against kernels/cpu (itself tested against float64 references and
+// finite differences), here, without a GPU: so that a failure on the GPU
+// is the kernel's, not the reference's.
+
+func refGELU(x float64) float64 { return 0.5 * x * (1 + math.Erf(x/math.Sqrt2)) }
+
+func refGELUGrad(x float64) float64 {
+	return 0.5*(1+math.Erf(x/math.Sqrt2)) + x*math.Exp(-0.5*x*x)/math.Sqrt(2*math.Pi)
+}
+
+// refSoftmax is the row softmax of x [rows, cols]; with causal, row r sees
+// columns j ≤ r mod cols only.
+func refSoftmax(x []float64, rows, cols int, causal bool) []float64 {
+	y := make([]float64, len(x))
+	for r := range rows {
+		n := cols
+		if causal {
+			n = r%cols + 1
+		}
+		row := x[r*cols : r*cols+n]
+		m := math.Inf(-1)
+		for _, v := range row {
+			m = max(m, v)
+		}
+		var s float64
+		for _, v := range row {
+			s += math.Exp(v - m)
+		}
+		for j, v := range row {
+			y[r*cols+j] = math.Exp(v-m) / s
+		}
+	}
+	return y
+}
+
+// refSoftmaxBwd is scale·y⊙(dy − Σ y·dy), row by row, over the first
+// valid columns (r mod cols + 1 with causal), 0 beyond.
+func refSoftmaxBwd(y, dy []float64, rows, cols int, scale float64, causal bool) []float64 {
+	dx := make([]float64, len(y))
+	for r := range rows {
+		n := cols
+		if causal {
+			n = r%cols + 1
+		}
+		o := r * cols
+		var d float64
+		for j := range n {
+			d += y[o+j] * dy[o+j]
+		}
+		for j := range n {
+			dx[o+j] = scale * y[o+j] * (dy[o+j] - d)
+		}
+	}
+	return dx
+}
+
+// refLayerNorm returns y, mean and rstd.
+func refLayerNorm(x, g, b []float64, rows, cols int, eps float64) (y, mean, rstd []float64) {
+	y, mean, rstd = make([]float64, len(x)), make([]float64, rows), make([]float64, rows)
+	for r := range rows {
+		row := x[r*cols : (r+1)*cols]
+		var s float64
+		for _, v := range row {
+			s += v
+		}
+		mu := s / float64(cols)
+		var ss float64
+		for _, v := range row {
+			ss += (v - mu) * (v - mu)
+		}
+		rs := 1 / math.Sqrt(ss/float64(cols)+eps)
+		for j, v := range row {
+			y[r*cols+j] = (v-mu)*rs*g[j] + b[j]
+		}
+		mean[r], rstd[r] = mu, rs
+	}
+	return y, mean, rstd
+}
+
+// refLayerNormBwd returns dx, dgamma and dbeta given the saved statistics.
+func refLayerNormBwd(x, g, dy, mean, rstd []float64, rows, cols int) (dx, dg, db []float64) {
+	dx, dg, db = make([]float64, len(x)), make([]float64, cols), make([]float64, cols)
+	for r := range rows {
+		o := r * cols
+		var sg, sgx float64
+		for j := range cols {
+			xh := (x[o+j] - mean[r]) * rstd[r]
+			gg := dy[o+j] * g[j]
+			sg += gg
+			sgx += gg * xh
+			dg[j] += dy[o+j] * xh
+			db[j] += dy[o+j]
+		}
+		a, b := sg/float64(cols), sgx/float64(cols)
+		for j := range cols {
+			xh := (x[o+j] - mean[r]) * rstd[r]
+			dx[o+j] = rstd[r] * (dy[o+j]*g[j] - a - xh*b)
+		}
+	}
+	return dx, dg, db
+}
+
+// refSCE returns the mean cross-entropy and its gradient scaled by dloss.
+func refSCE(x []float64, labels []int32, rows, cols int, dloss float64) (loss float64, dx []float64) {
+	p := refSoftmax(x, rows, cols, false)
+	dx = make([]float64, len(x))
+	for r := range rows {
+		loss -= math.Log(p[r*cols+int(labels[r])])
+		for j := range cols {
+			dx[r*cols+j] = dloss * p[r*cols+j] / float64(rows)
+		}
+		dx[r*cols+int(labels[r])] -= dloss / float64(rows)
+	}
+	return loss / float64(rows), dx
+}
+
+// refAxisSums returns x [outer, c, inner] summed over the middle axis
+// ([outer, inner]) and over the outer and inner ones ([c]).
+func refAxisSums(x []float64, outer, c, inner int) (mid, bias []float64) {
+	mid, bias = make([]float64, outer*inner), make([]float64, c)
+	for o := range outer {
+		for j := range c {
+			for i := range inner {
+				v := x[(o*c+j)*inner+i]
+				mid[o*inner+i] += v
+				bias[j] += v
+			}
+		}
+	}
+	return mid, bias
+}
+
+// refAttention returns out [batch·seq, hid] and probs [batch, heads, seq,
+// seq] of graph.Attention.
+func refAttention(qkv []float64, batch, seq, heads, hid int, causal bool) (out, probs []float64) {
+	d, ld := hid/heads, 3*hid
+	out, probs = make([]float64, batch*seq*hid), make([]float64, batch*heads*seq*seq)
+	scale := 1 / math.Sqrt(float64(d))
+	for b := range batch {
+		for h := range heads {
+			s := make([]float64, seq*seq)
+			for i := range seq {
+				for j := range seq {
+					var dot float64
+					for c := range d {
+						dot += qkv[(b*seq+i)*ld+h*d+c] * qkv[(b*seq+j)*ld+hid+h*d+c]
+					}
+					s[i*seq+j] = dot * scale
+				}
+			}
+			p := refSoftmax(s, seq, seq, causal)
+			copy(probs[(b*heads+h)*seq*seq:], p)
+			for i := range seq {
+				for c := range d {
+					var o float64
+					for j := range seq {
+						o += p[i*seq+j] * qkv[(b*seq+j)*ld+2*hid+h*d+c]
+					}
+					out[(b*seq+i)*hid+h*d+c] = o
+				}
+			}
+		}
+	}
+	return out, probs
+}
+
+// refAttentionBwd returns dqkv given qkv, the saved probs and dout.
+func refAttentionBwd(qkv, probs, dout []float64, batch, seq, heads, hid int, causal bool) []float64 {
+	d, ld := hid/heads, 3*hid
+	dqkv := make([]float64, len(qkv))
+	scale := 1 / math.Sqrt(float64(d))
+	for b := range batch {
+		for h := range heads {
+			p := probs[(b*heads+h)*seq*seq : (b*heads+h+1)*seq*seq]
+			row := func(t, col int) int { return (b*seq+t)*ld + col + h*d }
+			dp := make([]float64, seq*seq)
+			for i := range seq {
+				for j := range seq {
+					var s float64
+					for c := range d {
+						s += dout[(b*seq+i)*hid+h*d+c] * qkv[row(j, 2*hid)+c]
+					}
+					dp[i*seq+j] = s
+				}
+			}
+			ds := refSoftmaxBwd(p, dp, seq, seq, scale, causal)
+			for i := range seq {
+				for c := range d {
+					var dq, dk, dv float64
+					for j := range seq {
+						dq += ds[i*seq+j] * qkv[row(j, hid)+c]
+						dk += ds[j*seq+i] * qkv[row(j, 0)+c]
+						dv += p[j*seq+i] * dout[(b*seq+j)*hid+h*d+c]
+					}
+					dqkv[row(i, 0)+c], dqkv[row(i, hid)+c], dqkv[row(i, 2*hid)+c] = dq, dk, dv
+				}
+			}
+		}
+	}
+	return dqkv
+}
+
+// refAdam is AdamUpdate's step t on one element.
+func refAdam(w, g, m, v, lr, b1, b2, eps, wd float64, t int) (float64, float64, float64) {
+	d := g + wd*w
+	m = b1*m + (1-b1)*d
+	v = b2*v + (1-b2)*d*d
+	mh := m / (1 - math.Pow(b1, float64(t)))
+	vh := v / (1 - math.Pow(b2, float64(t)))
+	return w - lr*mh/(math.Sqrt(vh)+eps), m, v
+}
+
+// nearCPU checks a reference against kernels/cpu's float32 result.
+func nearCPU(t *testing.T, what string, ref []float64, got []float32) {
+	t.Helper()
+	if _, norm, i := relErrors(got, ref); norm > 1e-5 {
+		t.Errorf("%s: reference and kernels/cpu differ by %.3g (norm-wise); at %d: %v, cpu %v", what, norm, i, ref[i], got[i])
+	}
+}
+
+func TestReferences(t *testing.T) {
+	rng := newRNG(1)
+	rand32 := func(n int) []float32 { return randIn(rng, graph.F32, n, -1, 1) }
+	t.Run("gelu", func(t *testing.T) {
+		x := rand32(1000)
+		for i := range x {
+			x[i] *= 4
+		}
+		y, dx, ones := make([]float32, len(x)), make([]float32, len(x)), make([]float32, len(x))
+		for i := range ones {
+			ones[i] = 1
+		}
+		cpu.GELU(nil, x, y)
+		cpu.GELUBackward(nil, x, ones, dx)
+		ry, rd := make([]float64, len(x)), make([]float64, len(x))
+		for i, v := range x {
+			ry[i], rd[i] = refGELU(float64(v)), refGELUGrad(float64(v))
+		}
+		nearCPU(t, "gelu", ry, y)
+		nearCPU(t, "gelu grad", rd, dx)
+	})
+	t.Run("softmax", func(t *testing.T) {
+		rows, cols := 7, 33
+		x, dy := rand32(rows*cols), rand32(rows*cols)
+		y, dx := make([]float32, len(x)), make([]float32, len(x))
+		cpu.Softmax(nil, x, y, rows, cols)
+		cpu.SoftmaxBackward(nil, y, dy, dx, rows, cols)
+		nearCPU(t, "softmax", refSoftmax(to64(x), rows, cols, false), y)
+		nearCPU(t, "softmax backward", refSoftmaxBwd(to64(y), to64(dy), rows, cols, 1, false), dx)
+	})
+	t.Run("layernorm", func(t *testing.T) {
+		rows, cols := 5, 19
+		x, g, b, dy := rand32(rows*cols), rand32(cols), rand32(cols), rand32(rows*cols)
+		y, mean, rstd := make([]float32, len(x)), make([]float32, rows), make([]float32, rows)
+		cpu.LayerNorm(nil, x, g, b, y, mean, rstd, rows, cols, 1e-5)
+		ry, rm, rr := refLayerNorm(to64(x), to64(g), to64(b), rows, cols, 1e-5)
+		nearCPU(t, "y", ry, y)
+		nearCPU(t, "mean", rm, mean)
+		nearCPU(t, "rstd", rr, rstd)
+		dx, dg, db := make([]float32, len(x)), make([]float32, cols), make([]float32, cols)
+		cpu.LayerNormBackward(nil, x, g, dy, mean, rstd, dx, dg, db, rows, cols)
+		rdx, rdg, rdb := refLayerNormBwd(to64(x), to64(g), to64(dy), rm, rr, rows, cols)
+		nearCPU(t, "dx", rdx, dx)
+		nearCPU(t, "dgamma", rdg, dg)
+		nearCPU(t, "dbeta", rdb, db)
+	})
+	t.Run("cross-entropy", func(t *testing.T) {
+		rows, cols := 9, 10
+		x := rand32(rows * cols)
+		labels := make([]int32, rows)
+		for i := range labels {
+			labels[i] = int32(rng.IntN(cols))
+		}
+		loss, err := cpu.SoftmaxCrossEntropy(nil, x, labels, rows, cols)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dx := make([]float32, len(x))
+		if err := cpu.SoftmaxCrossEntropyBackward(nil, x, labels, 0.5, dx, rows, cols); err != nil {
+			t.Fatal(err)
+		}
+		rl, rdx := refSCE(to64(x), labels, rows, cols, 0.5)
+		nearCPU(t, "loss", []float64{rl}, []float32{loss})
+		nearCPU(t, "dlogits", rdx, dx)
+	})
+	t.Run("axis sums", func(t *testing.T) {
+		outer, c, inner := 3, 5, 7
+		x := rand32(outer * c * inner)
+		mid, bias := make([]float32, outer*inner), make([]float32, c)
+		cpu.ReduceSum(nil, x, mid, outer, c, inner)
+		cpu.BiasGrad(nil, x, bias, outer, c, inner)
+		rm, rb := refAxisSums(to64(x), outer, c, inner)
+		nearCPU(t, "reduce", rm, mid)
+		nearCPU(t, "bias", rb, bias)
+	})
+	for _, causal := range []bool{false, true} {
+		t.Run(name("attention/causal=", causal), func(t *testing.T) {
+			batch, seq, heads, hid := 2, 5, 2, 6
+			qkv, dout := rand32(batch*seq*3*hid), rand32(batch*seq*hid)
+			out, probs := make([]float32, batch*seq*hid), make([]float32, batch*heads*seq*seq)
+			cpu.AttentionForward(nil, qkv, out, probs, batch, seq, heads, hid, causal)
+			ro, rp := refAttention(to64(qkv), batch, seq, heads, hid, causal)
+			nearCPU(t, "out", ro, out)
+			nearCPU(t, "probs", rp, probs)
+			dqkv := make([]float32, len(qkv))
+			cpu.AttentionBackward(nil, qkv, probs, dout, dqkv, batch, seq, heads, hid, causal)
+			nearCPU(t, "dqkv", refAttentionBwd(to64(qkv), to64(probs), to64(dout), batch, seq, heads, hid, causal), dqkv)
+		})
+	}
+	t.Run("adam", func(t *testing.T) {
+		w, g, m, v := rand32(100), rand32(100), rand32(100), rand32(100)
+		for i := range v {
+			v[i] = float32(math.Abs(float64(v[i])))
+		}
+		rw, rm, rv := make([]float64, 100), make([]float64, 100), make([]float64, 100)
+		for i := range w {
+			rw[i], rm[i], rv[i] = refAdam(float64(w[i]), float64(g[i]), float64(m[i]), float64(v[i]), 0.01, 0.9, 0.999, 1e-8, 0.01, 3)
+		}
+		cpu.AdamUpdate(nil, w, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.01, 3)
+		nearCPU(t, "w", rw, w)
+		nearCPU(t, "m", rm, m)
+		nearCPU(t, "v", rv, v)
+	})
+}
