@@ -25,12 +25,16 @@ type Feeder interface {
 	Feed(iter, from, n int, images []float32, labels []int32) error
 }
 
-// PlanRunner executes a plan unchanged on CPU devices of this process:
-// each plan device is a CPU device with the plan's worker count, its
+// PlanRunner executes a plan unchanged on the devices of this process: a
+// plan's CPU device is a CPU device with the plan's worker count, its
 // registers carved from one arena at the plan's offsets (scaled by two in a
-// plan with 2-byte dtypes, which the CPU computes in f32), and each stream a
-// goroutine firing its tasks in the plan's order once every dependency
-// edge is satisfied — the edges the simulator follows.
+// plan with 2-byte dtypes, which the CPU computes in f32); a GPU device is
+// a CUDA device whose arena is one allocation at the plan's offsets. Each
+// stream is a goroutine firing its tasks in the plan's order once every
+// dependency edge is satisfied — the edges the simulator follows; a GPU
+// stream's goroutine enqueues its firings on a CUDA stream (see gpuPlan).
+// A plan whose devices are all GPUs is captured once as a CUDA graph and
+// replayed (unless Eager is set).
 type PlanRunner struct {
 	p      *plans.Plan
 	edges  [][]plans.Edge // incoming, by firing
@@ -46,8 +50,17 @@ type PlanRunner struct {
 	// Progress, if set, is called once per iteration, when its last loss
 	// is known, with the iteration's mean loss.
 	Progress func(iter int, loss float64)
+	// Eager runs GPU plans by enqueueing every firing every iteration, as
+	// heterogeneous plans always run, instead of replaying a CUDA graph.
+	Eager bool
+	// TaskTimes records every firing's start and end on GPUs that replay a
+	// graph (events recorded by the graph; the run synchronizes after every
+	// iteration to read them). Without it a graph replay times whole
+	// iterations only and its trace has no events.
+	TaskTimes bool
 
-	lossTasks int // loss firings per iteration
+	gpu       *gpuPlan // nil for plans of CPU devices only
+	lossTasks int      // loss firings per iteration
 	// widen scales the plan's arena offsets: a CPU device computes every
 	// float dtype in f32, so a plan with 2-byte registers runs in an arena
 	// laid out at twice its planned offsets and size, where each register
@@ -58,13 +71,25 @@ type PlanRunner struct {
 
 // NewPlanRunner prepares p for execution: devices, arenas, decoded ops,
 // and persistent registers initialized from the plan's seed (as a Store
-// with that seed would).
+// with that seed would). A plan's GPU devices are CUDA devices 0, 1, … in
+// plan order; where there is no GPU the error wraps cuda.ErrNotAvailable.
+// Close releases them.
 func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
+	return newPlanRunner(p, nil)
+}
+
+// NewGPUPlanRunner is NewPlanRunner with the plan's GPU devices already
+// opened (in plan order); the runner does not close them.
+func NewGPUPlanRunner(p *plans.Plan, gpus ...*GPU) (*PlanRunner, error) {
+	return newPlanRunner(p, gpus)
+}
+
+func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 	edges, err := p.Deps()
 	if err != nil {
 		return nil, err
 	}
-	r := &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute, widen: 1}
+	r = &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute, widen: 1}
 	for _, e := range edges {
 		r.edges[e.To] = append(r.edges[e.To], e)
 	}
@@ -73,15 +98,54 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 			r.widen = 2
 		}
 	}
-	for i, d := range p.Devices {
-		if spec, ok := topology.Lookup(d.Type); !ok || spec.Class != topology.CPU {
-			return nil, fmt.Errorf("runtime: plan device %s is a %s: not available: this runtime executes on CPU devices only", d.Name, d.Type)
-		}
-		if d.Workers < 1 {
+	hasGPU := false
+	for _, d := range p.Devices {
+		spec, ok := topology.Lookup(d.Type)
+		switch {
+		case ok && spec.Class == topology.GPU:
+			hasGPU = true
+		case !ok || spec.Class != topology.CPU:
+			return nil, fmt.Errorf("runtime: plan device %s is a %s: not available: this runtime executes on CPU devices and NVIDIA GPUs", d.Name, d.Type)
+		case d.Workers < 1:
 			return nil, fmt.Errorf("runtime: plan device %s has %d workers", d.Name, d.Workers)
 		}
+	}
+	if hasGPU {
+		if err := gpuSupported(p); err != nil {
+			return nil, err
+		}
+		g, err := newGPUPlan(p, edges, gpus)
+		if err != nil {
+			return nil, err
+		}
+		r.gpu = g
+		defer func() {
+			if err != nil {
+				g.Close()
+			}
+		}()
+	}
+	for i, d := range p.Devices {
+		if isGPU(d) {
+			r.devs = append(r.devs, nil)
+			r.arenas = append(r.arenas, nil)
+			continue
+		}
 		r.devs = append(r.devs, NewCPU(d.Workers))
-		r.arenas = append(r.arenas, make([]float32, (p.Memory[i].Peak*r.widen+3)/4))
+		n := (p.Memory[i].Peak*r.widen + 3) / 4
+		if !hasGPU {
+			r.arenas = append(r.arenas, make([]float32, n))
+			continue
+		}
+		// Page-locked, so that copies to and from GPUs run asynchronously.
+		h, err := r.gpu.firstGPU().ctx.MallocHost(max(4*n, 4))
+		if err != nil {
+			return nil, fmt.Errorf("runtime: plan device %s: arena: %w", d.Name, err)
+		}
+		r.gpu.pinned = append(r.gpu.pinned, h)
+		f := h.Float32s()[:n]
+		clear(f)
+		r.arenas = append(r.arenas, f)
 	}
 	r.ops = make([]graph.Op, len(p.Tasks))
 	r.in = make([][]graph.Spec, len(p.Tasks))
@@ -113,11 +177,42 @@ func NewPlanRunner(p *plans.Plan) (*PlanRunner, error) {
 	}
 	for i := range p.Registers {
 		reg := &p.Registers[i]
-		if reg.Persistent {
+		if !reg.Persistent {
+			continue
+		}
+		if r.devs[reg.Device] != nil {
 			initialize(p.Seed, reg.Name, reg.Init, r.slot(i, 0).F)
+			continue
+		}
+		b := newBuffer(reg.Spec)
+		initialize(p.Seed, reg.Name, reg.Init, b.F)
+		if err := r.upload(i, 0, b); err != nil {
+			return nil, fmt.Errorf("runtime: initializing %s: %w", reg.Name, err)
 		}
 	}
 	return r, nil
+}
+
+// Close releases the runner's GPU resources (nothing for CPU plans).
+func (r *PlanRunner) Close() error {
+	if r.gpu == nil {
+		return nil
+	}
+	err := r.gpu.Close()
+	r.gpu = nil
+	return err
+}
+
+// value returns a copy of slot 0 of register reg, wherever it lives.
+func (r *PlanRunner) value(reg int) (Buffer, error) {
+	if r.devs[r.p.Registers[reg].Device] == nil {
+		return r.download(reg, 0)
+	}
+	src := r.slot(reg, 0)
+	b := newBuffer(r.p.Registers[reg].Spec)
+	copy(b.F, src.F)
+	copy(b.I, src.I)
+	return b, nil
 }
 
 // slot returns the buffer of slot k of register reg.
@@ -134,24 +229,27 @@ func (r *PlanRunner) slot(reg, k int) Buffer {
 
 // Store returns a Store holding the current parameters and optimizer
 // state of replica 0 (copied), e.g. to evaluate the trained model.
-func (r *PlanRunner) Store() *Store {
+func (r *PlanRunner) Store() (*Store, error) {
 	s := NewStore(r.p.Seed)
 	for i, reg := range r.p.Registers {
 		if reg.Persistent && reg.Device/r.p.PP == 0 {
-			b := newBuffer(reg.Spec)
-			copy(b.F, r.slot(i, 0).F)
+			b, err := r.value(i)
+			if err != nil {
+				return nil, err
+			}
 			s.tensors[reg.Name] = &stored{spec: reg.Spec, buf: b}
 		}
 	}
-	return s
+	return s, nil
 }
 
-// Param returns the current value of persistent register name on the
-// device of the given replica (and its stage), for inspection.
+// Param returns a copy of the current value of persistent register name
+// on the device of the given replica (and its stage), for inspection.
 func (r *PlanRunner) Param(name string, replica int) ([]float32, bool) {
 	for i, reg := range r.p.Registers {
 		if reg.Persistent && reg.Name == name && reg.Device/r.p.PP == replica {
-			return r.slot(i, 0).F, true
+			b, err := r.value(i)
+			return b.F, err == nil
 		}
 	}
 	return nil, false
@@ -159,9 +257,27 @@ func (r *PlanRunner) Param(name string, replica int) ([]float32, bool) {
 
 // RunResult is what a run of a plan measured.
 type RunResult struct {
+	// Trace holds every firing's start and end (none for a GPU graph
+	// replay without TaskTimes).
 	Trace *trace.Trace
 	// Loss is the mean training loss of each iteration.
 	Loss []float64
+	// Steps is each iteration's duration: from one iteration's end to the
+	// next's (the first from the run's start), so that their mean is the
+	// throughput step time.
+	Steps []time.Duration
+}
+
+// StepTime is the mean of Steps after the first warmup iterations.
+func (res *RunResult) StepTime(warmup int) (time.Duration, error) {
+	if warmup < 0 || warmup >= len(res.Steps) {
+		return 0, fmt.Errorf("runtime: warm-up %d leaves none of %d iterations", warmup, len(res.Steps))
+	}
+	var sum time.Duration
+	for _, d := range res.Steps[warmup:] {
+		sum += d
+	}
+	return sum / time.Duration(len(res.Steps)-warmup), nil
 }
 
 // Run executes iters iterations, feeding inputs from feed, and returns the
@@ -182,6 +298,21 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	x.cond = sync.NewCond(&x.mu)
 	x.start = time.Now()
 	x.progress = x.start
+	if r.gpu != nil {
+		x.issued = make([]int, iters)
+		if err := r.gpu.iterationNumbers(iters); err != nil {
+			return nil, err
+		}
+		if why := r.capturable(); why == "" && !r.Eager {
+			if err := x.runGraph(ctx); err != nil {
+				return nil, err
+			}
+			return x.result(), nil
+		}
+		if err := x.markBase(); err != nil {
+			return nil, err
+		}
+	}
 
 	// One goroutine per stream runs the firings whose home it is.
 	var wg sync.WaitGroup
@@ -210,9 +341,55 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
-	tr := p.NewTrace("runtime")
+	if r.gpu != nil {
+		// Collect the last iterations' GPU firings.
+		for f := range p.Firings {
+			if !r.onGPU(f) {
+				continue
+			}
+			for it := max(0, iters-r.gpu.ring); it < iters; it++ {
+				if err := x.harvest(f, it); err != nil {
+					return nil, err
+				}
+			}
+		}
+	}
+	res := x.result()
+	prev := trace.Time(0)
+	for _, end := range res.Trace.IterationEnds() {
+		res.Steps = append(res.Steps, end.Sub(prev))
+		prev = end
+	}
+	return res, nil
+}
+
+func (x *run) result() *RunResult {
+	tr := x.r.p.NewTrace("runtime")
 	tr.Events = x.events
-	return &RunResult{Trace: tr, Loss: x.loss}, nil
+	return &RunResult{Trace: tr, Loss: x.loss, Steps: x.steps}
+}
+
+// markBase records the GPU event that the run's GPU times count from.
+func (x *run) markBase() error {
+	g := x.r.gpu
+	s := g.host[g.firstIndex()]
+	if err := g.base.Record(s); err != nil {
+		return err
+	}
+	if err := g.base.Synchronize(); err != nil {
+		return err
+	}
+	g.baseAt = time.Since(x.start)
+	return nil
+}
+
+// addLoss adds a loss firing's share to iteration it's loss and says
+// whether that completes the iteration's loss (and Progress should hear
+// of it). x.mu is held.
+func (x *run) addLoss(it int, loss float64) (mean float64, report bool) {
+	x.loss[it] += loss
+	x.losses[it]++
+	return x.loss[it], x.losses[it] == x.r.lossTasks && x.r.Progress != nil
 }
 
 // run is the state of one Run.
@@ -225,7 +402,9 @@ type run struct {
 
 	mu       sync.Mutex
 	cond     *sync.Cond
-	done     []int // iterations finished, by firing
+	done     []int // iterations finished (issued, on a GPU), by firing
+	issued   []int // firings done, by iteration (GPU plans)
+	steps    []time.Duration
 	events   []trace.Event
 	loss     []float64
 	losses   []int     // loss firings finished, by iteration
@@ -239,6 +418,18 @@ func (x *run) stream(order []int) error {
 			if err := x.wait(f, it); err != nil {
 				return err
 			}
+			if x.r.onGPU(f) {
+				if err := x.issue(f, it); err != nil {
+					return fmt.Errorf("runtime: %s of iteration %d: %w", x.r.p.FiringName(f), it, err)
+				}
+				x.mu.Lock()
+				x.finish(f, it)
+				x.mu.Unlock()
+				continue
+			}
+			if err := x.awaitGPU(f, it); err != nil {
+				return err
+			}
 			start := time.Since(x.start)
 			loss, err := x.fire(f, it)
 			if err != nil {
@@ -247,18 +438,13 @@ func (x *run) stream(order []int) error {
 			end := time.Since(x.start)
 			fi := x.r.p.Firings[f]
 			x.mu.Lock()
-			x.done[f] = it + 1
+			x.finish(f, it)
 			x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro),
 				Start: trace.Time(start), End: trace.Time(end)})
-			report := false
+			mean, report := 0.0, false
 			if graph.IsLoss(x.r.ops[fi.Task]) {
-				x.loss[it] += loss
-				x.losses[it]++
-				report = x.losses[it] == x.r.lossTasks && x.r.Progress != nil
+				mean, report = x.addLoss(it, loss)
 			}
-			x.progress = time.Now()
-			x.cond.Broadcast()
-			mean := x.loss[it]
 			x.mu.Unlock()
 			if report {
 				x.r.Progress(it, mean)
@@ -268,7 +454,38 @@ func (x *run) stream(order []int) error {
 	return nil
 }
 
-// wait blocks until firing f may run in iteration it.
+// finish marks firing f of iteration it done (on a GPU: issued). x.mu is
+// held.
+func (x *run) finish(f, it int) {
+	x.done[f] = it + 1
+	if x.issued != nil {
+		x.issued[it]++
+	}
+	x.progress = time.Now()
+	x.cond.Broadcast()
+}
+
+// awaitGPU waits, for a firing on a CPU stream, until the GPU firings its
+// edges name have finished on their GPUs (wait saw them issued).
+func (x *run) awaitGPU(f, it int) error {
+	g := x.r.gpu
+	if g == nil {
+		return nil
+	}
+	for _, e := range x.r.edges[f] {
+		if need := it - e.Delta; need >= 0 && x.r.onGPU(e.From) {
+			if err := g.end[e.From][need%g.ring].Synchronize(); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// wait blocks until firing f may run (or, on a GPU, be issued) in
+// iteration it. In a plan with GPUs, no stream starts iteration it before
+// every firing of iteration it−2 has been issued: that bounds the events
+// in flight (see gpuPlan).
 func (x *run) wait(f, it int) error {
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -276,7 +493,7 @@ func (x *run) wait(f, it int) error {
 		if err := context.Cause(x.ctx); err != nil {
 			return err
 		}
-		ready := true
+		ready := x.issued == nil || it < 2 || x.issued[it-2] == len(x.r.p.Firings)
 		for _, e := range x.r.edges[f] {
 			if need := it - e.Delta; need >= 0 && x.done[e.From] <= need {
 				ready = false
@@ -343,7 +560,9 @@ func (x *run) fire(f, it int) (float64, error) {
 	}
 	writes := make([]Buffer, len(t.Writes))
 	for i, w := range t.Writes {
-		writes[i] = x.r.slot(w, p.Slot(w, p.WriteVersion(w, t.ID, it, fi.Micro)))
+		if x.r.devs[p.Registers[w].Device] != nil { // on a GPU: see Transfer
+			writes[i] = x.r.slot(w, p.Slot(w, p.WriteVersion(w, t.ID, it, fi.Micro)))
+		}
 	}
 	switch t.Kind {
 	case plans.Compute:
@@ -364,6 +583,9 @@ func (x *run) fire(f, it int) (float64, error) {
 		from := t.Offset + fi.Micro*p.MicroBatch
 		return 0, x.feed.Feed(it, from, p.MicroBatch, b.F, b.I)
 	case plans.Transfer:
+		if dst := t.Writes[0]; x.r.devs[p.Registers[dst].Device] == nil {
+			return 0, x.r.toGPU(dst, p.Slot(dst, p.WriteVersion(dst, t.ID, it, fi.Micro)), reads[0])
+		}
 		if reads[0].I != nil {
 			copy(writes[0].I, reads[0].I)
 		} else {

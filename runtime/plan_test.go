@@ -133,7 +133,8 @@ func (failingFeeder) Feed(int, int, int, []float32, []int32) error {
 	return errors.New("disk on fire")
 }
 
-// A plan compiled for GPUs is refused, not run on the CPU by mistake.
+// A data-parallel plan over GPUs is refused before any GPU is touched:
+// all-reduces between GPUs are not implemented.
 func TestPlanForGPUsRefused(t *testing.T) {
 	st, err := plans.ParseStrategy("dp=2", 8)
 	require.NoError(t, err)
@@ -141,5 +142,5 @@ func TestPlanForGPUsRefused(t *testing.T) {
 		Devices: []plans.Device{{Name: "gpu0", Type: "A100-SXM4-40GB", Workers: 1}, {Name: "gpu1", Type: "A100-SXM4-40GB", Workers: 1}}})
 	require.NoError(t, err)
 	_, err = NewPlanRunner(p)
-	require.ErrorContains(t, err, "not available")
+	require.ErrorContains(t, err, "all-reduces on GPUs are not implemented")
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/plans"
-	"github.com/flowkit/flowkit/trace"
 )
 
 // TrainConfig describes a training run.
@@ -265,6 +264,7 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 	if err != nil {
 		return nil, err
 	}
+	defer r.Close()
 	steps := epochs * feed.Steps()
 	if maxSteps > 0 {
 		steps = min(steps, maxSteps)
@@ -284,11 +284,7 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 	}
 	res := &TrainResult{Model: p.Model, Optimizer: p.Optimizer, Batch: p.Batch, Steps: steps,
 		Epochs: (steps + feed.Steps() - 1) / feed.Steps(), TrainTime: time.Since(start)}
-	prev := trace.Time(0)
-	for _, end := range run.Trace.IterationEnds() {
-		res.StepTimes = append(res.StepTimes, end.Sub(prev))
-		prev = end
-	}
+	res.StepTimes = run.Steps
 	lastEpoch := (steps - 1) / feed.Steps() * feed.Steps()
 	for i := lastEpoch; i < steps; i++ {
 		if l := run.Loss[i]; math.IsNaN(l) || math.IsInf(l, 0) {
@@ -296,7 +292,11 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 		}
 		res.FinalLoss += run.Loss[i] / float64(steps-lastEpoch)
 	}
-	res.TestAccuracy, res.TestLoss, err = Evaluate(p.Model, r.Store(), NewCPU(0), test, 0)
+	store, err := r.Store()
+	if err != nil {
+		return nil, err
+	}
+	res.TestAccuracy, res.TestLoss, err = Evaluate(p.Model, store, NewCPU(0), test, 0)
 	if err != nil {
 		return nil, err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"maps"
 	"os"
+	"path/filepath"
 	goruntime "runtime"
 	"slices"
 	"sort"
@@ -25,6 +26,7 @@ import (
 
 type calibFlags struct {
 	device, out string
+	plans       []string
 	workers     []int
 	models      []string
 	batches     []int
@@ -53,12 +55,14 @@ its error is printed. Every measured shape is also kept: an exact measured
 shape wins over the fit. The calibration is keyed by device type and core
 count ("cpu/2"), and loads on any machine.`,
 		Example: `  flowrun calibrate -o calib.json
+  flowrun calibrate --device cuda:0 --plans 'plans/*.json' -o calib-cuda.json
   flowrun calibrate --workers 1,2 --models mnist-cnn --batches 8,16,32,64,128 -o calib.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCalibrate(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.device, "device", "cpu", "device to calibrate: cpu")
+	fl.StringVar(&f.device, "device", "cpu", "device to calibrate: cpu, or cuda[:N] (measures the tasks of the --plans files where they run)")
+	fl.StringSliceVar(&f.plans, "plans", nil, "with --device cuda: plan files (globs allowed) whose tasks are measured, on every device they use")
 	fl.IntSliceVar(&f.workers, "workers", nil, "worker counts (cores per device) to calibrate (default: 1 and all cores)")
 	fl.StringSliceVar(&f.models, "models", []string{"mnist-cnn", "mlp"}, "zoo models whose tasks are measured")
 	fl.IntSliceVar(&f.batches, "batches", []int{4, 8, 16, 32, 64, 128, 256}, "micro-batch sizes measured")
@@ -70,8 +74,14 @@ count ("cpu/2"), and loads on any machine.`,
 }
 
 func runCalibrate(cmd *cobra.Command, f calibFlags) error {
+	if f.device == "cuda" || strings.HasPrefix(f.device, "cuda:") {
+		return runCalibrateCUDA(cmd, f)
+	}
 	if f.device != "cpu" {
-		return fmt.Errorf("--device %s: not available: this build calibrates cpu only", f.device)
+		return fmt.Errorf("--device %q: want cpu or cuda[:N]", f.device)
+	}
+	if len(f.plans) > 0 {
+		return errors.New("--plans is for --device cuda; CPU calibration compiles its own plans (--models, --batches)")
 	}
 	if len(f.workers) == 0 {
 		f.workers = []int{1}
@@ -137,6 +147,14 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 	if f.json {
 		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports), "contention": contention})
 	}
+	for _, k := range slices.Sorted(maps.Keys(contention)) {
+		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host\n", k, 100*contention[k])
+	}
+	return printFits(reports, f.out)
+}
+
+// printFits prints the fit reports as a table.
+func printFits(reports []calibReport, out string) error {
 	tw := tabwriter.NewWriter(os.Stdout, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "device\top\tshapes\theld out\tmedian err\tmax err\t")
 	for _, r := range reports {
@@ -146,11 +164,10 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%.1f%%\t%.1f%%\t\n", r.Key, r.Kind, r.Shapes, r.HeldOut, 100*r.MedianRelErr, 100*r.MaxRelErr)
 	}
-	tw.Flush()
-	for _, k := range slices.Sorted(maps.Keys(contention)) {
-		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host\n", k, 100*contention[k])
+	if err := tw.Flush(); err != nil {
+		return err
 	}
-	fmt.Printf("held-out shapes, all ops: median error %.1f%%\nwrote %s\n", 100*heldOutMedian(reports), f.out)
+	fmt.Printf("held-out shapes, all ops: median error %.1f%%\nwrote %s\n", 100*heldOutMedian(reports), out)
 	return nil
 }
 
@@ -307,4 +324,99 @@ func fitKinds(spec topology.DeviceSpec, samples []cost.Sample) (*cost.DeviceCali
 		reps = append(reps, rep)
 	}
 	return dc, reps, nil
+}
+
+// runCalibrateCUDA measures every task of the given plans where it runs —
+// GPU kernels in the plan's CUDA graph, CPU tasks of heterogeneous plans on
+// their CPU devices — f.rounds times, and fits each device type's model
+// from the medians.
+func runCalibrateCUDA(cmd *cobra.Command, f calibFlags) error {
+	if f.device != "cuda" && f.device != "cuda:0" {
+		return fmt.Errorf("--device %s: plans place their first GPU on cuda:0; other ordinals are not supported yet", f.device)
+	}
+	if len(f.plans) == 0 {
+		return errors.New("--device cuda needs --plans: the plan files whose tasks to measure (flowsim plan --cluster h200-host … -o plan.json)")
+	}
+	if f.iters < 3 {
+		return fmt.Errorf("--iters must be ≥ 3, got %d", f.iters)
+	}
+	if f.rounds < 1 {
+		return fmt.Errorf("--rounds must be ≥ 1, got %d", f.rounds)
+	}
+	var files []string
+	for _, pat := range f.plans {
+		m, err := filepath.Glob(pat)
+		if err != nil {
+			return fmt.Errorf("--plans %q: %w", pat, err)
+		}
+		if len(m) == 0 {
+			return fmt.Errorf("--plans %q: no such file", pat)
+		}
+		files = append(files, m...)
+	}
+	var ps []*plans.Plan
+	for _, path := range files {
+		p, err := plans.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		ps = append(ps, p)
+	}
+	bench := runtime.Microbench{Iters: f.iters}
+	start := time.Now()
+	// By calibration key: the samples of every round.
+	samples := map[string][]cost.Sample{}
+	specs := map[string]topology.DeviceSpec{}
+	progress := newProgressBar(f.rounds*len(ps), "calibrating on the GPU")
+	for i := range f.rounds * len(ps) {
+		p := ps[i%len(ps)]
+		got, err := bench.Measure(cmd.Context(), p)
+		if err != nil {
+			return fmt.Errorf("%s: %w", files[i%len(ps)], err)
+		}
+		for _, s := range got {
+			spec, err := topology.Spec(s.Device, s.Workers)
+			if err != nil {
+				return err
+			}
+			key := cost.CalibrationKey(spec)
+			specs[key] = spec
+			samples[key] = append(samples[key], s.Sample)
+		}
+		progress(i + 1)
+	}
+	calib := cost.NewCalibration()
+	var reports []calibReport
+	host, _ := os.Hostname()
+	for _, key := range slices.Sorted(maps.Keys(samples)) {
+		// The median of the rounds, per shape.
+		med := medians(samples[key])
+		var kept []cost.Sample
+		seen := map[string]bool{}
+		for _, s := range samples[key] {
+			k := fmt.Sprint(s.Work.Kind, s.Work.Shape)
+			if !seen[k] {
+				seen[k] = true
+				s.Time = med[k]
+				kept = append(kept, s)
+			}
+		}
+		dc, reps, err := fitKinds(specs[key], kept)
+		if err != nil {
+			return err
+		}
+		dc.Note = fmt.Sprintf("flowrun calibrate --device %s on %s, %s, %d plans, %d shapes in %.0fs",
+			f.device, host, time.Now().UTC().Format("2006-01-02"), len(ps), len(kept), time.Since(start).Seconds())
+		calib.Devices[key] = dc
+		for _, r := range reps {
+			reports = append(reports, calibReport{Key: key, FitReport: r})
+		}
+	}
+	if err := calib.WriteFile(f.out); err != nil {
+		return err
+	}
+	if f.json {
+		return printJSON(map[string]any{"output": f.out, "plans": files, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports)})
+	}
+	return printFits(reports, f.out)
 }

@@ -15,13 +15,14 @@ import (
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/sim"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 )
 
 type execFlags struct {
 	iters, warmup, runs, top int
-	calib                    string
-	compare, json            bool
+	calib, device            string
+	compare, json, eager     bool
 	tracePath, pprofDir      string
 }
 
@@ -29,11 +30,16 @@ func newExecCmd() *cobra.Command {
 	var f execFlags
 	cmd := &cobra.Command{
 		Use:   "exec PLAN",
-		Short: "Execute a plan file on this machine's CPU devices; with --compare, against the simulator",
-		Long: `Execute a compiled plan (written by 'flowsim plan') unchanged: every plan device
-becomes a CPU device of this process with the plan's worker count, every
-stream a goroutine firing its tasks in the plan's order as their dependency
-edges allow. Inputs are synthetic (random samples of the plan's shapes).
+		Short: "Execute a plan file on this machine's CPUs and GPUs; with --compare, against the simulator",
+		Long: `Execute a compiled plan (written by 'flowsim plan') unchanged: every CPU plan
+device becomes a CPU device of this process with the plan's worker count,
+every GPU plan device a CUDA device (the first GPU of the plan on cuda:0, and
+so on), every stream a goroutine firing its tasks in the plan's order as their
+dependency edges allow — on a GPU, enqueueing them on a CUDA stream with
+events for the edges between streams. A plan whose devices are all GPUs is
+captured once as a CUDA graph and replayed every iteration (--eager: enqueue
+every iteration instead). Inputs are synthetic (random samples of the plan's
+shapes; on a GPU gathered from a pool resident in its memory).
 
 The measured step time is the median over --runs runs of the mean step time
 after --warmup iterations. With --compare the plan is also simulated with the
@@ -41,7 +47,9 @@ cost model (calibrated by --calib, else the device catalog's defaults), and
 predicted and measured step times and per-task times are compared.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy dp=2 --batch 64 -o plan.json
   flowrun calibrate -o calib.json
-  flowrun exec plan.json --compare --calib calib.json`,
+  flowrun exec plan.json --compare --calib calib.json
+  flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster h200-host -o gpt.json
+  flowrun exec gpt.json --device cuda`,
 		Args: cobra.ExactArgs(1),
 		RunE: func(cmd *cobra.Command, args []string) error { return runExec(cmd, args[0], f) },
 	}
@@ -55,7 +63,33 @@ predicted and measured step times and per-task times are compared.`,
 	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json)")
 	fl.StringVar(&f.pprofDir, "pprof", "", "write measured.pb.gz (and, with --compare, predicted.pb.gz) to this folder: go tool pprof -diff_base predicted.pb.gz measured.pb.gz")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
+	fl.StringVar(&f.device, "device", "", "check where the plan runs: cpu (no GPU devices) or cuda (at least one); empty: wherever the plan says")
+	fl.BoolVar(&f.eager, "eager", false, "GPU plans: enqueue every firing every iteration instead of replaying a captured CUDA graph")
 	return cmd
+}
+
+// checkDevice checks a plan against --device.
+func checkDevice(p *plans.Plan, device string) error {
+	gpus := 0
+	for _, d := range p.Devices {
+		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.GPU {
+			gpus++
+		}
+	}
+	switch device {
+	case "":
+	case "cpu":
+		if gpus > 0 {
+			return fmt.Errorf("--device cpu: the plan places work on %d GPU(s)", gpus)
+		}
+	case "cuda", "gpu":
+		if gpus == 0 {
+			return fmt.Errorf("--device %s: the plan has no GPU device (compile it with a GPU cluster, e.g. flowsim plan --cluster h200-host)", device)
+		}
+	default:
+		return fmt.Errorf("--device %q: want cpu or cuda", device)
+	}
+	return nil
 }
 
 func runExec(cmd *cobra.Command, path string, f execFlags) error {
@@ -71,6 +105,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := checkDevice(p, f.device); err != nil {
+		return err
+	}
 	var model *cost.ComputeModel
 	if f.compare {
 		if model, err = loadModel(f.calib); err != nil {
@@ -83,6 +120,8 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err != nil {
 		return err
 	}
+	defer runner.Close()
+	runner.Eager = f.eager
 	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, p.Seed)
 	type timedRun struct {
 		res  *runtime.RunResult
@@ -94,10 +133,12 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if err != nil {
 			return err
 		}
-		if err := p.CheckTrace(res.Trace); err != nil {
-			return fmt.Errorf("run %d broke the plan's rules: %w", i, err)
+		if len(res.Trace.Events) > 0 {
+			if err := p.CheckTrace(res.Trace); err != nil {
+				return fmt.Errorf("run %d broke the plan's rules: %w", i, err)
+			}
 		}
-		step, err := res.Trace.StepTime(f.warmup)
+		step, err := res.StepTime(f.warmup)
 		if err != nil {
 			return err
 		}
@@ -123,12 +164,32 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		stepsS[i] = r.step.Seconds()
 	}
 	out["measured_steps_s"] = stepsS
+	measured := med.res.Trace
+	if len(measured.Events) == 0 && (f.compare || f.tracePath != "" || f.pprofDir != "") {
+		// A graph replay timed whole iterations: one more run, with events
+		// around every task, gives the per-task times (its step, longer by
+		// the events' cost, is reported but not compared).
+		runner.TaskTimes = true
+		res, err := runner.Run(cmd.Context(), f.iters, feed)
+		if err != nil {
+			return err
+		}
+		if err := p.CheckTrace(res.Trace); err != nil {
+			return fmt.Errorf("the timed run broke the plan's rules: %w", err)
+		}
+		step, err := res.StepTime(f.warmup)
+		if err != nil {
+			return err
+		}
+		out["timed_tasks_step_s"] = step.Seconds()
+		measured = res.Trace
+	}
 	if f.tracePath != "" {
-		if err := writeChrome(f.tracePath, med.res.Trace); err != nil {
+		if err := writeChrome(f.tracePath, measured); err != nil {
 			return err
 		}
 	}
-	if err := writeProfile(f.pprofDir, "measured.pb.gz", med.res.Trace, f.warmup); err != nil {
+	if err := writeProfile(f.pprofDir, "measured.pb.gz", measured, f.warmup); err != nil {
 		return err
 	}
 	if !f.compare {
@@ -143,7 +204,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err != nil {
 		return err
 	}
-	cmp, err := trace.Compare(pred, med.res.Trace, f.warmup)
+	cmp, err := trace.Compare(pred, measured, f.warmup)
 	if err != nil {
 		return err
 	}

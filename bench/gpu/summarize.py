@@ -1,0 +1,74 @@
+"""Summarizes a GPU check (device.sh): one table, and every figure as JSON.
+
+Usage: summarize.py --gpu gpu.txt --results results.jsonl --torch torch.jsonl -o summary.json
+"""
+import argparse, datetime, json
+
+# Step-time targets of the CUDA issue: flowrun ≤ ratio × PyTorch eager.
+TARGETS = {"mnist-cnn-f32-b64": 0.5, "cifar-cnn-f32-b128": 0.5,
+           "mlp3x4096-bf16-b4096": 1.0, "gpt2s-blocks-bf16-b8-s1024": 1.2}
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gpu"); ap.add_argument("--results"); ap.add_argument("--torch"); ap.add_argument("-o")
+    a = ap.parse_args()
+    gpu = open(a.gpu).read().strip() if a.gpu else ""
+    steps = [json.loads(l) for l in open(a.results) if l.strip()]
+    torch = {}
+    try:
+        for l in open(a.torch):
+            if l.strip().startswith("{"):
+                r = json.loads(l); torch[r["workload"]] = r["step_ms"]
+    except OSError:
+        pass
+    out = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "gpu": gpu, "steps": [], "workloads": {}}
+    for s in steps:
+        rec = {"step": s["step"], "rc": s["rc"], "seconds": s["seconds"]}
+        if "out" in s:
+            try:
+                rec["out"] = json.loads(s["out"]) if s["out"].strip() else None
+            except ValueError:
+                rec["out"] = s["out"][-2000:]
+        out["steps"].append(rec)
+    rows = []
+    for rec in out["steps"]:
+        name = rec["step"]
+        if not name.startswith("exec-") or not isinstance(rec.get("out"), dict):
+            continue
+        w = name[len("exec-"):]
+        o = rec["out"]
+        ms = 1e3 * o.get("measured_step_s", float("nan"))
+        pred = 1e3 * o.get("predicted_step_s", float("nan"))
+        t = torch.get(w)
+        wl = {"flowrun_ms": ms, "predicted_ms": pred, "pred_error": o.get("rel_error"), "pytorch_ms": t}
+        if t:
+            wl["ratio"] = ms / t
+        if w in TARGETS:
+            wl["target_ratio"] = TARGETS[w]
+        out["workloads"][w] = wl
+    json.dump(out, open(a.o, "w"), indent=1)
+
+    print(f"GPU: {gpu}")
+    for rec in out["steps"]:
+        if rec["step"].startswith(("test-", "train", "calibrate", "torch")):
+            extra = ""
+            o = rec.get("out")
+            if isinstance(o, dict) and "test_accuracy" in o:
+                extra = f"  test accuracy {100 * o['test_accuracy']:.2f}%"
+            print(f"{rec['step']:<22} {'ok' if rec['rc'] == 0 else 'FAILED rc=%d' % rec['rc']:<12} {rec['seconds']:>4} s{extra}")
+    failed = [r["step"] for r in out["steps"] if r["rc"] != 0]
+    print()
+    print(f"| workload | PyTorch ms | flowrun ms | ratio | target | predicted ms | error |")
+    print(f"|---|---:|---:|---:|---:|---:|---:|")
+    for w, r in out["workloads"].items():
+        f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "—"
+        print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | {f(r['flowrun_ms'], '%.3f')} | {f(r.get('ratio'), '%.2f')} | "
+              f"{f(r.get('target_ratio'), '≤ %.1f')} | {f(r['predicted_ms'], '%.3f')} | {f(r.get('pred_error') and 100 * r['pred_error'], '%+.1f%%')} |")
+    if failed:
+        print("\nfailed steps: " + ", ".join(failed))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+package runtime
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/flowkit/flowkit/graph"
+	kcuda "github.com/flowkit/flowkit/kernels/cuda"
+	cu "github.com/flowkit/flowkit/runtime/cuda"
+	"github.com/flowkit/flowkit/units"
+)
+
+// GPU is a CUDA device: its primary context, a cuBLAS handle and the
+// kernels of kernels/cuda loaded into it.
+type GPU struct {
+	ctx  *cu.Context
+	blas *cu.BLAS
+	k    *kcuda.Kernels
+}
+
+// OpenGPU opens CUDA device ordinal. On a machine without a GPU, driver or
+// cuBLAS the error wraps cuda.ErrNotAvailable and says why.
+func OpenGPU(ordinal int) (*GPU, error) {
+	ctx, err := cu.Open(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	blas, err := ctx.NewBLAS()
+	if err != nil {
+		ctx.Close()
+		return nil, err
+	}
+	k, err := kcuda.Load(ctx, blas)
+	if err != nil {
+		blas.Destroy()
+		ctx.Close()
+		return nil, err
+	}
+	return &GPU{ctx: ctx, blas: blas, k: k}, nil
+}
+
+// Close releases the device.
+func (g *GPU) Close() error {
+	err := g.blas.Destroy()
+	if err2 := g.ctx.Close(); err == nil {
+		err = err2
+	}
+	return err
+}
+
+// Info describes the device.
+func (g *GPU) Info() cu.DeviceInfo { return g.ctx.Info() }
+
+func (g *GPU) String() string {
+	i := g.Info()
+	return fmt.Sprintf("cuda:%d (%s, sm_%d%d, %d SMs, %v)", i.Ordinal, i.Name, i.Major, i.Minor, i.SMs, i.TotalMem)
+}
+
+// CatalogType is the topology catalog's type for this GPU ("H200",
+// "A100-80", …), or "" if the catalog does not know it.
+func (g *GPU) CatalogType() string { return catalogType(g.Info().Name, g.Info().TotalMem) }
+
+// catalogType maps a CUDA device name to a catalog type.
+func catalogType(name string, mem units.Bytes) string {
+	n := strings.ToUpper(name)
+	big := mem > 60<<30
+	switch {
+	case strings.Contains(n, "H200"):
+		return "H200"
+	case strings.Contains(n, "H100"):
+		return "H100"
+	case strings.Contains(n, "A100") && big:
+		return "A100-80"
+	case strings.Contains(n, "A100"):
+		return "A100-40"
+	case strings.Contains(n, "V100") && mem > 20<<30:
+		return "V100-32"
+	case strings.Contains(n, "V100"):
+		return "V100-16"
+	case strings.Contains(n, "A10G"):
+		return "A10G"
+	case strings.Contains(n, "T4"):
+		return "T4"
+	case strings.Contains(n, "L4"):
+		return "L4"
+	}
+	return ""
+}
+
+// gpuStep says which iteration and micro-batch a kernel runs for. The
+// iteration is read by the kernels from device memory (iter points at an
+// int64), so that a captured CUDA graph replays correctly: its arguments
+// are fixed, the counter behind the pointer is not.
+type gpuStep struct {
+	iter   cu.DevicePtr
+	micro  int // global micro-batch index, over all replicas
+	micros int // global micro-batches per iteration
+}
+
+// workspace is the scratch a task's kernel needs.
+func workspace(op graph.Op, in []graph.Spec) units.Bytes {
+	shape := func(i int) graph.Shape { return in[i].Shape }
+	switch op := op.(type) {
+	case graph.Conv2D:
+		return kcuda.ConvWorkspace(convShape(op.Window, shape(0), shape(1)))
+	case graph.Conv2DGradData:
+		return kcuda.ConvWorkspace(convShape(op.Window, op.X, shape(1)))
+	case graph.Conv2DGradFilter:
+		return kcuda.ConvWorkspace(convShape(op.Window, shape(0), op.W))
+	case graph.AttentionGrad:
+		return kcuda.AttentionWorkspace(in[0].DType, op.Seq, op.Heads)
+	case graph.BiasGrad:
+		o, c, i := shape(0).Split3(op.Axis)
+		return kcuda.BiasGradWorkspace(o, c, i)
+	case graph.MeanSquare:
+		return kcuda.MeanSquareWorkspace(shape(0).NumElements())
+	case graph.LayerNormGrad:
+		rows, cols := matrix(shape(0))
+		return kcuda.LayerNormWorkspace(rows, cols)
+	}
+	return 0
+}
+
+// gemmType is the cuBLAS GEMM for a dtype: fp32 without TF32, so that
+// results match the float64 references within fp32's precision.
+func gemmType(dt graph.DType) (cu.GemmType, error) {
+	switch dt {
+	case graph.F32:
+		return cu.GemmF32, nil
+	case graph.BF16:
+		return cu.GemmBF16, nil
+	}
+	return 0, fmt.Errorf("runtime: cuda: no GEMM for %s", dt)
+}
+
+// launch enqueues op's kernels on s: inputs in (of specs inSpecs), outputs
+// out (of specs outSpecs), scratch work (at least workspace(op, inSpecs)).
+// It mirrors CPU.launch op for op.
+func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, at gpuStep, in, out []cu.DevicePtr, work cu.DevicePtr) error {
+	k := g.k
+	shape := func(i int) graph.Shape { return inSpecs[i].Shape }
+	dt := inSpecs[0].DType
+	n := func() int { return outSpecs[0].Shape.NumElements() }
+	switch op := op.(type) {
+	case graph.MatMul:
+		ar, ac := matrix(shape(0))
+		br, bc := matrix(shape(1))
+		m, kk := ar, ac
+		if op.TransA {
+			m, kk = ac, ar
+		}
+		nn := bc
+		if op.TransB {
+			nn = br
+		}
+		t, err := gemmType(dt)
+		if err != nil {
+			return err
+		}
+		return g.blas.Gemm(s, t, op.TransA, op.TransB, m, nn, kk, 1, in[0], ac, in[1], bc, 0, out[0], nn)
+	case graph.BiasAdd:
+		o, c, i := shape(0).Split3(op.Axis)
+		return k.BiasAdd(s, dt, in[0], in[1], out[0], o, c, i)
+	case graph.BiasGrad:
+		o, c, i := shape(0).Split3(op.Axis)
+		return k.BiasGrad(s, dt, in[0], out[0], work, o, c, i)
+	case graph.Conv2D:
+		return k.Conv2DForward(s, convShape(op.Window, shape(0), shape(1)), in[0], in[1], out[0], work)
+	case graph.Conv2DGradData:
+		return k.Conv2DBackwardData(s, convShape(op.Window, op.X, shape(1)), in[0], in[1], out[0], work)
+	case graph.Conv2DGradFilter:
+		return k.Conv2DBackwardFilter(s, convShape(op.Window, shape(0), op.W), in[0], in[1], out[0], work)
+	case graph.MaxPool2D:
+		return k.MaxPool2DForward(s, poolShape(op, shape(0)), in[0], out[0])
+	case graph.MaxPool2DGrad:
+		return k.MaxPool2DBackward(s, poolShape(graph.MaxPool2D(op), shape(0)), in[0], in[1], out[0])
+	case graph.ReLU:
+		return k.ReLU(s, dt, in[0], out[0], n())
+	case graph.ReLUGrad:
+		return k.ReLUBackward(s, dt, in[0], in[1], out[0], n())
+	case graph.GELU:
+		return k.GELU(s, dt, in[0], out[0], n())
+	case graph.GELUGrad:
+		return k.GELUBackward(s, dt, in[0], in[1], out[0], n())
+	case graph.Add:
+		return k.Add(s, dt, in[0], in[1], out[0], n())
+	case graph.Mul:
+		return k.Mul(s, dt, in[0], in[1], out[0], n())
+	case graph.Scale:
+		return k.Scale(s, dt, op.Alpha, in[0], out[0], n())
+	case graph.Fill:
+		return k.Fill(s, outSpecs[0].DType, op.Value, out[0], n())
+	case graph.Reshape:
+		return s.CopyDtoD(out[0], in[0], outSpecs[0].Bytes())
+	case graph.Dropout:
+		// The CPU's mask counter (iter·micros + micro)·n, with the
+		// iteration read on the device.
+		per := uint64(n())
+		return k.Dropout(s, dt, in[0], out[0], op.Rate, op.Seed, uint64(at.micro)*per, at.iter, uint64(at.micros)*per, n())
+	case graph.DropoutGrad:
+		per := uint64(n())
+		return k.DropoutBackward(s, dt, in[0], out[0], op.Rate, op.Seed, uint64(at.micro)*per, at.iter, uint64(at.micros)*per, n())
+	case graph.ReduceSum:
+		o, r, i := shape(0).Split3(op.Axis)
+		return k.ReduceSum(s, dt, in[0], out[0], o, r, i)
+	case graph.BroadcastAxis:
+		o, r, i := outSpecs[0].Shape.Split3(op.Axis)
+		return k.BroadcastAxis(s, dt, in[0], out[0], o, r, i)
+	case graph.SoftmaxCrossEntropy:
+		rows, cols := matrix(shape(0))
+		return k.SoftmaxCrossEntropy(s, in[0], in[1], out[0], rows, cols)
+	case graph.SoftmaxCrossEntropyGrad:
+		rows, cols := matrix(shape(0))
+		return k.SoftmaxCrossEntropyBackward(s, in[0], in[1], in[2], out[0], rows, cols)
+	case graph.MeanSquare:
+		return k.MeanSquare(s, dt, in[0], out[0], work, shape(0).NumElements())
+	case graph.MeanSquareGrad:
+		return k.MeanSquareBackward(s, dt, in[0], in[1], out[0], shape(0).NumElements())
+	case graph.Attention:
+		rows, cols := matrix(shape(0))
+		return k.AttentionForward(s, dt, in[0], out[0], out[1], rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
+	case graph.AttentionGrad:
+		rows, cols := matrix(shape(0))
+		return k.AttentionBackward(s, dt, in[0], in[1], in[2], out[0], work, rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
+	case graph.Softmax:
+		rows, cols := matrix(shape(0))
+		return k.Softmax(s, dt, in[0], out[0], rows, cols)
+	case graph.SoftmaxGrad:
+		rows, cols := matrix(shape(0))
+		return k.SoftmaxBackward(s, dt, in[0], in[1], out[0], rows, cols)
+	case graph.LayerNorm:
+		rows, cols := matrix(shape(0))
+		return k.LayerNorm(s, dt, in[0], in[1], in[2], out[0], out[1], out[2], rows, cols, op.Eps)
+	case graph.LayerNormGrad:
+		rows, cols := matrix(shape(0))
+		return k.LayerNormBackward(s, dt, in[0], in[1], in[2], in[3], in[4], out[0], out[1], out[2], work, rows, cols)
+	case graph.Embedding:
+		v, d := matrix(shape(0))
+		return k.Embedding(s, dt, in[0], in[1], out[0], v, d, shape(1).NumElements())
+	case graph.EmbeddingGrad:
+		return k.EmbeddingBackward(s, inSpecs[1].DType, in[0], in[1], out[0], op.Table[0], op.Table[1], shape(0).NumElements())
+	case graph.SGDUpdate:
+		return k.SGDUpdate(s, dt, in[0], in[1], op.LR, op.WeightDecay, shape(0).NumElements())
+	case graph.MomentumUpdate:
+		return k.MomentumUpdate(s, dt, in[0], in[1], in[2], op.LR, op.Momentum, op.WeightDecay, shape(0).NumElements())
+	case graph.AdamUpdate:
+		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], op.LR, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter, shape(0).NumElements())
+	}
+	return fmt.Errorf("runtime: cuda: no kernel for op %s", op.Type())
+}

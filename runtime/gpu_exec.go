@@ -1,0 +1,218 @@
+package runtime
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	cu "github.com/flowkit/flowkit/runtime/cuda"
+	"github.com/flowkit/flowkit/trace"
+	"github.com/flowkit/flowkit/units"
+)
+
+// issue enqueues firing f of iteration it on its GPU stream, after the
+// waits its edges from other GPU streams need. Edges from CPU firings are
+// already satisfied: the caller waited for them to finish.
+func (x *run) issue(f, it int) error {
+	r := x.r
+	g := r.gpu
+	home := r.streamOf(f)
+	s := g.streams[home]
+	k := it % g.ring
+	if it >= g.ring {
+		if err := x.harvest(f, it-g.ring); err != nil {
+			return err
+		}
+	}
+	for _, e := range r.edges[f] {
+		need := it - e.Delta
+		if need < 0 || !r.onGPU(e.From) || r.streamOf(e.From) == home {
+			continue
+		}
+		if err := s.Wait(g.end[e.From][need%g.ring]); err != nil {
+			return err
+		}
+	}
+	if err := g.start[f][k].Record(s); err != nil {
+		return err
+	}
+	if err := r.enqueue(s, f, it, g.iters+cu.DevicePtr(8*it), k, x.feed); err != nil {
+		return err
+	}
+	return g.end[f][k].Record(s)
+}
+
+// harvest waits for GPU firing f of iteration it to finish and records
+// its event and, for a loss, its loss.
+func (x *run) harvest(f, it int) error {
+	g := x.r.gpu
+	k := it % g.ring
+	if err := g.end[f][k].Synchronize(); err != nil {
+		return err
+	}
+	start, err := g.eventTime(g.start[f][k])
+	if err != nil {
+		return err
+	}
+	end, err := g.eventTime(g.end[f][k])
+	if err != nil {
+		return err
+	}
+	fi := x.r.p.Firings[f]
+	loss, isLoss := 0.0, g.lossIdx[f] >= 0
+	if isLoss {
+		var v float32
+		dev := x.r.p.Streams[x.r.streamOf(f)].Device
+		off := cu.DevicePtr(4 * ((it%lossCap)*g.nloss + g.lossIdx[f]))
+		if err := copyBack(g.host[dev], unsafe.Pointer(&v), g.lossHist+off, 4); err != nil {
+			return err
+		}
+		loss = float64(v) / float64(x.r.p.DP*x.r.p.MB)
+	}
+	x.mu.Lock()
+	x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro), Start: start, End: end})
+	mean, report := 0.0, false
+	if isLoss {
+		mean, report = x.addLoss(it, loss)
+	}
+	x.mu.Unlock()
+	if report {
+		x.r.Progress(it, mean)
+	}
+	return nil
+}
+
+// enqueue puts firing f's work for iteration it on s. Iteration-dependent
+// kernels read the iteration from device memory at iter; k is the ring
+// slot of host staging buffers.
+func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, feed Feeder) error {
+	p := r.p
+	g := r.gpu
+	fi := p.Firings[f]
+	t := &p.Tasks[fi.Task]
+	devIdx := p.Streams[t.Streams[0]].Device
+	dev := g.devs[devIdx]
+	reads := make([]cu.DevicePtr, len(t.Reads))
+	for i, u := range t.Reads {
+		v, err := p.ReadVersion(u, it, fi.Micro)
+		if err != nil {
+			return err
+		}
+		reads[i] = r.ptr(u.Reg, p.Slot(u.Reg, v))
+	}
+	writes := make([]cu.DevicePtr, len(t.Writes))
+	for i, w := range t.Writes {
+		if p.Registers[w].Device == devIdx {
+			writes[i] = r.ptr(w, p.Slot(w, p.WriteVersion(w, t.ID, it, fi.Micro)))
+		}
+	}
+	switch t.Kind {
+	case plans.Compute:
+		op := r.ops[t.ID]
+		out := writes
+		if _, ok := op.(graph.Mutator); ok {
+			out = nil
+		}
+		at := gpuStep{iter: iter, micro: t.Replica*p.MB + fi.Micro, micros: p.DP * p.MB}
+		if err := dev.launch(s, op, r.in[t.ID], r.out[t.ID], at, reads, out, g.work[devIdx]); err != nil {
+			return err
+		}
+		if j := g.lossIdx[f]; j >= 0 {
+			return dev.k.LossLog(s, out[0], g.lossHist, iter, j, g.nloss, lossCap)
+		}
+	case plans.Input:
+		return r.enqueueInput(s, f, it, iter, k, feed, writes[0])
+	case plans.Transfer:
+		dst := t.Writes[0]
+		n := p.Registers[dst].Spec.Bytes()
+		if g.devs[p.Registers[dst].Device] != nil {
+			return s.CopyDtoD(r.ptr(dst, p.Slot(dst, p.WriteVersion(dst, t.ID, it, fi.Micro))), reads[0], n)
+		}
+		b := r.slot(dst, p.Slot(dst, p.WriteVersion(dst, t.ID, it, fi.Micro)))
+		host := unsafe.Pointer(unsafe.SliceData(b.F))
+		if b.I != nil {
+			host = unsafe.Pointer(unsafe.SliceData(b.I))
+		}
+		return s.CopyDtoH(host, reads[0], n)
+	case plans.Accumulate:
+		spec := p.Registers[t.Writes[0]].Spec
+		scale := 1 / float32(p.MB)
+		if fi.Micro == 0 {
+			return dev.k.Scale(s, spec.DType, scale, reads[0], writes[0], spec.Shape.NumElements())
+		}
+		return dev.k.Axpy(s, spec.DType, scale, reads[0], writes[0], spec.Shape.NumElements())
+	default:
+		return fmt.Errorf("runtime: %s task %s on a GPU is not supported", t.Kind, t.Name)
+	}
+	return nil
+}
+
+// enqueueInput loads firing f's slice of the global batch into dst: from a
+// synthetic feeder's pool already on the GPU by a gather kernel (nothing
+// crosses PCIe, as in a benchmark whose data is resident), or from any
+// other feeder through pinned staging memory and a copy.
+func (r *PlanRunner) enqueueInput(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, feed Feeder, dst cu.DevicePtr) error {
+	p := r.p
+	g := r.gpu
+	fi := p.Firings[f]
+	t := &p.Tasks[fi.Task]
+	dev := g.devs[p.Streams[t.Streams[0]].Device]
+	spec := p.Registers[t.Writes[0]].Spec
+	from := t.Offset + fi.Micro*p.MicroBatch
+	n := p.MicroBatch
+	if sf, ok := feed.(*SyntheticFeeder); ok {
+		pool, err := g.devicePoolOf(sf)
+		if err != nil {
+			return err
+		}
+		if spec.DType == graph.I32 {
+			return dev.k.GatherLabels(s, dst, pool.labels, iter, pool.batch, from, n, pool.rows)
+		}
+		return dev.k.GatherRows(s, spec.DType, dst, pool.images, iter, pool.batch, from, n, pool.rowLen, pool.rows)
+	}
+	// Host-fed: the staging buffer of ring slot k is free, since this
+	// firing's use of it ring iterations ago has been harvested.
+	for len(g.staging[f]) <= k {
+		h, err := dev.ctx.MallocHost(units.Bytes(4 * spec.Shape.NumElements()))
+		if err != nil {
+			return err
+		}
+		g.staging[f] = append(g.staging[f], h)
+	}
+	h := g.staging[f][k]
+	var images []float32
+	var labels []int32
+	if spec.DType == graph.I32 {
+		labels = unsafe.Slice((*int32)(h.Ptr), spec.Shape.NumElements())
+	} else {
+		images = h.Float32s()[:spec.Shape.NumElements()]
+	}
+	if err := feed.Feed(it, from, n, images, labels); err != nil {
+		return err
+	}
+	if spec.DType == graph.BF16 {
+		// In place, front to back: element i's two bytes land at or
+		// before where element i was read.
+		half := unsafe.Slice((*uint16)(h.Ptr), len(images))
+		for i, v := range images {
+			half[i] = cu.BF16FromFloat32(v)
+		}
+	}
+	return s.CopyHtoD(dst, h.Ptr, spec.Bytes())
+}
+
+// toGPU copies a CPU register slot into a GPU register (a transfer whose
+// home is a CPU stream), synchronously.
+func (r *PlanRunner) toGPU(dst, k int, src Buffer) error {
+	rg := &r.p.Registers[dst]
+	s := r.gpu.host[rg.Device]
+	ptr := unsafe.Pointer(unsafe.SliceData(src.F))
+	if src.I != nil {
+		ptr = unsafe.Pointer(unsafe.SliceData(src.I))
+	}
+	if err := s.CopyHtoD(r.ptr(dst, k), ptr, rg.Spec.Bytes()); err != nil {
+		return err
+	}
+	return s.Synchronize()
+}

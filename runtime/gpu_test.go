@@ -1,0 +1,168 @@
+package runtime
+
+import (
+	"context"
+	"errors"
+	"math"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	cu "github.com/flowkit/flowkit/runtime/cuda"
+	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
+)
+
+// gpuDevices are the devices of the h200-host cluster: the GPU first, then
+// the host's cores.
+func gpuDevices(t *testing.T) []plans.Device {
+	t.Helper()
+	c, err := topology.Preset("h200-host")
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, 2, false)
+	require.NoError(t, err)
+	return devs
+}
+
+func compileOn(t *testing.T, devs []plans.Device, model, strategy string, batch int, dtype graph.DType) *plans.Plan {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 3, DType: dtype,
+		Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devs, Cluster: "h200-host"})
+	require.NoError(t, err)
+	return p
+}
+
+// openGPU opens cuda:0 or skips the test, saying why.
+func openGPU(t *testing.T) *GPU {
+	t.Helper()
+	g, err := OpenGPU(0)
+	if errors.Is(err, cu.ErrNotAvailable) {
+		t.Skip(err)
+	}
+	require.NoError(t, err)
+	t.Cleanup(func() { g.Close() })
+	return g
+}
+
+// Without a GPU, a plan with a GPU device is refused with the reason, and
+// nothing else breaks.
+func TestGPUNotAvailable(t *testing.T) {
+	if _, err := OpenGPU(0); err == nil {
+		t.Skip("this machine has a GPU")
+	}
+	p := compileOn(t, gpuDevices(t), "mlp", "single", 8, 0)
+	_, err := NewPlanRunner(p)
+	require.ErrorIs(t, err, cu.ErrNotAvailable)
+	require.Contains(t, err.Error(), "gpu0")
+}
+
+func TestCatalogType(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		mem  int64
+		want string
+	}{
+		{"NVIDIA H200", 141 << 30, "H200"},
+		{"NVIDIA H100 80GB HBM3", 80 << 30, "H100"},
+		{"NVIDIA A100-SXM4-80GB", 80 << 30, "A100-80"},
+		{"NVIDIA A100-SXM4-40GB", 40 << 30, "A100-40"},
+		{"Tesla V100-SXM2-16GB", 16 << 30, "V100-16"},
+		{"Tesla T4", 15 << 30, "T4"},
+		{"NVIDIA GeForce RTX 4090", 24 << 30, ""},
+	} {
+		got := catalogType(c.name, units.Bytes(c.mem))
+		require.Equal(t, c.want, got, c.name)
+		if got != "" {
+			_, ok := topology.Lookup(got)
+			require.True(t, ok, "%s is a catalog type", got)
+		}
+	}
+}
+
+// runPlan runs p for iters iterations on synthetic data and returns the
+// runner (closed at the end of the test) and the losses.
+func runPlan(t *testing.T, p *plans.Plan, iters int, eager bool) (*PlanRunner, []float64) {
+	t.Helper()
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, r.Close()) })
+	r.Eager = eager
+	r.TaskTimes = true
+	res, err := r.Run(context.Background(), iters, NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7))
+	require.NoError(t, err)
+	if len(res.Trace.Events) > 0 {
+		require.NoError(t, p.CheckTrace(res.Trace), "the GPU's trace obeys the plan")
+	}
+	require.Len(t, res.Steps, iters)
+	return r, res.Loss
+}
+
+// The same plan on the GPU (graph replay and eager) computes what the CPU
+// computes, in f32: the CNNs with convolution, pooling, dropout and
+// cross-entropy, and the MLP and transformer workloads.
+func TestGPUPlanMatchesCPU(t *testing.T) {
+	openGPU(t)
+	const iters = 3
+	for _, c := range []struct {
+		model, weight string
+		batch         int
+	}{
+		{"mnist-cnn", "conv1.weight", 32},
+		{"cifar-cnn", "fc1.weight", 16},
+		{"mlp3x4096:width=64", "0.weight", 16},
+		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "layers.0.self_attn.in_proj_weight", 4},
+	} {
+		t.Run(c.model, func(t *testing.T) {
+			ref, refLoss := runPlan(t, compileOn(t, cpuDevices(1), c.model, "single", c.batch, 0), iters, false)
+			want, ok := ref.Param(c.weight, 0)
+			require.True(t, ok)
+			for _, eager := range []bool{false, true} {
+				r, loss := runPlan(t, compileOn(t, gpuDevices(t), c.model, "single", c.batch, 0), iters, eager)
+				for i := range loss {
+					require.InDelta(t, refLoss[i], loss[i], 1e-4*math.Abs(refLoss[i])+1e-6, "eager=%v loss of iteration %d", eager, i)
+				}
+				got, ok := r.Param(c.weight, 0)
+				require.True(t, ok)
+				require.Less(t, relDiff(got, want), 1e-4, "eager=%v: %s after %d steps", eager, c.weight, iters)
+			}
+		})
+	}
+}
+
+// bf16 on the GPU follows the f32 CPU run within bf16's precision.
+func TestGPUBF16Workloads(t *testing.T) {
+	openGPU(t)
+	for _, model := range []string{"mlp3x4096:width=128", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=32"} {
+		t.Run(model, func(t *testing.T) {
+			_, want := runPlan(t, compileOn(t, cpuDevices(1), model, "single", 8, 0), 2, false)
+			_, got := runPlan(t, compileOn(t, gpuDevices(t), model, "single", 8, graph.BF16), 2, false)
+			for i := range got {
+				require.InDelta(t, want[i], got[i], 2e-2*math.Abs(want[i]), "loss of iteration %d", i)
+			}
+		})
+	}
+}
+
+// A pipeline with a stage on the GPU and one on the host's CPU, the PCIe
+// copies as plan tasks, computes what one CPU device computes.
+func TestGPUHeterogeneousPipeline(t *testing.T) {
+	openGPU(t)
+	const iters = 3
+	ref, refLoss := runPlan(t, compileOn(t, cpuDevices(1), "mnist-cnn", "single", 32, 0), iters, false)
+	p := compileOn(t, gpuDevices(t), "mnist-cnn", "pp=2,mb=2,sched=1f1b", 32, 0)
+	require.True(t, isGPU(p.Devices[0]) && !isGPU(p.Devices[1]), "stage 0 on the GPU, stage 1 on the CPU")
+	r, loss := runPlan(t, p, iters, false)
+	for i := range loss {
+		require.InDelta(t, refLoss[i], loss[i], 1e-4*math.Abs(refLoss[i])+1e-6, "loss of iteration %d", i)
+	}
+	for _, w := range []string{"conv1.weight", "fc2.weight"} {
+		want, _ := ref.Param(w, 0)
+		got, ok := r.Param(w, 0)
+		require.True(t, ok, w)
+		require.Less(t, relDiff(got, want), 1e-4, w)
+	}
+}
