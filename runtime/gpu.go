@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -41,11 +42,7 @@ func OpenGPU(ordinal int) (*GPU, error) {
 
 // Close releases the device.
 func (g *GPU) Close() error {
-	err := g.blas.Destroy()
-	if err2 := g.ctx.Close(); err == nil {
-		err = err2
-	}
-	return err
+	return errors.Join(g.k.Unload(), g.blas.Destroy(), g.ctx.Close())
 }
 
 // Info describes the device.

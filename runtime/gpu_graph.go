@@ -335,7 +335,8 @@ func (x *run) runGraph(ctx context.Context) error {
 		if err := marks[it+1].Record(s); err != nil {
 			return err
 		}
-		if r.TaskTimes || !pooled {
+		synced := r.TaskTimes || !pooled
+		if synced {
 			if err := marks[it+1].Synchronize(); err != nil {
 				return err
 			}
@@ -353,7 +354,7 @@ func (x *run) runGraph(ctx context.Context) error {
 				x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro), Start: start, End: end})
 			}
 		}
-		if it+1-read == lossCap || it == x.iters-1 {
+		if synced || it+1-read == lossCap || it == x.iters-1 {
 			if err := s.Synchronize(); err != nil {
 				return err
 			}

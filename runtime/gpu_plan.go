@@ -3,6 +3,7 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 	"unsafe"
 
@@ -32,13 +33,12 @@ const lossCap = 1024
 // for iteration i−2, which bounds how far ahead any stream runs and so
 // which ring slots can be in use (see ringSize).
 type gpuPlan struct {
-	devs    []*GPU         // by plan device; nil for CPU devices
-	arena   []cu.DevicePtr // by plan device
-	work    []cu.DevicePtr // by plan device: scratch for convolutions and attention
-	streams []*cu.Stream   // by plan stream; nil on CPU devices
-	host    []*cu.Stream   // by plan device: copies the host makes synchronously
+	devs    []*GPU          // by plan device; nil for CPU devices
+	arena   []cu.DevicePtr  // by plan device
+	work    []cu.DevicePtr  // by plan device: scratch for convolutions and attention
+	streams []*cu.Stream    // by plan stream; nil on CPU devices
+	host    []*cu.Stream    // by plan device: copies the host makes synchronously
 	pinned  []cu.HostBuffer // the CPU devices' arenas
-	owned   []*GPU // opened here, closed by Close
 
 	ring       int
 	start, end [][]*cu.Event // by firing, by ring slot
@@ -83,10 +83,10 @@ func isGPU(d plans.Device) bool {
 	return ok && spec.Class == topology.GPU
 }
 
-// newGPUPlan opens the plan's GPU devices (the first GPU device of the plan
-// on CUDA device 0, and so on), allocates their arenas, pinned arenas for
-// the CPU devices, streams and events. gpus, if given, supplies already
-// opened devices in that order.
+// newGPUPlan takes the plan's GPU devices (the first GPU device of the plan
+// on CUDA device 0, and so on), allocates their arenas, streams and events.
+// gpus, if given, supplies the devices in that order; otherwise they are
+// the process's shared ones (see sharedGPU).
 func newGPUPlan(p *plans.Plan, edges []plans.Edge, gpus []*GPU) (_ *gpuPlan, err error) {
 	g := &gpuPlan{devs: make([]*GPU, len(p.Devices)), arena: make([]cu.DevicePtr, len(p.Devices)),
 		work: make([]cu.DevicePtr, len(p.Devices)), host: make([]*cu.Stream, len(p.Devices)),
@@ -104,11 +104,8 @@ func newGPUPlan(p *plans.Plan, edges []plans.Edge, gpus []*GPU) (_ *gpuPlan, err
 		var dev *GPU
 		if ordinal < len(gpus) {
 			dev = gpus[ordinal]
-		} else {
-			if dev, err = OpenGPU(ordinal); err != nil {
-				return nil, fmt.Errorf("runtime: plan device %s (%s): %w", d.Name, d.Type, err)
-			}
-			g.owned = append(g.owned, dev)
+		} else if dev, err = sharedGPU(ordinal); err != nil {
+			return nil, fmt.Errorf("runtime: plan device %s (%s): %w", d.Name, d.Type, err)
 		}
 		if got := dev.CatalogType(); got != canonicalType(d.Type) {
 			return nil, fmt.Errorf("runtime: plan device %s is a %s, but CUDA device %d is %s (%q): compile the plan for this GPU",
@@ -277,9 +274,6 @@ func (g *gpuPlan) Close() error {
 		if g.base != nil {
 			keep(g.base.Destroy())
 		}
-	}
-	for _, d := range g.owned {
-		keep(d.Close())
 	}
 	return errors.Join(errs...)
 }
@@ -463,4 +457,29 @@ func gpuSupported(p *plans.Plan) error {
 		}
 	}
 	return nil
+}
+
+// shared holds the process's GPUs, opened on first use and kept open: a
+// device's context, cuBLAS handle and loaded kernels serve every runner.
+var shared struct {
+	sync.Mutex
+	gpus map[int]*GPU
+}
+
+// sharedGPU returns CUDA device ordinal, opened once per process.
+func sharedGPU(ordinal int) (*GPU, error) {
+	shared.Lock()
+	defer shared.Unlock()
+	if g, ok := shared.gpus[ordinal]; ok {
+		return g, nil
+	}
+	g, err := OpenGPU(ordinal)
+	if err != nil {
+		return nil, err
+	}
+	if shared.gpus == nil {
+		shared.gpus = map[int]*GPU{}
+	}
+	shared.gpus[ordinal] = g
+	return g, nil
 }

@@ -303,6 +303,11 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 		if err := r.gpu.iterationNumbers(iters); err != nil {
 			return nil, err
 		}
+		if sf, ok := feed.(*SyntheticFeeder); ok {
+			if _, err := r.gpu.devicePoolOf(sf); err != nil {
+				return nil, err
+			}
+		}
 		if why := r.capturable(); why == "" && !r.Eager {
 			if err := x.runGraph(ctx); err != nil {
 				return nil, err
@@ -369,7 +374,10 @@ func (x *run) result() *RunResult {
 	return &RunResult{Trace: tr, Loss: x.loss, Steps: x.steps}
 }
 
-// markBase records the GPU event that the run's GPU times count from.
+// markBase records the GPU event that the run's GPU times count from. Its
+// time on the run's clock is taken once it has completed, so GPU times
+// map no earlier than they happened: a GPU firing never appears to start
+// before a CPU firing it waited for.
 func (x *run) markBase() error {
 	g := x.r.gpu
 	s := g.host[g.firstIndex()]
@@ -427,10 +435,11 @@ func (x *run) stream(order []int) error {
 				x.mu.Unlock()
 				continue
 			}
-			if err := x.awaitGPU(f, it); err != nil {
+			after, err := x.awaitGPU(f, it)
+			if err != nil {
 				return err
 			}
-			start := time.Since(x.start)
+			start := max(time.Since(x.start), time.Duration(after))
 			loss, err := x.fire(f, it)
 			if err != nil {
 				return fmt.Errorf("runtime: %s of iteration %d: %w", x.r.p.FiringName(f), it, err)
@@ -466,20 +475,30 @@ func (x *run) finish(f, it int) {
 }
 
 // awaitGPU waits, for a firing on a CPU stream, until the GPU firings its
-// edges name have finished on their GPUs (wait saw them issued).
-func (x *run) awaitGPU(f, it int) error {
+// edges name have finished on their GPUs (wait saw them issued), and
+// returns the latest of their ends on the run's clock. GPU times are
+// mapped to that clock a little late (see markBase), so the firing's start
+// is recorded no earlier than that: the trace then shows every edge kept.
+func (x *run) awaitGPU(f, it int) (trace.Time, error) {
 	g := x.r.gpu
 	if g == nil {
-		return nil
+		return 0, nil
 	}
+	var latest trace.Time
 	for _, e := range x.r.edges[f] {
 		if need := it - e.Delta; need >= 0 && x.r.onGPU(e.From) {
-			if err := g.end[e.From][need%g.ring].Synchronize(); err != nil {
-				return err
+			ev := g.end[e.From][need%g.ring]
+			if err := ev.Synchronize(); err != nil {
+				return 0, err
 			}
+			end, err := g.eventTime(ev)
+			if err != nil {
+				return 0, err
+			}
+			latest = max(latest, end)
 		}
 	}
-	return nil
+	return latest, nil
 }
 
 // wait blocks until firing f may run (or, on a GPU, be issued) in

@@ -9,11 +9,11 @@ out=.gpu
 rm -rf "$out"
 mkdir -p "$out/bin" "$out/mnist"
 export CGO_ENABLED=0
-go build -o "$out/bin/flowrun" ./cmd/flowrun
-go build -o "$out/bin/flowsim" ./cmd/flowsim
-go test -c -o "$out/bin/cuda.test" ./runtime/cuda
-go test -c -o "$out/bin/kernels.test" ./kernels/cuda
-go test -c -o "$out/bin/runtime.test" ./runtime
+go build -ldflags="-s -w" -o "$out/bin/flowrun" ./cmd/flowrun
+go build -ldflags="-s -w" -o "$out/bin/flowsim" ./cmd/flowsim
+go test -c -ldflags="-s -w" -o "$out/bin/cuda.test" ./runtime/cuda
+go test -c -ldflags="-s -w" -o "$out/bin/kernels.test" ./kernels/cuda
+go test -c -ldflags="-s -w" -o "$out/bin/runtime.test" ./runtime
 cp bench/gpu/device.sh bench/gpu/summarize.py "$out/"
 # PyTorch's side of the comparison, from the shared bench folder when it is
 # there (a clone of flowkit alone has its copy in bench/gpu).

@@ -11,7 +11,8 @@ TARGETS = {"mnist-cnn-f32-b64": 0.5, "cifar-cnn-f32-b128": 0.5,
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--gpu"); ap.add_argument("--results"); ap.add_argument("--torch"); ap.add_argument("-o")
+    ap.add_argument("--gpu"); ap.add_argument("--results"); ap.add_argument("--torch"); ap.add_argument("--log")
+    ap.add_argument("-o")
     a = ap.parse_args()
     gpu = open(a.gpu).read().strip() if a.gpu else ""
     steps = [json.loads(l) for l in open(a.results) if l.strip()]
@@ -68,6 +69,26 @@ def main():
               f"{f(r.get('target_ratio'), '≤ %.1f')} | {f(r['predicted_ms'], '%.3f')} | {f(r.get('pred_error') and 100 * r['pred_error'], '%+.1f%%')} |")
     if failed:
         print("\nfailed steps: " + ", ".join(failed))
+        for name in failed:
+            print(f"  {name}: {last_words(a.log, name)}")
+
+
+def last_words(log, step):
+    """The last output lines of a step in the log, before its exit line."""
+    if not log:
+        return ""
+    lines, inside = [], False
+    for l in open(log, errors="replace"):
+        if l.startswith(f"=== {step}: exit"):
+            break
+        if l.startswith(f"=== {step}: "):
+            inside, lines = True, []
+        elif inside:
+            lines.append(l.rstrip())
+    fails = [x.strip() for x in lines if x.lstrip().startswith("--- FAIL")]
+    if fails:
+        return " | ".join(fails[:8])[-600:]
+    return " | ".join(x for x in lines[-3:] if x)[-400:]
 
 
 if __name__ == "__main__":

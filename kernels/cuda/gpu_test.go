@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"runtime"
 	"sync"
 	"testing"
@@ -62,6 +63,8 @@ func gpu(t testing.TB) *gpuEnv {
 		gpuOnce.env = e
 	})
 	switch {
+	case gpuOnce.skip != nil && os.Getenv("FLOWKIT_REQUIRE_GPU") != "":
+		t.Fatalf("no GPU, and $FLOWKIT_REQUIRE_GPU is set: %v", gpuOnce.skip)
 	case gpuOnce.skip != nil:
 		t.Skipf("no GPU: %v", gpuOnce.skip)
 	case gpuOnce.fail != nil:

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -33,7 +34,7 @@ var gpu struct {
 func openGPU(t testing.TB) *Context {
 	t.Helper()
 	gpu.once.Do(func() { gpu.ctx, gpu.err = Open(0) })
-	if errors.Is(gpu.err, ErrNotAvailable) {
+	if errors.Is(gpu.err, ErrNotAvailable) && os.Getenv("FLOWKIT_REQUIRE_GPU") == "" {
 		t.Skipf("no GPU: %v", gpu.err)
 	}
 	if gpu.err != nil {
@@ -52,7 +53,7 @@ func openGPUBLAS(t testing.TB) (*Context, *BLAS, *BLASLt) {
 		}
 		t.Logf("libraries: %q", Libraries())
 	})
-	if errors.Is(gpu.blasErr, ErrNotAvailable) {
+	if errors.Is(gpu.blasErr, ErrNotAvailable) && os.Getenv("FLOWKIT_REQUIRE_GPU") == "" {
 		t.Skipf("no cuBLAS: %v", gpu.blasErr)
 	}
 	if gpu.blasErr != nil {
