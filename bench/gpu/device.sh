@@ -56,6 +56,11 @@ gotest cuda runtime/cuda
 gotest kernels kernels/cuda
 gotest runtime runtime -test.run 'GPU|CUDA'
 
+# Kernel and GEMM benchmarks (CUDA events): GB/s and TFLOP/s against the
+# H200's ceilings.
+step bench-kernels 120 bash -c 'cd "$1" && exec "$2" -test.run "^$" -test.bench . -test.benchtime 20x' _ "$here/../kernels/cuda" "$bin/kernels.test"
+step bench-gemm 120 bash -c 'cd "$1" && exec "$2" -test.run "^$" -test.bench . -test.benchtime 20x' _ "$here/../runtime/cuda" "$bin/cuda.test"
+
 # 2. PyTorch eager, side by side.
 step torch 180 bash -c "python3 '$here/torch_baseline.py' >'$OUT/torch.jsonl'"
 

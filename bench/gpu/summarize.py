@@ -49,11 +49,12 @@ def main():
         if w in TARGETS:
             wl["target_ratio"] = TARGETS[w]
         out["workloads"][w] = wl
+    out["benchmarks"] = benchmarks(a.log)
     json.dump(out, open(a.o, "w"), indent=1)
 
     print(f"GPU: {gpu}")
     for rec in out["steps"]:
-        if rec["step"].startswith(("test-", "train", "calibrate", "torch")):
+        if rec["step"].startswith(("test-", "bench-", "train", "calibrate", "torch")):
             extra = ""
             o = rec.get("out")
             if isinstance(o, dict) and "test_accuracy" in o:
@@ -71,6 +72,18 @@ def main():
         print("\nfailed steps: " + ", ".join(failed))
         for name in failed:
             print(f"  {name}: {last_words(a.log, name)}")
+
+
+def benchmarks(log):
+    """Go benchmark lines of the log: name → the figures after the iteration count."""
+    out = {}
+    if not log:
+        return out
+    for l in open(log, errors="replace"):
+        f = l.split()
+        if len(f) >= 4 and f[0].startswith("Benchmark") and f[1].isdigit():
+            out[f[0]] = " ".join(f[2:])
+    return out
 
 
 def last_words(log, step):
