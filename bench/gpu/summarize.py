@@ -61,6 +61,8 @@ def main():
                 extra = f"  test accuracy {100 * o['test_accuracy']:.2f}%"
             print(f"{rec['step']:<22} {'ok' if rec['rc'] == 0 else 'FAILED rc=%d' % rec['rc']:<12} {rec['seconds']:>4} s{extra}")
     failed = [r["step"] for r in out["steps"] if r["rc"] != 0]
+    for name, figures in out["benchmarks"].items():
+        print(f"{name:<48} {figures}")
     print()
     print(f"| workload | PyTorch ms | flowrun ms | ratio | target | predicted ms | error |")
     print(f"|---|---:|---:|---:|---:|---:|---:|")
