@@ -136,7 +136,10 @@ func gemmType(dt graph.DType) (cu.GemmType, error) {
 func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, at gpuStep, in, out []cu.DevicePtr, work cu.DevicePtr) error {
 	k := g.k
 	shape := func(i int) graph.Shape { return inSpecs[i].Shape }
-	dt := inSpecs[0].DType
+	var dt graph.DType // the first input's; Fill has none and uses its output's
+	if len(inSpecs) > 0 {
+		dt = inSpecs[0].DType
+	}
 	n := func() int { return outSpecs[0].Shape.NumElements() }
 	switch op := op.(type) {
 	case graph.MatMul:

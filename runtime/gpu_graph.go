@@ -21,7 +21,7 @@ type gpuGraph struct {
 	exec   *cu.GraphExec
 	graph  *cu.Graph
 	origin *cu.Stream
-	feed   Feeder
+	pool   *SyntheticFeeder // whose device pool the inputs are gathered from; nil: staged from the host
 	timed  bool
 	nodes  int
 	// Per-firing timing events, recorded by the graph itself when timed.
@@ -121,7 +121,8 @@ func (r *PlanRunner) capture(feed Feeder, timed bool) (*gpuGraph, error) {
 	if origin < 0 {
 		return nil, errors.New("runtime: plan's first device has no compute stream")
 	}
-	gg := &gpuGraph{origin: g.streams[origin], feed: feed, timed: timed}
+	pool, _ := feed.(*SyntheticFeeder)
+	gg := &gpuGraph{origin: g.streams[origin], pool: pool, timed: timed}
 	newEvent := func(timing bool) (*cu.Event, error) {
 		e, err := dev.ctx.NewEvent(timing)
 		if err == nil && !timing {
@@ -162,12 +163,21 @@ func (r *PlanRunner) capture(feed Feeder, timed bool) (*gpuGraph, error) {
 		}
 	}
 	const it = 1 // a steady-state iteration: slots repeat every iteration
+	if !g.warm {
+		if err := r.warmUp(feed, it); err != nil {
+			return nil, fmt.Errorf("warming up: %w", err)
+		}
+		g.warm = true
+	}
 	if err := gg.origin.BeginCapture(); err != nil {
 		return nil, err
 	}
 	fail := func(err error) (*gpuGraph, error) {
 		if g, err2 := gg.origin.EndCapture(); err2 == nil {
 			g.Destroy()
+		}
+		for _, e := range append(append(gg.tstart, gg.tend...), gg.events...) {
+			e.Destroy()
 		}
 		return nil, err
 	}
@@ -244,6 +254,74 @@ func (r *PlanRunner) capture(feed Feeder, timed bool) (*gpuGraph, error) {
 	return gg, nil
 }
 
+// warmUp runs one iteration eagerly before the first capture and then
+// puts the parameters and optimizer state back as they were: every kernel
+// and cuBLAS algorithm the iteration uses is then loaded (lazy module
+// loading and cuBLAS's first-call set-up must not happen inside a capture),
+// and the run's first iteration still starts from the initial state.
+func (r *PlanRunner) warmUp(feed Feeder, it int) error {
+	g := r.gpu
+	p := r.p
+	dev := g.firstGPU()
+	host := g.host[g.firstIndex()]
+	type saved struct {
+		reg int
+		at  cu.DevicePtr
+	}
+	var keep []saved
+	var total units.Bytes
+	for i := range p.Registers {
+		if p.Registers[i].Persistent {
+			keep = append(keep, saved{i, cu.DevicePtr(total)})
+			total += (p.Registers[i].Spec.Bytes() + 255) / 256 * 256
+		}
+	}
+	backup, err := dev.ctx.Malloc(max(total, 256))
+	if err != nil {
+		return err
+	}
+	defer dev.ctx.Free(backup)
+	for i := range keep {
+		keep[i].at += backup
+		if err := host.CopyDtoD(keep[i].at, r.ptr(keep[i].reg, 0), p.Registers[keep[i].reg].Spec.Bytes()); err != nil {
+			return err
+		}
+	}
+	if err := host.Synchronize(); err != nil {
+		return err
+	}
+	for _, f := range r.iterationOrder() {
+		home := r.streamOf(f)
+		s := g.streams[home]
+		for _, e := range r.edges[f] {
+			if e.Delta == 0 && r.streamOf(e.From) != home {
+				if err := s.Wait(g.end[e.From][0]); err != nil {
+					return err
+				}
+			}
+		}
+		if err := r.enqueue(s, f, it, g.iters, 0, feed); err != nil {
+			return fmt.Errorf("%s: %w", p.FiringName(f), err)
+		}
+		if err := g.end[f][0].Record(s); err != nil {
+			return err
+		}
+	}
+	for _, s := range g.streams {
+		if s != nil {
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+		}
+	}
+	for _, k := range keep {
+		if err := host.CopyDtoD(r.ptr(k.reg, 0), k.at, p.Registers[k.reg].Spec.Bytes()); err != nil {
+			return err
+		}
+	}
+	return host.Synchronize()
+}
+
 // runGraph replays the captured iteration iters times. With TaskTimes it
 // synchronizes after every iteration to read each firing's events;
 // without, only the iteration boundaries are timed, and the GPU runs the
@@ -251,8 +329,11 @@ func (r *PlanRunner) capture(feed Feeder, timed bool) (*gpuGraph, error) {
 func (x *run) runGraph(ctx context.Context) error {
 	r := x.r
 	g := r.gpu
-	_, pooled := x.feed.(*SyntheticFeeder)
-	if g.graph == nil || g.graph.feed != x.feed || g.graph.timed != r.TaskTimes {
+	// A host-fed graph serves any feeder: it copies from the staging
+	// buffers. (Feeders themselves are not compared: a func or a struct
+	// with a slice would make == panic.)
+	pool, pooled := x.feed.(*SyntheticFeeder)
+	if g.graph == nil || g.graph.pool != pool || g.graph.timed != r.TaskTimes {
 		if g.graph != nil {
 			if err := g.graph.Close(); err != nil {
 				return err

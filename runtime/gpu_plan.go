@@ -57,6 +57,7 @@ type gpuPlan struct {
 	staging [][]cu.HostBuffer // by firing, by ring slot: host-fed inputs, made on first use by the firing's stream
 
 	graph *gpuGraph // captured iteration, for GPU-only plans
+	warm  bool      // an iteration has run once before capturing (see warmUp)
 }
 
 // devicePool is a synthetic feeder's sample pool copied to the GPU.
@@ -439,6 +440,15 @@ func gpuSupported(p *plans.Plan) error {
 	hasCPU := false
 	for _, d := range p.Devices {
 		hasCPU = hasCPU || !isGPU(d)
+	}
+	gpus := 0
+	for _, d := range p.Devices {
+		if isGPU(d) {
+			gpus++
+		}
+	}
+	if gpus > 1 {
+		return fmt.Errorf("runtime: the plan uses %d GPUs: plans over several GPUs are not supported yet (one GPU, with or without CPU devices)", gpus)
 	}
 	for _, t := range p.Tasks {
 		if t.Kind == plans.AllReduce {

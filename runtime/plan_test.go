@@ -133,14 +133,18 @@ func (failingFeeder) Feed(int, int, int, []float32, []int32) error {
 	return errors.New("disk on fire")
 }
 
-// A data-parallel plan over GPUs is refused before any GPU is touched:
-// all-reduces between GPUs are not implemented.
+// Plans the GPU runtime cannot run yet are refused before any GPU is
+// touched: several GPUs, and all-reduces involving a GPU.
 func TestPlanForGPUsRefused(t *testing.T) {
 	st, err := plans.ParseStrategy("dp=2", 8)
 	require.NoError(t, err)
 	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1},
 		Devices: []plans.Device{{Name: "gpu0", Type: "A100-SXM4-40GB", Workers: 1}, {Name: "gpu1", Type: "A100-SXM4-40GB", Workers: 1}}})
 	require.NoError(t, err)
+	_, err = NewPlanRunner(p)
+	require.ErrorContains(t, err, "plans over several GPUs are not supported yet")
+
+	p = compileOn(t, gpuDevices(t), "mlp", "dp=2", 8, 0) // the GPU and the host's CPU
 	_, err = NewPlanRunner(p)
 	require.ErrorContains(t, err, "all-reduces on GPUs are not implemented")
 }

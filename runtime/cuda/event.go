@@ -79,7 +79,7 @@ func (e *Event) Record(s *Stream) error {
 // RecordExternal records the event with CU_EVENT_RECORD_EXTERNAL. While s
 // is being captured this adds an event record node to the graph, so every
 // launch of the graph records the event: the way to time tasks inside a
-// graph. Outside capture it is the same as Record.
+// graph. cuda.h calls the flag invalid outside capture: use Record there.
 func (e *Event) RecordExternal(s *Stream) error {
 	if err := e.enter(); err != nil {
 		return err

@@ -17,7 +17,7 @@ import (
 
 // The tests named TestGPU* need a device; they skip where Init fails.
 // TestFakeDriver runs them against a fake driver and cuBLAS built from
-// testdata/fake, so that they also run on machines without a GPU.
+// internal/cudafake, so that they also run on machines without a GPU.
 
 var gpu struct {
 	once sync.Once

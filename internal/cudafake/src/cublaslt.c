@@ -1,7 +1,8 @@
 /*
- * A fake libcublasLt for TestFakeDriver: descriptors that check attribute
- * sizes the way cuBLASLt does, a heuristic that checks the layouts agree,
- * and a column-major reference matmul with the bias and ReLU epilogues.
+ * A fake libcublasLt: descriptors that check attribute sizes the way
+ * cuBLASLt does, a heuristic that checks the layouts agree, and a
+ * column-major reference matmul with the bias and ReLU epilogues whose
+ * operands are checked against the device allocations.
  * Entry points have the prototypes cublasLt.h declares.
  */
 #include "fake.h"
@@ -159,6 +160,14 @@ struct matmul_op {
 static void run_matmul(void *arg) {
 	struct matmul_op *o = arg;
 	int type = o->a.type;
+	if (fake_noop_kernels()) { /* every operand read, D written, no product */
+		size_t es = type == CUDA_R_32F ? 4 : 2;
+		fake_touch(o->A, fake_matrix_bytes(o->a.rows, o->a.cols, o->a.ld, 1, 0, es));
+		fake_touch(o->B, fake_matrix_bytes(o->b.rows, o->b.cols, o->b.ld, 1, 0, es));
+		fake_touch(o->C, fake_matrix_bytes(o->c.rows, o->c.cols, o->c.ld, 1, 0, es));
+		for (uint64_t j = 0; j < o->c.cols; j++) memset((char *)o->D + j * o->c.ld * es, 0, o->c.rows * es);
+		return;
+	}
 	for (uint64_t j = 0; j < o->c.cols; j++)
 		for (uint64_t i = 0; i < o->c.rows; i++) {
 			double sum = 0;
@@ -198,10 +207,18 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 	if (!workspace || workspaceSizeInBytes < ((size_t)4 << 20)) return CUBLAS_STATUS_INVALID_VALUE;
 	if (!check(d, (struct layout *)Adesc, (struct layout *)Bdesc, (struct layout *)Cdesc, (struct layout *)Ddesc)) return CUBLAS_STATUS_INVALID_VALUE;
 	if ((d->epilogue & CUBLASLT_EPILOGUE_BIAS) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+	const struct layout *la = (struct layout *)Adesc, *lb = (struct layout *)Bdesc, *lc = (struct layout *)Cdesc, *ld = (struct layout *)Ddesc;
+	size_t es = la->type == CUDA_R_32F ? 4 : 2;
+	if (!fake_device_range("cublasLtMatmul", "A", A, fake_matrix_bytes(la->rows, la->cols, la->ld, 1, 0, es)) ||
+	    !fake_device_range("cublasLtMatmul", "B", B, fake_matrix_bytes(lb->rows, lb->cols, lb->ld, 1, 0, es)) ||
+	    !fake_device_range("cublasLtMatmul", "C", C, fake_matrix_bytes(lc->rows, lc->cols, lc->ld, 1, 0, es)) ||
+	    !fake_device_range("cublasLtMatmul", "D", D, fake_matrix_bytes(ld->rows, ld->cols, ld->ld, 1, 0, es)) ||
+	    ((d->epilogue & CUBLASLT_EPILOGUE_BIAS) && !fake_device_range("cublasLtMatmul", "bias", d->bias, ld->rows * es)) ||
+	    !fake_device_range("cublasLtMatmul", "workspace", workspace, workspaceSizeInBytes))
+		return CUBLAS_STATUS_INVALID_VALUE;
 	struct matmul_op o = {
 		*d, *(struct layout *)Adesc, *(struct layout *)Bdesc, *(struct layout *)Ddesc,
 		*(const float *)alpha, *(const float *)beta, A, B, C, D,
 	};
-	fake_submit(stream, run_matmul, &o, sizeof o);
-	return CUBLAS_STATUS_SUCCESS;
+	return fake_submit(stream, run_matmul, &o, sizeof o) == CUDA_SUCCESS ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }

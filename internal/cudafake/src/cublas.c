@@ -1,12 +1,13 @@
 /*
- * A fake libcublas for TestFakeDriver: a column-major reference GEMM that
- * checks its arguments the way cuBLAS documents them, defined with the
- * prototypes cublas_api.h declares.
+ * A fake libcublas: a column-major reference GEMM that checks its arguments
+ * the way cuBLAS documents them, and its operands against the device
+ * allocations, defined with the prototypes cublas_api.h declares.
  */
 #include "fake.h"
 
 #include <cublas_v2.h>
 #include <stdlib.h>
+#include <string.h>
 
 struct cublasContext { cudaStream_t stream; void *workspace; size_t workspace_size; cublasPointerMode_t mode; };
 
@@ -16,6 +17,7 @@ const char *cublasGetStatusName(cublasStatus_t status) {
 	case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
 	case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
 	case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
+	case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
 	default: return "CUBLAS_STATUS_UNKNOWN";
 	}
 }
@@ -46,6 +48,7 @@ cublasStatus_t cublasSetStream_v2(cublasHandle_t handle, cudaStream_t streamId) 
 
 cublasStatus_t cublasSetWorkspace_v2(cublasHandle_t handle, void *workspace, size_t workspaceSizeInBytes) {
 	if (!workspace || (uintptr_t)workspace % 256 || workspaceSizeInBytes < ((size_t)4 << 20)) return CUBLAS_STATUS_INVALID_VALUE;
+	if (!fake_device_range("cublasSetWorkspace_v2", "workspace", workspace, workspaceSizeInBytes)) return CUBLAS_STATUS_INVALID_VALUE;
 	handle->workspace = workspace;
 	handle->workspace_size = workspaceSizeInBytes;
 	return CUBLAS_STATUS_SUCCESS;
@@ -65,8 +68,45 @@ struct gemm_op {
 	long long sa, sb, sc;
 };
 
+/* operands sets the extents in bytes of A, B and C. */
+static void operands(const struct gemm_op *g, size_t *a, size_t *b, size_t *c) {
+	size_t es = g->type == CUDA_R_32F ? 4 : 2;
+	*a = g->k == 0 ? 0 : g->transa ? fake_matrix_bytes(g->k, g->m, g->lda, g->batch, g->sa, es) : fake_matrix_bytes(g->m, g->k, g->lda, g->batch, g->sa, es);
+	*b = g->k == 0 ? 0 : g->transb ? fake_matrix_bytes(g->n, g->k, g->ldb, g->batch, g->sb, es) : fake_matrix_bytes(g->k, g->n, g->ldb, g->batch, g->sb, es);
+	*c = fake_matrix_bytes(g->m, g->n, g->ldc, g->batch, g->sc, es);
+}
+
+/* in_memory checks the operands against the device allocations. */
+static int in_memory(const char *call, const struct gemm_op *g) {
+	size_t a, b, c;
+	operands(g, &a, &b, &c);
+	return fake_device_range(call, "A", g->A, a) && fake_device_range(call, "B", g->B, b) && fake_device_range(call, "C", g->C, c);
+}
+
 static void run_gemm(void *arg) {
 	struct gemm_op *g = arg;
+	if (!in_memory("GEMM", g)) {
+		fake_fault();
+		return;
+	}
+	if (fake_noop_kernels()) { /* every operand read, C written, no product */
+		size_t na, nb, nc;
+		operands(g, &na, &nb, &nc);
+		fake_touch(g->A, na);
+		fake_touch(g->B, nb);
+		size_t es = g->type == CUDA_R_32F ? 4 : 2;
+		for (int bi = 0; bi < g->batch; bi++)
+			for (int j = 0; j < g->n; j++) {
+				size_t col = bi * g->sc + (size_t)j * g->ldc;
+				if (g->beta == 0) {
+					memset((char *)g->C + col * es, 0, g->m * es);
+					continue;
+				}
+				for (int i = 0; i < g->m; i++)
+					fake_store(g->C, g->type, col + i, g->beta * fake_load(g->C, g->type, col + i));
+			}
+		return;
+	}
 	for (int b = 0; b < g->batch; b++)
 		for (int j = 0; j < g->n; j++)
 			for (int i = 0; i < g->m; i++) {
@@ -84,7 +124,7 @@ static void run_gemm(void *arg) {
 
 #define MAX1(x) ((x) > 1 ? (x) : 1)
 
-static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
+static cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                            const void *alpha, const void *A, cudaDataType Atype, int lda, long long sa,
                            const void *B, cudaDataType Btype, int ldb, long long sb, const void *beta,
                            void *C, cudaDataType Ctype, int ldc, long long sc, int batch,
@@ -105,15 +145,15 @@ static cublasStatus_t gemm(cublasHandle_t h, cublasOperation_t transa, cublasOpe
 		transa == CUBLAS_OP_T, transb == CUBLAS_OP_T, m, n, k, Atype, lda, ldb, ldc, batch,
 		*(const float *)alpha, *(const float *)beta, A, B, C, sa, sb, sc,
 	};
-	fake_submit(h->stream, run_gemm, &g, sizeof g);
-	return CUBLAS_STATUS_SUCCESS;
+	if (!in_memory(call, &g)) return CUBLAS_STATUS_INVALID_VALUE;
+	return fake_submit(h->stream, run_gemm, &g, sizeof g) == CUDA_SUCCESS ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_EXECUTION_FAILED;
 }
 
 cublasStatus_t cublasGemmEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb, int m, int n, int k,
                             const void *alpha, const void *A, cudaDataType Atype, int lda, const void *B,
                             cudaDataType Btype, int ldb, const void *beta, void *C, cudaDataType Ctype, int ldc,
                             cublasComputeType_t computeType, cublasGemmAlgo_t algo) {
-	return gemm(handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType, algo);
+	return gemm("cublasGemmEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, 0, B, Btype, ldb, 0, beta, C, Ctype, ldc, 0, 1, computeType, algo);
 }
 
 cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation_t transa, cublasOperation_t transb,
@@ -122,6 +162,6 @@ cublasStatus_t cublasGemmStridedBatchedEx(cublasHandle_t handle, cublasOperation
                                           long long int strideB, const void *beta, void *C, cudaDataType Ctype, int ldc,
                                           long long int strideC, int batchCount, cublasComputeType_t computeType,
                                           cublasGemmAlgo_t algo) {
-	return gemm(handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype,
+	return gemm("cublasGemmStridedBatchedEx", handle, transa, transb, m, n, k, alpha, A, Atype, lda, strideA, B, Btype, ldb, strideB, beta, C, Ctype,
 	            ldc, strideC, batchCount, computeType, algo);
 }
