@@ -444,7 +444,7 @@ func (x *run) stream(order []int) error {
 			if err != nil {
 				return fmt.Errorf("runtime: %s of iteration %d: %w", x.r.p.FiringName(f), it, err)
 			}
-			end := time.Since(x.start)
+			end := max(time.Since(x.start), start)
 			fi := x.r.p.Firings[f]
 			x.mu.Lock()
 			x.finish(f, it)
