@@ -55,7 +55,11 @@ func (g *GPU) String() string {
 
 // CatalogType is the topology catalog's type for this GPU ("H200",
 // "A100-80", …), or "" if the catalog does not know it.
-func (g *GPU) CatalogType() string { return catalogType(g.Info().Name, g.Info().TotalMem) }
+func (g *GPU) CatalogType() string { return CatalogType(g.Info()) }
+
+// CatalogType is the topology catalog's type of a CUDA device, or "" if the
+// catalog does not know it: the type a plan for the device must name.
+func CatalogType(info cu.DeviceInfo) string { return catalogType(info.Name, info.TotalMem) }
 
 // catalogType maps a CUDA device name to a catalog type.
 func catalogType(name string, mem units.Bytes) string {

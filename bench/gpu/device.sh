@@ -43,6 +43,9 @@ json() { # json NAME TIMEOUT CMD...: as step, and the command's stdout (one JSON
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader >"$work/gpu.txt" 2>&1
 cat "$work/gpu.txt" >>"$log"
 
+# 0. What flowrun sees: the GPU, its catalog type, the libraries loaded.
+json devices 60 "$bin/flowrun" devices --json
+
 # 1. GPU tests: bindings, kernels against float64 references, the runtime
 # on the GPU against the CPU.
 gotest() { # gotest NAME PACKAGE-DIR ARGS...: a test binary, in its package's folder

@@ -54,7 +54,7 @@ def main():
 
     print(f"GPU: {gpu}")
     for rec in out["steps"]:
-        if rec["step"].startswith(("test-", "bench-", "train", "calibrate", "torch")):
+        if rec["step"].startswith(("devices", "test-", "bench-", "train", "calibrate", "torch")):
             extra = ""
             o = rec.get("out")
             if isinstance(o, dict) and "test_accuracy" in o:
