@@ -215,7 +215,9 @@ func printTrainJSON(res *runtime.TrainResult, f trainFlags) error {
 	}
 	if f.strategy != "" {
 		out["strategy"] = f.strategy
+		out["cluster"] = f.cluster
 	}
+	out["device"] = f.device
 	return printJSON(out)
 }
 
