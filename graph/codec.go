@@ -33,6 +33,8 @@ func init() {
 	register[MatMul]()
 	register[BiasAdd]()
 	register[BiasGrad]()
+	register[BiasAct]()
+	register[BiasActGrad]()
 	register[Conv2D]()
 	register[Conv2DGradData]()
 	register[Conv2DGradFilter]()

@@ -32,6 +32,19 @@ func TestInfer(t *testing.T) {
 		{"pool", MaxPool2D{KH: 2, KW: 2, Window: Window{2, 2, 0, 0}}, []Spec{f(2, 4, 7, 7)}, []Spec{f(2, 4, 3, 3)}, ""},
 		{"bias add", BiasAdd{Axis: 1}, []Spec{f(2, 4, 3, 3), f(4)}, []Spec{f(2, 4, 3, 3)}, ""},
 		{"bias add wrong size", BiasAdd{Axis: 1}, []Spec{f(2, 4, 3, 3), f(3)}, nil, "bias must be [4]"},
+		{"bias act", BiasAct{Axis: 1, Act: "relu"}, []Spec{f(2, 4, 3, 3), f(4)}, []Spec{f(2, 4, 3, 3)}, ""},
+		{"bias act bf16", BiasAct{Axis: 2, Act: "gelu"}, []Spec{{Shape{2, 5, 8}, BF16}, {Shape{8}, BF16}}, []Spec{{Shape{2, 5, 8}, BF16}}, ""},
+		{"bias act unknown", BiasAct{Axis: 1, Act: "tanh"}, []Spec{f(2, 4), f(4)}, nil, `unknown activation "tanh" (want relu or gelu)`},
+		{"bias act no act", BiasAct{Axis: 1}, []Spec{f(2, 4), f(4)}, nil, `unknown activation ""`},
+		{"bias act wrong size", BiasAct{Axis: 1, Act: "relu"}, []Spec{f(2, 4), f(3)}, nil, "bias must be [4] (axis 1 of x)"},
+		{"bias act axis", BiasAct{Axis: 2, Act: "relu"}, []Spec{f(2, 4), f(4)}, nil, "axis 2 out of range for rank 2"},
+		{"bias act dtypes", BiasAct{Axis: 1, Act: "gelu"}, []Spec{f(2, 4), {Shape{4}, BF16}}, nil, "dtypes differ: x is f32, input 1 is bf16"},
+		{"bias act ints", BiasAct{Axis: 0, Act: "relu"}, []Spec{{Shape{4}, I32}, {Shape{4}, I32}}, nil, "floating point"},
+		{"bias act arity", BiasAct{Axis: 0, Act: "relu"}, []Spec{f(4)}, nil, "takes 2 inputs, got 1"},
+		{"bias act grad", BiasActGrad{Axis: 1, Act: "gelu"}, []Spec{f(3, 4), f(4), f(3, 4)}, []Spec{f(3, 4)}, ""},
+		{"bias act grad dy", BiasActGrad{Axis: 1, Act: "gelu"}, []Spec{f(3, 4), f(4), f(4, 3)}, nil, "dy must be [3,4], x's shape"},
+		{"bias act grad dtypes", BiasActGrad{Axis: 1, Act: "relu"}, []Spec{f(3, 4), f(4), {Shape{3, 4}, BF16}}, nil, "input 2 is bf16"},
+		{"bias act grad unknown", BiasActGrad{Axis: 1, Act: "Relu"}, []Spec{f(3, 4), f(4), f(3, 4)}, nil, "unknown activation"},
 		{"add mismatch", Add{}, []Spec{f(2, 3), f(3, 2)}, nil, "same shape"},
 		{"reshape", Reshape{Shape{6}}, []Spec{f(2, 3)}, []Spec{f(6)}, ""},
 		{"reshape count", Reshape{Shape{7}}, []Spec{f(2, 3)}, nil, "cannot reshape"},
@@ -119,7 +132,7 @@ func TestMatMulSignatures(t *testing.T) {
 // Every signature of every op names one layout per input and output, and
 // split axes exist.
 func TestSignaturesWellFormed(t *testing.T) {
-	for name, g := range map[string]*Graph{"cnn": signatureGraph(t), "transformer": transformerGraph(t)} {
+	for name, g := range map[string]*Graph{"cnn": signatureGraph(t), "transformer": transformerGraph(t), "fused": fusedGraph(t, true)} {
 		t.Run(name, func(t *testing.T) { checkSignatures(t, g) })
 	}
 }
@@ -137,6 +150,28 @@ func transformerGraph(t *testing.T) *Graph {
 	for _, s := range g.byKind(State) {
 		require.Equal(t, BF16, s.Spec.DType, "%s takes its weight's dtype", s.Name)
 	}
+	return g
+}
+
+// fusedGraph is a conv layer with ReLU and a linear layer with GELU, their
+// biases and activations fused or not, trained by SGD.
+func fusedGraph(t *testing.T, fused bool) *Graph {
+	g := New()
+	x := g.Input("x", Shape{4, 3, 6, 6}, F32)
+	p := func(name string, s ...int) *Tensor { return g.Param(name, Shape(s), Init{}) }
+	act := func(h, b *Tensor, axis int, name string) *Tensor {
+		if fused {
+			return g.BiasAct(h, b, axis, name)
+		}
+		h = g.BiasAdd(h, b, axis)
+		if name == "relu" {
+			return g.ReLU(h)
+		}
+		return g.GELU(h)
+	}
+	h := act(g.Conv2D(x, p("w1", 5, 3, 3, 3), 1, 1), p("b1", 5), 1, "relu")
+	h = act(g.MatMul(g.Flatten(h), p("w2", 5*6*6, 7), false, false), p("b2", 7), 1, "gelu")
+	require.NoError(t, g.Minimize(g.MeanSquare(h), SGD{LR: 0.01}))
 	return g
 }
 
@@ -283,4 +318,97 @@ func TestTypedParams(t *testing.T) {
 	require.EqualValues(t, 12, w.Spec.Bytes())
 	require.Nil(t, g.TypedState("s", Shape{2}, I32, Init{}))
 	require.ErrorContains(t, g.Err(), "dtype i32 is not floating point")
+}
+
+// BiasAct costs what BiasAdd and its activation cost together, but for the
+// pre-activation it neither writes nor reads back; its gradient counts the
+// add it redoes.
+func TestBiasActCost(t *testing.T) {
+	x, b := Spec{Shape{8, 16}, BF16}, Spec{Shape{16}, BF16}
+	in, out := []Spec{x, b}, []Spec{x}
+	for _, tt := range []struct {
+		act       string
+		unfused   Op
+		flops     int
+		gradFLOPs int
+	}{
+		{"relu", ReLU{}, 2 * 128, 2 * 128},
+		{"gelu", GELU{}, 9 * 128, 13 * 128},
+	} {
+		t.Run(tt.act, func(t *testing.T) {
+			c := BiasAct{Axis: 1, Act: tt.act}.Cost(in, out)
+			add, act := BiasAdd{Axis: 1}.Cost(in, out), tt.unfused.Cost(out, out)
+			require.EqualValues(t, tt.flops, c.FLOPs)
+			require.Equal(t, add.FLOPs+act.FLOPs, c.FLOPs, "the unfused ops' FLOPs")
+			require.EqualValues(t, 2*(128+16+128), c.Bytes, "x and b read, y written")
+			require.Equal(t, add.Bytes+act.Bytes-2*x.Bytes(), c.Bytes, "the unfused bytes less the pre-activation's write and read")
+			gc := BiasActGrad{Axis: 1, Act: tt.act}.Cost([]Spec{x, b, x}, out)
+			require.EqualValues(t, tt.gradFLOPs, gc.FLOPs)
+			require.EqualValues(t, 2*(128+16+128+128), gc.Bytes, "x, b and dy read, dz written")
+		})
+	}
+}
+
+// BiasAct's gradient adds a BiasActGrad for whichever of x and b takes a
+// gradient, and a BiasGrad only for b; the fused graph has one node fewer
+// per layer than the unfused one and as many backward nodes.
+func TestBiasActGrad(t *testing.T) {
+	for _, tt := range []struct {
+		name   string
+		xParam bool
+	}{
+		{"x and b", true},
+		{"b only", false},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := New()
+			var x *Tensor
+			if tt.xParam {
+				x = g.Param("x", Shape{3, 4}, Init{})
+			} else {
+				x = g.Input("x", Shape{3, 4}, F32)
+			}
+			b := g.Param("b", Shape{4}, Init{})
+			wrt := []*Tensor{b}
+			if tt.xParam {
+				wrt = append(wrt, x)
+			}
+			grads, err := g.Backward(g.MeanSquare(g.BiasAct(x, b, 1, "gelu")), wrt)
+			require.NoError(t, err)
+			var got []string
+			for _, n := range g.Nodes {
+				if n.Phase == Backward && n.Op.Type() != "fill" && n.Op.Type() != "mean_square_grad" {
+					got = append(got, n.Op.Type())
+				}
+			}
+			require.Equal(t, []string{"bias_act_grad", "bias_grad"}, got)
+			require.Equal(t, "bias_grad", grads[0].Producer.Op.Type())
+			if tt.xParam {
+				require.Equal(t, "bias_act_grad", grads[1].Producer.Op.Type())
+			}
+		})
+	}
+	// Only x takes a gradient: no BiasGrad.
+	g := New()
+	x := g.Param("x", Shape{3, 4}, Init{})
+	b := g.Input("b", Shape{4}, F32)
+	grads, err := g.Backward(g.MeanSquare(g.BiasAct(x, b, 1, "relu")), []*Tensor{x})
+	require.NoError(t, err)
+	require.Equal(t, BiasActGrad{Axis: 1, Act: "relu"}, grads[0].Producer.Op)
+	for _, n := range g.Nodes {
+		require.NotEqual(t, "bias_grad", n.Op.Type(), "no gradient of b was asked for")
+	}
+
+	count := func(g *Graph, phase Phase) int {
+		c := 0
+		for _, n := range g.Nodes {
+			if n.Phase == phase {
+				c++
+			}
+		}
+		return c
+	}
+	fused, unfused := fusedGraph(t, true), fusedGraph(t, false)
+	require.Equal(t, count(unfused, Forward)-2, count(fused, Forward))
+	require.Equal(t, count(unfused, Backward), count(fused, Backward))
 }

@@ -144,14 +144,23 @@ func (op BiasAdd) Infer(in []Spec) ([]Spec, error) {
 	if err := checkFloat("bias_add", in, 0, 1); err != nil {
 		return nil, err
 	}
-	x, b := in[0].Shape, in[1].Shape
-	if op.Axis < 0 || op.Axis >= len(x) {
-		return nil, shapeErr("bias_add", in, "axis %d out of range for rank %d", op.Axis, len(x))
-	}
-	if len(b) != 1 || b[0] != x[op.Axis] {
-		return nil, shapeErr("bias_add", in, "bias must be [%d] (axis %d of x)", x[op.Axis], op.Axis)
+	if err := checkBias("bias_add", in, op.Axis); err != nil {
+		return nil, err
 	}
 	return []Spec{in[0]}, nil
+}
+
+// checkBias returns an error unless in[1], a bias, is [x.Shape[axis]] for
+// x = in[0].
+func checkBias(op string, in []Spec, axis int) error {
+	x, b := in[0].Shape, in[1].Shape
+	if axis < 0 || axis >= len(x) {
+		return shapeErr(op, in, "axis %d out of range for rank %d", axis, len(x))
+	}
+	if len(b) != 1 || b[0] != x[axis] {
+		return shapeErr(op, in, "bias must be [%d] (axis %d of x)", x[axis], axis)
+	}
+	return nil
 }
 
 func (op BiasAdd) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 1) }
@@ -210,4 +219,141 @@ func (op BiasGrad) Signatures(in, out []Spec) []Signature {
 		}
 	}
 	return append(sigs, sig(1, B, B), sig(1, P, P))
+}
+
+// BiasAct is y = Act(x + b), b broadcast as BiasAdd broadcasts it: a
+// layer's bias and activation in one pass, which neither writes nor keeps
+// the pre-activation x + b (the gradient recomputes it). Act is "relu" or
+// "gelu"; y is what BiasAdd followed by ReLU or GELU computes, bit for bit
+// in f32.
+type BiasAct struct {
+	Axis int
+	Act  string
+}
+
+func (BiasAct) Type() string { return "bias_act" }
+
+// activationFLOPs returns the FLOPs per element of BiasAct's activation act
+// and of its gradient; ok is false for an unknown act.
+func activationFLOPs(act string) (fwd, grad float64, ok bool) {
+	switch act {
+	case "relu":
+		return reluFLOPs, reluGradFLOPs, true
+	case "gelu":
+		return geluFLOPs, geluGradFLOPs, true
+	}
+	return 0, 0, false
+}
+
+// inferBiasAct checks the inputs of BiasAct (x, b) or BiasActGrad (x, b,
+// dy) and returns the output spec, x's.
+func inferBiasAct(op, act string, axis int, in []Spec, arity int) ([]Spec, error) {
+	if err := checkArity(op, in, arity); err != nil {
+		return nil, err
+	}
+	if _, _, ok := activationFLOPs(act); !ok {
+		return nil, shapeErr(op, in, "unknown activation %q (want relu or gelu)", act)
+	}
+	for i := range in {
+		if err := checkFloat(op, in, i); err != nil {
+			return nil, err
+		}
+		if in[i].DType != in[0].DType {
+			return nil, shapeErr(op, in, "dtypes differ: x is %s, input %d is %s", in[0].DType, i, in[i].DType)
+		}
+	}
+	if err := checkBias(op, in, axis); err != nil {
+		return nil, err
+	}
+	if arity == 3 && !in[2].Shape.Equal(in[0].Shape) {
+		return nil, shapeErr(op, in, "dy must be %v, x's shape", in[0].Shape)
+	}
+	return []Spec{in[0]}, nil
+}
+
+// biasActSignatures are the layouts of BiasAct (y ← x, b) and, with dy, of
+// BiasActGrad (dz ← x, b, dy): BiasAdd's splits and broadcast, but no
+// partial sums, which the activation, not being linear, does not pass
+// through.
+func biasActSignatures(rank, axis int, dy bool) []Signature {
+	var sigs []Signature
+	add := func(t, b SBP) {
+		l := []SBP{t, t, b}
+		if dy {
+			l = append(l, t)
+		}
+		sigs = append(sigs, sig(1, l...))
+	}
+	for a := range rank {
+		if a == axis {
+			add(S(a), S(0))
+		} else {
+			add(S(a), B)
+		}
+	}
+	add(B, B)
+	return sigs
+}
+
+func (op BiasAct) Infer(in []Spec) ([]Spec, error) {
+	return inferBiasAct("bias_act", op.Act, op.Axis, in, 2)
+}
+
+// Cost counts the add and the activation per element, and reads x and b
+// and writes y once.
+func (op BiasAct) Cost(in, out []Spec) Cost {
+	fwd, _, _ := activationFLOPs(op.Act)
+	return elementwiseCost(in, out, 1+fwd)
+}
+
+func (op BiasAct) Signatures(in, out []Spec) []Signature {
+	return biasActSignatures(len(in[0].Shape), op.Axis, false)
+}
+
+// Grad adds dz = dy ⊙ Act′(x + b) (BiasActGrad), x's gradient, and, if b
+// takes one, BiasGrad(dz): the values ReLUGrad or GELUGrad and BiasGrad
+// compute behind BiasAdd, with x + b recomputed instead of read.
+func (op BiasAct) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	dx := make([]*Tensor, 2)
+	if !need[0] && !need[1] {
+		return dx
+	}
+	dz := g.apply1(BiasActGrad(op), n.Inputs[0], n.Inputs[1], dy[0])
+	if need[0] {
+		dx[0] = dz
+	}
+	if need[1] {
+		dx[1] = g.apply1(BiasGrad{Axis: op.Axis}, dz)
+	}
+	return dx
+}
+
+// BiasAct adds act(x + b) along axis, act "relu" or "gelu".
+func (g *Graph) BiasAct(x, b *Tensor, axis int, act string) *Tensor {
+	return g.apply1(BiasAct{Axis: axis, Act: act}, x, b)
+}
+
+// BiasActGrad is dz = dy ⊙ Act′(x + b): (x, b, dy) → dz, BiasAct's
+// gradient with respect to x. Act′ is what ReLUGrad or GELUGrad computes,
+// at x + b rounded as BiasAct rounds it.
+type BiasActGrad struct {
+	Axis int
+	Act  string
+}
+
+func (BiasActGrad) Type() string { return "bias_act_grad" }
+
+func (op BiasActGrad) Infer(in []Spec) ([]Spec, error) {
+	return inferBiasAct("bias_act_grad", op.Act, op.Axis, in, 3)
+}
+
+// Cost counts the add and the gradient's FLOPs per element, and reads x,
+// b and dy and writes dz once.
+func (op BiasActGrad) Cost(in, out []Spec) Cost {
+	_, grad, _ := activationFLOPs(op.Act)
+	return elementwiseCost(in, out, 1+grad)
+}
+
+func (op BiasActGrad) Signatures(in, out []Spec) []Signature {
+	return biasActSignatures(len(in[0].Shape), op.Axis, true)
 }

@@ -17,12 +17,22 @@ func sameShapes(op string, in []Spec, n int) ([]Spec, error) {
 	return []Spec{in[0]}, nil
 }
 
+// FLOPs per element of the activations and of their gradients (the
+// gradient's multiplication by dy included), as the ops below and BiasAct
+// count them.
+const (
+	reluFLOPs     = 1
+	reluGradFLOPs = 1
+	geluFLOPs     = 8
+	geluGradFLOPs = 12
+)
+
 // ReLU is y = max(x, 0).
 type ReLU struct{}
 
 func (ReLU) Type() string                    { return "relu" }
 func (ReLU) Infer(in []Spec) ([]Spec, error) { return sameShapes("relu", in, 1) }
-func (ReLU) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 1) }
+func (ReLU) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, reluFLOPs) }
 func (ReLU) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 1, 1, false)
 }
@@ -38,7 +48,7 @@ type ReLUGrad struct{}
 
 func (ReLUGrad) Type() string                    { return "relu_grad" }
 func (ReLUGrad) Infer(in []Spec) ([]Spec, error) { return sameShapes("relu_grad", in, 2) }
-func (ReLUGrad) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 1) }
+func (ReLUGrad) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, reluGradFLOPs) }
 func (ReLUGrad) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 2, 1, false)
 }
@@ -48,7 +58,7 @@ type GELU struct{}
 
 func (GELU) Type() string                    { return "gelu" }
 func (GELU) Infer(in []Spec) ([]Spec, error) { return sameShapes("gelu", in, 1) }
-func (GELU) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 8) }
+func (GELU) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, geluFLOPs) }
 func (GELU) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 1, 1, false)
 }
@@ -64,7 +74,7 @@ type GELUGrad struct{}
 
 func (GELUGrad) Type() string                    { return "gelu_grad" }
 func (GELUGrad) Infer(in []Spec) ([]Spec, error) { return sameShapes("gelu_grad", in, 2) }
-func (GELUGrad) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, 12) }
+func (GELUGrad) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, geluGradFLOPs) }
 func (GELUGrad) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 2, 1, false)
 }

@@ -28,7 +28,7 @@ func ExampleCompile() {
 		fmt.Printf("%s/%s: %d firings\n", p.Devices[s.Device].Name, s.Name, len(s.Order))
 	}
 	// Output:
-	// pp=2,mb=4,sched=1f1b: 4 micro-batches of 16, 54 tasks, 192 firings per iteration
-	// cpu0/compute: 104 firings
-	// cpu1/compute: 88 firings
+	// pp=2,mb=4,sched=1f1b: 4 micro-batches of 16, 51 tasks, 180 firings per iteration
+	// cpu0/compute: 96 firings
+	// cpu1/compute: 84 firings
 }

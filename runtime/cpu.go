@@ -56,6 +56,20 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 	case graph.BiasGrad:
 		o, c, i := shape(0).Split3(op.Axis)
 		cpu.BiasGrad(p, x(0), y(0), o, c, i)
+	case graph.BiasAct:
+		act, err := cpu.ParseActivation(op.Act)
+		if err != nil {
+			return err
+		}
+		o, c, i := shape(0).Split3(op.Axis)
+		cpu.BiasAct(p, act, x(0), x(1), y(0), o, c, i)
+	case graph.BiasActGrad:
+		act, err := cpu.ParseActivation(op.Act)
+		if err != nil {
+			return err
+		}
+		o, c, i := shape(0).Split3(op.Axis)
+		cpu.BiasActBackward(p, act, x(0), x(1), x(2), y(0), o, c, i)
 	case graph.Conv2D:
 		cpu.Conv2DForward(p, convShape(op.Window, shape(0), shape(1)), x(0), x(1), y(0))
 	case graph.Conv2DGradData:

@@ -21,7 +21,8 @@ func gradModel(t *testing.T) (g *graph.Graph, x, labels, ids, loss *graph.Tensor
 	w1 := g.Param("w1", graph.Shape{4, 3, 3, 3}, u)
 	b1 := g.Param("b1", graph.Shape{4}, u)
 	h := g.MaxPool2D(g.ReLU(g.BiasAdd(g.Conv2D(x, w1, 1, 1), b1, 1)), 2, 2) // [2,4,3,3]
-	h = g.Flatten(h)                                                        // [2,36]
+	h = g.BiasAct(h, g.Param("b3", graph.Shape{4}, u), 1, "gelu")
+	h = g.Flatten(h) // [2,36]
 	emb := g.Param("emb", graph.Shape{5, 12}, u)
 	e := g.Reshape(g.Embedding(emb, ids), graph.Shape{2, 36})
 	h = g.Add(h, g.Mul(e, g.Scale(e, 0.5)))
@@ -121,6 +122,63 @@ func checkGradients(t *testing.T, g *graph.Graph, loss *graph.Tensor, feed func(
 				t.Errorf("%s, direction %d: got ∇L·u = %.6f, want %.6f (finite differences)", p.Name, trial, analytic, numeric)
 			}
 		}
+	}
+}
+
+// A model whose biases and activations are fused computes what the same
+// model unfused computes, bit for bit in f32: the losses, and every
+// parameter and momentum after two SGD steps.
+func TestBiasActMatchesUnfused(t *testing.T) {
+	run := func(fused bool) (losses []float32, store *Store, nodes int) {
+		g := graph.New()
+		x := g.Input("x", graph.Shape{8, 3, 6, 6}, graph.F32)
+		u := graph.Init{Kind: graph.Uniform, Scale: 0.5}
+		p := func(name string, s ...int) *graph.Tensor { return g.Param(name, graph.Shape(s), u) }
+		act := func(h, b *graph.Tensor, name string) *graph.Tensor {
+			if fused {
+				return g.BiasAct(h, b, 1, name)
+			}
+			h = g.BiasAdd(h, b, 1)
+			if name == "relu" {
+				return g.ReLU(h)
+			}
+			return g.GELU(h)
+		}
+		h := act(g.Conv2D(x, p("w1", 5, 3, 3, 3), 1, 1), p("b1", 5), "relu") // [8,5,6,6]
+		h = g.Flatten(g.MaxPool2D(h, 2, 2))                                  // [8,45]
+		h = act(g.MatMul(h, p("w2", 64, 45), false, true), p("b2", 64), "gelu")
+		h = act(g.MatMul(h, p("w3", 64, 64), false, true), p("b3", 64), "relu")
+		loss := g.MeanSquare(g.Linear(h, p("w4", 8, 64), p("b4", 8)))
+		require.NoError(t, g.Minimize(loss, graph.SGD{LR: 0.01, Momentum: 0.9}))
+		store = NewStore(3)
+		ex, err := NewExecutor(g, NewCPU(3), store)
+		require.NoError(t, err)
+		rng := rand.New(rand.NewPCG(4, 5))
+		for it := range 2 {
+			for i := range ex.Buffer(x).F {
+				ex.Buffer(x).F[i] = float32(rng.NormFloat64())
+			}
+			require.NoError(t, ex.Run(it))
+			losses = append(losses, ex.Buffer(loss).F[0])
+		}
+		return losses, store, len(g.Nodes)
+	}
+	lf, sf, nf := run(true)
+	lu, su, nu := run(false)
+	require.Equal(t, nu-3, nf, "one node fewer per fused layer")
+	bits := func(v []float32) []uint32 {
+		b := make([]uint32, len(v))
+		for i, f := range v {
+			b[i] = math.Float32bits(f)
+		}
+		return b
+	}
+	require.Equal(t, bits(lu), bits(lf), "losses: got %v fused, %v unfused", lf, lu)
+	require.Equal(t, su.Names(), sf.Names())
+	for _, name := range su.Names() {
+		want, _ := su.Get(name)
+		got, _ := sf.Get(name)
+		require.Equal(t, bits(want), bits(got), "%s after two steps", name)
 	}
 }
 

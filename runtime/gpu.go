@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
 	kcuda "github.com/flowkit/flowkit/kernels/cuda"
 	cu "github.com/flowkit/flowkit/runtime/cuda"
 	"github.com/flowkit/flowkit/units"
@@ -168,6 +169,20 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 	case graph.BiasGrad:
 		o, c, i := shape(0).Split3(op.Axis)
 		return k.BiasGrad(s, dt, in[0], out[0], work, o, c, i)
+	case graph.BiasAct:
+		act, err := cpu.ParseActivation(op.Act)
+		if err != nil {
+			return err
+		}
+		o, c, i := shape(0).Split3(op.Axis)
+		return k.BiasAct(s, dt, act, in[0], in[1], out[0], o, c, i)
+	case graph.BiasActGrad:
+		act, err := cpu.ParseActivation(op.Act)
+		if err != nil {
+			return err
+		}
+		o, c, i := shape(0).Split3(op.Axis)
+		return k.BiasActBackward(s, dt, act, in[0], in[1], in[2], out[0], o, c, i)
 	case graph.Conv2D:
 		return k.Conv2DForward(s, convShape(op.Window, shape(0), shape(1)), in[0], in[1], out[0], work)
 	case graph.Conv2DGradData:

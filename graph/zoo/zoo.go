@@ -14,6 +14,10 @@
 // default), but for losses, f32 scalars, and the statistics layer norms
 // keep for their backward pass, f32.
 //
+// A layer whose bias is followed by a ReLU or GELU applies both in one
+// graph.BiasAct, which computes what BiasAdd and the activation would, bit
+// for bit in f32, without writing the pre-activation in between.
+//
 // # Sizes
 //
 // A model name may carry size options after a colon, "name:key=value,…",
@@ -257,25 +261,47 @@ func (l *layers) param(name string, shape graph.Shape, init graph.Init) *graph.T
 	return l.g.TypedParam(name, shape, l.dtype, init)
 }
 
-func (l *layers) conv(name string, x *graph.Tensor, in, out, k, stride, pad int) *graph.Tensor {
+// The activations a layer may end in: BiasAct's, applied with the bias in
+// one op; noAct leaves the bias alone (BiasAdd).
+const (
+	noAct = ""
+	relu  = "relu"
+	gelu  = "gelu"
+)
+
+// conv is nn.Conv2d(in, out, k, stride=stride, padding=pad) named name,
+// followed by act.
+func (l *layers) conv(name string, x *graph.Tensor, in, out, k, stride, pad int, act string) *graph.Tensor {
 	init := pytorchInit(in * k * k)
 	w := l.param(name+".weight", graph.Shape{out, in, k, k}, init)
 	b := l.param(name+".bias", graph.Shape{out}, init)
-	return l.g.BiasAdd(l.g.Conv2D(x, w, stride, pad), b, 1)
+	return l.bias(l.g.Conv2D(x, w, stride, pad), b, 1, act)
 }
 
-// linear is nn.Linear(in, out) named name.
-func (l *layers) linear(name string, x *graph.Tensor, in, out int) *graph.Tensor {
+// linear is nn.Linear(in, out) named name, followed by act.
+func (l *layers) linear(name string, x *graph.Tensor, in, out int, act string) *graph.Tensor {
 	init := pytorchInit(in)
-	return l.affine(name+".weight", name+".bias", x, in, out, init, init)
+	return l.affine(name+".weight", name+".bias", x, in, out, init, init, act)
 }
 
-// affine adds x·wᵀ + b for a weight w [out, in] and a bias b [out] of the
-// given names and initializers.
-func (l *layers) affine(wName, bName string, x *graph.Tensor, in, out int, wInit, bInit graph.Init) *graph.Tensor {
+// affine adds act(x·wᵀ + b) for a weight w [out, in] and a bias b [out] of
+// the given names and initializers.
+func (l *layers) affine(wName, bName string, x *graph.Tensor, in, out int, wInit, bInit graph.Init, act string) *graph.Tensor {
 	w := l.param(wName, graph.Shape{out, in}, wInit)
 	b := l.param(bName, graph.Shape{out}, bInit)
-	return l.g.Linear(x, w, b)
+	y := l.g.MatMul(x, w, false, true)
+	if y == nil {
+		return nil
+	}
+	return l.bias(y, b, len(y.Spec.Shape)-1, act)
+}
+
+// bias adds act(x + b) along axis: BiasAct, or BiasAdd for noAct.
+func (l *layers) bias(x, b *graph.Tensor, axis int, act string) *graph.Tensor {
+	if act == noAct {
+		return l.g.BiasAdd(x, b, axis)
+	}
+	return l.g.BiasAct(x, b, axis, act)
 }
 
 // layerNorm is nn.LayerNorm(width) (eps 1e-5, weight 1, bias 0) named name.
@@ -287,38 +313,39 @@ func (l *layers) layerNorm(name string, x *graph.Tensor, width int) *graph.Tenso
 
 func buildMLP(l *layers, x *graph.Tensor, _ Config, _ sizes) *graph.Tensor {
 	h := l.g.Flatten(x)
-	h = l.g.ReLU(l.linear("fc1", h, 784, 256))
-	h = l.g.ReLU(l.linear("fc2", h, 256, 256))
-	return l.linear("fc3", h, 256, 10)
+	h = l.linear("fc1", h, 784, 256, relu)
+	h = l.linear("fc2", h, 256, 256, relu)
+	return l.linear("fc3", h, 256, 10, noAct)
 }
 
 func buildMNISTCNN(l *layers, x *graph.Tensor, _ Config, _ sizes) *graph.Tensor {
-	h := l.g.MaxPool2D(l.g.ReLU(l.conv("conv1", x, 1, 32, 3, 1, 1)), 2, 2)
-	h = l.g.MaxPool2D(l.g.ReLU(l.conv("conv2", h, 32, 64, 3, 1, 1)), 2, 2)
-	h = l.g.ReLU(l.linear("fc1", l.g.Flatten(h), 64*7*7, 128))
-	return l.linear("fc2", h, 128, 10)
+	h := l.g.MaxPool2D(l.conv("conv1", x, 1, 32, 3, 1, 1, relu), 2, 2)
+	h = l.g.MaxPool2D(l.conv("conv2", h, 32, 64, 3, 1, 1, relu), 2, 2)
+	h = l.linear("fc1", l.g.Flatten(h), 64*7*7, 128, relu)
+	return l.linear("fc2", h, 128, 10, noAct)
 }
 
 func buildCIFARCNN(l *layers, x *graph.Tensor, cfg Config, _ sizes) *graph.Tensor {
-	h := l.g.MaxPool2D(l.g.ReLU(l.conv("conv1", x, 3, 32, 3, 1, 1)), 2, 2)
-	h = l.g.MaxPool2D(l.g.ReLU(l.conv("conv2", h, 32, 64, 3, 1, 1)), 2, 2)
-	h = l.g.ReLU(l.linear("fc1", l.g.Flatten(h), 64*8*8, 512))
+	h := l.g.MaxPool2D(l.conv("conv1", x, 3, 32, 3, 1, 1, relu), 2, 2)
+	h = l.g.MaxPool2D(l.conv("conv2", h, 32, 64, 3, 1, 1, relu), 2, 2)
+	h = l.linear("fc1", l.g.Flatten(h), 64*8*8, 512, relu)
 	if cfg.Train {
 		h = l.g.Dropout(h, 0.5, cfg.Seed)
 	}
-	return l.linear("fc2", h, 512, 10)
+	return l.linear("fc2", h, 512, 10, noAct)
 }
 
 // buildDeepMLP is nn.Sequential(Linear(w,w), ReLU, …, ReLU, Linear(w,w))
 // of depth Linear layers, whose parameters the Sequential names by module
 // index: 0.weight, 0.bias, 2.weight, ….
 func buildDeepMLP(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
-	w := sz["width"]
-	for i := range sz["depth"] {
-		if i > 0 {
-			x = l.g.ReLU(x)
+	w, depth := sz["width"], sz["depth"]
+	for i := range depth {
+		act := relu
+		if i == depth-1 {
+			act = noAct
 		}
-		x = l.linear(strconv.Itoa(2*i), x, w, w)
+		x = l.linear(strconv.Itoa(2*i), x, w, w, act)
 	}
 	return x
 }
@@ -337,13 +364,13 @@ func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *gra
 	for i := range sz["layers"] {
 		p := "layers." + strconv.Itoa(i) + "."
 		a := l.layerNorm(p+"norm1", x, h)
-		a = l.affine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros)
+		a = l.affine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct)
 		a = l.g.Attention(a, heads, seq, false)
-		a = l.affine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros)
+		a = l.affine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros, noAct)
 		x = l.g.Add(x, a)
 		f := l.layerNorm(p+"norm2", x, h)
-		f = l.g.GELU(l.linear(p+"linear1", f, h, 4*h))
-		x = l.g.Add(x, l.linear(p+"linear2", f, 4*h, h))
+		f = l.linear(p+"linear1", f, h, 4*h, gelu)
+		x = l.g.Add(x, l.linear(p+"linear2", f, 4*h, h, noAct))
 	}
 	return x
 }

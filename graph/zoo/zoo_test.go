@@ -89,6 +89,38 @@ func TestTrainingFLOPs(t *testing.T) {
 	}
 }
 
+// Every bias followed by an activation is fused with it: no ReLU or GELU is
+// left on its own, and the layers without one keep a BiasAdd.
+func TestBiasActFused(t *testing.T) {
+	tests := []struct {
+		model            string
+		biasAct, biasAdd int
+		act              string
+	}{
+		{"mlp", 2, 1, "relu"},
+		{"mnist-cnn", 3, 1, "relu"},
+		{"cifar-cnn", 3, 1, "relu"},
+		{"mlp3x4096:depth=4,width=8", 3, 1, "relu"},
+		{"gpt2s-blocks:layers=2,hidden=16,heads=4,seq=8", 2, 3 * 2, "gelu"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.model, func(t *testing.T) {
+			m, err := Build(tt.model, Config{Batch: 2, Train: true})
+			require.NoError(t, err)
+			count := map[string]int{}
+			for _, n := range m.Graph.Nodes {
+				count[n.Op.Type()]++
+				if a, ok := n.Op.(graph.BiasAct); ok && a.Act != tt.act {
+					t.Errorf("%s: got activation %q, want %q", n.Name, a.Act, tt.act)
+				}
+			}
+			require.Equal(t, tt.biasAct, count["bias_act"], "bias_act nodes")
+			require.Equal(t, tt.biasAdd, count["bias_add"], "bias_add nodes")
+			require.Zero(t, count["relu"]+count["gelu"], "unfused activations")
+		})
+	}
+}
+
 func TestBuildErrors(t *testing.T) {
 	_, err := Build("resnet-9000", Config{Batch: 1})
 	require.Error(t, err)

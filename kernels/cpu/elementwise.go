@@ -57,10 +57,21 @@ func ReLU(p *Pool, x, y []float32) {
 		x, y := x[lo:hi], y[lo:hi]
 		y = y[:len(x)]
 		for i, v := range x {
-			b := math.Float32bits(v)
-			y[i] = math.Float32frombits(b & positiveMask(b))
+			y[i] = relu(v)
 		}
 	})
+}
+
+// relu is max(v, 0) as ReLU and BiasAct compute it.
+func relu(v float32) float32 {
+	b := math.Float32bits(v)
+	return math.Float32frombits(b & positiveMask(b))
+}
+
+// reluGrad is dy where v > 0, else +0, as ReLUBackward and BiasActBackward
+// compute it.
+func reluGrad(v, dy float32) float32 {
+	return math.Float32frombits(math.Float32bits(dy) & positiveMask(math.Float32bits(v)))
 }
 
 // positiveMask is all ones if the float with bits b is greater than zero
@@ -80,7 +91,7 @@ func ReLUBackward(p *Pool, x, dy, dx []float32) {
 		x, dy, dx := x[lo:hi], dy[lo:hi], dx[lo:hi]
 		dy, dx = dy[:len(x)], dx[:len(x)]
 		for i, v := range x {
-			dx[i] = math.Float32frombits(math.Float32bits(dy[i]) & positiveMask(math.Float32bits(v)))
+			dx[i] = reluGrad(v, dy[i])
 		}
 	})
 }
@@ -93,27 +104,38 @@ func GELU(p *Pool, x, y []float32) {
 		x, y := x[lo:hi], y[lo:hi]
 		y = y[:len(x)]
 		for i, v := range x {
-			t := float64(v)
-			y[i] = float32(0.5 * t * (1 + math.Erf(t*(1/math.Sqrt2))))
+			y[i] = gelu(v)
 		}
 	})
+}
+
+// gelu is v·Φ(v) as GELU and BiasAct compute it: in float64, rounded once.
+func gelu(v float32) float32 {
+	t := float64(v)
+	return float32(0.5 * t * (1 + math.Erf(t*(1/math.Sqrt2))))
 }
 
 // GELUBackward sets dx = dy·(Φ(x) + x·φ(x)), the derivative of GELU.
 func GELUBackward(p *Pool, x, dy, dx []float32) {
 	checkLen("GELUBackward", "dy", len(dy), len(x))
 	checkLen("GELUBackward", "dx", len(dx), len(x))
-	const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
 	p.For(len(x), grainElems/8, func(lo, hi int) {
 		x, dy, dx := x[lo:hi], dy[lo:hi], dx[lo:hi]
 		dy, dx = dy[:len(x)], dx[:len(x)]
 		for i, v := range x {
-			t := float64(v)
-			cdf := 0.5 * (1 + math.Erf(t*(1/math.Sqrt2)))
-			pdf := invSqrt2Pi * math.Exp(-0.5*t*t)
-			dx[i] = float32(float64(dy[i]) * (cdf + t*pdf))
+			dx[i] = geluGrad(v, dy[i])
 		}
 	})
+}
+
+// geluGrad is dy·(Φ(v) + v·φ(v)) as GELUBackward and BiasActBackward
+// compute it: in float64, rounded once.
+func geluGrad(v, dy float32) float32 {
+	const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
+	t := float64(v)
+	cdf := 0.5 * (1 + math.Erf(t*(1/math.Sqrt2)))
+	pdf := invSqrt2Pi * math.Exp(-0.5*t*t)
+	return float32(float64(dy) * (cdf + t*pdf))
 }
 
 // Add sets y = a + b.

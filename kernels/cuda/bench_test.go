@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
 	cu "github.com/flowkit/flowkit/runtime/cuda"
 )
 
@@ -114,6 +115,28 @@ func BenchmarkGELUBackward_BF16_8192x3072(b *testing.B) {
 	dt, n := graph.BF16, gptRows*gptHidden
 	x, dy, dx := benchBuf(b, e, dt, n), benchBuf(b, e, dt, n), e.alloc(b, dt, n)
 	benchGPU(b, float64(3*2*n), 0, func() error { return e.k.GELUBackward(e.s, dt, x, dy, dx, n) })
+}
+
+// BenchmarkBiasAct_BF16_8192x3072 is the bias and GELU of the MLP's first
+// layer, fused: x and b read, y written.
+func BenchmarkBiasAct_BF16_8192x3072(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptHidden
+	x, bb, y := benchBuf(b, e, dt, n), benchBuf(b, e, dt, gptHidden), e.alloc(b, dt, n)
+	benchGPU(b, float64(2*(2*n+gptHidden)), 0, func() error {
+		return e.k.BiasAct(e.s, dt, cpu.ActGELU, x, bb, y, gptRows, gptHidden, 1)
+	})
+}
+
+// BenchmarkBiasActBackward_BF16_8192x3072 is its gradient: x, b and dy
+// read, dx written.
+func BenchmarkBiasActBackward_BF16_8192x3072(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptHidden
+	x, bb, dy, dx := benchBuf(b, e, dt, n), benchBuf(b, e, dt, gptHidden), benchBuf(b, e, dt, n), e.alloc(b, dt, n)
+	benchGPU(b, float64(2*(3*n+gptHidden)), 0, func() error {
+		return e.k.BiasActBackward(e.s, dt, cpu.ActGELU, x, bb, dy, dx, gptRows, gptHidden, 1)
+	})
 }
 
 // BenchmarkAttention_BF16_B8S1024H768 times a forward and a backward pass;

@@ -2,12 +2,23 @@ package cuda
 
 import (
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
 	cu "github.com/flowkit/flowkit/runtime/cuda"
 	"github.com/flowkit/flowkit/units"
 )
 
-// bias_add_T(const T *x, const T *b, T *y, int outer, int c, int inner)
-var kBiasAdd = defTyped("bias", "bias_add", pPtr, pPtr, pPtr, pI32, pI32, pI32)
+var (
+	// bias_add_T(const T *x, const T *b, T *y, int outer, int c, int inner)
+	kBiasAdd = defTyped("bias", "bias_add", pPtr, pPtr, pPtr, pI32, pI32, pI32)
+	// bias_act_relu_T(const T *x, const T *b, T *y, int outer, int c, int inner)
+	kBiasActReLU = defTyped("bias", "bias_act_relu", pPtr, pPtr, pPtr, pI32, pI32, pI32)
+	// bias_act_gelu_T(const T *x, const T *b, T *y, int outer, int c, int inner)
+	kBiasActGELU = defTyped("bias", "bias_act_gelu", pPtr, pPtr, pPtr, pI32, pI32, pI32)
+	// bias_act_bwd_relu_T(const T *x, const T *b, const T *dy, T *dx, int outer, int c, int inner)
+	kBiasActBwdReLU = defTyped("bias", "bias_act_bwd_relu", pPtr, pPtr, pPtr, pPtr, pI32, pI32, pI32)
+	// bias_act_bwd_gelu_T(const T *x, const T *b, const T *dy, T *dx, int outer, int c, int inner)
+	kBiasActBwdGELU = defTyped("bias", "bias_act_bwd_gelu", pPtr, pPtr, pPtr, pPtr, pI32, pI32, pI32)
+)
 
 // BiasAdd sets y = x + b broadcast over a middle axis: with x and y viewed
 // as [outer, c, inner], y[o,j,i] = x[o,j,i] + b[j]. y may alias x.
@@ -28,6 +39,65 @@ func (k *Kernels) BiasAdd(s *cu.Stream, dt graph.DType, x, b, y cu.DevicePtr, ou
 		return err
 	}
 	return k.flat(s, f, n/vec(dt)+1, x, b, y, int32(outer), int32(c), int32(inner))
+}
+
+// biasActKernel returns the instance of act, a kernels/cpu Activation, for
+// dt among relu's and gelu's.
+func biasActKernel(op string, act cpu.Activation, dt graph.DType, relu, gelu typed) (*kernel, error) {
+	switch act {
+	case cpu.ActReLU:
+		return relu.of(op, dt)
+	case cpu.ActGELU:
+		return gelu.of(op, dt)
+	}
+	return nil, argErr(op, "unknown activation %v", act)
+}
+
+// BiasAct sets y = act(x + b), b broadcast as BiasAdd broadcasts it: with
+// x and y viewed as [outer, c, inner], y[o,j,i] = act(x[o,j,i] + b[j]).
+// x + b is summed in float32 and, for bf16, not rounded to bf16 before the
+// activation; in f32, y is bit for bit what BiasAdd followed by ReLU or
+// GELU computes. y may alias x.
+func (k *Kernels) BiasAct(s *cu.Stream, dt graph.DType, act cpu.Activation, x, b, y cu.DevicePtr, outer, c, inner int) error {
+	const op = "BiasAct"
+	f, err := biasActKernel(op, act, dt, kBiasActReLU, kBiasActGELU)
+	if err != nil {
+		return err
+	}
+	if err := fits32(op, "outer c inner", outer, c, inner); err != nil {
+		return err
+	}
+	n := int64(outer) * int64(c) * int64(inner)
+	if n == 0 {
+		return nil
+	}
+	if err := notNil(op, "x b y", x, b, y); err != nil {
+		return err
+	}
+	return k.flat(s, f, n/vec(dt)+1, x, b, y, int32(outer), int32(c), int32(inner))
+}
+
+// BiasActBackward sets dx = dy ⊙ act′(x + b), the gradient of BiasAct with
+// respect to x (BiasGrad of dx is b's), recomputing x + b as BiasAct does;
+// in f32, bit for bit what ReLUBackward or GELUBackward computes at
+// BiasAdd's x + b. dx may alias dy.
+func (k *Kernels) BiasActBackward(s *cu.Stream, dt graph.DType, act cpu.Activation, x, b, dy, dx cu.DevicePtr, outer, c, inner int) error {
+	const op = "BiasActBackward"
+	f, err := biasActKernel(op, act, dt, kBiasActBwdReLU, kBiasActBwdGELU)
+	if err != nil {
+		return err
+	}
+	if err := fits32(op, "outer c inner", outer, c, inner); err != nil {
+		return err
+	}
+	n := int64(outer) * int64(c) * int64(inner)
+	if n == 0 {
+		return nil
+	}
+	if err := notNil(op, "x b dy dx", x, b, dy, dx); err != nil {
+		return err
+	}
+	return k.flat(s, f, n/vec(dt)+1, x, b, dy, dx, int32(outer), int32(c), int32(inner))
 }
 
 // BiasGradWorkspace is the scratch BiasGrad needs for these sizes.

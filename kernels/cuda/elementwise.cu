@@ -1,6 +1,7 @@
 // Elementwise kernels: activations and their gradients, arithmetic, fill.
 // Each thread handles 16-byte vectors when every pointer is 16-byte
 // aligned, and single elements otherwise and for the tail.
+#include "activation.cuh"
 #include "common.cuh"
 
 // map1 sets y[i] = f(x[i]) for i < n. y may alias x.
@@ -28,20 +29,6 @@ __device__ __forceinline__ void map2(const T *a, const T *b, T *y, long long n, 
 		stv<T, N>(y + i * N, r);
 	}
 	for (long long i = nv * N + gtid(); i < n; i += gstride()) y[i] = fromF<T>(f(toF(a[i]), toF(b[i])));
-}
-
-// positive is kernels/cpu's positiveMask as a predicate: the bits of v, read
-// as a signed integer, are above zero (NaNs with the sign bit clear count as
-// positive; −0 does not).
-__device__ __forceinline__ bool positive(float v) { return __float_as_int(v) > 0; }
-
-// gelu is x·Φ(x), the exact form.
-__device__ __forceinline__ float gelu(float v) { return v * normcdff(v); }
-
-// geluGrad is Φ(x) + x·φ(x).
-__device__ __forceinline__ float geluGrad(float v) {
-	const float invSqrt2Pi = 0.3989422804014327f;
-	return normcdff(v) + v * (invSqrt2Pi * expf(-0.5f * v * v));
 }
 
 #define UNARY(NAME, EXPR)                                                                                    \

@@ -217,10 +217,14 @@ func TestWrappers(t *testing.T) {
 	for _, sh := range [][3]int{{1, 1, 1}, {3, 5, 7}, {2, 64, 1}, {4096, 4096, 1}, {16, 8, 1024}, {100, 3, 1}, {8, 2, 5000}} {
 		outer, c, inner := sh[0], sh[1], sh[2]
 		add(fmt.Sprintf("axis/%v", sh), func(k *Kernels, r *recorder, dt graph.DType) error {
-			x, b, y := buf(r, dt, outer*c*inner), buf(r, dt, c), buf(r, dt, outer*c*inner)
+			x, b, y, dx := buf(r, dt, outer*c*inner), buf(r, dt, c), buf(r, dt, outer*c*inner), buf(r, dt, outer*c*inner)
 			red := buf(r, dt, outer*inner)
 			return errors.Join(
 				k.BiasAdd(nil, dt, x, b, y, outer, c, inner),
+				k.BiasAct(nil, dt, cpu.ActReLU, x, b, y, outer, c, inner),
+				k.BiasAct(nil, dt, cpu.ActGELU, x, b, y, outer, c, inner),
+				k.BiasActBackward(nil, dt, cpu.ActReLU, x, b, y, dx, outer, c, inner),
+				k.BiasActBackward(nil, dt, cpu.ActGELU, x, b, y, dx, outer, c, inner),
 				k.BiasGrad(nil, dt, x, b, r.alloc("work", BiasGradWorkspace(outer, c, inner)), outer, c, inner),
 				k.ReduceSum(nil, dt, x, red, outer, c, inner),
 				k.BroadcastAxis(nil, dt, red, y, outer, c, inner),
@@ -359,6 +363,11 @@ func TestWrapperErrors(t *testing.T) {
 		{"nil pointer", k.ReLU(nil, graph.F32, 0, y, 4), ErrArg},
 		{"cast", k.Cast(nil, graph.F32, graph.I32, x, y, 4), ErrDType},
 		{"too large", k.BiasAdd(nil, graph.F32, x, y, y, 1<<16, 1<<16, 1), ErrArg},
+		{"activation", k.BiasAct(nil, graph.F32, 0, x, y, y, 1, 4, 1), ErrArg},
+		{"activation gradient", k.BiasActBackward(nil, graph.BF16, 3, x, y, y, y, 1, 4, 1), ErrArg},
+		{"bias act dtype", k.BiasAct(nil, graph.F16, cpu.ActGELU, x, y, y, 1, 4, 1), ErrDType},
+		{"bias act too large", k.BiasActBackward(nil, graph.F32, cpu.ActReLU, x, y, y, y, 1<<16, 1<<16, 1), ErrArg},
+		{"bias act nil", k.BiasActBackward(nil, graph.F32, cpu.ActReLU, x, y, 0, y, 1, 4, 1), ErrArg},
 		{"heads", k.AttentionForward(nil, graph.F32, x, y, y, 1, 4, 3, 8, false), ErrArg},
 		{"conv shape", k.Conv2DForward(nil, cpu.ConvShape{N: 1, C: 1, H: 2, W: 2, K: 1, R: 3, S: 3, StrideH: 1, StrideW: 1}, x, y, y, y), ErrArg},
 		{"pool shape", k.MaxPool2DForward(nil, cpu.PoolShape{N: 1, C: 1, H: 2, W: 2, KH: 2, KW: 2}, x, y), ErrArg},
