@@ -108,14 +108,14 @@ func findBLAS(dirs []string) (string, error) {
 				continue
 			}
 		}
-		lt, err := purego.Dlopen(p.lt, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		lt, err := dlopen(p.lt)
 		if err != nil {
 			if filepath.IsAbs(p.lt) {
 				failures = append(failures, err.Error())
 			}
 			continue
 		}
-		h, err := purego.Dlopen(p.blas, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(p.blas)
 		if err == nil {
 			err = errors.Join(resolve(lt, p.lt, blasLtSymbols()), resolve(h, p.blas, blasSymbols()))
 			if err != nil {

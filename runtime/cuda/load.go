@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"unsafe"
@@ -32,7 +33,7 @@ func openFirst(candidates []string) (handle uintptr, path string, err error) {
 				continue
 			}
 		}
-		h, err := purego.Dlopen(c, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+		h, err := dlopen(c)
 		if err == nil {
 			return h, c, nil
 		}
@@ -46,6 +47,20 @@ func openFirst(candidates []string) (handle uintptr, path string, err error) {
 		parts = append(parts, "not found: "+strings.Join(missing, ", "))
 	}
 	return 0, "", errors.New(strings.Join(parts, "; "))
+}
+
+// dlopen opens a library on one OS thread: dlerror's message is per
+// thread, and between purego's dlopen and dlerror calls (separate cgo calls
+// when cgo is on, as under -race) the goroutine could otherwise move and
+// read another thread's empty message.
+func dlopen(path string) (uintptr, error) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
+	if err != nil && strings.TrimSpace(err.Error()) == "" {
+		err = fmt.Errorf("%s: cannot open shared object", path)
+	}
+	return h, err
 }
 
 // resolve looks up every symbol in the library at handle.
