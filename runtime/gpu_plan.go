@@ -454,7 +454,7 @@ func gpuSupported(p *plans.Plan) error {
 		if t.Kind == plans.AllReduce {
 			for _, s := range t.Streams {
 				if gpuDev(p.Streams[s].Device) {
-					return fmt.Errorf("runtime: %s: all-reduces on GPUs are not implemented yet (use pp, or dp over CPU devices)", t.Name)
+					return fmt.Errorf("runtime: %s: all-reduces involving a GPU are not supported yet (use pp, or dp over CPU devices)", t.Name)
 				}
 			}
 		}

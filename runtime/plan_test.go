@@ -146,5 +146,5 @@ func TestPlanForGPUsRefused(t *testing.T) {
 
 	p = compileOn(t, gpuDevices(t), "mlp", "dp=2", 8, 0) // the GPU and the host's CPU
 	_, err = NewPlanRunner(p)
-	require.ErrorContains(t, err, "all-reduces on GPUs are not implemented")
+	require.ErrorContains(t, err, "all-reduces involving a GPU are not supported yet")
 }
