@@ -5,8 +5,6 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
-	"os/exec"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -29,35 +27,12 @@ import (
 // the allocations. Kernels compute nothing, so numbers are not checked. It
 // needs a C compiler and the CUDA headers; without them it skips.
 func TestGPUEngineOnFakeDriver(t *testing.T) {
-	if os.Getenv("FLOWKIT_FAKE_CUDA") != "" {
-		t.Skip("already running against the fake driver")
-	}
-	if testing.Short() {
-		t.Skip("builds C libraries")
-	}
 	if os.Getenv("FLOWKIT_REQUIRE_GPU") != "" {
 		t.Skip("the GPU check: the real GPU tests run here instead")
 	}
-	env := cudafake.Build(t, cudafake.NoopKernels)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestFakeGPU", "-test.v", "-test.count=1", "-test.timeout=5m")
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	log := string(out)
-	if err != nil {
-		t.Fatalf("the GPU engine against the fake driver failed: %v\n%s", err, log)
-	}
-	if strings.Contains(log, "--- SKIP") {
-		t.Errorf("tests skipped against the fake driver:\n%s", log)
-	}
+	log := cudafake.RunTests(t, "TestFakeGPU", 9, cudafake.NoopKernels)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
-	}
-	passed := regexp.MustCompile(`(?m)^--- PASS: TestFakeGPU`).FindAllString(log, -1)
-	if len(passed) < 9 {
-		t.Errorf("%d tests passed against the fake driver, want 9:\n%s", len(passed), log)
-	}
-	if testing.Verbose() {
-		t.Log(log)
 	}
 }
 

@@ -2,9 +2,12 @@ package cudafake
 
 import (
 	"embed"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -94,4 +97,38 @@ func Build(t testing.TB, opts ...Option) (env []string) {
 		}
 	}
 	return env
+}
+
+// RunTests runs this test binary's tests named prefix… in a child process
+// against the fakes (built with opts) and returns the child's output. It
+// skips t inside such a child, under -short, and where Build skips; it
+// fails t unless the child passes, skips nothing and passes at least want
+// tests.
+func RunTests(t *testing.T, prefix string, want int, opts ...Option) string {
+	t.Helper()
+	if os.Getenv("FLOWKIT_FAKE_CUDA") != "" {
+		t.Skip("already running against the fake driver")
+	}
+	if testing.Short() {
+		t.Skip("builds C libraries")
+	}
+	env := Build(t, opts...)
+	cmd := exec.Command(os.Args[0], "-test.run=^"+prefix, "-test.v", "-test.count=1", "-test.timeout=5m")
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	log := string(out)
+	if err != nil {
+		t.Fatalf("%s* against the fake driver failed: %v\n%s", prefix, err, log)
+	}
+	if strings.Contains(log, "--- SKIP") {
+		t.Errorf("%s* skipped tests against the fake driver:\n%s", prefix, log)
+	}
+	passed := regexp.MustCompile(fmt.Sprintf(`(?m)^--- PASS: %s`, regexp.QuoteMeta(prefix))).FindAllString(log, -1)
+	if len(passed) < want {
+		t.Errorf("%d %s* tests passed against the fake driver, want at least %d:\n%s", len(passed), prefix, want, log)
+	}
+	if testing.Verbose() {
+		t.Log(log)
+	}
+	return log
 }

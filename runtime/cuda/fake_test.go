@@ -1,10 +1,6 @@
 package cuda
 
 import (
-	"os"
-	"os/exec"
-	"regexp"
-	"strings"
 	"testing"
 
 	"github.com/flowkit/flowkit/internal/cudafake"
@@ -20,29 +16,5 @@ import (
 // needs a C compiler and the CUDA headers (cuda.h, cublas_v2.h,
 // cublasLt.h); without them it skips.
 func TestFakeDriver(t *testing.T) {
-	if os.Getenv("FLOWKIT_FAKE_CUDA") != "" {
-		t.Skip("already running against the fake driver")
-	}
-	if testing.Short() {
-		t.Skip("builds C libraries")
-	}
-	env := cudafake.Build(t)
-
-	cmd := exec.Command(os.Args[0], "-test.run=^TestGPU", "-test.v", "-test.count=1")
-	cmd.Env = append(os.Environ(), env...)
-	out, err := cmd.CombinedOutput()
-	log := string(out)
-	if err != nil {
-		t.Fatalf("GPU tests against the fake driver failed: %v\n%s", err, log)
-	}
-	if strings.Contains(log, "--- SKIP") {
-		t.Errorf("GPU tests skipped against the fake driver:\n%s", log)
-	}
-	passed := regexp.MustCompile(`(?m)^--- PASS: TestGPU`).FindAllString(log, -1)
-	if len(passed) < 9 {
-		t.Errorf("%d GPU tests passed, want at least 9:\n%s", len(passed), log)
-	}
-	if testing.Verbose() {
-		t.Log(log)
-	}
+	cudafake.RunTests(t, "TestGPU", 9)
 }
