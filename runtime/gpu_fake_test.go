@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +32,25 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 		t.Skip("the GPU check: the real GPU tests run here instead")
 	}
 	log := cudafake.RunTests(t, "TestFakeGPU", 9, cudafake.NoopKernels)
+	if strings.Contains(log, "fake cuda: ") {
+		t.Errorf("the fake driver refused calls:\n%s", log)
+	}
+}
+
+// TestGPUOnEmulator runs the GPU tests that check numbers (TestGPUPlanMatchesCPU,
+// TestGPUBF16Workloads, TestGPUHeterogeneousPipeline) in a child process
+// against the fake driver with kernels/cuda's kernels run by the host
+// emulator of internal/cudafake and cuBLAS by reference code: the GPU
+// runtime (graph capture and replay, eager streams, the CPU+GPU pipeline)
+// with the real kernels computes what the CPU runtime computes, here,
+// without a GPU. It needs C and C++ compilers and the CUDA headers;
+// without them it skips.
+func TestGPUOnEmulator(t *testing.T) {
+	if os.Getenv("FLOWKIT_REQUIRE_GPU") != "" {
+		t.Skip("the GPU check: the real GPU tests run here instead")
+	}
+	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|BF16Workloads|HeterogeneousPipeline)$", 3,
+		cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda")))
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
 	}

@@ -10,6 +10,7 @@
 #include "fake.h"
 
 #include <cuda.h>
+#include <dlfcn.h>
 #include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -24,6 +25,12 @@ static int retained;
 static __thread CUcontext current;
 static int noop_kernels;
 static volatile int faulted;
+
+/* The kernel emulator (FLOWKIT_FAKE_CUDA_KERNELS=emu): a library of
+ * kernels compiled for the host, named by FLOWKIT_FAKE_CUDA_EMU (see
+ * emu/emu.cc). */
+static const void *(*emu_find)(const char *name, int *nparams, const unsigned char **sizes);
+static int (*emu_launch)(const void *k, const unsigned grid[3], const unsigned block[3], void **params, char *err, size_t errlen);
 
 /* lock guards the allocation table and the captures. */
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
@@ -212,6 +219,22 @@ CUresult cuInit(unsigned int Flags) {
 	if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
 	const char *k = getenv("FLOWKIT_FAKE_CUDA_KERNELS");
 	noop_kernels = k && strcmp(k, "noop") == 0;
+	if (k && strcmp(k, "emu") == 0 && !emu_launch) {
+		const char *path = getenv("FLOWKIT_FAKE_CUDA_EMU");
+		void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
+		if (!lib) {
+			complain("cuInit: FLOWKIT_FAKE_CUDA_KERNELS=emu: cannot load FLOWKIT_FAKE_CUDA_EMU=%s: %s", path ? path : "(unset)",
+			         path ? dlerror() : "");
+			return CUDA_ERROR_NO_DEVICE;
+		}
+		*(void **)&emu_find = dlsym(lib, "flowkit_emu_find");
+		*(void **)&emu_launch = dlsym(lib, "flowkit_emu_launch");
+		if (!emu_find || !emu_launch) {
+			complain("cuInit: %s is not a kernel emulator library", path);
+			emu_launch = NULL;
+			return CUDA_ERROR_NO_DEVICE;
+		}
+	}
 	initialized = 1;
 	return CUDA_SUCCESS;
 }
@@ -679,6 +702,7 @@ struct CUfunc_st {
 	unsigned maxntid; /* threads per block the entry allows; 0: not declared */
 	int nparams;
 	unsigned char psize[MAX_PARAMS]; /* bytes of each parameter */
+	const void *emu;                 /* the emulator's kernel; NULL: a no-op */
 	struct CUfunc_st *next;
 };
 struct CUmod_st { char *ptx; struct CUfunc_st *funcs; };
@@ -755,7 +779,7 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 		*hfunc = &saxpy_fn;
 		return CUDA_SUCCESS;
 	}
-	if (!noop_kernels) return CUDA_ERROR_NOT_FOUND;
+	if (!noop_kernels && !emu_launch) return CUDA_ERROR_NOT_FOUND;
 	for (struct CUfunc_st *f = hmod->funcs; f; f = f->next)
 		if (strcmp(f->name, name) == 0) { *hfunc = f; return CUDA_SUCCESS; }
 	struct CUfunc_st *f = calloc(1, sizeof *f);
@@ -764,6 +788,23 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 		complain("cuModuleGetFunction(%s): cannot read the entry's parameters", name);
 		free(f);
 		return CUDA_ERROR_INVALID_IMAGE;
+	}
+	if (emu_launch) {
+		int n = 0;
+		const unsigned char *sizes = NULL;
+		f->emu = emu_find(name, &n, &sizes);
+		if (!f->emu) {
+			complain("cuModuleGetFunction(%s): the PTX has the entry, the kernel emulator does not (stale PTX?)", name);
+			free(f);
+			return CUDA_ERROR_NOT_FOUND;
+		}
+		int same = n == f->nparams;
+		for (int i = 0; same && i < n; i++) same = sizes[i] == f->psize[i];
+		if (!same) {
+			complain("cuModuleGetFunction(%s): the PTX's parameters differ from the emulated kernel's (stale PTX?)", name);
+			free(f);
+			return CUDA_ERROR_INVALID_IMAGE;
+		}
 	}
 	f->next = hmod->funcs;
 	hmod->funcs = f;
@@ -800,6 +841,24 @@ static void run_saxpy(void *arg) {
 struct noop_op { CUfunction f; };
 static void run_noop(void *arg) { (void)arg; }
 
+/* An emulated launch carries its arguments' values, copied at the launch as
+ * the driver copies them, 16-byte aligned each. */
+struct emu_op {
+	CUfunction f;
+	unsigned grid[3], block[3];
+	unsigned char args[MAX_PARAMS][16];
+};
+static void run_emu(void *arg) {
+	struct emu_op *k = arg;
+	void *params[MAX_PARAMS];
+	char err[600];
+	for (int i = 0; i < k->f->nparams; i++) params[i] = k->args[i];
+	if (emu_launch(k->f->emu, k->grid, k->block, params, err, sizeof err) != 0) {
+		complain("emulated kernel %s failed: %s", k->f->name, err);
+		fake_fault();
+	}
+}
+
 /* pointer_ok rejects a 64-bit argument that points into the span of the
  * allocations but into none of them: a device pointer gone astray. Values
  * outside the span are taken for integers. */
@@ -814,7 +873,7 @@ static int pointer_ok(uint64_t v) {
 	return v < lo || v > hi || inside((uintptr_t)v, 0, -1);
 }
 
-static CUresult launch_noop(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+static CUresult launch_checked(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                             unsigned shared, CUstream s, void **params) {
 	unsigned long long threads = (unsigned long long)bx * by * bz;
 	if (gx > 0x7fffffffu || gy > 65535 || gz > 65535 || bx > 1024 || by > 1024 || bz > 64 || threads > 1024) {
@@ -847,8 +906,24 @@ static CUresult launch_noop(CUfunction f, unsigned gx, unsigned gy, unsigned gz,
 			}
 		}
 	}
-	struct noop_op k = { f };
-	return fake_submit(s, run_noop, &k, sizeof k);
+	if (!f->emu) {
+		struct noop_op k = { f };
+		return fake_submit(s, run_noop, &k, sizeof k);
+	}
+	struct emu_op *k = calloc(1, sizeof *k);
+	if (!k) return CUDA_ERROR_OUT_OF_MEMORY;
+	*k = (struct emu_op){ .f = f, .grid = { gx, gy, gz }, .block = { bx, by, bz } };
+	for (int i = 0; i < f->nparams; i++) {
+		if (f->psize[i] > sizeof k->args[i]) {
+			complain("cuLaunchKernel(%s): parameter %d has %u bytes, the emulator takes up to %zu", f->name, i, f->psize[i], sizeof k->args[i]);
+			free(k);
+			return CUDA_ERROR_INVALID_VALUE;
+		}
+		memcpy(k->args[i], params[i], f->psize[i]);
+	}
+	CUresult r = fake_submit(s, run_emu, k, sizeof *k);
+	free(k);
+	return r;
 }
 
 CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDimY, unsigned int gridDimZ,
@@ -858,7 +933,7 @@ CUresult cuLaunchKernel(CUfunction f, unsigned int gridDimX, unsigned int gridDi
 	if (!f || extra != NULL) return CUDA_ERROR_INVALID_VALUE;
 	if (!gridDimX || !gridDimY || !gridDimZ || !blockDimX || !blockDimY || !blockDimZ) return CUDA_ERROR_INVALID_VALUE;
 	if (!f->saxpy)
-		return launch_noop(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
+		return launch_checked(f, gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes, hStream, kernelParams);
 	if (kernelParams == NULL) return CUDA_ERROR_INVALID_VALUE;
 	if (blockDimX * blockDimY * blockDimZ > 1024 || sharedMemBytes > 48 * 1024 + f->max_shared) return CUDA_ERROR_INVALID_VALUE;
 	struct saxpy_op k = {

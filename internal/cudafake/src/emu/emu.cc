@@ -1,0 +1,295 @@
+/*
+ * A CUDA kernel emulator for the fake driver: flowkit's .cu files compiled
+ * for the host (emu.h), run one block at a time, each thread of a block on
+ * its own fiber. A fiber runs until it finishes or reaches a barrier
+ * (__syncthreads, a warp shuffle or ballot); when every thread of a block
+ * or a warp waits, the scheduler releases them. Threads run in a fixed
+ * order, so runs are deterministic; code that relies on lockstep execution
+ * without a barrier (wrong on GPUs since Volta) gives wrong results here
+ * too, and a barrier that not all threads reach is reported as a deadlock
+ * instead of hanging.
+ *
+ * Fibers switch with a few instructions of x86-64 assembly (no signal masks,
+ * unlike swapcontext), so a launch of a million threads takes tens of
+ * milliseconds. Launches are serialized.
+ */
+#include "entry.h"
+#include "emu.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <string>
+#include <unordered_map>
+
+#if !defined(__x86_64__)
+#error "the kernel emulator switches fibers in x86-64 assembly"
+#endif
+
+uint3 threadIdx, blockIdx;
+dim3 blockDim, gridDim;
+
+namespace {
+
+std::unordered_map<std::string, const emu::Entry *> &registry() {
+	static std::unordered_map<std::string, const emu::Entry *> r;
+	return r;
+}
+
+} // namespace
+
+emu::Registrar::Registrar(const Entry *entries, int n) {
+	for (int i = 0; i < n; i++) registry()[entries[i].name] = &entries[i];
+}
+
+/* emu_switch saves the callee-saved registers on the current stack and its
+ * pointer in *from, and resumes the fiber whose stack pointer is to. */
+extern "C" void emu_switch(void **from, void *to);
+asm(R"(
+	.text
+	.globl emu_switch
+	.type emu_switch, @function
+emu_switch:
+	pushq %rbp
+	pushq %rbx
+	pushq %r12
+	pushq %r13
+	pushq %r14
+	pushq %r15
+	movq %rsp, (%rdi)
+	movq %rsi, %rsp
+	popq %r15
+	popq %r14
+	popq %r13
+	popq %r12
+	popq %rbx
+	popq %rbp
+	ret
+	.size emu_switch, .-emu_switch
+)");
+
+namespace {
+
+enum State { RUN, WAIT_BLOCK, WAIT_WARP, DONE, FAILED };
+
+struct Fiber {
+	void *sp;
+	State state;
+};
+
+const size_t STACK = 128 << 10; /* per thread, with a guard page below */
+const int MAX_THREADS = 1024;
+
+pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
+char *stacks;       /* MAX_THREADS stacks, mapped on first use */
+Fiber fibers[MAX_THREADS];
+int nthreads, cur;
+void *sched_sp;
+const emu::Entry *entry;
+void **params;
+uint64_t xchg[MAX_THREADS]; /* a warp's shuffle values, by thread */
+char error[512];
+
+void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+/* fail ends the launch with an error, from a fiber. */
+void fail(const char *fmt, ...) {
+	va_list ap;
+	va_start(ap, fmt);
+	int n = snprintf(error, sizeof error, "%s: block (%u, %u, %u) thread %d: ", entry->name, blockIdx.x, blockIdx.y,
+	                 blockIdx.z, cur);
+	vsnprintf(error + n, sizeof error - n, fmt, ap);
+	va_end(ap);
+	fibers[cur].state = FAILED;
+	emu_switch(&fibers[cur].sp, sched_sp);
+	abort(); /* a failed fiber is never resumed */
+}
+
+void wait(State s) {
+	fibers[cur].state = s;
+	emu_switch(&fibers[cur].sp, sched_sp);
+}
+
+void fiber_main() {
+	entry->call(params);
+	fibers[cur].state = DONE;
+	emu_switch(&fibers[cur].sp, sched_sp);
+	abort();
+}
+
+void start(int i) {
+	uintptr_t *sp = (uintptr_t *)(stacks + (size_t)(i + 1) * STACK);
+	*--sp = 0;                       /* fiber_main's return address: none */
+	*--sp = (uintptr_t)fiber_main;   /* where emu_switch returns to */
+	for (int r = 0; r < 6; r++) *--sp = 0;
+	fibers[i].sp = sp;
+	fibers[i].state = RUN;
+}
+
+void set_thread(int i) {
+	threadIdx.x = i % blockDim.x;
+	threadIdx.y = i / blockDim.x % blockDim.y;
+	threadIdx.z = i / (blockDim.x * blockDim.y);
+}
+
+/* release lets the threads waiting at a barrier go on: those of a warp whose
+ * live lanes all wait at a warp barrier, or else the whole block when every
+ * live thread waits at __syncthreads. It reports false if no thread can go
+ * on (a deadlock), with the reason in error. */
+bool release() {
+	bool released = false;
+	for (int w = 0; w < nthreads; w += 32) {
+		int end = w + 32 < nthreads ? w + 32 : nthreads, waiting = 0, done = 0;
+		for (int i = w; i < end; i++) {
+			waiting += fibers[i].state == WAIT_WARP;
+			done += fibers[i].state == DONE;
+		}
+		if (waiting == 0 || waiting + done < end - w) continue;
+		if (done > 0) {
+			snprintf(error, sizeof error, "%s: block (%u, %u, %u) warp %d: a full-mask warp operation with %d lanes exited",
+			         entry->name, blockIdx.x, blockIdx.y, blockIdx.z, w / 32, done);
+			return false;
+		}
+		for (int i = w; i < end; i++) fibers[i].state = RUN;
+		released = true;
+	}
+	if (released) return true;
+	int waiting = 0, live = 0;
+	for (int i = 0; i < nthreads; i++) {
+		live += fibers[i].state != DONE;
+		waiting += fibers[i].state == WAIT_BLOCK;
+	}
+	if (waiting > 0 && waiting == live) {
+		for (int i = 0; i < nthreads; i++)
+			if (fibers[i].state == WAIT_BLOCK) fibers[i].state = RUN;
+		return true;
+	}
+	int warp = 0;
+	for (int i = 0; i < nthreads; i++) warp += fibers[i].state == WAIT_WARP;
+	snprintf(error, sizeof error,
+	         "%s: block (%u, %u, %u): deadlock: %d threads wait at __syncthreads, %d at warp operations, %d exited",
+	         entry->name, blockIdx.x, blockIdx.y, blockIdx.z, waiting, warp, nthreads - live);
+	return false;
+}
+
+/* run_block runs every thread of the current block to the end. */
+bool run_block() {
+	for (int i = 0; i < nthreads; i++) start(i);
+	for (;;) {
+		bool live = false;
+		for (int i = 0; i < nthreads; i++) {
+			if (fibers[i].state != RUN) continue;
+			cur = i;
+			set_thread(i);
+			emu_switch(&sched_sp, fibers[i].sp);
+			if (fibers[i].state == FAILED) return false;
+		}
+		for (int i = 0; i < nthreads && !live; i++) live = fibers[i].state != DONE;
+		if (!live) return true;
+		if (!release()) return false;
+	}
+}
+
+bool map_stacks() {
+	if (stacks) return true;
+	size_t size = (size_t)MAX_THREADS * STACK;
+	void *p = mmap(NULL, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+	if (p == MAP_FAILED) return false;
+	stacks = (char *)p;
+	long page = sysconf(_SC_PAGESIZE);
+	for (int i = 0; i < MAX_THREADS; i++) mprotect(stacks + (size_t)i * STACK, page, PROT_NONE);
+	return true;
+}
+
+void check_mask(unsigned mask, const char *op) {
+	if (mask != 0xffffffffu) fail("%s with mask %#x: the emulator supports full warps only", op, mask);
+	int w = cur / 32 * 32;
+	if (nthreads - w < 32) fail("%s in a partial warp of %d threads", op, nthreads - w);
+}
+
+} // namespace
+
+void __syncthreads() { wait(WAIT_BLOCK); }
+
+int __syncthreads_or(int pred) {
+	xchg[cur] = pred != 0;
+	wait(WAIT_BLOCK);
+	int r = 0;
+	for (int i = 0; i < nthreads; i++) r |= fibers[i].state != DONE && xchg[i];
+	wait(WAIT_BLOCK); /* everyone has read xchg */
+	return r;
+}
+
+unsigned __ballot_sync(unsigned mask, int pred) {
+	check_mask(mask, "__ballot_sync");
+	int w = cur / 32 * 32;
+	xchg[cur] = pred != 0;
+	wait(WAIT_WARP);
+	unsigned r = 0;
+	for (int l = 0; l < 32; l++) r |= (unsigned)(xchg[w + l] != 0) << l;
+	wait(WAIT_WARP);
+	return r;
+}
+
+uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask) {
+	check_mask(mask, "__shfl_xor_sync");
+	int w = cur / 32 * 32, lane = cur % 32;
+	xchg[cur] = bits;
+	wait(WAIT_WARP);
+	uint64_t r = xchg[w + ((lane ^ lane_mask) & 31)];
+	wait(WAIT_WARP);
+	return r;
+}
+
+extern "C" {
+
+/* flowkit_emu_find returns the kernel called name, its parameter count and
+ * the size of each parameter, or NULL if the library has no such kernel. */
+const void *flowkit_emu_find(const char *name, int *nparams, const unsigned char **sizes) {
+	auto it = registry().find(name);
+	if (it == registry().end()) return NULL;
+	*nparams = it->second->nparams;
+	*sizes = it->second->sizes;
+	return it->second;
+}
+
+/* flowkit_emu_launch runs kernel k over grid × block threads with params
+ * as cuLaunchKernel's kernelParams. It returns 0, or -1 with the reason in
+ * err. */
+int flowkit_emu_launch(const void *k, const unsigned grid[3], const unsigned block[3], void **p, char *err,
+                       size_t errlen) {
+	pthread_mutex_lock(&mu);
+	int rc = 0;
+	unsigned long long threads = (unsigned long long)block[0] * block[1] * block[2];
+	if (threads == 0 || threads > MAX_THREADS) {
+		snprintf(err, errlen, "%llu threads per block", threads);
+		rc = -1;
+	} else if (!map_stacks()) {
+		snprintf(err, errlen, "cannot map %d fiber stacks", MAX_THREADS);
+		rc = -1;
+	} else {
+		entry = (const emu::Entry *)k;
+		params = p;
+		nthreads = (int)threads;
+		gridDim = {grid[0], grid[1], grid[2]};
+		blockDim = {block[0], block[1], block[2]};
+		for (unsigned z = 0; z < grid[2] && rc == 0; z++)
+			for (unsigned y = 0; y < grid[1] && rc == 0; y++)
+				for (unsigned x = 0; x < grid[0] && rc == 0; x++) {
+					blockIdx = {x, y, z};
+					if (!run_block()) {
+						snprintf(err, errlen, "%s", error);
+						rc = -1;
+					}
+				}
+	}
+	pthread_mutex_unlock(&mu);
+	return rc;
+}
+
+} // extern "C"
