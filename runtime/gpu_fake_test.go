@@ -28,9 +28,6 @@ import (
 // the allocations. Kernels compute nothing, so numbers are not checked. It
 // needs a C compiler and the CUDA headers; without them it skips.
 func TestGPUEngineOnFakeDriver(t *testing.T) {
-	if os.Getenv("FLOWKIT_REQUIRE_GPU") != "" {
-		t.Skip("the GPU check: the real GPU tests run here instead")
-	}
 	log := cudafake.RunTests(t, "TestFakeGPU", 9, cudafake.NoopKernels)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
@@ -46,9 +43,6 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // without a GPU. It needs C and C++ compilers and the CUDA headers;
 // without them it skips.
 func TestGPUOnEmulator(t *testing.T) {
-	if os.Getenv("FLOWKIT_REQUIRE_GPU") != "" {
-		t.Skip("the GPU check: the real GPU tests run here instead")
-	}
 	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|BF16Workloads|HeterogeneousPipeline)$", 3,
 		cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda")))
 	if strings.Contains(log, "fake cuda: ") {

@@ -36,10 +36,13 @@ def main():
     rows = []
     for rec in out["steps"]:
         name = rec["step"]
-        if not name.startswith("exec-") or not isinstance(rec.get("out"), dict):
+        if not name.startswith("exec-"):
             continue
         w = name[len("exec-"):]
-        o = rec["out"]
+        o = rec.get("out")
+        if not isinstance(o, dict):
+            out["workloads"][w] = {"failed": f"rc={rec['rc']}", "pytorch_ms": torch.get(w), "target_ratio": TARGETS.get(w)}
+            continue
         ms = 1e3 * o.get("measured_step_s", float("nan"))
         pred = 1e3 * o.get("predicted_step_s", float("nan"))
         t = torch.get(w)
@@ -64,12 +67,21 @@ def main():
     for name, figures in out["benchmarks"].items():
         print(f"{name:<48} {figures}")
     print()
-    print(f"| workload | PyTorch ms | flowrun ms | ratio | target | predicted ms | error |")
-    print(f"|---|---:|---:|---:|---:|---:|---:|")
+    # met: the ratio within its target (where there is one) and the
+    # prediction within 10% of the measurement.
+    print(f"| workload | PyTorch ms | flowrun ms | ratio | target | predicted ms | error | met |")
+    print(f"|---|---:|---:|---:|---:|---:|---:|:-:|")
     for w, r in out["workloads"].items():
         f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "—"
+        if "failed" in r:
+            print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | failed {r['failed']} | — | {f(r.get('target_ratio'), '≤ %.1f')} | — | — | no |")
+            continue
+        met = r.get("pred_error") is not None and abs(r["pred_error"]) <= 0.10
+        if "target_ratio" in r:
+            met = met and r.get("ratio") is not None and r["ratio"] <= r["target_ratio"]
         print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | {f(r['flowrun_ms'], '%.3f')} | {f(r.get('ratio'), '%.2f')} | "
-              f"{f(r.get('target_ratio'), '≤ %.1f')} | {f(r['predicted_ms'], '%.3f')} | {f(r.get('pred_error') and 100 * r['pred_error'], '%+.1f%%')} |")
+              f"{f(r.get('target_ratio'), '≤ %.1f')} | {f(r['predicted_ms'], '%.3f')} | {f(r.get('pred_error') and 100 * r['pred_error'], '%+.1f%%')} | "
+              f"{'yes' if met else 'no'} |")
     if failed:
         print("\nfailed steps: " + ", ".join(failed))
         for name in failed:
@@ -103,7 +115,8 @@ def last_words(log, step):
     fails = [x.strip() for x in lines if x.lstrip().startswith("--- FAIL")]
     if fails:
         return " | ".join(fails[:8])[-600:]
-    return " | ".join(x for x in lines[-3:] if x)[-400:]
+    words = " | ".join(x for x in lines[-3:] if x)[-400:]
+    return words or "(no output; rc 124 is the step's time limit)"
 
 
 if __name__ == "__main__":

@@ -128,8 +128,9 @@ func BuildDir(dir string, opts ...Option) (env []string, err error) {
 // RunTests runs this test binary's top-level tests whose names match
 // pattern (a regular expression anchored at the start, as a prefix) in a
 // child process against the fakes (built with opts) and returns the child's
-// output. It skips t inside such a child, under -short, and where Build
-// skips; it fails t unless the child passes, skips nothing and passes at
+// output. It skips t inside such a child, under -short, where Build
+// skips, and in the GPU check ($FLOWKIT_REQUIRE_GPU set: the tests run on
+// the GPU there); it fails t unless the child passes, skips nothing and passes at
 // least want tests.
 func RunTests(t *testing.T, pattern string, want int, opts ...Option) string {
 	t.Helper()
@@ -138,6 +139,9 @@ func RunTests(t *testing.T, pattern string, want int, opts ...Option) string {
 	}
 	if testing.Short() {
 		t.Skip("builds C libraries")
+	}
+	if os.Getenv("FLOWKIT_REQUIRE_GPU") != "" {
+		t.Skip("the GPU check ($FLOWKIT_REQUIRE_GPU): the tests run on the GPU instead")
 	}
 	env := Build(t, opts...)
 	name := regexp.MustCompile("^(?:" + pattern + ")")
