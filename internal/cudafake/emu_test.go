@@ -1,0 +1,137 @@
+package cudafake_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+	"unsafe"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/internal/cudafake"
+	cu "github.com/flowkit/flowkit/runtime/cuda"
+	"github.com/flowkit/flowkit/units"
+)
+
+// TestKernelEmulator runs testdata/emu's kernels on the emulator, through
+// the fake driver and the Go bindings, in child processes: shuffles,
+// ballots, __syncthreads(_or) and shared memory compute what CUDA defines
+// (TestEmuRuns), and a kernel that misuses a barrier fails the launch with
+// the reason and leaves the context faulted, as a GPU would, instead of
+// hanging (TestEmuFault, one child per kernel: a fault is sticky).
+func TestKernelEmulator(t *testing.T) {
+	opt := cudafake.EmulatedKernels("testdata/emu")
+	cudafake.RunTests(t, "TestEmuRuns$", 1, opt)
+	for kernel, want := range map[string]string{
+		"deadlock": "emulated kernel deadlock failed: deadlock: block (0, 0, 0): deadlock: 16 threads wait at __syncthreads, 16 at warp operations, 0 exited",
+		"exited":   "emulated kernel exited failed: exited: block (0, 0, 0) warp 0: a full-mask warp operation with 1 lanes exited",
+	} {
+		t.Run(kernel, func(t *testing.T) {
+			t.Setenv("FLOWKIT_EMU_FAULT", kernel)
+			log := cudafake.RunTests(t, "TestEmuFault$", 1, opt)
+			require.Contains(t, log, "fake cuda: "+want)
+		})
+	}
+}
+
+// emu opens the fake device with testdata/emu's module, or skips t outside
+// TestKernelEmulator's children.
+func emu(t *testing.T) (*cu.Context, *cu.Stream, *cu.Module) {
+	t.Helper()
+	if os.Getenv("FLOWKIT_FAKE_CUDA_KERNELS") != "emu" {
+		t.Skip("runs against the kernel emulator: see TestKernelEmulator")
+	}
+	require.NoError(t, cu.Init())
+	ctx, err := cu.Open(0)
+	require.NoError(t, err)
+	s, err := ctx.NewStream()
+	require.NoError(t, err)
+	ptx, err := os.ReadFile("testdata/emu/emu.ptx")
+	require.NoError(t, err)
+	m, err := ctx.LoadPTX(append(ptx, 0))
+	require.NoError(t, err)
+	return ctx, s, m
+}
+
+// upload copies v to new device memory.
+func upload[T any](t *testing.T, ctx *cu.Context, s *cu.Stream, v []T) cu.DevicePtr {
+	t.Helper()
+	n := units.Bytes(len(v)) * units.Bytes(unsafe.Sizeof(v[0]))
+	p, err := ctx.Malloc(n)
+	require.NoError(t, err)
+	require.NoError(t, s.CopyHtoD(p, unsafe.Pointer(&v[0]), n))
+	return p
+}
+
+// download copies len(v) elements from p into v.
+func download[T any](t *testing.T, s *cu.Stream, v []T, p cu.DevicePtr) {
+	t.Helper()
+	require.NoError(t, s.CopyDtoH(unsafe.Pointer(&v[0]), p, units.Bytes(len(v))*units.Bytes(unsafe.Sizeof(v[0]))))
+	require.NoError(t, s.Synchronize())
+}
+
+func TestEmuRuns(t *testing.T) {
+	ctx, s, m := emu(t)
+	fn := func(name string) *cu.Function {
+		f, err := m.Function(name)
+		require.NoError(t, err)
+		return f
+	}
+
+	// Four blocks of 96 threads (three warps), 350 elements: the last warp
+	// is partly out of range, and its sum covers its live lanes only.
+	const n, block, blocks = 350, 96, 4
+	x := make([]float32, blocks*block)
+	for i := range n {
+		x[i] = float32(i%7) + 0.25
+	}
+	dx, dy := upload(t, ctx, s, x), upload(t, ctx, s, make([]float32, blocks*block))
+	require.NoError(t, s.Launch(fn("warp_sum"), cu.Dim3{X: blocks, Y: 1, Z: 1}, cu.Dim3{X: block, Y: 1, Z: 1}, 0, dx, dy, int32(n)))
+	y := make([]float32, blocks*block)
+	download(t, s, y, dy)
+	for i := range n {
+		var want float32
+		for j := i / 32 * 32; j < i/32*32+32 && j < n; j++ {
+			want += x[j]
+		}
+		require.InDelta(t, want, y[i], 1e-4, "warp_sum[%d]", i)
+	}
+
+	// reverse: shared memory seen by the whole block, per block.
+	xi := make([]int32, 3*256)
+	for i := range xi {
+		xi[i] = int32(i)
+	}
+	dxi, dyi := upload(t, ctx, s, xi), upload(t, ctx, s, make([]int32, len(xi)))
+	require.NoError(t, s.Launch(fn("reverse"), cu.Dim3{X: 3, Y: 1, Z: 1}, cu.Dim3{X: 256, Y: 1, Z: 1}, 0, dxi, dyi))
+	yi := make([]int32, len(xi))
+	download(t, s, yi, dyi)
+	for i := range yi {
+		require.Equal(t, int32(i/256*256+255-i%256), yi[i], "reverse[%d]", i)
+	}
+
+	// votes: block 0 all zero; block 1 one vote, in lane 5 of warp 1.
+	v := make([]int32, 2*64)
+	v[64+32+5] = 1
+	dv, dany, dballot := upload(t, ctx, s, v), upload(t, ctx, s, []int32{-1, -1}), upload(t, ctx, s, []uint32{7, 7, 7, 7})
+	require.NoError(t, s.Launch(fn("votes"), cu.Dim3{X: 2, Y: 1, Z: 1}, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, dv, dany, dballot))
+	anyv, ballot := make([]int32, 2), make([]uint32, 4)
+	download(t, s, anyv, dany)
+	download(t, s, ballot, dballot)
+	require.Equal(t, []int32{0, 1}, anyv)
+	require.Equal(t, []uint32{0, 0, 0, 1 << 5}, ballot)
+}
+
+func TestEmuFault(t *testing.T) {
+	ctx, s, m := emu(t)
+	f, err := m.Function(os.Getenv("FLOWKIT_EMU_FAULT"))
+	require.NoError(t, err)
+	dy := upload(t, ctx, s, make([]float32, 64))
+	// The fake runs work as it is enqueued, so the launch itself may fail.
+	err = s.Launch(f, cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 32, Y: 1, Z: 1}, 0, dy)
+	if err == nil {
+		err = s.Synchronize()
+	}
+	require.Error(t, err)
+	require.True(t, strings.Contains(err.Error(), "CUDA_ERROR_ILLEGAL_ADDRESS"), err.Error())
+}
