@@ -34,6 +34,7 @@ func init() {
 	register[BiasAdd]()
 	register[BiasGrad]()
 	register[BiasAct]()
+	register[Dense]()
 	register[BiasActGrad]()
 	register[Conv2D]()
 	register[Conv2DGradData]()

@@ -131,6 +131,100 @@ func (g *Graph) Linear(x, w, bias *Tensor) *Tensor {
 	return g.BiasAdd(y, bias, len(y.Spec.Shape)-1)
 }
 
+// Dense is y = Act(x·wᵀ + b) for x [..., in], w [out, in] as PyTorch's
+// nn.Linear stores it and b [out]: a fully-connected layer in one op, which
+// a GPU computes in one cuBLASLt call (bias and ReLU in the GEMM's
+// epilogue) instead of a GEMM and a pass over its result. Act is "" (none)
+// or "relu". It keeps no pre-activation: ReLU's gradient is read off y
+// (y > 0 exactly where x·wᵀ + b > 0, with kernels/cpu's ReLU), so the
+// gradient is ReLUGrad(y, dy), then the MatMuls and BiasGrad MatMul and
+// BiasAdd would have. y is what MatMul, BiasAdd and ReLU compute, bit for
+// bit in f32 on the CPU.
+type Dense struct{ Act string }
+
+func (Dense) Type() string { return "dense" }
+
+func (op Dense) Infer(in []Spec) ([]Spec, error) {
+	const name = "dense"
+	if err := checkArity(name, in, 3); err != nil {
+		return nil, err
+	}
+	if err := checkFloat(name, in, 0, 1, 2); err != nil {
+		return nil, err
+	}
+	if op.Act != "" && op.Act != "relu" {
+		return nil, shapeErr(name, in, "unknown activation %q (want \"\" or relu)", op.Act)
+	}
+	x, w, b := in[0].Shape, in[1].Shape, in[2].Shape
+	if len(x) < 2 || len(w) != 2 {
+		return nil, shapeErr(name, in, "x must have rank ≥ 2 and w rank 2 ([out, in])")
+	}
+	if in[1].DType != in[0].DType || in[2].DType != in[0].DType {
+		return nil, shapeErr(name, in, "dtypes differ")
+	}
+	if x[len(x)-1] != w[1] {
+		return nil, shapeErr(name, in, "x has %d features, w takes %d", x[len(x)-1], w[1])
+	}
+	if len(b) != 1 || b[0] != w[0] {
+		return nil, shapeErr(name, in, "bias must be [%d] (w's rows)", w[0])
+	}
+	out := append(x[:len(x)-1:len(x)-1], w[0])
+	return []Spec{{out, in[0].DType}}, nil
+}
+
+// Cost is the GEMM's plus the bias and activation per output element; x,
+// w and b are read and y written once.
+func (op Dense) Cost(in, out []Spec) Cost {
+	rows, k := matrixView(in[0].Shape)
+	n := in[1].Shape[0]
+	perElem := 1.0
+	if op.Act == "relu" {
+		perElem += reluFLOPs
+	}
+	return Cost{FLOPs: units.FLOPs((2*float64(k) + perElem) * float64(rows) * float64(n)), Bytes: bytesOf(in, out)}
+}
+
+// Signatures split x's row axes (w and b broadcast) or the output features
+// (w by rows, b with them), or broadcast everything; no partial sums, which
+// the bias and the activation do not pass through.
+func (op Dense) Signatures(in, out []Spec) []Signature {
+	r := len(in[0].Shape)
+	var sigs []Signature
+	for a := range r - 1 {
+		sigs = append(sigs, sig(1, S(a), S(a), B, B))
+	}
+	return append(sigs, sig(1, S(r-1), B, S(0), S(0)), sig(1, B, B, B, B))
+}
+
+// Grad is MatMul's and BiasAdd's behind ReLU's: dz = ReLUGrad(y, dy) (dy
+// without an activation), dx = dz·w, dw = dzᵀ·x, db = BiasGrad(dz).
+func (op Dense) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	x, w := n.Inputs[0], n.Inputs[1]
+	dz := dy[0]
+	if op.Act == "relu" && (need[0] || need[1] || need[2]) {
+		dz = g.apply1(ReLUGrad{}, n.Outputs[0], dz)
+	}
+	grads := make([]*Tensor, 3)
+	if need[0] {
+		grads[0] = g.MatMul(dz, w, false, false)
+		if grads[0] != nil && !grads[0].Spec.Shape.Equal(x.Spec.Shape) {
+			grads[0] = g.Reshape(grads[0], x.Spec.Shape)
+		}
+	}
+	if need[1] {
+		grads[1] = g.MatMul(dz, x, true, false)
+	}
+	if need[2] {
+		grads[2] = g.apply1(BiasGrad{Axis: len(dz.Spec.Shape) - 1}, dz)
+	}
+	return grads
+}
+
+// Dense adds act(x·wᵀ + b), act "" or "relu" (see Dense).
+func (g *Graph) Dense(x, w, b *Tensor, act string) *Tensor {
+	return g.apply1(Dense{Act: act}, x, w, b)
+}
+
 // BiasAdd is y = x + b broadcast along every axis but Axis; b has shape
 // [x.Shape[Axis]].
 type BiasAdd struct{ Axis int }

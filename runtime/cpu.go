@@ -50,6 +50,20 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 			nn = br
 		}
 		cpu.Sgemm(p, op.TransA, op.TransB, m, nn, k, 1, x(0), ac, x(1), bc, 0, y(0), nn)
+	case graph.Dense:
+		// The GEMM into y, then the bias and activation over y in place.
+		rows, k := matrix(shape(0))
+		n := shape(1)[0]
+		cpu.Sgemm(p, false, true, rows, n, k, 1, x(0), k, x(1), k, 0, y(0), n)
+		if op.Act == "" {
+			cpu.BiasAdd(p, y(0), x(2), y(0), rows, n, 1)
+			break
+		}
+		act, err := cpu.ParseActivation(op.Act)
+		if err != nil {
+			return err
+		}
+		cpu.BiasAct(p, act, y(0), x(2), y(0), rows, n, 1)
 	case graph.BiasAdd:
 		o, c, i := shape(0).Split3(op.Axis)
 		cpu.BiasAdd(p, x(0), x(1), y(0), o, c, i)

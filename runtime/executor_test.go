@@ -125,10 +125,28 @@ func checkGradients(t *testing.T, g *graph.Graph, loss *graph.Tensor, feed func(
 	}
 }
 
-// A model whose biases and activations are fused computes what the same
+// The same check through Dense layers, with and without ReLU, on a rank-3
+// input (the weight gradient sums over both leading axes).
+func TestDenseGradientsMatchFiniteDifferences(t *testing.T) {
+	g := graph.New()
+	x := g.Input("x", graph.Shape{2, 3, 5}, graph.F32)
+	u := graph.Init{Kind: graph.Uniform, Scale: 0.5}
+	p := func(name string, s ...int) *graph.Tensor { return g.Param(name, graph.Shape(s), u) }
+	h := g.Dense(x, p("w1", 7, 5), p("b1", 7), "relu")
+	h = g.Dense(h, p("w2", 4, 7), p("b2", 4), "")
+	loss := g.MeanSquare(h)
+	require.NoError(t, g.Err())
+	checkGradients(t, g, loss, func(ex *Executor, rng *rand.Rand) {
+		for i := range ex.Buffer(x).F {
+			ex.Buffer(x).F[i] = float32(rng.NormFloat64())
+		}
+	})
+}
+
+// A model whose layers are fused (BiasAct, Dense) computes what the same
 // model unfused computes, bit for bit in f32: the losses, and every
 // parameter and momentum after two SGD steps.
-func TestBiasActMatchesUnfused(t *testing.T) {
+func TestFusedOpsMatchUnfused(t *testing.T) {
 	run := func(fused bool) (losses []float32, store *Store, nodes int) {
 		g := graph.New()
 		x := g.Input("x", graph.Shape{8, 3, 6, 6}, graph.F32)
@@ -147,8 +165,14 @@ func TestBiasActMatchesUnfused(t *testing.T) {
 		h := act(g.Conv2D(x, p("w1", 5, 3, 3, 3), 1, 1), p("b1", 5), "relu") // [8,5,6,6]
 		h = g.Flatten(g.MaxPool2D(h, 2, 2))                                  // [8,45]
 		h = act(g.MatMul(h, p("w2", 64, 45), false, true), p("b2", 64), "gelu")
-		h = act(g.MatMul(h, p("w3", 64, 64), false, true), p("b3", 64), "relu")
-		loss := g.MeanSquare(g.Linear(h, p("w4", 8, 64), p("b4", 8)))
+		var loss *graph.Tensor
+		if fused {
+			h = g.Dense(h, p("w3", 64, 64), p("b3", 64), "relu")
+			loss = g.MeanSquare(g.Dense(h, p("w4", 8, 64), p("b4", 8), ""))
+		} else {
+			h = act(g.MatMul(h, p("w3", 64, 64), false, true), p("b3", 64), "relu")
+			loss = g.MeanSquare(g.Linear(h, p("w4", 8, 64), p("b4", 8)))
+		}
 		require.NoError(t, g.Minimize(loss, graph.SGD{LR: 0.01, Momentum: 0.9}))
 		store = NewStore(3)
 		ex, err := NewExecutor(g, NewCPU(3), store)
@@ -165,7 +189,9 @@ func TestBiasActMatchesUnfused(t *testing.T) {
 	}
 	lf, sf, nf := run(true)
 	lu, su, nu := run(false)
-	require.Equal(t, nu-3, nf, "one node fewer per fused layer")
+	// One node fewer per BiasAct, two for the Dense with ReLU, one for the
+	// one without.
+	require.Equal(t, nu-5, nf, "nodes")
 	bits := func(v []float32) []uint32 {
 		b := make([]uint32, len(v))
 		for i, f := range v {

@@ -12,11 +12,12 @@ import (
 	"github.com/flowkit/flowkit/units"
 )
 
-// GPU is a CUDA device: its primary context, a cuBLAS handle and the
-// kernels of kernels/cuda loaded into it.
+// GPU is a CUDA device: its primary context, cuBLAS and cuBLASLt handles
+// and the kernels of kernels/cuda loaded into it.
 type GPU struct {
 	ctx  *cu.Context
 	blas *cu.BLAS
+	lt   *cu.BLASLt
 	k    *kcuda.Kernels
 }
 
@@ -32,18 +33,31 @@ func OpenGPU(ordinal int) (*GPU, error) {
 		ctx.Close()
 		return nil, err
 	}
-	k, err := kcuda.Load(ctx, blas)
+	lt, err := ctx.NewBLASLt()
 	if err != nil {
 		blas.Destroy()
 		ctx.Close()
 		return nil, err
 	}
-	return &GPU{ctx: ctx, blas: blas, k: k}, nil
+	k, err := kcuda.Load(ctx, blas)
+	if err != nil {
+		lt.Destroy()
+		blas.Destroy()
+		ctx.Close()
+		return nil, err
+	}
+	return &GPU{ctx: ctx, blas: blas, lt: lt, k: k}, nil
 }
 
 // Close releases the device.
 func (g *GPU) Close() error {
-	return errors.Join(g.k.Unload(), g.blas.Destroy(), g.ctx.Close())
+	return errors.Join(g.k.Unload(), g.lt.Destroy(), g.blas.Destroy(), g.ctx.Close())
+}
+
+// prepare allocates the cuBLAS and cuBLASLt workspaces of s now, rather
+// than inside a graph capture.
+func (g *GPU) prepare(s *cu.Stream) error {
+	return errors.Join(g.blas.Prepare(s), g.lt.Prepare(s))
 }
 
 // Info describes the device.
@@ -163,6 +177,8 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 			return err
 		}
 		return g.blas.Gemm(s, t, op.TransA, op.TransB, m, nn, kk, 1, in[0], ac, in[1], bc, 0, out[0], nn)
+	case graph.Dense:
+		return g.dense(s, op, dt, shape(0), shape(1), in, out[0])
 	case graph.BiasAdd:
 		o, c, i := shape(0).Split3(op.Axis)
 		return k.BiasAdd(s, dt, in[0], in[1], out[0], o, c, i)
@@ -266,4 +282,29 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], op.LR, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter, shape(0).NumElements())
 	}
 	return fmt.Errorf("runtime: cuda: no kernel for op %s", op.Type())
+}
+
+// dense enqueues y = act(x·wᵀ + b) as one cuBLASLt product with the bias
+// (and ReLU) in its epilogue; where cuBLASLt has no algorithm for that, as
+// cuBLAS's GEMM into y and the bias kernel over y in place, which computes
+// the same (rounding y once more in bf16).
+func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.Shape, in []cu.DevicePtr, y cu.DevicePtr) error {
+	rows, k := matrix(xs)
+	n := ws[0]
+	t, err := gemmType(dt)
+	if err != nil {
+		return err
+	}
+	relu := op.Act == "relu"
+	err = g.lt.MatmulBias(s, t, false, true, rows, n, k, in[0], k, in[1], k, in[2], y, n, relu)
+	if !errors.Is(err, cu.ErrNoAlgorithm) {
+		return err
+	}
+	if err := g.blas.Gemm(s, t, false, true, rows, n, k, 1, in[0], k, in[1], k, 0, y, n); err != nil {
+		return err
+	}
+	if !relu {
+		return g.k.BiasAdd(s, dt, y, in[2], y, rows, n, 1)
+	}
+	return g.k.BiasAct(s, dt, cpu.ActReLU, y, in[2], y, rows, n, 1)
 }

@@ -150,9 +150,9 @@ func newGPUPlan(p *plans.Plan, edges []plans.Edge, gpus []*GPU) (_ *gpuPlan, err
 			if g.streams[s], err = dev.ctx.NewStream(); err != nil {
 				return nil, err
 			}
-			// cuBLAS's workspace for the stream, allocated now rather than
+			// cuBLAS's workspaces for the stream, allocated now rather than
 			// inside a graph capture.
-			if err := dev.blas.Prepare(g.streams[s]); err != nil {
+			if err := dev.prepare(g.streams[s]); err != nil {
 				return nil, err
 			}
 		}

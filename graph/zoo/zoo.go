@@ -14,9 +14,11 @@
 // default), but for losses, f32 scalars, and the statistics layer norms
 // keep for their backward pass, f32.
 //
-// A layer whose bias is followed by a ReLU or GELU applies both in one
-// graph.BiasAct, which computes what BiasAdd and the activation would, bit
-// for bit in f32, without writing the pre-activation in between.
+// Fully-connected layers without an activation or with ReLU are one
+// graph.Dense (the GEMM, bias and ReLU in one op: one cuBLASLt call on a
+// GPU); a convolution's bias and ReLU, and a bias followed by GELU, are one
+// graph.BiasAct. Both compute what the unfused ops would, bit for bit in
+// f32, without writing the pre-activation.
 //
 // # Sizes
 //
@@ -285,10 +287,14 @@ func (l *layers) linear(name string, x *graph.Tensor, in, out int, act string) *
 }
 
 // affine adds act(x·wᵀ + b) for a weight w [out, in] and a bias b [out] of
-// the given names and initializers.
+// the given names and initializers: one Dense op without an activation or
+// with ReLU, else a MatMul and a BiasAct.
 func (l *layers) affine(wName, bName string, x *graph.Tensor, in, out int, wInit, bInit graph.Init, act string) *graph.Tensor {
 	w := l.param(wName, graph.Shape{out, in}, wInit)
 	b := l.param(bName, graph.Shape{out}, bInit)
+	if act == noAct || act == relu {
+		return l.g.Dense(x, w, b, act)
+	}
 	y := l.g.MatMul(x, w, false, true)
 	if y == nil {
 		return nil

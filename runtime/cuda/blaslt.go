@@ -81,14 +81,20 @@ type ltPlan struct {
 // epilogue. Its methods may be called from any goroutine and are serialized.
 // Each stream gets its own WorkspaceSize workspace, as for BLAS.
 type BLASLt struct {
-	ctx   *Context
-	mu    sync.Mutex
-	h     uintptr // cublasLtHandle_t; 0 once destroyed
-	ws    workspaces
-	plans map[ltKey]*ltPlan
+	ctx    *Context
+	mu     sync.Mutex
+	h      uintptr // cublasLtHandle_t; 0 once destroyed
+	ws     workspaces
+	plans  map[ltKey]*ltPlan
+	failed map[ltKey]error // shapes cuBLASLt has no algorithm for
 }
 
 var errNilBLASLt = errors.New("cuda: nil or destroyed BLASLt handle")
+
+// ErrNoAlgorithm is wrapped by MatmulBias's error when cuBLASLt has no
+// algorithm for the product and epilogue asked for. Nothing was enqueued:
+// the caller may compute the same with BLAS.Gemm and a kernel instead.
+var ErrNoAlgorithm = errors.New("cuda: cuBLASLt has no algorithm")
 
 // NewBLASLt loads cuBLAS (as NewBLAS) and creates a cuBLASLt handle.
 func (c *Context) NewBLASLt() (*BLASLt, error) {
@@ -99,7 +105,7 @@ func (c *Context) NewBLASLt() (*BLASLt, error) {
 		return nil, err
 	}
 	defer c.exit()
-	l := &BLASLt{ctx: c, ws: workspaces{ctx: c}, plans: make(map[ltKey]*ltPlan)}
+	l := &BLASLt{ctx: c, ws: workspaces{ctx: c}, plans: make(map[ltKey]*ltPlan), failed: make(map[ltKey]error)}
 	if st := cublasLtCreate(&l.h); st != cublasSuccess {
 		return nil, blasError("cublasLtCreate", st)
 	}
@@ -161,6 +167,9 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	if p, ok := l.plans[key]; ok {
 		return p, nil
 	}
+	if err, ok := l.failed[key]; ok {
+		return nil, err
+	}
 	dt, _, ct, _ := key.t.gemmTypes()
 	g := toColMajor(key.transA, key.transB, key.m, key.n, key.k, key.lda, key.ldb, key.ldc)
 	p := &ltPlan{}
@@ -217,22 +226,52 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	}
 	var res ltHeuristicResult
 	var count int32
-	if st := cublasLtMatmulAlgoGetHeuristic(l.h, p.desc, p.first, p.second, p.out, p.out, pref, &res, &count); st != cublasSuccess {
-		return fail("cublasLtMatmulAlgoGetHeuristic", st)
+	st := cublasLtMatmulAlgoGetHeuristic(l.h, p.desc, p.first, p.second, p.out, p.out, pref, &res, &count)
+	if st == cublasNotSupported || st == cublasSuccess && (count < 1 || res.state != int32(cublasSuccess)) {
+		err := fmt.Errorf("%w for %v, m=%d n=%d k=%d, bias=%v relu=%v: %w", ErrNoAlgorithm, key.t, key.m, key.n, key.k, key.bias, key.relu,
+			errors.Join(blasError("cublasLtMatmulAlgoGetHeuristic", cublasNotSupported), p.destroy()))
+		l.failed[key] = err
+		return nil, err
 	}
-	if count < 1 || res.state != int32(cublasSuccess) {
-		return fail(fmt.Sprintf("cublasLtMatmulAlgoGetHeuristic(%v, m=%d n=%d k=%d): no algorithm", key.t, key.m, key.n, key.k), cublasNotSupported)
+	if st != cublasSuccess {
+		return fail("cublasLtMatmulAlgoGetHeuristic", st)
 	}
 	p.algo = res.algo
 	l.plans[key] = p
 	return p, nil
 }
 
+// Prepare allocates s's workspace now rather than on the first call on s,
+// e.g. to keep allocations out of a stream capture.
+func (l *BLASLt) Prepare(s *Stream) error {
+	if l == nil {
+		return errNilBLASLt
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.h == 0 {
+		return errNilBLASLt
+	}
+	if s == nil || s.h == 0 {
+		return errors.New("cuda: nil or destroyed stream")
+	}
+	if s.ctx != l.ctx {
+		return errors.New("cuda: stream and BLASLt belong to different contexts")
+	}
+	if err := l.ctx.enter(); err != nil {
+		return err
+	}
+	defer l.ctx.exit()
+	_, err := l.ws.get(s)
+	return err
+}
+
 // MatmulBias enqueues C = op(A)·op(B) + bias on s, then max(·, 0) if relu,
 // in one cuBLASLt call. Shapes, strides and types are as for BLAS.Gemm;
 // bias is a vector of n elements of the data type (bfloat16 for GemmBF16)
 // added to every row of C, or 0 for none. Descriptors and the algorithm are
-// chosen once per shape and pointer alignment and cached.
+// chosen once per shape and pointer alignment and cached; where cuBLASLt
+// has none, the error wraps ErrNoAlgorithm.
 func (l *BLASLt) MatmulBias(s *Stream, t GemmType, transA, transB bool, m, n, k int,
 	a DevicePtr, lda int, b DevicePtr, ldb int, bias DevicePtr, c DevicePtr, ldc int, relu bool) error {
 	const call = "MatmulBias"
