@@ -35,6 +35,7 @@ func init() {
 	register[BiasGrad]()
 	register[BiasAct]()
 	register[Dense]()
+	register[DenseGrad]()
 	register[BiasActGrad]()
 	register[Conv2D]()
 	register[Conv2DGradData]()

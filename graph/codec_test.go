@@ -10,7 +10,7 @@ import (
 func TestOpCodecRoundTrip(t *testing.T) {
 	ops := []Op{
 		MatMul{TransA: true}, BiasAdd{Axis: 1}, BiasGrad{Axis: 2},
-		BiasAct{Axis: 1, Act: "gelu"}, BiasActGrad{Axis: 3, Act: "relu"}, Dense{Act: "relu"},
+		BiasAct{Axis: 1, Act: "gelu"}, BiasActGrad{Axis: 3, Act: "relu"}, Dense{Act: "relu"}, DenseGrad{},
 		Conv2D{Window{2, 1, 1, 0}}, Conv2DGradData{Window{1, 1, 1, 1}, Shape{2, 3, 4, 4}},
 		Conv2DGradFilter{Window{1, 1, 1, 1}, Shape{8, 3, 3, 3}},
 		MaxPool2D{KH: 2, KW: 3, Window: Window{2, 2, 0, 1}}, MaxPool2DGrad{KH: 2, KW: 2},

@@ -33,6 +33,11 @@ func TestInfer(t *testing.T) {
 		{"dense dtypes", Dense{}, []Spec{f(4, 3), {Shape{5, 3}, BF16}, f(5)}, nil, "dtypes differ"},
 		{"dense rank", Dense{}, []Spec{f(3), f(5, 3), f(5)}, nil, "rank ≥ 2"},
 		{"dense arity", Dense{}, []Spec{f(4, 3), f(5, 3)}, nil, "takes 3 inputs, got 2"},
+		{"dense grad", DenseGrad{}, []Spec{f(4, 5), f(4, 3)}, []Spec{f(5, 3), f(5)}, ""},
+		{"dense grad rank 3", DenseGrad{}, []Spec{f(2, 7, 5), f(2, 7, 3)}, []Spec{f(5, 3), f(5)}, ""},
+		{"dense grad rows", DenseGrad{}, []Spec{f(4, 5), f(3, 3)}, nil, "same leading axes"},
+		{"dense grad ranks", DenseGrad{}, []Spec{f(2, 2, 5), f(4, 3)}, nil, "same leading axes"},
+		{"dense grad dtypes", DenseGrad{}, []Spec{f(4, 5), {Shape{4, 3}, BF16}}, nil, "dtypes differ"},
 		{"conv", Conv2D{Window{1, 1, 1, 1}}, []Spec{f(8, 3, 32, 32), f(16, 3, 3, 3)}, []Spec{f(8, 16, 32, 32)}, ""},
 		{"conv stride 2", Conv2D{Window{2, 2, 0, 0}}, []Spec{f(1, 1, 7, 7), f(2, 1, 3, 3)}, []Spec{f(1, 2, 3, 3)}, ""},
 		{"conv channels", Conv2D{Window{1, 1, 0, 0}}, []Spec{f(1, 3, 8, 8), f(2, 4, 3, 3)}, nil, "3 channels, w expects 4"},
@@ -138,6 +143,31 @@ func TestMatMulSignatures(t *testing.T) {
 	}
 }
 
+// Dense's and DenseGrad's signatures are MatMul's and BiasAdd's (or
+// BiasGrad's) together: a split of the rows or of the output features, or
+// broadcast; the gradients of split rows are partial sums.
+func TestDenseSignatures(t *testing.T) {
+	f := func(s ...int) Spec { return Spec{Shape(s), F32} }
+	for _, tt := range []struct {
+		op   Op
+		in   []Spec
+		want []string
+	}{
+		{Dense{Act: "relu"}, []Spec{f(2, 7, 3), f(5, 3), f(5)}, []string{"S(0)←S(0),B,B", "S(1)←S(1),B,B", "S(2)←B,S(0),S(0)", "B←B,B,B"}},
+		{DenseGrad{}, []Spec{f(4, 5), f(4, 3)}, []string{"P,P←S(0),S(0)", "S(0),S(0)←S(1),B", "S(1),B←B,S(1)", "P,P←P,B", "B,B←B,B"}},
+	} {
+		out, err := tt.op.Infer(tt.in)
+		require.NoError(t, err)
+		sigs := tt.op.Signatures(tt.in, out)
+		require.Len(t, sigs, len(tt.want), "%v", sigs)
+		for _, w := range tt.want {
+			if !hasSignature(sigs, w) {
+				t.Errorf("%+v on %v: got %v, want it to include %s", tt.op, tt.in, sigs, w)
+			}
+		}
+	}
+}
+
 // Every signature of every op names one layout per input and output, and
 // split axes exist.
 func TestSignaturesWellFormed(t *testing.T) {
@@ -180,6 +210,11 @@ func fusedGraph(t *testing.T, fused bool) *Graph {
 	}
 	h := act(g.Conv2D(x, p("w1", 5, 3, 3, 3), 1, 1), p("b1", 5), 1, "relu")
 	h = act(g.MatMul(g.Flatten(h), p("w2", 5*6*6, 7), false, false), p("b2", 7), 1, "gelu")
+	if fused {
+		h = g.Dense(g.Dense(h, p("w3", 6, 7), p("b3", 6), "relu"), p("w4", 2, 6), p("b4", 2), "")
+	} else {
+		h = g.Linear(g.ReLU(g.Linear(h, p("w3", 6, 7), p("b3", 6))), p("w4", 2, 6), p("b4", 2))
+	}
 	require.NoError(t, g.Minimize(g.MeanSquare(h), SGD{LR: 0.01}))
 	return g
 }
@@ -417,7 +452,56 @@ func TestBiasActGrad(t *testing.T) {
 		}
 		return c
 	}
+	// Forward: one node fewer per BiasAct, two for the Dense with ReLU, one
+	// for the other; backward: one fewer per DenseGrad.
 	fused, unfused := fusedGraph(t, true), fusedGraph(t, false)
-	require.Equal(t, count(unfused, Forward)-2, count(fused, Forward))
-	require.Equal(t, count(unfused, Backward), count(fused, Backward))
+	require.Equal(t, count(unfused, Forward)-5, count(fused, Forward))
+	require.Equal(t, count(unfused, Backward)-2, count(fused, Backward))
+}
+
+// Dense's gradient: ReLU's read off y, then one DenseGrad when both w and b
+// take gradients, a MatMul or a BiasGrad when one does, and x's MatMul
+// only when x takes one.
+func TestDenseGrad(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		need []bool // x, w, b
+		want []string
+	}{
+		{"all", []bool{true, true, true}, []string{"relu_grad", "matmul", "dense_grad"}},
+		{"w and b", []bool{false, true, true}, []string{"relu_grad", "dense_grad"}},
+		{"w", []bool{false, true, false}, []string{"relu_grad", "matmul"}},
+		{"b", []bool{false, false, true}, []string{"relu_grad", "bias_grad"}},
+		{"x", []bool{true, false, false}, []string{"relu_grad", "matmul"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			g := New()
+			in := []*Tensor{g.Param("x", Shape{2, 3, 4}, Init{}), g.Param("w", Shape{5, 4}, Init{}), g.Param("b", Shape{5}, Init{})}
+			y := g.Dense(in[0], in[1], in[2], "relu")
+			var wrt []*Tensor
+			for i, n := range tt.need {
+				if n {
+					wrt = append(wrt, in[i])
+				}
+			}
+			loss := g.MeanSquare(y)
+			grads, err := g.Backward(loss, wrt)
+			require.NoError(t, err)
+			var got []string
+			for _, n := range g.Nodes {
+				if n.Phase == Backward && n.Op.Type() != "mean_square_grad" && n.Op.Type() != "fill" && n.Op.Type() != "reshape" {
+					got = append(got, n.Op.Type())
+				}
+			}
+			require.Equal(t, tt.want, got)
+			for i, gr := range grads {
+				require.True(t, gr.Spec.Shape.Equal(wrt[i].Spec.Shape), "gradient %d is %v, want %v", i, gr.Spec.Shape, wrt[i].Spec.Shape)
+			}
+			for _, n := range g.Nodes {
+				if n.Op.Type() == "relu_grad" {
+					require.Same(t, y, n.Inputs[0], "ReLU's gradient reads y")
+				}
+			}
+		})
+	}
 }

@@ -197,7 +197,8 @@ func (op Dense) Signatures(in, out []Spec) []Signature {
 }
 
 // Grad is MatMul's and BiasAdd's behind ReLU's: dz = ReLUGrad(y, dy) (dy
-// without an activation), dx = dz·w, dw = dzᵀ·x, db = BiasGrad(dz).
+// without an activation), dx = dz·w, and dw = dzᵀ·x and db = BiasGrad(dz)
+// in one DenseGrad when both are needed.
 func (op Dense) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	x, w := n.Inputs[0], n.Inputs[1]
 	dz := dy[0]
@@ -211,13 +212,72 @@ func (op Dense) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 			grads[0] = g.Reshape(grads[0], x.Spec.Shape)
 		}
 	}
-	if need[1] {
+	switch {
+	case need[1] && need[2]:
+		if out := g.Apply(DenseGrad{}, dz, x); out != nil {
+			grads[1], grads[2] = out[0], out[1]
+		}
+	case need[1]:
 		grads[1] = g.MatMul(dz, x, true, false)
-	}
-	if need[2] {
+	case need[2]:
 		grads[2] = g.apply1(BiasGrad{Axis: len(dz.Spec.Shape) - 1}, dz)
 	}
 	return grads
+}
+
+// DenseGrad is (dz, x) → (dw, db) = (dzᵀ·x, dz summed over its rows): the
+// weight and bias gradients of Dense in one op, which a GPU computes in
+// one cuBLASLt call (the bias gradient in the GEMM's epilogue, from the
+// dz it reads anyway) instead of a GEMM and a reduction reading dz again.
+// x is [..., in] and dz [..., out] with the same leading axes; dw is
+// [out, in] and db [out]. It computes what MatMul{TransA: true} and
+// BiasGrad compute, bit for bit in f32 on the CPU.
+type DenseGrad struct{}
+
+func (DenseGrad) Type() string { return "dense_grad" }
+
+func (DenseGrad) Infer(in []Spec) ([]Spec, error) {
+	const name = "dense_grad"
+	if err := checkArity(name, in, 2); err != nil {
+		return nil, err
+	}
+	if err := checkFloat(name, in, 0, 1); err != nil {
+		return nil, err
+	}
+	dz, x := in[0].Shape, in[1].Shape
+	if len(dz) < 2 || len(dz) != len(x) || !dz[:len(dz)-1].Equal(x[:len(x)-1]) {
+		return nil, shapeErr(name, in, "dz and x must have the same leading axes, rank ≥ 2")
+	}
+	if in[0].DType != in[1].DType {
+		return nil, shapeErr(name, in, "dtypes differ")
+	}
+	out, k := dz[len(dz)-1], x[len(x)-1]
+	return []Spec{{Shape{out, k}, in[0].DType}, {Shape{out}, in[0].DType}}, nil
+}
+
+// Cost is the GEMM's and the sum's; dz and x are read and dw and db
+// written once.
+func (DenseGrad) Cost(in, out []Spec) Cost {
+	rows, n := matrixView(in[0].Shape)
+	_, k := matrixView(in[1].Shape)
+	return Cost{FLOPs: units.FLOPs((2*float64(k) + 1) * float64(rows) * float64(n)), Bytes: bytesOf(in, out)}
+}
+
+// Signatures: split rows give partial sums of both gradients; split output
+// features split dw's rows and db; split input features split dw's
+// columns, db whole on every device; a partial dz gives partial sums; or
+// everything broadcast.
+func (DenseGrad) Signatures(in, out []Spec) []Signature {
+	r := len(in[0].Shape)
+	var sigs []Signature
+	for a := range r - 1 {
+		sigs = append(sigs, sig(2, P, P, S(a), S(a)))
+	}
+	return append(sigs,
+		sig(2, S(0), S(0), S(r-1), B),
+		sig(2, S(1), B, B, S(r-1)),
+		sig(2, P, P, P, B),
+		sig(2, B, B, B, B))
 }
 
 // Dense adds act(x·wᵀ + b), act "" or "relu" (see Dense).

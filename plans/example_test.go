@@ -28,7 +28,7 @@ func ExampleCompile() {
 		fmt.Printf("%s/%s: %d firings\n", p.Devices[s.Device].Name, s.Name, len(s.Order))
 	}
 	// Output:
-	// pp=2,mb=4,sched=1f1b: 4 micro-batches of 16, 49 tasks, 172 firings per iteration
+	// pp=2,mb=4,sched=1f1b: 4 micro-batches of 16, 47 tasks, 164 firings per iteration
 	// cpu0/compute: 96 firings
-	// cpu1/compute: 76 firings
+	// cpu1/compute: 68 firings
 }

@@ -64,6 +64,11 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 			return err
 		}
 		cpu.BiasAct(p, act, y(0), x(2), y(0), rows, n, 1)
+	case graph.DenseGrad:
+		rows, n := matrix(shape(0))
+		_, k := matrix(shape(1))
+		cpu.Sgemm(p, true, false, n, k, rows, 1, x(0), n, x(1), k, 0, y(0), k)
+		cpu.BiasGrad(p, x(0), y(1), rows, n, 1)
 	case graph.BiasAdd:
 		o, c, i := shape(0).Split3(op.Axis)
 		cpu.BiasAdd(p, x(0), x(1), y(0), o, c, i)

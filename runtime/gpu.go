@@ -128,6 +128,9 @@ func workspace(op graph.Op, in []graph.Spec) units.Bytes {
 	case graph.BiasGrad:
 		o, c, i := shape(0).Split3(op.Axis)
 		return kcuda.BiasGradWorkspace(o, c, i)
+	case graph.DenseGrad: // BiasGrad's, for when cuBLASLt has no algorithm
+		rows, n := matrix(shape(0))
+		return kcuda.BiasGradWorkspace(rows, n, 1)
 	case graph.MeanSquare:
 		return kcuda.MeanSquareWorkspace(shape(0).NumElements())
 	case graph.LayerNormGrad:
@@ -179,6 +182,8 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		return g.blas.Gemm(s, t, op.TransA, op.TransB, m, nn, kk, 1, in[0], ac, in[1], bc, 0, out[0], nn)
 	case graph.Dense:
 		return g.dense(s, op, dt, shape(0), shape(1), in, out[0])
+	case graph.DenseGrad:
+		return g.denseGrad(s, dt, shape(0), shape(1), in, out, work)
 	case graph.BiasAdd:
 		o, c, i := shape(0).Split3(op.Axis)
 		return k.BiasAdd(s, dt, in[0], in[1], out[0], o, c, i)
@@ -307,4 +312,24 @@ func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.S
 		return g.k.BiasAdd(s, dt, y, in[2], y, rows, n, 1)
 	}
 	return g.k.BiasAct(s, dt, cpu.ActReLU, y, in[2], y, rows, n, 1)
+}
+
+// denseGrad enqueues dw = dzᵀ·x and db = dz summed over its rows as one
+// cuBLASLt product with the bias gradient in its epilogue; where cuBLASLt
+// has no algorithm for that, as cuBLAS's GEMM and the BiasGrad kernel.
+func (g *GPU) denseGrad(s *cu.Stream, dt graph.DType, dzs, xs graph.Shape, in, out []cu.DevicePtr, work cu.DevicePtr) error {
+	rows, n := matrix(dzs)
+	_, k := matrix(xs)
+	t, err := gemmType(dt)
+	if err != nil {
+		return err
+	}
+	err = g.lt.MatmulBiasGrad(s, t, true, false, n, k, rows, in[0], n, in[1], k, out[0], k, out[1])
+	if !errors.Is(err, cu.ErrNoAlgorithm) {
+		return err
+	}
+	if err := g.blas.Gemm(s, t, true, false, n, k, rows, 1, in[0], n, in[1], k, 0, out[0], k); err != nil {
+		return err
+	}
+	return g.k.BiasGrad(s, dt, in[0], out[1], work, rows, n, 1)
 }

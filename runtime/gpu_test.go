@@ -5,6 +5,8 @@ import (
 	"errors"
 	"math"
 	"os"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -104,7 +106,8 @@ func runPlan(t *testing.T, p *plans.Plan, iters int, eager bool) (*PlanRunner, [
 
 // The same plan on the GPU (graph replay and eager) computes what the CPU
 // computes, in f32: the CNNs with convolution, pooling, dropout and
-// cross-entropy, and the MLP and transformer workloads.
+// cross-entropy, and the MLP and transformer workloads
+// ($FLOWKIT_GPU_TEST_MODELS, semicolon-separated, picks some).
 func TestGPUPlanMatchesCPU(t *testing.T) {
 	openGPU(t)
 	const iters = 3
@@ -117,6 +120,9 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 		{"mlp3x4096:width=64", "0.weight", 16},
 		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "layers.0.self_attn.in_proj_weight", 4},
 	} {
+		if only := os.Getenv("FLOWKIT_GPU_TEST_MODELS"); only != "" && !slices.Contains(strings.Split(only, ";"), c.model) {
+			continue
+		}
 		t.Run(c.model, func(t *testing.T) {
 			ref, refLoss := runPlan(t, compileOn(t, cpuDevices(1), c.model, "single", c.batch, 0), iters, false)
 			want, ok := ref.Param(c.weight, 0)

@@ -39,5 +39,5 @@ func ExampleSimulate() {
 	}
 	fmt.Printf("%d compute tasks per replica, step %v\n", perReplica, step)
 	// Output:
-	// 23 compute tasks per replica, step 2.3ms
+	// 20 compute tasks per replica, step 2ms
 }

@@ -16,10 +16,11 @@ const (
 
 // cublasLtEpilogue_t (cublasLt.h).
 const (
-	ltEpilogueDefault  = 1 // CUBLASLT_EPILOGUE_DEFAULT
-	ltEpilogueReLU     = 2 // CUBLASLT_EPILOGUE_RELU
-	ltEpilogueBias     = 4 // CUBLASLT_EPILOGUE_BIAS
-	ltEpilogueReLUBias = 6 // CUBLASLT_EPILOGUE_RELU_BIAS = RELU | BIAS
+	ltEpilogueDefault  = 1   // CUBLASLT_EPILOGUE_DEFAULT
+	ltEpilogueReLU     = 2   // CUBLASLT_EPILOGUE_RELU
+	ltEpilogueBias     = 4   // CUBLASLT_EPILOGUE_BIAS
+	ltEpilogueReLUBias = 6   // CUBLASLT_EPILOGUE_RELU_BIAS = RELU | BIAS
+	ltEpilogueBGradB   = 512 // CUBLASLT_EPILOGUE_BGRADB
 )
 
 // cublasLtMatmulPreferenceAttributes_t (cublasLt.h).
@@ -67,6 +68,7 @@ type ltKey struct {
 	transA, transB         bool
 	m, n, k, lda, ldb, ldc int
 	bias, relu             bool
+	bgrad                  bool // BGRADB: the bias pointer receives op(A)'s row sums
 	alignA, alignB, alignC uint32
 }
 
@@ -181,6 +183,8 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	}
 	epilogue := uint32(ltEpilogueDefault)
 	switch {
+	case key.bgrad:
+		epilogue = ltEpilogueBGradB
 	case key.bias && key.relu:
 		epilogue = ltEpilogueReLUBias
 	case key.bias:
@@ -228,7 +232,7 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	var count int32
 	st := cublasLtMatmulAlgoGetHeuristic(l.h, p.desc, p.first, p.second, p.out, p.out, pref, &res, &count)
 	if st == cublasNotSupported || st == cublasSuccess && (count < 1 || res.state != int32(cublasSuccess)) {
-		err := fmt.Errorf("%w for %v, m=%d n=%d k=%d, bias=%v relu=%v: %w", ErrNoAlgorithm, key.t, key.m, key.n, key.k, key.bias, key.relu,
+		err := fmt.Errorf("%w for %v, m=%d n=%d k=%d, epilogue %d: %w", ErrNoAlgorithm, key.t, key.m, key.n, key.k, epilogue,
 			errors.Join(blasError("cublasLtMatmulAlgoGetHeuristic", cublasNotSupported), p.destroy()))
 		l.failed[key] = err
 		return nil, err
@@ -274,35 +278,53 @@ func (l *BLASLt) Prepare(s *Stream) error {
 // has none, the error wraps ErrNoAlgorithm.
 func (l *BLASLt) MatmulBias(s *Stream, t GemmType, transA, transB bool, m, n, k int,
 	a DevicePtr, lda int, b DevicePtr, ldb int, bias DevicePtr, c DevicePtr, ldc int, relu bool) error {
-	const call = "MatmulBias"
+	key := ltKey{t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc, bias: bias != 0, relu: relu}
+	return l.matmul("MatmulBias", s, key, a, b, c, bias)
+}
+
+// MatmulBiasGrad enqueues C = op(A)·op(B) on s and, in the same cuBLASLt
+// call (the BGRADB epilogue), biasGrad[i] = Σ_p op(A)[i][p], the m row sums
+// of op(A) in the data type: for a layer y = x·wᵀ + b with upstream
+// gradient dy, A = dy with transA gives the weight gradient dyᵀ·x in C and
+// the bias gradient in biasGrad. Shapes, strides, types and errors are as
+// for MatmulBias.
+func (l *BLASLt) MatmulBiasGrad(s *Stream, t GemmType, transA, transB bool, m, n, k int,
+	a DevicePtr, lda int, b DevicePtr, ldb int, c DevicePtr, ldc int, biasGrad DevicePtr) error {
+	if biasGrad == 0 {
+		return argError("MatmulBiasGrad", "nil biasGrad")
+	}
+	key := ltKey{t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc, bgrad: true}
+	return l.matmul("MatmulBiasGrad", s, key, a, b, c, biasGrad)
+}
+
+// matmul checks and enqueues the product of key with the epilogue vector
+// vec (the bias, or the bias gradient).
+func (l *BLASLt) matmul(call string, s *Stream, key ltKey, a, b, c, vec DevicePtr) error {
 	if l == nil {
 		return errNilBLASLt
 	}
-	_, size, _, ok := t.gemmTypes()
+	_, size, _, ok := key.t.gemmTypes()
 	if !ok {
-		return argError(call, "unknown %v", t)
+		return argError(call, "unknown %v", key.t)
 	}
-	if err := checkGemm(call, transA, transB, m, n, k, lda, ldb, ldc); err != nil {
+	if err := checkGemm(call, key.transA, key.transB, key.m, key.n, key.k, key.lda, key.ldb, key.ldc); err != nil {
 		return err
 	}
-	if err := checkGemmPointers(call, size, m, n, k, a, b, c); err != nil {
+	if err := checkGemmPointers(call, size, key.m, key.n, key.k, a, b, c); err != nil {
 		return err
 	}
-	if bias%DevicePtr(size) != 0 {
-		return argError(call, "bias = %#x is not aligned to its %d-byte elements", uintptr(bias), size)
+	if vec%DevicePtr(size) != 0 {
+		return argError(call, "the epilogue's vector %#x is not aligned to its %d-byte elements", uintptr(vec), size)
 	}
-	if m == 0 || n == 0 {
+	if key.m == 0 || key.n == 0 {
 		return nil
 	}
-	if k == 0 {
-		// cuBLASLt rejects k = 0; the result would be bias (and ReLU) alone.
+	if key.k == 0 {
+		// cuBLASLt rejects k = 0; the result would be the bias (and ReLU)
+		// alone, or a zero bias gradient.
 		return argError(call, "k = 0")
 	}
-	key := ltKey{
-		t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc,
-		bias: bias != 0, relu: relu,
-		alignA: alignment(a), alignB: alignment(b), alignC: alignment(c),
-	}
+	key.alignA, key.alignB, key.alignC = alignment(a), alignment(b), alignment(c)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.h == 0 {
@@ -326,15 +348,15 @@ func (l *BLASLt) MatmulBias(s *Stream, t GemmType, transA, transB bool, m, n, k 
 	if err != nil {
 		return err
 	}
-	if key.bias {
-		if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescBiasPointer, uint64(bias)); st != cublasSuccess {
+	if key.bias || key.bgrad {
+		if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescBiasPointer, uint64(vec)); st != cublasSuccess {
 			return blasError("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", st)
 		}
 	}
 	alpha, beta := float32(1), float32(0)
 	if st := cublasLtMatmul(l.h, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out,
 		&p.algo, ws, uint64(WorkspaceSize), s.h); st != cublasSuccess {
-		return blasError(fmt.Sprintf("cublasLtMatmul(%v, m=%d n=%d k=%d)", t, m, n, k), st)
+		return blasError(fmt.Sprintf("cublasLtMatmul(%v, m=%d n=%d k=%d)", key.t, key.m, key.n, key.k), st)
 	}
 	return nil
 }

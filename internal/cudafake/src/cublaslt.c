@@ -1,7 +1,8 @@
 /*
  * A fake libcublasLt: descriptors that check attribute sizes the way
  * cuBLASLt does, a heuristic that checks the layouts agree, and a
- * column-major reference matmul with the bias and ReLU epilogues whose
+ * column-major reference matmul with the bias, ReLU and bias-gradient
+ * (BGRADB) epilogues whose
  * operands are checked against the device allocations.
  * Entry points have the prototypes cublasLt.h declares.
  */
@@ -61,7 +62,8 @@ cublasStatus_t cublasLtMatmulDescSetAttribute(cublasLtMatmulDesc_t matmulDesc, c
 	case CUBLASLT_MATMUL_DESC_EPILOGUE: {
 		if (sizeInBytes != sizeof(uint32_t)) return CUBLAS_STATUS_INVALID_VALUE;
 		uint32_t v = *(const uint32_t *)buf;
-		if (v != CUBLASLT_EPILOGUE_DEFAULT && v != CUBLASLT_EPILOGUE_RELU && v != CUBLASLT_EPILOGUE_BIAS && v != CUBLASLT_EPILOGUE_RELU_BIAS)
+		if (v != CUBLASLT_EPILOGUE_DEFAULT && v != CUBLASLT_EPILOGUE_RELU && v != CUBLASLT_EPILOGUE_BIAS && v != CUBLASLT_EPILOGUE_RELU_BIAS &&
+		    v != CUBLASLT_EPILOGUE_BGRADB)
 			return CUBLAS_STATUS_NOT_SUPPORTED;
 		d->epilogue = v;
 		return CUBLAS_STATUS_SUCCESS;
@@ -139,6 +141,13 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 		*returnAlgoCount = 0;
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	}
+	/* FLOWKIT_FAKE_CUBLASLT_EPILOGUES=none: no algorithm for any epilogue,
+	 * as a real cuBLASLt may answer for some, so that callers' fallbacks run. */
+	const char *ep = getenv("FLOWKIT_FAKE_CUBLASLT_EPILOGUES");
+	if (ep && strcmp(ep, "none") == 0 && ((struct desc *)operationDesc)->epilogue != CUBLASLT_EPILOGUE_DEFAULT) {
+		*returnAlgoCount = 0;
+		return CUBLAS_STATUS_NOT_SUPPORTED;
+	}
 	memset(heuristicResultsArray, 0, sizeof *heuristicResultsArray);
 	heuristicResultsArray[0].algo.data[0] = ALGO_MAGIC;
 	heuristicResultsArray[0].algo.data[1] = p->align[0] | (uint64_t)p->align[1] << 16 | (uint64_t)p->align[2] << 32;
@@ -166,7 +175,16 @@ static void run_matmul(void *arg) {
 		fake_touch(o->B, fake_matrix_bytes(o->b.rows, o->b.cols, o->b.ld, 1, 0, es));
 		fake_touch(o->C, fake_matrix_bytes(o->c.rows, o->c.cols, o->c.ld, 1, 0, es));
 		for (uint64_t j = 0; j < o->c.cols; j++) memset((char *)o->D + j * o->c.ld * es, 0, o->c.rows * es);
+		if (o->d.epilogue == CUBLASLT_EPILOGUE_BGRADB) memset((void *)o->d.bias, 0, o->c.cols * es);
 		return;
+	}
+	if (o->d.epilogue == CUBLASLT_EPILOGUE_BGRADB) { /* the bias gradient: op(B)'s column sums, one per column of D */
+		uint64_t k = o->d.transb ? o->b.cols : o->b.rows;
+		for (uint64_t j = 0; j < o->c.cols; j++) {
+			double sum = 0;
+			for (uint64_t p = 0; p < k; p++) sum += fake_load(o->B, type, o->d.transb ? j + p * o->b.ld : p + j * o->b.ld);
+			fake_store((void *)o->d.bias, type, j, sum);
+		}
 	}
 	for (uint64_t j = 0; j < o->c.cols; j++)
 		for (uint64_t i = 0; i < o->c.rows; i++) {
@@ -179,8 +197,9 @@ static void run_matmul(void *arg) {
 			}
 			size_t ic = i + j * o->c.ld;
 			double v = o->alpha * sum + (o->beta == 0 ? 0 : o->beta * fake_load(o->C, type, ic));
-			if (o->d.epilogue & CUBLASLT_EPILOGUE_BIAS) v += fake_load(o->d.bias, type, i); /* one per row of D */
-			if ((o->d.epilogue & CUBLASLT_EPILOGUE_RELU) && v < 0) v = 0;
+			if (o->d.epilogue == CUBLASLT_EPILOGUE_BIAS || o->d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS)
+				v += fake_load(o->d.bias, type, i); /* one per row of D */
+			if ((o->d.epilogue == CUBLASLT_EPILOGUE_RELU || o->d.epilogue == CUBLASLT_EPILOGUE_RELU_BIAS) && v < 0) v = 0;
 			fake_store(o->D, type, ic, v);
 		}
 }
@@ -206,14 +225,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
 		return CUBLAS_STATUS_INVALID_VALUE;
 	if (!workspace || workspaceSizeInBytes < ((size_t)4 << 20)) return CUBLAS_STATUS_INVALID_VALUE;
 	if (!check(d, (struct layout *)Adesc, (struct layout *)Bdesc, (struct layout *)Cdesc, (struct layout *)Ddesc)) return CUBLAS_STATUS_INVALID_VALUE;
-	if ((d->epilogue & CUBLASLT_EPILOGUE_BIAS) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
+	int bias = d->epilogue == CUBLASLT_EPILOGUE_BIAS || d->epilogue == CUBLASLT_EPILOGUE_RELU_BIAS, bgrad = d->epilogue == CUBLASLT_EPILOGUE_BGRADB;
+	if ((bias || bgrad) && !d->bias) return CUBLAS_STATUS_INVALID_VALUE;
 	const struct layout *la = (struct layout *)Adesc, *lb = (struct layout *)Bdesc, *lc = (struct layout *)Cdesc, *ld = (struct layout *)Ddesc;
 	size_t es = la->type == CUDA_R_32F ? 4 : 2;
 	if (!fake_device_range("cublasLtMatmul", "A", A, fake_matrix_bytes(la->rows, la->cols, la->ld, 1, 0, es)) ||
 	    !fake_device_range("cublasLtMatmul", "B", B, fake_matrix_bytes(lb->rows, lb->cols, lb->ld, 1, 0, es)) ||
 	    !fake_device_range("cublasLtMatmul", "C", C, fake_matrix_bytes(lc->rows, lc->cols, lc->ld, 1, 0, es)) ||
 	    !fake_device_range("cublasLtMatmul", "D", D, fake_matrix_bytes(ld->rows, ld->cols, ld->ld, 1, 0, es)) ||
-	    ((d->epilogue & CUBLASLT_EPILOGUE_BIAS) && !fake_device_range("cublasLtMatmul", "bias", d->bias, ld->rows * es)) ||
+	    (bias && !fake_device_range("cublasLtMatmul", "bias", d->bias, ld->rows * es)) ||
+	    (bgrad && !fake_device_range("cublasLtMatmul", "bias gradient", d->bias, ld->cols * es)) ||
 	    !fake_device_range("cublasLtMatmul", "workspace", workspace, workspaceSizeInBytes))
 		return CUBLAS_STATUS_INVALID_VALUE;
 	struct matmul_op o = {
