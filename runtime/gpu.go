@@ -3,7 +3,9 @@ package runtime
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/kernels/cpu"
@@ -19,6 +21,9 @@ type GPU struct {
 	blas *cu.BLAS
 	lt   *cu.BLASLt
 	k    *kcuda.Kernels
+
+	mu        sync.Mutex
+	fallbacks map[string]bool // what cuBLASLt had no algorithm for
 }
 
 // OpenGPU opens CUDA device ordinal. On a machine without a GPU, driver or
@@ -52,6 +57,30 @@ func OpenGPU(ordinal int) (*GPU, error) {
 // Close releases the device.
 func (g *GPU) Close() error {
 	return errors.Join(g.k.Unload(), g.lt.Destroy(), g.blas.Destroy(), g.ctx.Close())
+}
+
+// Fallbacks lists, sorted, the fused products cuBLASLt had no algorithm
+// for, which ran as a cuBLAS GEMM and a kernel instead (slower, same
+// result).
+func (g *GPU) Fallbacks() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var l []string
+	for f := range g.fallbacks {
+		l = append(l, f)
+	}
+	slices.Sort(l)
+	return l
+}
+
+// fellBack records that op ran without its fused cuBLASLt product.
+func (g *GPU) fellBack(op string, err error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.fallbacks == nil {
+		g.fallbacks = make(map[string]bool)
+	}
+	g.fallbacks[op+": "+err.Error()] = true
 }
 
 // prepare allocates the cuBLAS and cuBLASLt workspaces of s now, rather
@@ -305,6 +334,7 @@ func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.S
 	if !errors.Is(err, cu.ErrNoAlgorithm) {
 		return err
 	}
+	g.fellBack("dense", err)
 	if err := g.blas.Gemm(s, t, false, true, rows, n, k, 1, in[0], k, in[1], k, 0, y, n); err != nil {
 		return err
 	}
@@ -328,6 +358,7 @@ func (g *GPU) denseGrad(s *cu.Stream, dt graph.DType, dzs, xs graph.Shape, in, o
 	if !errors.Is(err, cu.ErrNoAlgorithm) {
 		return err
 	}
+	g.fellBack("dense_grad", err)
 	if err := g.blas.Gemm(s, t, true, false, n, k, rows, 1, in[0], n, in[1], k, 0, out[0], k); err != nil {
 		return err
 	}

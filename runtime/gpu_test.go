@@ -129,6 +129,11 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 			require.True(t, ok)
 			for _, eager := range []bool{false, true} {
 				r, loss := runPlan(t, compileOn(t, gpuDevices(t), c.model, "single", c.batch, 0), iters, eager)
+				if os.Getenv("FLOWKIT_FAKE_CUBLASLT_EPILOGUES") == "none" {
+					require.NotEmpty(t, r.Notes(), "the fallbacks are reported")
+				} else if notes := r.Notes(); len(notes) > 0 {
+					t.Log(notes)
+				}
 				for i := range loss {
 					require.InDelta(t, refLoss[i], loss[i], 1e-4*math.Abs(refLoss[i])+1e-6, "eager=%v loss of iteration %d", eager, i)
 				}

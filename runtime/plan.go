@@ -193,6 +193,26 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 	return r, nil
 }
 
+// Notes says where the run departed from the plan's intent without changing
+// what it computes (up to one more bf16 rounding): the fused cuBLASLt
+// products its GPUs ran unfused (GPU.Fallbacks).
+func (r *PlanRunner) Notes() []string {
+	if r.gpu == nil {
+		return nil
+	}
+	var notes []string
+	seen := map[*GPU]bool{}
+	for _, g := range r.gpu.devs {
+		if g != nil && !seen[g] {
+			seen[g] = true
+			for _, f := range g.Fallbacks() {
+				notes = append(notes, fmt.Sprintf("%v: ran unfused: %s", g, f))
+			}
+		}
+	}
+	return notes
+}
+
 // Close releases the runner's GPU resources (nothing for CPU plans).
 func (r *PlanRunner) Close() error {
 	if r.gpu == nil {

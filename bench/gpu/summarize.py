@@ -46,7 +46,7 @@ def main():
         ms = 1e3 * o.get("measured_step_s", float("nan"))
         pred = 1e3 * o.get("predicted_step_s", float("nan"))
         t = torch.get(w)
-        wl = {"flowrun_ms": ms, "predicted_ms": pred, "pred_error": o.get("rel_error"), "pytorch_ms": t}
+        wl = {"flowrun_ms": ms, "predicted_ms": pred, "pred_error": o.get("rel_error"), "pytorch_ms": t, "notes": o.get("notes")}
         if t:
             wl["ratio"] = ms / t
         if w in TARGETS:
@@ -82,6 +82,9 @@ def main():
         print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | {f(r['flowrun_ms'], '%.3f')} | {f(r.get('ratio'), '%.2f')} | "
               f"{f(r.get('target_ratio'), '≤ %.1f')} | {f(r['predicted_ms'], '%.3f')} | {f(r.get('pred_error') and 100 * r['pred_error'], '%+.1f%%')} | "
               f"{'yes' if met else 'no'} |")
+    notes = [f"{w}: {n}" for w, r in out["workloads"].items() for n in r.get("notes") or []]
+    if notes:
+        print("\nnotes:\n  " + "\n  ".join(notes))
     if failed:
         print("\nfailed steps: " + ", ".join(failed))
         for name in failed:

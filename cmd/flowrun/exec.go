@@ -164,6 +164,12 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		stepsS[i] = r.step.Seconds()
 	}
 	out["measured_steps_s"] = stepsS
+	if notes := runner.Notes(); len(notes) > 0 {
+		out["notes"] = notes
+		for _, n := range notes {
+			fmt.Fprintln(os.Stderr, "flowrun: note:", n)
+		}
+	}
 	measured := med.res.Trace
 	if len(measured.Events) == 0 && (f.compare || f.tracePath != "" || f.pprofDir != "") {
 		// A graph replay timed whole iterations: one more run, with events
