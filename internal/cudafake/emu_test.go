@@ -16,12 +16,17 @@ import (
 // TestKernelEmulator runs testdata/emu's kernels on the emulator, through
 // the fake driver and the Go bindings, in child processes: shuffles,
 // ballots, __syncthreads(_or) and shared memory compute what CUDA defines
-// (TestEmuRuns), and a kernel that misuses a barrier fails the launch with
+// (TestEmuRuns, in both schedules; the reverse one shows a race the
+// forward one hides), and a kernel that misuses a barrier fails the launch with
 // the reason and leaves the context faulted, as a GPU would, instead of
 // hanging (TestEmuFault, one child per kernel: a fault is sticky).
 func TestKernelEmulator(t *testing.T) {
 	opt := cudafake.EmulatedKernels("testdata/emu")
 	cudafake.RunTests(t, "TestEmuRuns$", 1, opt)
+	t.Run("reverse", func(t *testing.T) {
+		t.Setenv("FLOWKIT_EMU_SCHEDULE", "reverse")
+		cudafake.RunTests(t, "TestEmuRuns$", 1, opt)
+	})
 	for kernel, want := range map[string]string{
 		"deadlock": "emulated kernel deadlock failed: deadlock: block (0, 0, 0): deadlock: 16 threads wait at __syncthreads, 16 at warp operations, 0 exited",
 		"exited":   "emulated kernel exited failed: exited: block (0, 0, 0) warp 0: a full-mask warp operation with 1 lanes exited",
@@ -120,6 +125,20 @@ func TestEmuRuns(t *testing.T) {
 	download(t, s, ballot, dballot)
 	require.Equal(t, []int32{0, 1}, anyv)
 	require.Equal(t, []uint32{0, 0, 0, 1 << 5}, ballot)
+
+	// racy_broadcast is right when thread 0 runs first, and the reverse
+	// schedule shows its race: thread 63 reads v before thread 0 sets it.
+	dxb, dyb := upload(t, ctx, s, []int32{10, 20}), upload(t, ctx, s, make([]int32, 128))
+	require.NoError(t, s.Launch(fn("racy_broadcast"), cu.Dim3{X: 2, Y: 1, Z: 1}, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, dxb, dyb))
+	yb := make([]int32, 128)
+	download(t, s, yb, dyb)
+	if os.Getenv("FLOWKIT_EMU_SCHEDULE") == "reverse" {
+		require.NotEqual(t, yb[63], yb[0], "block 0's last thread, first to run, reads v before thread 0 sets it")
+	} else {
+		for i, v := range yb {
+			require.Equal(t, int32(10*(1+i/64)), v, "y[%d]", i)
+		}
+	}
 }
 
 func TestEmuFault(t *testing.T) {

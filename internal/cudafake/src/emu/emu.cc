@@ -7,7 +7,10 @@
  * order, so runs are deterministic; code that relies on lockstep execution
  * without a barrier (wrong on GPUs since Volta) gives wrong results here
  * too, and a barrier that not all threads reach is reported as a deadlock
- * instead of hanging.
+ * instead of hanging. FLOWKIT_EMU_SCHEDULE=reverse runs the threads of a
+ * block, and the blocks of a grid, in the opposite order: a kernel whose
+ * results differ between the two orders has a race that a barrier or an
+ * atomic should order.
  *
  * Fibers switch with a few instructions of x86-64 assembly (no signal masks,
  * unlike swapcontext), so a launch of a million threads takes tens of
@@ -89,6 +92,7 @@ pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 char *stacks;       /* MAX_THREADS stacks, mapped on first use */
 Fiber fibers[MAX_THREADS];
 int nthreads, cur;
+bool reverse; /* FLOWKIT_EMU_SCHEDULE=reverse */
 void *sched_sp;
 const emu::Entry *entry;
 void **params;
@@ -182,7 +186,8 @@ bool run_block() {
 	for (int i = 0; i < nthreads; i++) start(i);
 	for (;;) {
 		bool live = false;
-		for (int i = 0; i < nthreads; i++) {
+		for (int j = 0; j < nthreads; j++) {
+			const int i = reverse ? nthreads - 1 - j : j;
 			if (fibers[i].state != RUN) continue;
 			cur = i;
 			set_thread(i);
@@ -278,10 +283,13 @@ int flowkit_emu_launch(const void *k, const unsigned grid[3], const unsigned blo
 		nthreads = (int)threads;
 		gridDim = {grid[0], grid[1], grid[2]};
 		blockDim = {block[0], block[1], block[2]};
+		const char *sched = getenv("FLOWKIT_EMU_SCHEDULE");
+		reverse = sched && strcmp(sched, "reverse") == 0;
+		auto at = [](unsigned i, unsigned n) { return reverse ? n - 1 - i : i; };
 		for (unsigned z = 0; z < grid[2] && rc == 0; z++)
 			for (unsigned y = 0; y < grid[1] && rc == 0; y++)
 				for (unsigned x = 0; x < grid[0] && rc == 0; x++) {
-					blockIdx = {x, y, z};
+					blockIdx = {at(x, grid[0]), at(y, grid[1]), at(z, grid[2])};
 					if (!run_block()) {
 						snprintf(err, errlen, "%s", error);
 						rc = -1;

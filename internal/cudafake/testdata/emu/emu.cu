@@ -41,3 +41,12 @@ KERNEL exited(float *y) {
 	if (threadIdx.x % 32 == 0) return;
 	y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
+
+// racy_broadcast: thread 0 of each block reads the block's x into shared
+// memory and every thread copies it to y, with no barrier in between: right
+// only if thread 0 happens to run first.
+KERNEL racy_broadcast(const int *x, int *y) {
+	__shared__ int v;
+	if (threadIdx.x == 0) v = x[blockIdx.x];
+	y[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
