@@ -85,7 +85,10 @@ plan hetero-mnist-cnn-f32-b64-gpu-cpu mnist-cnn 64 f32 pp=2,mb=2,sched=1f1b
 
 # 5. Calibrate on these plans (GPU tasks in place; the CPU's for the
 # heterogeneous plan), then run each plan and compare with the prediction.
-json calibrate 180 "$bin/flowrun" calibrate --device cuda:0 --plans "$work"/'*.plan.json' --rounds 3 -o "$work/calib.json" --json
+# 30 iterations a round, as many as each exec run below: the small plans'
+# rounds last milliseconds otherwise, too short for the GPU's clocks to
+# settle as they do in the longer exec runs.
+json calibrate 240 "$bin/flowrun" calibrate --device cuda:0 --plans "$work"/'*.plan.json' --rounds 3 --iters 30 -o "$work/calib.json" --json
 compare=()
 [[ -s $work/calib.json ]] && compare=(--compare --calib "$work/calib.json")
 for p in "$work"/*.plan.json; do
