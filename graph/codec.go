@@ -61,6 +61,8 @@ func init() {
 	register[SoftmaxGrad]()
 	register[LayerNorm]()
 	register[LayerNormGrad]()
+	register[RMSNorm]()
+	register[RMSNormGrad]()
 	register[Attention]()
 	register[AttentionGrad]()
 	register[MeanSquare]()

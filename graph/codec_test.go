@@ -18,7 +18,7 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		Fill{Value: 1, Shape: Shape{}}, Dropout{Rate: 0.25, Seed: 1 << 60}, DropoutGrad{Rate: 0.5, Seed: 3},
 		Reshape{Shape{4, 5}}, ReduceSum{Axis: 1}, BroadcastAxis{Axis: 0, Size: 3},
 		SoftmaxCrossEntropy{}, SoftmaxCrossEntropyGrad{}, Softmax{}, SoftmaxGrad{},
-		LayerNorm{Eps: 1e-5}, LayerNormGrad{}, Embedding{}, EmbeddingGrad{Table: Shape{10, 4}},
+		LayerNorm{Eps: 1e-5}, LayerNormGrad{}, RMSNorm{Eps: 1e-6}, RMSNormGrad{}, Embedding{}, EmbeddingGrad{Table: Shape{10, 4}},
 		Attention{Heads: 12, Seq: 1024, Causal: true}, AttentionGrad{Heads: 4, Seq: 16}, MeanSquare{}, MeanSquareGrad{},
 		SGDUpdate{LR: 0.1}, MomentumUpdate{LR: 0.01, Momentum: 0.9}, AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 	}

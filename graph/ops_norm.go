@@ -79,6 +79,85 @@ func (LayerNormGrad) Signatures(in, out []Spec) []Signature {
 	return append(sigs, sig(3, B, B, B, B, B, B, B, B))
 }
 
+// RMSNorm normalizes over the last axis by the root mean square and
+// applies gamma ([C]): (x, gamma) → (y, rstd), y = x·rstd·gamma with rstd =
+// 1/√(mean(x²)+eps), the reciprocal root mean square (shape x[:-1]) kept
+// for the backward pass.
+type RMSNorm struct{ Eps float32 }
+
+func (RMSNorm) Type() string { return "rms_norm" }
+
+func (op RMSNorm) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("rms_norm", in, 2); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("rms_norm", in, 0, 1); err != nil {
+		return nil, err
+	}
+	x := in[0].Shape
+	if len(x) < 1 {
+		return nil, shapeErr("rms_norm", in, "x must have rank ≥ 1")
+	}
+	c := Shape{x[len(x)-1]}
+	if !in[1].Shape.Equal(c) {
+		return nil, shapeErr("rms_norm", in, "gamma must be %v", c)
+	}
+	if op.Eps <= 0 {
+		return nil, shapeErr("rms_norm", in, "eps must be positive, got %g", op.Eps)
+	}
+	return []Spec{in[0], {x[:len(x)-1].Clone(), F32}}, nil
+}
+
+func (RMSNorm) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 4) }
+
+func (RMSNorm) Signatures(in, out []Spec) []Signature {
+	var sigs []Signature
+	for a := range len(in[0].Shape) - 1 {
+		sigs = append(sigs, sig(2, S(a), S(a), S(a), B))
+	}
+	return append(sigs, sig(2, B, B, B, B))
+}
+
+func (op RMSNorm) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	out := g.Apply(RMSNormGrad{}, n.Inputs[0], n.Inputs[1], dy[0], n.Outputs[1])
+	if out == nil {
+		return []*Tensor{nil, nil}
+	}
+	return out
+}
+
+// RMSNorm adds an RMS normalization over the last axis and returns y.
+func (g *Graph) RMSNorm(x, gamma *Tensor, eps float32) *Tensor {
+	return g.apply1(RMSNorm{Eps: eps}, x, gamma)
+}
+
+// RMSNormGrad: (x, gamma, dy, rstd) → (dx, dgamma).
+type RMSNormGrad struct{}
+
+func (RMSNormGrad) Type() string { return "rms_norm_grad" }
+
+func (RMSNormGrad) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("rms_norm_grad", in, 4); err != nil {
+		return nil, err
+	}
+	x := in[0].Shape
+	if len(x) < 1 || !in[2].Shape.Equal(x) || !in[1].Shape.Equal(Shape{x[len(x)-1]}) ||
+		!in[3].Shape.Equal(x[:len(x)-1]) {
+		return nil, shapeErr("rms_norm_grad", in, "inconsistent shapes")
+	}
+	return []Spec{in[0], in[1]}, nil
+}
+
+func (RMSNormGrad) Cost(in, out []Spec) Cost { return elementwiseCost(in, out, 9) }
+
+func (RMSNormGrad) Signatures(in, out []Spec) []Signature {
+	var sigs []Signature
+	for a := range len(in[0].Shape) - 1 {
+		sigs = append(sigs, sig(2, S(a), P, S(a), B, S(a), S(a)))
+	}
+	return append(sigs, sig(2, B, B, B, B, B, B))
+}
+
 // Embedding looks rows of table [V,D] up by ids (i32, any shape):
 // (table, ids) → [ids..., D].
 type Embedding struct{}

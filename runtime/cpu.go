@@ -159,6 +159,12 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 	case graph.LayerNormGrad:
 		rows, cols := matrix(shape(0))
 		cpu.LayerNormBackward(p, x(0), x(1), x(2), x(3), x(4), y(0), y(1), y(2), rows, cols)
+	case graph.RMSNorm:
+		rows, cols := matrix(shape(0))
+		cpu.RMSNorm(p, x(0), x(1), y(0), y(1), rows, cols, op.Eps)
+	case graph.RMSNormGrad:
+		rows, cols := matrix(shape(0))
+		cpu.RMSNormBackward(p, x(0), x(1), x(2), x(3), y(0), y(1), rows, cols)
 	case graph.Embedding:
 		v, dim := matrix(shape(0))
 		return cpu.Embedding(p, x(0), in[1].I, y(0), v, dim)

@@ -77,6 +77,25 @@ func TestAttentionGradientsMatchFiniteDifferences(t *testing.T) {
 	}
 }
 
+// The same check through RMSNorm: two layers, each behind a linear layer so
+// that its gradient with respect to x reaches a parameter, on 2 sequences of
+// 5.
+func TestRMSNormGradientsMatchFiniteDifferences(t *testing.T) {
+	g := graph.New()
+	x := g.Input("x", graph.Shape{2, 5, 8}, graph.F32)
+	u := graph.Init{Kind: graph.Uniform, Scale: 0.5}
+	p := func(name string, s ...int) *graph.Tensor { return g.Param(name, graph.Shape(s), u) }
+	h := g.RMSNorm(g.Linear(x, p("w1", 8, 8), p("b1", 8)), p("g1", 8), 1e-5)
+	h = g.RMSNorm(g.GELU(g.Linear(h, p("w2", 6, 8), p("b2", 6))), p("g2", 6), 1e-5)
+	loss := g.MeanSquare(h)
+	require.NoError(t, g.Err())
+	checkGradients(t, g, loss, func(ex *Executor, rng *rand.Rand) {
+		for i := range ex.Buffer(x).F {
+			ex.Buffer(x).F[i] = float32(rng.NormFloat64())
+		}
+	})
+}
+
 // checkGradients compares, for every parameter of g and three random
 // directions, the backward pass's directional derivative of loss with
 // central finite differences; feed fills the inputs.

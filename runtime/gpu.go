@@ -165,6 +165,9 @@ func workspace(op graph.Op, in []graph.Spec) units.Bytes {
 	case graph.LayerNormGrad:
 		rows, cols := matrix(shape(0))
 		return kcuda.LayerNormWorkspace(rows, cols)
+	case graph.RMSNormGrad:
+		rows, cols := matrix(shape(0))
+		return kcuda.RMSNormWorkspace(rows, cols)
 	}
 	return 0
 }
@@ -303,6 +306,12 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 	case graph.LayerNormGrad:
 		rows, cols := matrix(shape(0))
 		return k.LayerNormBackward(s, dt, in[0], in[1], in[2], in[3], in[4], out[0], out[1], out[2], work, rows, cols)
+	case graph.RMSNorm:
+		rows, cols := matrix(shape(0))
+		return k.RMSNorm(s, dt, in[0], in[1], out[0], out[1], rows, cols, op.Eps)
+	case graph.RMSNormGrad:
+		rows, cols := matrix(shape(0))
+		return k.RMSNormBackward(s, dt, in[0], in[1], in[2], in[3], out[0], out[1], work, rows, cols)
 	case graph.Embedding:
 		v, d := matrix(shape(0))
 		return k.Embedding(s, dt, in[0], in[1], out[0], v, d, shape(1).NumElements())

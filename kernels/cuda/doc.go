@@ -5,12 +5,12 @@
 // # Kernel families
 //
 // One .cu file per family, each compiled to the PTX module of the same name:
-// elementwise (ReLU, GELU and their gradients, Add, Mul, Scale, Axpy,
-// Fill), cast (float32 ↔ bfloat16), dropout, bias (BiasAdd, and BiasAct,
-// a bias and a ReLU or GELU in one pass, and its gradient), reduce
-// (ReduceSum, BroadcastAxis, and the column sums of BiasGrad), softmax,
-// norm (LayerNorm), loss (softmax cross-entropy, mean square), embedding,
-// optim (SGD, momentum, Adam), conv (im2col, col2im and a transpose around
+// elementwise (ReLU, GELU and their gradients, Add, Mul, Scale, Axpy, Fill),
+// cast (float32 ↔ bfloat16), dropout, bias (BiasAdd, and BiasAct, a bias and
+// a ReLU or GELU in one pass, and its gradient), reduce (ReduceSum,
+// BroadcastAxis, and the column sums of BiasGrad), softmax, norm (LayerNorm,
+// RMSNorm), loss (softmax cross-entropy, mean square), embedding, optim
+// (SGD, momentum, Adam), conv (im2col, col2im and a transpose around
 // cuBLAS's GEMMs), pool (max pooling), and feed (the runtime's iteration
 // counter, loss history and batch gathering). Attention is cuBLAS
 // strided-batched GEMMs over views of the packed qkv with the softmax
@@ -28,20 +28,21 @@
 // element counts where kernels/cpu takes len of a slice. Each kernel
 // computes what its kernels/cpu counterpart computes (the dropout hash, the
 // rule for ties in max pooling, the weight decay of the optimizers, Adam's
-// bias correction, where LayerNorm adds eps), in float32 arithmetic; the GPU
-// tests compare every kernel with a float64 reference or with kernels/cpu.
-// Every op runs in float32; the ops a bfloat16 transformer or MLP needs run
-// in bfloat16 too, as a storage type only (arithmetic and statistics in
-// float32, LayerNorm's mean and rstd float32). Convolutions, max pooling and
-// softmax cross-entropy are float32 only.
+// bias correction, where LayerNorm and RMSNorm add eps), in float32
+// arithmetic; the GPU tests compare every kernel with a float64 reference
+// or with kernels/cpu. Every op runs in float32; the ops a bfloat16
+// transformer or MLP needs run in bfloat16 too, as a storage type only
+// (arithmetic and statistics in float32, LayerNorm's mean and rstd and
+// RMSNorm's rstd float32). Convolutions, max pooling and softmax
+// cross-entropy are float32 only.
 //
 // Differences forced by the device: ids and labels live in device memory,
 // so they are not checked on the host; an out-of-range id or label gives
 // NaN (and no gradient) instead of an error, never an access out of bounds.
 // Dropout's mask counters and Adam's step are read from an int64 iteration
 // number in device memory, so that a CUDA graph captured once replays with
-// each replay's iteration. Kernels that reduce (BiasGrad, LayerNorm's
-// parameter gradients, MeanSquare) take a workspace, whose size a
+// each replay's iteration. Kernels that reduce (BiasGrad, LayerNorm's and
+// RMSNorm's parameter gradients, MeanSquare) take a workspace, whose size a
 // …Workspace function gives, so that their sums run in an order fixed by
 // the sizes (no atomics): results do not depend on the device or the run.
 //
@@ -52,7 +53,7 @@
 // launch. Elementwise kernels loop grid-stride over 16-byte vectors when all
 // their pointers are 16-byte aligned, then over single elements; grids are
 // capped at 8 blocks per multiprocessor. Row kernels (softmax, LayerNorm,
-// cross-entropy gradient) give a row of up to 1024 columns to a warp,
+// RMSNorm, cross-entropy gradient) give a row of up to 1024 columns to a warp,
 // holding it in registers, and longer rows to a block. Sizes are passed as
 // int32 where the kernel indexes in 32 bits (the wrappers check that
 // products fit, and return an error wrapping ErrArg otherwise) and as int64

@@ -111,6 +111,43 @@ func refLayerNormBwd(x, g, dy, mean, rstd []float64, rows, cols int) (dx, dg, db
 	return dx, dg, db
 }
 
+// refRMSNorm returns y and rstd.
+func refRMSNorm(x, g []float64, rows, cols int, eps float64) (y, rstd []float64) {
+	y, rstd = make([]float64, len(x)), make([]float64, rows)
+	for r := range rows {
+		row := x[r*cols : (r+1)*cols]
+		var ss float64
+		for _, v := range row {
+			ss += v * v
+		}
+		rs := 1 / math.Sqrt(ss/float64(cols)+eps)
+		for j, v := range row {
+			y[r*cols+j] = v * rs * g[j]
+		}
+		rstd[r] = rs
+	}
+	return y, rstd
+}
+
+// refRMSNormBwd returns dx and dgamma given the saved statistics.
+func refRMSNormBwd(x, g, dy, rstd []float64, rows, cols int) (dx, dg []float64) {
+	dx, dg = make([]float64, len(x)), make([]float64, cols)
+	for r := range rows {
+		o := r * cols
+		var sgx float64
+		for j := range cols {
+			xh := x[o+j] * rstd[r]
+			sgx += dy[o+j] * g[j] * xh
+			dg[j] += dy[o+j] * xh
+		}
+		b := sgx / float64(cols)
+		for j := range cols {
+			dx[o+j] = rstd[r] * (dy[o+j]*g[j] - x[o+j]*rstd[r]*b)
+		}
+	}
+	return dx, dg
+}
+
 // refSCE returns the mean cross-entropy and its gradient scaled by dloss.
 func refSCE(x []float64, labels []int32, rows, cols int, dloss float64) (loss float64, dx []float64) {
 	p := refSoftmax(x, rows, cols, false)
@@ -274,6 +311,20 @@ func TestReferences(t *testing.T) {
 		nearCPU(t, "dx", rdx, dx)
 		nearCPU(t, "dgamma", rdg, dg)
 		nearCPU(t, "dbeta", rdb, db)
+	})
+	t.Run("rmsnorm", func(t *testing.T) {
+		rows, cols := 5, 19
+		x, g, dy := rand32(rows*cols), rand32(cols), rand32(rows*cols)
+		y, rstd := make([]float32, len(x)), make([]float32, rows)
+		cpu.RMSNorm(nil, x, g, y, rstd, rows, cols, 1e-5)
+		ry, rr := refRMSNorm(to64(x), to64(g), rows, cols, 1e-5)
+		nearCPU(t, "y", ry, y)
+		nearCPU(t, "rstd", rr, rstd)
+		dx, dg := make([]float32, len(x)), make([]float32, cols)
+		cpu.RMSNormBackward(nil, x, g, dy, rstd, dx, dg, rows, cols)
+		rdx, rdg := refRMSNormBwd(to64(x), to64(g), to64(dy), rr, rows, cols)
+		nearCPU(t, "dx", rdx, dx)
+		nearCPU(t, "dgamma", rdg, dg)
 	})
 	t.Run("cross-entropy", func(t *testing.T) {
 		rows, cols := 9, 10

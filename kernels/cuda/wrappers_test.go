@@ -242,6 +242,9 @@ func TestWrappers(t *testing.T) {
 				k.LayerNorm(nil, dt, x, g, b, y, mean, rstd, rows, cols, 1e-5),
 				k.LayerNormBackward(nil, dt, x, g, y, mean, rstd, z, buf(r, dt, cols), buf(r, dt, cols),
 					r.alloc("work", LayerNormWorkspace(rows, cols)), rows, cols),
+				k.RMSNorm(nil, dt, x, g, y, rstd, rows, cols, 1e-5),
+				k.RMSNormBackward(nil, dt, x, g, y, rstd, z, buf(r, dt, cols),
+					r.alloc("work", RMSNormWorkspace(rows, cols)), rows, cols),
 			)
 			if dt == graph.F32 {
 				labels, loss, dloss := i32(r, rows), r.alloc("loss", 4), r.alloc("dloss", 4)
