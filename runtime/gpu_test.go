@@ -119,6 +119,7 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 		{"cifar-cnn", "fc1.weight", 16},
 		{"mlp3x4096:width=64", "0.weight", 16},
 		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "layers.0.self_attn.in_proj_weight", 4},
+		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16,norm=rms", "layers.1.norm2.weight", 4},
 	} {
 		if only := os.Getenv("FLOWKIT_GPU_TEST_MODELS"); only != "" && !slices.Contains(strings.Split(only, ";"), c.model) {
 			continue

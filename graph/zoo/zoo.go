@@ -26,7 +26,8 @@
 // for the models that have them:
 //
 //   - mlp3x4096: depth (Linear layers, 3) and width (4096);
-//   - gpt2s-blocks: layers (12), hidden (768), heads (12) and seq (1024).
+//   - gpt2s-blocks: layers (12), hidden (768), heads (12), seq (1024) and
+//     norm (layer, or rms for RMSNorm).
 //
 // "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16" is a small transformer
 // for tests. The name, options included, is the model's name everywhere:
@@ -36,6 +37,7 @@ package zoo
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -86,6 +88,9 @@ type builder struct {
 type sizeOption struct {
 	name string
 	def  int
+	// choices, if set, are the option's values by name: the option holds
+	// the index of the one given ("norm=rms" → 1).
+	choices []string
 }
 
 // sizes are a model's size options by name.
@@ -99,13 +104,14 @@ var models = map[string]builder{
 	"cifar-cnn": {doc: "CIFAR-10 CNN: two 3×3 conv+ReLU+max-pool, 4096-512-10, dropout 0.5", input: fixedInput(graph.Shape{3, 32, 32}), classes: 10, build: buildCIFARCNN},
 	"mlp3x4096": {
 		doc:   "deep MLP: nn.Sequential(Linear(4096,4096), ReLU, …) of 3 Linear layers, loss mean(out²); options depth, width",
-		sizes: []sizeOption{{"depth", 3}, {"width", 4096}},
+		sizes: []sizeOption{{name: "depth", def: 3}, {name: "width", def: 4096}},
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["width"]} },
 		build: buildDeepMLP,
 	},
 	"gpt2s-blocks": {
-		doc:   "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq",
-		sizes: []sizeOption{{"layers", 12}, {"hidden", 768}, {"heads", 12}, {"seq", 1024}},
+		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
+		sizes: []sizeOption{{name: "layers", def: 12}, {name: "hidden", def: 768}, {name: "heads", def: 12}, {name: "seq", def: 1024},
+			{name: "norm", choices: []string{"layer", "rms"}}},
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"], sz["hidden"]} },
 		build: buildTransformerBlocks,
 	},
@@ -151,6 +157,16 @@ func unknown(name string) error {
 	return fmt.Errorf("zoo: unknown model %q (known: %s)", name, strings.Join(Names(), ", "))
 }
 
+// option returns b's size option called name.
+func (b builder) option(name string) sizeOption {
+	for _, o := range b.sizes {
+		if o.name == name {
+			return o
+		}
+	}
+	return sizeOption{}
+}
+
 // lookup returns the builder of a model name and the sizes it sets.
 func lookup(name string) (builder, sizes, error) {
 	base, opts, hasOpts := strings.Cut(name, ":")
@@ -180,6 +196,14 @@ func lookup(name string) (builder, sizes, error) {
 			return builder{}, nil, fmt.Errorf("zoo: %s: unknown size option %q (options: %s)", name, k, strings.Join(known, ", "))
 		case set[k]:
 			return builder{}, nil, fmt.Errorf("zoo: %s: size option %s given twice", name, k)
+		}
+		if choices := b.option(k).choices; choices != nil {
+			i := slices.Index(choices, v)
+			if i < 0 {
+				return builder{}, nil, fmt.Errorf("zoo: %s: %s must be one of %s, got %q", name, k, strings.Join(choices, ", "), v)
+			}
+			sz[k], set[k] = i, true
+			continue
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
@@ -317,6 +341,12 @@ func (l *layers) layerNorm(name string, x *graph.Tensor, width int) *graph.Tenso
 	return l.g.LayerNorm(x, w, b, 1e-5)
 }
 
+// rmsNorm is nn.RMSNorm(width, eps=1e-5) (weight 1) named name.
+func (l *layers) rmsNorm(name string, x *graph.Tensor, width int) *graph.Tensor {
+	w := l.param(name+".weight", graph.Shape{width}, graph.Init{Kind: graph.Ones})
+	return l.g.RMSNorm(x, w, 1e-5)
+}
+
 func buildMLP(l *layers, x *graph.Tensor, _ Config, _ sizes) *graph.Tensor {
 	h := l.g.Flatten(x)
 	h = l.linear("fc1", h, 784, 256, relu)
@@ -363,18 +393,24 @@ func buildDeepMLP(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor 
 // attention not causal. nn.MultiheadAttention initializes its packed input
 // projection with xavier_uniform and both projections' biases with zeros.
 // (nn.TransformerEncoder deep-copies one layer, so in PyTorch every layer
-// starts from the same weights; here each draws its own, by name.)
+// starts from the same weights; here each draws its own, by name.) With
+// norm=rms the norms are nn.RMSNorm(hidden, eps=1e-5), as in LLaMA-style
+// blocks.
 func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
 	h, heads, seq := sz["hidden"], sz["heads"], sz["seq"]
 	zeros := graph.Init{Kind: graph.Zeros}
+	norm := l.layerNorm
+	if sz["norm"] == 1 {
+		norm = l.rmsNorm
+	}
 	for i := range sz["layers"] {
 		p := "layers." + strconv.Itoa(i) + "."
-		a := l.layerNorm(p+"norm1", x, h)
+		a := norm(p+"norm1", x, h)
 		a = l.affine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct)
 		a = l.g.Attention(a, heads, seq, false)
 		a = l.affine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros, noAct)
 		x = l.g.Add(x, a)
-		f := l.layerNorm(p+"norm2", x, h)
+		f := norm(p+"norm2", x, h)
 		f = l.linear(p+"linear1", f, h, 4*h, gelu)
 		x = l.g.Add(x, l.linear(p+"linear2", f, 4*h, h, noAct))
 	}

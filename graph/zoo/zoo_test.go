@@ -269,9 +269,20 @@ func TestSizeOptions(t *testing.T) {
 		require.Equal(t, want, c, n)
 	}
 	require.True(t, Known("gpt2s-blocks:layers=1"))
+	// norm=rms: RMSNorm in place of every LayerNorm, weights without biases.
+	for norm, want := range map[string][2]int{"layer": {4, 0}, "rms": {0, 4}} {
+		m, err := Build("gpt2s-blocks:layers=2,hidden=16,heads=4,seq=8,norm="+norm, Config{Batch: 1})
+		require.NoError(t, err)
+		count := map[string]int{}
+		for _, n := range m.Graph.Nodes {
+			count[n.Op.Type()]++
+		}
+		require.Equal(t, want, [2]int{count["layer_norm"], count["rms_norm"]}, norm)
+	}
 	for _, tt := range []struct{ name, want string }{
 		{"gpt2s-blocks:layers=0", "layers must be a positive integer"},
-		{"gpt2s-blocks:depth=2", `unknown size option "depth" (options: layers, hidden, heads, seq)`},
+		{"gpt2s-blocks:depth=2", `unknown size option "depth" (options: layers, hidden, heads, seq, norm)`},
+		{"gpt2s-blocks:norm=batch", `norm must be one of layer, rms, got "batch"`},
 		{"gpt2s-blocks:seq", "not key=value"},
 		{"gpt2s-blocks:seq=8,seq=16", "seq given twice"},
 		{"mnist-cnn:width=3", "has no size options"},

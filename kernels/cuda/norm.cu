@@ -1,8 +1,9 @@
-// LayerNorm over the last axis of x [rows, n] and its gradient, with
-// kernels/cpu's definitions: y = (x − mean)·rstd·gamma + beta, rstd =
-// 1/√(var + eps) with the biased variance (two-pass: the mean first, then
-// the squares of the deviations). mean and rstd are float32 whatever T is;
-// statistics are accumulated in float.
+// LayerNorm and RMSNorm over the last axis of x [rows, n] and their
+// gradients, with kernels/cpu's definitions. LayerNorm: y = (x −
+// mean)·rstd·gamma + beta, rstd = 1/√(var + eps) with the biased variance
+// (two-pass: the mean first, then the squares of the deviations). RMSNorm:
+// y = x·rstd·gamma, rstd = 1/√(mean(x²) + eps). mean and rstd are float32
+// whatever T is; statistics are accumulated in float.
 //
 // Rows of up to WARP_ROW_MAX columns go one to a warp (held in registers
 // when they can be read as vectors, streamed otherwise); longer rows one to a
