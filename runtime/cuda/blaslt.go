@@ -354,8 +354,16 @@ func (l *BLASLt) matmul(call string, s *Stream, key ltKey, a, b, c, vec DevicePt
 		}
 	}
 	alpha, beta := float32(1), float32(0)
-	if st := cublasLtMatmul(l.h, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out,
-		&p.algo, ws, uint64(WorkspaceSize), s.h); st != cublasSuccess {
+	st := cublasLtMatmul(l.h, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out, &p.algo, ws, uint64(WorkspaceSize), s.h)
+	switch {
+	case st == cublasNotSupported:
+		// The heuristic's algorithm refused the call after all: nothing was
+		// enqueued, and the shape is not tried again.
+		err := fmt.Errorf("%w for %v, m=%d n=%d k=%d: %w", ErrNoAlgorithm, key.t, key.m, key.n, key.k, blasError("cublasLtMatmul", st))
+		l.failed[key] = err
+		delete(l.plans, key)
+		return errors.Join(err, p.destroy())
+	case st != cublasSuccess:
 		return blasError(fmt.Sprintf("cublasLtMatmul(%v, m=%d n=%d k=%d)", key.t, key.m, key.n, key.k), st)
 	}
 	return nil
