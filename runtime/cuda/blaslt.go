@@ -245,14 +245,10 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	return p, nil
 }
 
-// Prepare allocates s's workspace now rather than on the first call on s,
-// e.g. to keep allocations out of a stream capture.
-func (l *BLASLt) Prepare(s *Stream) error {
-	if l == nil {
-		return errNilBLASLt
-	}
-	l.mu.Lock()
-	defer l.mu.Unlock()
+// enter checks that the handle is live and s belongs to its context, and
+// makes the context current. The caller holds l.mu and calls l.ctx.exit
+// after a nil error.
+func (l *BLASLt) enter(s *Stream) error {
 	if l.h == 0 {
 		return errNilBLASLt
 	}
@@ -262,7 +258,18 @@ func (l *BLASLt) Prepare(s *Stream) error {
 	if s.ctx != l.ctx {
 		return errors.New("cuda: stream and BLASLt belong to different contexts")
 	}
-	if err := l.ctx.enter(); err != nil {
+	return l.ctx.enter()
+}
+
+// Prepare allocates s's workspace now rather than on the first call on s,
+// e.g. to keep allocations out of a stream capture.
+func (l *BLASLt) Prepare(s *Stream) error {
+	if l == nil {
+		return errNilBLASLt
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if err := l.enter(s); err != nil {
 		return err
 	}
 	defer l.ctx.exit()
@@ -327,16 +334,7 @@ func (l *BLASLt) matmul(call string, s *Stream, key ltKey, a, b, c, vec DevicePt
 	key.alignA, key.alignB, key.alignC = alignment(a), alignment(b), alignment(c)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if l.h == 0 {
-		return errNilBLASLt
-	}
-	if s == nil || s.h == 0 {
-		return errors.New("cuda: nil or destroyed stream")
-	}
-	if s.ctx != l.ctx {
-		return errors.New("cuda: stream and BLASLt belong to different contexts")
-	}
-	if err := l.ctx.enter(); err != nil {
+	if err := l.enter(s); err != nil {
 		return err
 	}
 	defer l.ctx.exit()
