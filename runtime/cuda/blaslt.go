@@ -72,6 +72,21 @@ type ltKey struct {
 	alignA, alignB, alignC uint32
 }
 
+// epilogue is the key's cublasLtEpilogue_t.
+func (k ltKey) epilogue() uint32 {
+	switch {
+	case k.bgrad:
+		return ltEpilogueBGradB
+	case k.bias && k.relu:
+		return ltEpilogueReLUBias
+	case k.bias:
+		return ltEpilogueBias
+	case k.relu:
+		return ltEpilogueReLU
+	}
+	return ltEpilogueDefault
+}
+
 // ltPlan is the descriptors and algorithm for one ltKey.
 type ltPlan struct {
 	desc               uintptr // cublasLtMatmulDesc_t
@@ -178,19 +193,16 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	fail := func(call string, st cublasStatus) (*ltPlan, error) {
 		return nil, errors.Join(blasError(call, st), p.destroy())
 	}
+	// unsupported records that this library cannot do key's product: an
+	// epilogue it does not know, or no algorithm for it.
+	unsupported := func(call string, st cublasStatus) (*ltPlan, error) {
+		err := fmt.Errorf("%w for %v, m=%d n=%d k=%d, epilogue %d: %w", ErrNoAlgorithm, key.t, key.m, key.n, key.k, key.epilogue(),
+			errors.Join(blasError(call, st), p.destroy()))
+		l.failed[key] = err
+		return nil, err
+	}
 	if st := cublasLtMatmulDescCreate(&p.desc, ct, cudaR32F); st != cublasSuccess {
 		return fail("cublasLtMatmulDescCreate", st)
-	}
-	epilogue := uint32(ltEpilogueDefault)
-	switch {
-	case key.bgrad:
-		epilogue = ltEpilogueBGradB
-	case key.bias && key.relu:
-		epilogue = ltEpilogueReLUBias
-	case key.bias:
-		epilogue = ltEpilogueBias
-	case key.relu:
-		epilogue = ltEpilogueReLU
 	}
 	if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescTransA, int32(g.transa)); st != cublasSuccess {
 		return fail("cublasLtMatmulDescSetAttribute(TRANSA)", st)
@@ -198,7 +210,9 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescTransB, int32(g.transb)); st != cublasSuccess {
 		return fail("cublasLtMatmulDescSetAttribute(TRANSB)", st)
 	}
-	if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescEpilogue, epilogue); st != cublasSuccess {
+	if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescEpilogue, key.epilogue()); st == cublasNotSupported {
+		return unsupported("cublasLtMatmulDescSetAttribute(EPILOGUE)", st)
+	} else if st != cublasSuccess {
 		return fail("cublasLtMatmulDescSetAttribute(EPILOGUE)", st)
 	}
 	first, second, out := ltLayouts(key.transA, key.transB, key.m, key.n, key.k, key.lda, key.ldb, key.ldc)
@@ -232,10 +246,7 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 	var count int32
 	st := cublasLtMatmulAlgoGetHeuristic(l.h, p.desc, p.first, p.second, p.out, p.out, pref, &res, &count)
 	if st == cublasNotSupported || st == cublasSuccess && (count < 1 || res.state != int32(cublasSuccess)) {
-		err := fmt.Errorf("%w for %v, m=%d n=%d k=%d, epilogue %d: %w", ErrNoAlgorithm, key.t, key.m, key.n, key.k, epilogue,
-			errors.Join(blasError("cublasLtMatmulAlgoGetHeuristic", cublasNotSupported), p.destroy()))
-		l.failed[key] = err
-		return nil, err
+		return unsupported("cublasLtMatmulAlgoGetHeuristic", cublasNotSupported)
 	}
 	if st != cublasSuccess {
 		return fail("cublasLtMatmulAlgoGetHeuristic", st)
