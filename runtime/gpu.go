@@ -137,9 +137,10 @@ func catalogType(name string, mem units.Bytes) string {
 // int64), so that a captured CUDA graph replays correctly: its arguments
 // are fixed, the counter behind the pointer is not.
 type gpuStep struct {
-	iter   cu.DevicePtr
-	micro  int // global micro-batch index, over all replicas
-	micros int // global micro-batches per iteration
+	iter    cu.DevicePtr
+	micro   int  // global micro-batch index, over all replicas
+	micros  int  // global micro-batches per iteration
+	unfused bool // PlanRunner.Unfused
 }
 
 // workspace is the scratch a task's kernel needs.
@@ -213,9 +214,9 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		}
 		return g.blas.Gemm(s, t, op.TransA, op.TransB, m, nn, kk, 1, in[0], ac, in[1], bc, 0, out[0], nn)
 	case graph.Dense:
-		return g.dense(s, op, dt, shape(0), shape(1), in, out[0])
+		return g.dense(s, op, dt, shape(0), shape(1), in, out[0], at.unfused)
 	case graph.DenseGrad:
-		return g.denseGrad(s, dt, shape(0), shape(1), in, out, work)
+		return g.denseGrad(s, dt, shape(0), shape(1), in, out, work, at.unfused)
 	case graph.BiasAdd:
 		o, c, i := shape(0).Split3(op.Axis)
 		return k.BiasAdd(s, dt, in[0], in[1], out[0], o, c, i)
@@ -328,10 +329,10 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 }
 
 // dense enqueues y = act(x·wᵀ + b) as one cuBLASLt product with the bias
-// (and ReLU) in its epilogue; where cuBLASLt has no algorithm for that, as
-// cuBLAS's GEMM into y and the bias kernel over y in place, which computes
-// the same (rounding y once more in bf16).
-func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.Shape, in []cu.DevicePtr, y cu.DevicePtr) error {
+// (and ReLU) in its epilogue; unfused, or where cuBLASLt has no algorithm
+// for that, as cuBLAS's GEMM into y and the bias kernel over y in place,
+// which computes the same (rounding y once more in bf16).
+func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.Shape, in []cu.DevicePtr, y cu.DevicePtr, unfused bool) error {
 	rows, k := matrix(xs)
 	n := ws[0]
 	t, err := gemmType(dt)
@@ -339,11 +340,13 @@ func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.S
 		return err
 	}
 	relu := op.Act == "relu"
-	err = g.lt.MatmulBias(s, t, false, true, rows, n, k, in[0], k, in[1], k, in[2], y, n, relu)
-	if !errors.Is(err, cu.ErrNoAlgorithm) {
-		return err
+	if !unfused {
+		err = g.lt.MatmulBias(s, t, false, true, rows, n, k, in[0], k, in[1], k, in[2], y, n, relu)
+		if !errors.Is(err, cu.ErrNoAlgorithm) {
+			return err
+		}
+		g.fellBack("dense", err)
 	}
-	g.fellBack("dense", err)
 	if err := g.blas.Gemm(s, t, false, true, rows, n, k, 1, in[0], k, in[1], k, 0, y, n); err != nil {
 		return err
 	}
@@ -354,20 +357,23 @@ func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.S
 }
 
 // denseGrad enqueues dw = dzᵀ·x and db = dz summed over its rows as one
-// cuBLASLt product with the bias gradient in its epilogue; where cuBLASLt
-// has no algorithm for that, as cuBLAS's GEMM and the BiasGrad kernel.
-func (g *GPU) denseGrad(s *cu.Stream, dt graph.DType, dzs, xs graph.Shape, in, out []cu.DevicePtr, work cu.DevicePtr) error {
+// cuBLASLt product with the bias gradient in its epilogue; unfused, or
+// where cuBLASLt has no algorithm for that, as cuBLAS's GEMM and the
+// BiasGrad kernel.
+func (g *GPU) denseGrad(s *cu.Stream, dt graph.DType, dzs, xs graph.Shape, in, out []cu.DevicePtr, work cu.DevicePtr, unfused bool) error {
 	rows, n := matrix(dzs)
 	_, k := matrix(xs)
 	t, err := gemmType(dt)
 	if err != nil {
 		return err
 	}
-	err = g.lt.MatmulBiasGrad(s, t, true, false, n, k, rows, in[0], n, in[1], k, out[0], k, out[1])
-	if !errors.Is(err, cu.ErrNoAlgorithm) {
-		return err
+	if !unfused {
+		err = g.lt.MatmulBiasGrad(s, t, true, false, n, k, rows, in[0], n, in[1], k, out[0], k, out[1])
+		if !errors.Is(err, cu.ErrNoAlgorithm) {
+			return err
+		}
+		g.fellBack("dense_grad", err)
 	}
-	g.fellBack("dense_grad", err)
 	if err := g.blas.Gemm(s, t, true, false, n, k, rows, 1, in[0], n, in[1], k, 0, out[0], k); err != nil {
 		return err
 	}

@@ -35,7 +35,8 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 }
 
 // TestGPUOnEmulator runs the GPU tests that check numbers (TestGPUPlanMatchesCPU,
-// TestGPUBF16Workloads, TestGPUHeterogeneousPipeline) in a child process
+// TestGPUUnfusedMatchesFused, TestGPUBF16Workloads,
+// TestGPUHeterogeneousPipeline) in a child process
 // against the fake driver with kernels/cuda's kernels run by the host
 // emulator of internal/cudafake and cuBLAS by reference code: the GPU
 // runtime (graph capture and replay, eager streams, the CPU+GPU pipeline)
@@ -44,7 +45,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // without them it skips.
 func TestGPUOnEmulator(t *testing.T) {
 	emu := cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda"))
-	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|BF16Workloads|HeterogeneousPipeline)$", 3, emu)
+	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|UnfusedMatchesFused|BF16Workloads|HeterogeneousPipeline)$", 4, emu)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
 	}

@@ -146,6 +146,23 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 	}
 }
 
+// Dense layers run unfused (a cuBLAS GEMM and kernels) compute what one
+// cuBLASLt call with a fused epilogue computes.
+func TestGPUUnfusedMatchesFused(t *testing.T) {
+	openGPU(t)
+	p := compileOn(t, gpuDevices(t), "mlp3x4096:width=64", "single", 16, 0)
+	_, fused := runPlan(t, p, 3, false)
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, r.Close()) }()
+	r.Unfused = true
+	res, err := r.Run(context.Background(), 3, NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7))
+	require.NoError(t, err)
+	for i, want := range fused {
+		require.InDelta(t, want, res.Loss[i], 1e-5*math.Abs(want)+1e-7, "loss of iteration %d", i)
+	}
+}
+
 // bf16 on the GPU follows the f32 CPU run within bf16's precision.
 func TestGPUBF16Workloads(t *testing.T) {
 	openGPU(t)

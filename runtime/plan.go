@@ -58,6 +58,10 @@ type PlanRunner struct {
 	// iteration to read them). Without it a graph replay times whole
 	// iterations only and its trace has no events.
 	TaskTimes bool
+	// Unfused runs Dense and DenseGrad on GPUs as a cuBLAS GEMM and a
+	// kernel instead of one cuBLASLt product with a fused epilogue: the
+	// same results, for comparing their speed.
+	Unfused bool
 
 	gpu       *gpuPlan // nil for plans of CPU devices only
 	lossTasks int      // loss firings per iteration

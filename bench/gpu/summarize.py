@@ -39,13 +39,14 @@ def main():
         if not name.startswith("exec-"):
             continue
         w = name[len("exec-"):]
+        base = w.removesuffix("-unfused")  # a variant, timed against the same PyTorch run, without a target
         o = rec.get("out")
         if not isinstance(o, dict):
-            out["workloads"][w] = {"failed": f"rc={rec['rc']}", "pytorch_ms": torch.get(w), "target_ratio": TARGETS.get(w)}
+            out["workloads"][w] = {"failed": f"rc={rec['rc']}", "pytorch_ms": torch.get(base), "target_ratio": TARGETS.get(w)}
             continue
         ms = 1e3 * o.get("measured_step_s", float("nan"))
-        pred = 1e3 * o.get("predicted_step_s", float("nan"))
-        t = torch.get(w)
+        pred = 1e3 * o["predicted_step_s"] if "predicted_step_s" in o else None
+        t = torch.get(base)
         wl = {"flowrun_ms": ms, "predicted_ms": pred, "pred_error": o.get("rel_error"), "pytorch_ms": t, "notes": o.get("notes")}
         if t:
             wl["ratio"] = ms / t
@@ -79,9 +80,11 @@ def main():
         met = r.get("pred_error") is not None and abs(r["pred_error"]) <= 0.10
         if "target_ratio" in r:
             met = met and r.get("ratio") is not None and r["ratio"] <= r["target_ratio"]
+        if w.endswith("-unfused"):
+            met = None  # a variant for comparison: no prediction, no target
         print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | {f(r['flowrun_ms'], '%.3f')} | {f(r.get('ratio'), '%.2f')} | "
               f"{f(r.get('target_ratio'), '≤ %.1f')} | {f(r['predicted_ms'], '%.3f')} | {f(r.get('pred_error') and 100 * r['pred_error'], '%+.1f%%')} | "
-              f"{'yes' if met else 'no'} |")
+              f"{'—' if met is None else 'yes' if met else 'no'} |")
     notes = [f"{w}: {n}" for w, r in out["workloads"].items() for n in r.get("notes") or []]
     if notes:
         print("\nnotes:\n  " + "\n  ".join(notes))

@@ -23,6 +23,7 @@ type execFlags struct {
 	iters, warmup, runs, top int
 	calib, device            string
 	compare, json, eager     bool
+	unfused                  bool
 	tracePath, pprofDir      string
 }
 
@@ -65,6 +66,7 @@ predicted and measured step times and per-task times are compared.`,
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.device, "device", "", "check where the plan runs: cpu (no GPU devices) or cuda (at least one); empty: wherever the plan says")
 	fl.BoolVar(&f.eager, "eager", false, "GPU plans: enqueue every firing every iteration instead of replaying a captured CUDA graph")
+	fl.BoolVar(&f.unfused, "unfused", false, "GPU plans: run dense layers as a cuBLAS GEMM and a kernel instead of one cuBLASLt call with a fused epilogue (to compare)")
 	return cmd
 }
 
@@ -122,6 +124,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	}
 	defer runner.Close()
 	runner.Eager = f.eager
+	runner.Unfused = f.unfused
 	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, p.Seed)
 	type timedRun struct {
 		res  *runtime.RunResult
