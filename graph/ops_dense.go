@@ -137,8 +137,8 @@ func (g *Graph) Linear(x, w, bias *Tensor) *Tensor {
 // epilogue) instead of a GEMM and a pass over its result. Act is "" (none)
 // or "relu". It keeps no pre-activation: ReLU's gradient is read off y
 // (y > 0 exactly where x·wᵀ + b > 0, with kernels/cpu's ReLU), so the
-// gradient is ReLUGrad(y, dy), then the MatMuls and BiasGrad MatMul and
-// BiasAdd would have. y is what MatMul, BiasAdd and ReLU compute, bit for
+// gradient is ReLUGrad(y, dy) followed by what MatMul's and BiasAdd's rules
+// would add (see Grad). y is what MatMul, BiasAdd and ReLU compute, bit for
 // bit in f32 on the CPU.
 type Dense struct{ Act string }
 
