@@ -34,6 +34,13 @@
 // operands and write their results (β·C, or zeros) without computing:
 // a training step of a CNN costs milliseconds, not seconds.
 //
+// With EmulatedKernels the launches run: the kernels' CUDA sources are
+// compiled for the host with the emulator of src/emu (one fiber per CUDA
+// thread, barriers and warp exchanges between fibers; see emu.cc), and
+// products are computed by the reference code, so a GPU test checks the
+// same numbers here as on a GPU, slower. Command fakecuda runs any command
+// against the fakes.
+//
 // Calls run on the caller's thread; the fakes are safe for concurrent use
 // from several streams, as the driver is.
 package cudafake
