@@ -28,6 +28,13 @@ func (k *Kernels) BiasAdd(s *cu.Stream, dt graph.DType, x, b, y cu.DevicePtr, ou
 	if err != nil {
 		return err
 	}
+	return k.biasLaunch(s, op, f, dt, outer, c, inner, "x b y", x, b, y)
+}
+
+// biasLaunch checks and launches f, a kernel over [outer, c, inner] whose
+// parameters are the pointers (named by names) then outer, c and inner,
+// one thread per 16-byte vector.
+func (k *Kernels) biasLaunch(s *cu.Stream, op string, f *kernel, dt graph.DType, outer, c, inner int, names string, ptrs ...cu.DevicePtr) error {
 	if err := fits32(op, "outer c inner", outer, c, inner); err != nil {
 		return err
 	}
@@ -35,10 +42,14 @@ func (k *Kernels) BiasAdd(s *cu.Stream, dt graph.DType, x, b, y cu.DevicePtr, ou
 	if n == 0 {
 		return nil
 	}
-	if err := notNil(op, "x b y", x, b, y); err != nil {
+	if err := notNil(op, names, ptrs...); err != nil {
 		return err
 	}
-	return k.flat(s, f, n/vec(dt)+1, x, b, y, int32(outer), int32(c), int32(inner))
+	args := make([]any, 0, len(ptrs)+3)
+	for _, p := range ptrs {
+		args = append(args, p)
+	}
+	return k.flat(s, f, n/vec(dt)+1, append(args, int32(outer), int32(c), int32(inner))...)
 }
 
 // biasActKernel returns the instance of act, a kernels/cpu Activation, for
@@ -64,17 +75,7 @@ func (k *Kernels) BiasAct(s *cu.Stream, dt graph.DType, act cpu.Activation, x, b
 	if err != nil {
 		return err
 	}
-	if err := fits32(op, "outer c inner", outer, c, inner); err != nil {
-		return err
-	}
-	n := int64(outer) * int64(c) * int64(inner)
-	if n == 0 {
-		return nil
-	}
-	if err := notNil(op, "x b y", x, b, y); err != nil {
-		return err
-	}
-	return k.flat(s, f, n/vec(dt)+1, x, b, y, int32(outer), int32(c), int32(inner))
+	return k.biasLaunch(s, op, f, dt, outer, c, inner, "x b y", x, b, y)
 }
 
 // BiasActBackward sets dx = dy ⊙ act′(x + b), the gradient of BiasAct with
@@ -87,17 +88,7 @@ func (k *Kernels) BiasActBackward(s *cu.Stream, dt graph.DType, act cpu.Activati
 	if err != nil {
 		return err
 	}
-	if err := fits32(op, "outer c inner", outer, c, inner); err != nil {
-		return err
-	}
-	n := int64(outer) * int64(c) * int64(inner)
-	if n == 0 {
-		return nil
-	}
-	if err := notNil(op, "x b dy dx", x, b, dy, dx); err != nil {
-		return err
-	}
-	return k.flat(s, f, n/vec(dt)+1, x, b, dy, dx, int32(outer), int32(c), int32(inner))
+	return k.biasLaunch(s, op, f, dt, outer, c, inner, "x b dy dx", x, b, dy, dx)
 }
 
 // BiasGradWorkspace is the scratch BiasGrad needs for these sizes.
