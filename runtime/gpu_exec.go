@@ -5,6 +5,7 @@ import (
 	"unsafe"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
 	"github.com/flowkit/flowkit/plans"
 	cu "github.com/flowkit/flowkit/runtime/cuda"
 	"github.com/flowkit/flowkit/trace"
@@ -215,4 +216,62 @@ func (r *PlanRunner) toGPU(dst, k int, src Buffer) error {
 		return err
 	}
 	return s.Synchronize()
+}
+
+// allReduceHost runs all-reduce task t over a GPU and CPU devices on the
+// host: the GPU's buffers are copied to their page-locked mirrors, all are
+// reduced as on CPU devices (in the same order, so every replica gets the
+// same bits) and the mean is copied back. Its caller has waited for the
+// GPU firings that produced the buffers; the copies back have finished
+// when it returns, before any GPU firing that reads them is enqueued.
+// writes holds the CPU devices' buffers (zero for the GPU's).
+func (r *PlanRunner) allReduceHost(t *plans.Task, it, micro int, writes []Buffer) error {
+	p := r.p
+	g := r.gpu
+	bufs := make([]Buffer, len(writes))
+	var pool *cpu.Pool
+	var used []*cu.Stream
+	for i, w := range t.Writes {
+		rg := &p.Registers[w]
+		if cd := r.devs[rg.Device]; cd != nil {
+			bufs[i] = writes[i]
+			if pool == nil {
+				pool = cd.pool
+			}
+			continue
+		}
+		h := g.mirror[w]
+		bufs[i] = Buffer{F: h.Float32s()[:rg.Spec.Shape.NumElements()]}
+		s := g.host[rg.Device]
+		if err := s.CopyDtoH(h.Ptr, r.ptr(w, p.Slot(w, p.WriteVersion(w, t.ID, it, micro))), rg.Spec.Bytes()); err != nil {
+			return err
+		}
+		used = append(used, s)
+	}
+	if pool == nil {
+		return fmt.Errorf("runtime: all-reduce %s has no CPU device to reduce on", t.Name)
+	}
+	sync := func() error {
+		for _, s := range used {
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	if err := sync(); err != nil {
+		return err
+	}
+	allReduceMean(pool, bufs)
+	for _, w := range t.Writes {
+		rg := &p.Registers[w]
+		if r.devs[rg.Device] != nil {
+			continue
+		}
+		dst := r.ptr(w, p.Slot(w, p.WriteVersion(w, t.ID, it, micro)))
+		if err := g.host[rg.Device].CopyHtoD(dst, g.mirror[w].Ptr, rg.Spec.Bytes()); err != nil {
+			return err
+		}
+	}
+	return sync()
 }

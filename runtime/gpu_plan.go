@@ -38,7 +38,7 @@ type gpuPlan struct {
 	work    []cu.DevicePtr  // by plan device: scratch for convolutions and attention
 	streams []*cu.Stream    // by plan stream; nil on CPU devices
 	host    []*cu.Stream    // by plan device: copies the host makes synchronously
-	pinned  []cu.HostBuffer // the CPU devices' arenas
+	pinned  []cu.HostBuffer // the CPU devices' arenas, the mirrors
 
 	ring       int
 	start, end [][]*cu.Event // by firing, by ring slot
@@ -55,6 +55,12 @@ type gpuPlan struct {
 
 	pools   map[*SyntheticFeeder]*devicePool
 	staging [][]cu.HostBuffer // by firing, by ring slot: host-fed inputs, made on first use by the firing's stream
+
+	// All-reduces over a GPU and CPU devices run on the host (see
+	// run.allReduceHost): by firing, whether it is one; by GPU register
+	// such an all-reduce writes, its page-locked copy on the host.
+	hostRun []bool
+	mirror  map[int]cu.HostBuffer
 
 	graph *gpuGraph // captured iteration, for GPU-only plans
 	warm  bool      // an iteration has run once before capturing (see warmUp)
@@ -157,6 +163,27 @@ func newGPUPlan(p *plans.Plan, edges []plans.Edge, gpus []*GPU) (_ *gpuPlan, err
 			}
 		}
 	}
+	g.hostRun = make([]bool, len(p.Firings))
+	g.mirror = map[int]cu.HostBuffer{}
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		if t.Kind != plans.AllReduce || g.streams[t.Streams[0]] == nil {
+			continue
+		}
+		g.hostRun[f] = true
+		for _, w := range t.Writes {
+			rg := &p.Registers[w]
+			if g.devs[rg.Device] == nil || g.mirror[w].Ptr != nil {
+				continue
+			}
+			h, err := g.devs[rg.Device].ctx.MallocHost(max(rg.Spec.Bytes(), 4))
+			if err != nil {
+				return nil, fmt.Errorf("runtime: host copy of %s: %w", rg.Name, err)
+			}
+			g.pinned = append(g.pinned, h)
+			g.mirror[w] = h
+		}
+	}
 	g.start = make([][]*cu.Event, len(p.Firings))
 	g.end = make([][]*cu.Event, len(p.Firings))
 	g.lossIdx = make([]int, len(p.Firings))
@@ -164,7 +191,7 @@ func newGPUPlan(p *plans.Plan, edges []plans.Edge, gpus []*GPU) (_ *gpuPlan, err
 		g.lossIdx[f] = -1
 		t := &p.Tasks[fi.Task]
 		dev := g.devs[p.Streams[t.Streams[0]].Device]
-		if dev == nil {
+		if dev == nil || g.hostRun[f] {
 			continue
 		}
 		for range g.ring {
@@ -346,9 +373,10 @@ func copyBack(s *cu.Stream, dst unsafe.Pointer, src cu.DevicePtr, n units.Bytes)
 	return s.Synchronize()
 }
 
-// onGPU reports whether firing f's home stream is on a GPU.
+// onGPU reports whether firing f is enqueued on a GPU stream: its home
+// stream is on a GPU, and it is not an all-reduce the host runs.
 func (r *PlanRunner) onGPU(f int) bool {
-	return r.gpu != nil && r.gpu.streams[r.p.Tasks[r.p.Firings[f].Task].Streams[0]] != nil
+	return r.gpu != nil && r.gpu.streams[r.p.Tasks[r.p.Firings[f].Task].Streams[0]] != nil && !r.gpu.hostRun[f]
 }
 
 // streamOf is firing f's home stream.
@@ -436,7 +464,6 @@ func (g *gpuPlan) eventTime(e *cu.Event) (trace.Time, error) {
 // gpuSupported says what a plan with GPUs asks that this runtime cannot
 // do yet.
 func gpuSupported(p *plans.Plan) error {
-	gpuDev := func(d int) bool { return isGPU(p.Devices[d]) }
 	hasCPU := false
 	for _, d := range p.Devices {
 		hasCPU = hasCPU || !isGPU(d)
@@ -449,15 +476,6 @@ func gpuSupported(p *plans.Plan) error {
 	}
 	if gpus > 1 {
 		return fmt.Errorf("runtime: the plan uses %d GPUs: plans over several GPUs are not supported yet (one GPU, with or without CPU devices)", gpus)
-	}
-	for _, t := range p.Tasks {
-		if t.Kind == plans.AllReduce {
-			for _, s := range t.Streams {
-				if gpuDev(p.Streams[s].Device) {
-					return fmt.Errorf("runtime: %s: all-reduces involving a GPU are not supported yet (use pp, or dp over CPU devices)", t.Name)
-				}
-			}
-		}
 	}
 	if hasCPU {
 		for _, r := range p.Registers {

@@ -196,3 +196,29 @@ func TestGPUHeterogeneousPipeline(t *testing.T) {
 		require.Less(t, relDiff(got, want), 1e-4, w)
 	}
 }
+
+// A data-parallel share on the host's CPU beside the GPU: the gradients'
+// all-reduces cross PCIe, and both replicas must end where one device with
+// the whole batch does.
+func TestGPUHeterogeneousDataParallel(t *testing.T) {
+	openGPU(t)
+	const iters = 3
+	ref, refLoss := runPlan(t, compileOn(t, cpuDevices(1), "mnist-cnn", "single", 32, 0), iters, false)
+	p := compileOn(t, gpuDevices(t), "mnist-cnn", "dp=2", 32, 0)
+	require.True(t, isGPU(p.Devices[0]) && !isGPU(p.Devices[1]), "replica 0 on the GPU, replica 1 on the CPU")
+	r, loss := runPlan(t, p, iters, false)
+	for i := range loss {
+		require.InDelta(t, refLoss[i], loss[i], 1e-4*math.Abs(refLoss[i])+1e-6, "loss of iteration %d", i)
+	}
+	for _, w := range []string{"conv1.weight", "fc2.bias"} {
+		want, _ := ref.Param(w, 0)
+		for replica := range 2 {
+			got, ok := r.Param(w, replica)
+			require.True(t, ok, w)
+			require.Less(t, relDiff(got, want), 1e-4, "%s of replica %d", w, replica)
+		}
+		gpu, _ := r.Param(w, 0)
+		host, _ := r.Param(w, 1)
+		require.Equal(t, gpu, host, "%s: the replicas' copies differ", w)
+	}
+}

@@ -642,6 +642,9 @@ func (x *run) fire(f, it int) (float64, error) {
 			cpu.Axpy(dev.pool, scale, reads[0].F, writes[0].F)
 		}
 	case plans.AllReduce:
+		if x.r.gpu != nil && x.r.gpu.hostRun[f] {
+			return 0, x.r.allReduceHost(t, it, fi.Micro, writes)
+		}
 		allReduceMean(dev.pool, writes)
 	default:
 		return 0, fmt.Errorf("unknown task kind %q", t.Kind)

@@ -134,7 +134,7 @@ func (failingFeeder) Feed(int, int, int, []float32, []int32) error {
 }
 
 // Plans the GPU runtime cannot run yet are refused before any GPU is
-// touched: several GPUs, and all-reduces involving a GPU.
+// touched: several GPUs, and bf16 on a GPU and CPUs together.
 func TestPlanForGPUsRefused(t *testing.T) {
 	st, err := plans.ParseStrategy("dp=2", 8)
 	require.NoError(t, err)
@@ -144,7 +144,7 @@ func TestPlanForGPUsRefused(t *testing.T) {
 	_, err = NewPlanRunner(p)
 	require.ErrorContains(t, err, "plans over several GPUs are not supported yet")
 
-	p = compileOn(t, gpuDevices(t), "mlp", "dp=2", 8, 0) // the GPU and the host's CPU
+	p = compileOn(t, gpuDevices(t), "mlp", "dp=2", 8, graph.BF16) // the GPU and the host's CPU
 	_, err = NewPlanRunner(p)
-	require.ErrorContains(t, err, "all-reduces involving a GPU are not supported yet")
+	require.ErrorContains(t, err, "plans placing 2-byte dtypes on GPUs and CPUs together are not supported")
 }
