@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/kernels/cpu"
@@ -23,8 +24,74 @@ type GPU struct {
 	k    *kcuda.Kernels
 
 	mu        sync.Mutex
-	fallbacks map[string]bool // what cuBLASLt had no algorithm for
+	fallbacks map[string]bool        // what cuBLASLt had no algorithm for
+	choices   map[gemmKey]gemmChoice // products timed under GEMMTuned
 }
+
+// GEMMPolicy is how a GPU runs dense layers and matrix products.
+type GEMMPolicy int
+
+const (
+	// GEMMTuned times, the first time a shape runs outside a graph
+	// capture, each way to run it: with cuBLASLt, every candidate
+	// algorithm its heuristic offers, with the bias, ReLU or bias
+	// gradient fused into the product; and cuBLAS's GEMM with a kernel for
+	// the rest. The fastest is kept for the GPU's life (GPU.Tunings).
+	// Nothing is assumed about which wins: on a given GPU and shape the
+	// heuristic's first algorithm, or the fusion itself, may lose.
+	GEMMTuned GEMMPolicy = iota
+	// GEMMFused runs dense layers as one cuBLASLt call with the heuristic's
+	// first algorithm (cuBLAS and a kernel where it has none), and matrix
+	// products with cuBLAS.
+	GEMMFused
+	// GEMMUnfused runs everything with cuBLAS's GEMM and kernels.
+	GEMMUnfused
+)
+
+// GEMMPolicies names the policies, as flags spell them.
+var GEMMPolicies = []string{"tuned", "fused", "unfused"}
+
+func (p GEMMPolicy) String() string {
+	if p >= 0 && int(p) < len(GEMMPolicies) {
+		return GEMMPolicies[p]
+	}
+	return fmt.Sprintf("GEMMPolicy(%d)", int(p))
+}
+
+// ParseGEMMPolicy parses one of GEMMPolicies.
+func ParseGEMMPolicy(s string) (GEMMPolicy, error) {
+	if i := slices.Index(GEMMPolicies, s); i >= 0 {
+		return GEMMPolicy(i), nil
+	}
+	return 0, fmt.Errorf("unknown GEMM policy %q (want one of %s)", s, strings.Join(GEMMPolicies, ", "))
+}
+
+// gemmKey is a product as the runtime issues it: the op, its GEMM type,
+// and its sizes.
+type gemmKey struct {
+	op      string // "dense", "dense_grad", "matmul"
+	t       cu.GemmType
+	ta, tb  bool
+	m, n, k int
+	relu    bool
+}
+
+func (k gemmKey) String() string {
+	s := fmt.Sprintf("%s %v %d×%d×%d", k.op, k.t, k.m, k.n, k.k)
+	if k.relu {
+		s += " relu"
+	}
+	return s
+}
+
+// gemmChoice is how a tuned product runs, and what the timing saw.
+type gemmChoice struct {
+	lt   bool // cuBLASLt; otherwise cuBLAS (and a kernel)
+	note string
+}
+
+// tuneReps is how many times each way to run a product is timed.
+const tuneReps = 5
 
 // OpenGPU opens CUDA device ordinal. On a machine without a GPU, driver or
 // cuBLAS the error wraps cuda.ErrNotAvailable and says why.
@@ -71,6 +138,111 @@ func (g *GPU) Fallbacks() []string {
 	}
 	slices.Sort(l)
 	return l
+}
+
+// Tunings lists, sorted, the products timed under GEMMTuned: each way's
+// time and the one kept.
+func (g *GPU) Tunings() []string {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	var l []string
+	for _, c := range g.choices {
+		l = append(l, c.note)
+	}
+	slices.Sort(l)
+	return l
+}
+
+// choice returns how product key runs under policy, timing it first under
+// GEMMTuned (unless capturing, when it cannot wait for the GPU): lt runs
+// it with cuBLASLt (tune: timing the candidates; it must then enqueue the
+// product as a plain call would), blas with cuBLAS and kernels. The
+// product itself is then enqueued by the caller as the choice says.
+func (g *GPU) choice(s *cu.Stream, key gemmKey, at gpuStep, lt func(tune bool) (cu.Tuning, error), blas func() error) (useLt bool, err error) {
+	switch at.gemm {
+	case GEMMUnfused:
+		return false, nil
+	case GEMMFused:
+		return key.op != "matmul", nil
+	}
+	g.mu.Lock()
+	c, ok := g.choices[key]
+	g.mu.Unlock()
+	if ok {
+		return c.lt, nil
+	}
+	if at.capturing { // untuned (a warm-up precedes captures): as GEMMFused
+		return key.op != "matmul", nil
+	}
+	tu, err := lt(true)
+	ltTime := time.Duration(0)
+	switch {
+	case errors.Is(err, cu.ErrNoAlgorithm):
+		c.note = key.String() + ": cuBLASLt has no algorithm: cuBLAS kept"
+		if key.op != "matmul" {
+			g.fellBack(key.op, err)
+		}
+	case err != nil:
+		return false, err
+	case len(tu.Times) > 0:
+		ltTime = tu.Times[tu.Best]
+	}
+	blasTime, err := timeOn(s, g.ctx, tuneReps, blas)
+	if err != nil {
+		return false, err
+	}
+	c.lt = ltTime > 0 && ltTime <= blasTime
+	if ltTime > 0 {
+		other, kept := "cuBLAS + kernel", "cuBLAS"
+		if key.op == "matmul" {
+			other = "cuBLAS"
+		}
+		if c.lt {
+			kept = "cuBLASLt"
+		}
+		c.note = fmt.Sprintf("%v: cuBLASLt %v; %s %v: %s kept", key, tu, other, cu.RoundTime(blasTime), kept)
+	}
+	g.mu.Lock()
+	if g.choices == nil {
+		g.choices = make(map[gemmKey]gemmChoice)
+	}
+	g.choices[key] = c
+	g.mu.Unlock()
+	return c.lt, nil
+}
+
+// timeOn returns the mean device time of f's work on s over reps runs,
+// after one untimed run.
+func timeOn(s *cu.Stream, ctx *cu.Context, reps int, f func() error) (time.Duration, error) {
+	start, err := ctx.NewEvent(true)
+	if err != nil {
+		return 0, err
+	}
+	defer start.Destroy()
+	end, err := ctx.NewEvent(true)
+	if err != nil {
+		return 0, err
+	}
+	defer end.Destroy()
+	if err := f(); err != nil {
+		return 0, err
+	}
+	if err := start.Record(s); err != nil {
+		return 0, err
+	}
+	for range reps {
+		if err := f(); err != nil {
+			return 0, err
+		}
+	}
+	if err := end.Record(s); err != nil {
+		return 0, err
+	}
+	if err := end.Synchronize(); err != nil {
+		return 0, err
+	}
+	d, err := cu.Elapsed(start, end)
+	return max(d/time.Duration(reps), 1), err
 }
 
 // fellBack records that op ran without its fused cuBLASLt product.
@@ -137,10 +309,11 @@ func catalogType(name string, mem units.Bytes) string {
 // int64), so that a captured CUDA graph replays correctly: its arguments
 // are fixed, the counter behind the pointer is not.
 type gpuStep struct {
-	iter    cu.DevicePtr
-	micro   int  // global micro-batch index, over all replicas
-	micros  int  // global micro-batches per iteration
-	unfused bool // PlanRunner.Unfused
+	iter      cu.DevicePtr
+	micro     int        // global micro-batch index, over all replicas
+	micros    int        // global micro-batches per iteration
+	gemm      GEMMPolicy // PlanRunner.GEMM
+	capturing bool       // the enqueue is being captured into a graph
 }
 
 // workspace is the scratch a task's kernel needs.
@@ -212,11 +385,11 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		if err != nil {
 			return err
 		}
-		return g.blas.Gemm(s, t, op.TransA, op.TransB, m, nn, kk, 1, in[0], ac, in[1], bc, 0, out[0], nn)
+		return g.matmul(s, at, t, op.TransA, op.TransB, m, nn, kk, in[0], ac, in[1], bc, out[0], nn)
 	case graph.Dense:
-		return g.dense(s, op, dt, shape(0), shape(1), in, out[0], at.unfused)
+		return g.dense(s, at, op, dt, shape(0), shape(1), in, out[0])
 	case graph.DenseGrad:
-		return g.denseGrad(s, dt, shape(0), shape(1), in, out, work, at.unfused)
+		return g.denseGrad(s, at, dt, shape(0), shape(1), in, out, work)
 	case graph.BiasAdd:
 		o, c, i := shape(0).Split3(op.Axis)
 		return k.BiasAdd(s, dt, in[0], in[1], out[0], o, c, i)
@@ -328,11 +501,34 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 	return fmt.Errorf("runtime: cuda: no kernel for op %s", op.Type())
 }
 
+// matmul enqueues c = op(a)·op(b) with cuBLAS, or with cuBLASLt where
+// tuning found it faster.
+func (g *GPU) matmul(s *cu.Stream, at gpuStep, t cu.GemmType, ta, tb bool, m, n, k int, a cu.DevicePtr, lda int, b cu.DevicePtr, ldb int, c cu.DevicePtr, ldc int) error {
+	blas := func() error { return g.blas.Gemm(s, t, ta, tb, m, n, k, 1, a, lda, b, ldb, 0, c, ldc) }
+	lt := func(tune bool) (cu.Tuning, error) {
+		if tune {
+			return g.lt.TuneMatmulBias(s, tuneReps, t, ta, tb, m, n, k, a, lda, b, ldb, 0, c, ldc, false)
+		}
+		return cu.Tuning{}, g.lt.MatmulBias(s, t, ta, tb, m, n, k, a, lda, b, ldb, 0, c, ldc, false)
+	}
+	useLt, err := g.choice(s, gemmKey{op: "matmul", t: t, ta: ta, tb: tb, m: m, n: n, k: k}, at, lt, blas)
+	if err != nil {
+		return err
+	}
+	if useLt {
+		if _, err := lt(false); !errors.Is(err, cu.ErrNoAlgorithm) {
+			return err
+		}
+	}
+	return blas()
+}
+
 // dense enqueues y = act(x·wᵀ + b) as one cuBLASLt product with the bias
-// (and ReLU) in its epilogue; unfused, or where cuBLASLt has no algorithm
-// for that, as cuBLAS's GEMM into y and the bias kernel over y in place,
-// which computes the same (rounding y once more in bf16).
-func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.Shape, in []cu.DevicePtr, y cu.DevicePtr, unfused bool) error {
+// (and ReLU) in its epilogue, or as cuBLAS's GEMM into y and the bias
+// kernel over y in place, which computes the same (rounding y once more in
+// bf16): as the policy says, and where cuBLASLt has no algorithm, the
+// latter.
+func (g *GPU) dense(s *cu.Stream, at gpuStep, op graph.Dense, dt graph.DType, xs, ws graph.Shape, in []cu.DevicePtr, y cu.DevicePtr) error {
 	rows, k := matrix(xs)
 	n := ws[0]
 	t, err := gemmType(dt)
@@ -340,42 +536,68 @@ func (g *GPU) dense(s *cu.Stream, op graph.Dense, dt graph.DType, xs, ws graph.S
 		return err
 	}
 	relu := op.Act == "relu"
-	if !unfused {
-		err = g.lt.MatmulBias(s, t, false, true, rows, n, k, in[0], k, in[1], k, in[2], y, n, relu)
+	blas := func() error {
+		if err := g.blas.Gemm(s, t, false, true, rows, n, k, 1, in[0], k, in[1], k, 0, y, n); err != nil {
+			return err
+		}
+		if !relu {
+			return g.k.BiasAdd(s, dt, y, in[2], y, rows, n, 1)
+		}
+		return g.k.BiasAct(s, dt, cpu.ActReLU, y, in[2], y, rows, n, 1)
+	}
+	lt := func(tune bool) (cu.Tuning, error) {
+		if tune {
+			return g.lt.TuneMatmulBias(s, tuneReps, t, false, true, rows, n, k, in[0], k, in[1], k, in[2], y, n, relu)
+		}
+		return cu.Tuning{}, g.lt.MatmulBias(s, t, false, true, rows, n, k, in[0], k, in[1], k, in[2], y, n, relu)
+	}
+	useLt, err := g.choice(s, gemmKey{op: "dense", t: t, ta: false, tb: true, m: rows, n: n, k: k, relu: relu}, at, lt, blas)
+	if err != nil {
+		return err
+	}
+	if useLt {
+		_, err := lt(false)
 		if !errors.Is(err, cu.ErrNoAlgorithm) {
 			return err
 		}
 		g.fellBack("dense", err)
 	}
-	if err := g.blas.Gemm(s, t, false, true, rows, n, k, 1, in[0], k, in[1], k, 0, y, n); err != nil {
-		return err
-	}
-	if !relu {
-		return g.k.BiasAdd(s, dt, y, in[2], y, rows, n, 1)
-	}
-	return g.k.BiasAct(s, dt, cpu.ActReLU, y, in[2], y, rows, n, 1)
+	return blas()
 }
 
 // denseGrad enqueues dw = dzᵀ·x and db = dz summed over its rows as one
-// cuBLASLt product with the bias gradient in its epilogue; unfused, or
-// where cuBLASLt has no algorithm for that, as cuBLAS's GEMM and the
-// BiasGrad kernel.
-func (g *GPU) denseGrad(s *cu.Stream, dt graph.DType, dzs, xs graph.Shape, in, out []cu.DevicePtr, work cu.DevicePtr, unfused bool) error {
+// cuBLASLt product with the bias gradient in its epilogue, or as cuBLAS's
+// GEMM and the BiasGrad kernel: as the policy says, and where cuBLASLt has
+// no algorithm, the latter.
+func (g *GPU) denseGrad(s *cu.Stream, at gpuStep, dt graph.DType, dzs, xs graph.Shape, in, out []cu.DevicePtr, work cu.DevicePtr) error {
 	rows, n := matrix(dzs)
 	_, k := matrix(xs)
 	t, err := gemmType(dt)
 	if err != nil {
 		return err
 	}
-	if !unfused {
-		err = g.lt.MatmulBiasGrad(s, t, true, false, n, k, rows, in[0], n, in[1], k, out[0], k, out[1])
+	blas := func() error {
+		if err := g.blas.Gemm(s, t, true, false, n, k, rows, 1, in[0], n, in[1], k, 0, out[0], k); err != nil {
+			return err
+		}
+		return g.k.BiasGrad(s, dt, in[0], out[1], work, rows, n, 1)
+	}
+	lt := func(tune bool) (cu.Tuning, error) {
+		if tune {
+			return g.lt.TuneMatmulBiasGrad(s, tuneReps, t, true, false, n, k, rows, in[0], n, in[1], k, out[0], k, out[1])
+		}
+		return cu.Tuning{}, g.lt.MatmulBiasGrad(s, t, true, false, n, k, rows, in[0], n, in[1], k, out[0], k, out[1])
+	}
+	useLt, err := g.choice(s, gemmKey{op: "dense_grad", t: t, ta: true, tb: false, m: n, n: k, k: rows}, at, lt, blas)
+	if err != nil {
+		return err
+	}
+	if useLt {
+		_, err := lt(false)
 		if !errors.Is(err, cu.ErrNoAlgorithm) {
 			return err
 		}
 		g.fellBack("dense_grad", err)
 	}
-	if err := g.blas.Gemm(s, t, true, false, n, k, rows, 1, in[0], n, in[1], k, 0, out[0], k); err != nil {
-		return err
-	}
-	return g.k.BiasGrad(s, dt, in[0], out[1], work, rows, n, 1)
+	return blas()
 }

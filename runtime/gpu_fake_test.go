@@ -35,7 +35,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 }
 
 // TestGPUOnEmulator runs the GPU tests that check numbers (TestGPUPlanMatchesCPU,
-// TestGPUUnfusedMatchesFused, TestGPUBF16Workloads,
+// TestGPUGEMMPoliciesAgree, TestGPUBF16Workloads,
 // TestGPUHeterogeneousPipeline, TestGPUHeterogeneousDataParallel) in a
 // child process against the fake driver with kernels/cuda's kernels run by
 // the host emulator of internal/cudafake and cuBLAS by reference code: the
@@ -46,7 +46,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // without them it skips.
 func TestGPUOnEmulator(t *testing.T) {
 	emu := cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda"))
-	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|UnfusedMatchesFused|BF16Workloads|HeterogeneousPipeline|HeterogeneousDataParallel)$", 5, emu)
+	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|HeterogeneousPipeline|HeterogeneousDataParallel)$", 5, emu)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
 	}

@@ -18,13 +18,13 @@ import (
 // the same enqueues as an eager run, recorded once and replayed, so that an
 // iteration costs one launch instead of one per kernel.
 type gpuGraph struct {
-	exec    *cu.GraphExec
-	graph   *cu.Graph
-	origin  *cu.Stream
-	pool    *SyntheticFeeder // whose device pool the inputs are gathered from; nil: staged from the host
-	timed   bool
-	unfused bool // captured with PlanRunner.Unfused
-	nodes   int
+	exec   *cu.GraphExec
+	graph  *cu.Graph
+	origin *cu.Stream
+	pool   *SyntheticFeeder // whose device pool the inputs are gathered from; nil: staged from the host
+	timed  bool
+	gemm   GEMMPolicy // PlanRunner.GEMM when captured
+	nodes  int
 	// Per-firing timing events, recorded by the graph itself when timed.
 	tstart, tend []*cu.Event
 	events       []*cu.Event // fork and joins
@@ -123,7 +123,7 @@ func (r *PlanRunner) capture(feed Feeder, timed bool) (*gpuGraph, error) {
 		return nil, errors.New("runtime: plan's first device has no compute stream")
 	}
 	pool, _ := feed.(*SyntheticFeeder)
-	gg := &gpuGraph{origin: g.streams[origin], pool: pool, timed: timed, unfused: r.Unfused}
+	gg := &gpuGraph{origin: g.streams[origin], pool: pool, timed: timed, gemm: r.GEMM}
 	newEvent := func(timing bool) (*cu.Event, error) {
 		e, err := dev.ctx.NewEvent(timing)
 		if err == nil && !timing {
@@ -173,6 +173,8 @@ func (r *PlanRunner) capture(feed Feeder, timed bool) (*gpuGraph, error) {
 	if err := gg.origin.BeginCapture(); err != nil {
 		return nil, err
 	}
+	g.capturing = true
+	defer func() { g.capturing = false }()
 	fail := func(err error) (*gpuGraph, error) {
 		if g, err2 := gg.origin.EndCapture(); err2 == nil {
 			g.Destroy()
@@ -334,7 +336,10 @@ func (x *run) runGraph(ctx context.Context) error {
 	// buffers. (Feeders themselves are not compared: a func or a struct
 	// with a slice would make == panic.)
 	pool, pooled := x.feed.(*SyntheticFeeder)
-	if g.graph == nil || g.graph.pool != pool || g.graph.timed != r.TaskTimes || g.graph.unfused != r.Unfused {
+	if g.graph == nil || g.graph.pool != pool || g.graph.timed != r.TaskTimes || g.graph.gemm != r.GEMM {
+		if g.graph != nil && g.graph.gemm != r.GEMM {
+			g.warm = false // tune the new policy's products before capturing them
+		}
 		if g.graph != nil {
 			if err := g.graph.Close(); err != nil {
 				return err

@@ -62,8 +62,9 @@ type gpuPlan struct {
 	hostRun []bool
 	mirror  map[int]cu.HostBuffer
 
-	graph *gpuGraph // captured iteration, for GPU-only plans
-	warm  bool      // an iteration has run once before capturing (see warmUp)
+	graph     *gpuGraph // captured iteration, for GPU-only plans
+	warm      bool      // an iteration has run once before capturing (see warmUp)
+	capturing bool      // enqueues are being captured: nothing may synchronize
 }
 
 // devicePool is a synthetic feeder's sample pool copied to the GPU.

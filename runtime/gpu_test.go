@@ -146,20 +146,29 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 	}
 }
 
-// Dense layers run unfused (a cuBLAS GEMM and kernels) compute what one
-// cuBLASLt call with a fused epilogue computes.
-func TestGPUUnfusedMatchesFused(t *testing.T) {
+// Every GEMM policy computes the same: dense layers and products tuned
+// (the default), as cuBLASLt's first algorithm with the epilogue fused, and
+// as cuBLAS GEMMs and kernels. The tuned run reports what it timed.
+func TestGPUGEMMPoliciesAgree(t *testing.T) {
 	openGPU(t)
 	p := compileOn(t, gpuDevices(t), "mlp3x4096:width=64", "single", 16, 0)
-	_, fused := runPlan(t, p, 3, false)
-	r, err := NewPlanRunner(p)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, r.Close()) }()
-	r.Unfused = true
-	res, err := r.Run(context.Background(), 3, NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7))
-	require.NoError(t, err)
-	for i, want := range fused {
-		require.InDelta(t, want, res.Loss[i], 1e-5*math.Abs(want)+1e-7, "loss of iteration %d", i)
+	tuned, want := runPlan(t, p, 3, false)
+	tunings := tuned.Tunings()
+	require.NotEmpty(t, tunings)
+	for _, op := range []string{"dense", "dense_grad", "matmul"} {
+		require.True(t, slices.ContainsFunc(tunings, func(s string) bool { return strings.Contains(s, ": "+op+" ") }),
+			"no tuning of a %s among %q", op, tunings)
+	}
+	for _, policy := range []GEMMPolicy{GEMMFused, GEMMUnfused} {
+		r, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		r.GEMM = policy
+		res, err := r.Run(context.Background(), 3, NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7))
+		require.NoError(t, err)
+		require.NoError(t, r.Close())
+		for i := range want {
+			require.InDelta(t, want[i], res.Loss[i], 1e-5*math.Abs(want[i])+1e-7, "%v: loss of iteration %d", policy, i)
+		}
 	}
 }
 

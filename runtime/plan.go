@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 	"unsafe"
@@ -58,10 +59,11 @@ type PlanRunner struct {
 	// iteration to read them). Without it a graph replay times whole
 	// iterations only and its trace has no events.
 	TaskTimes bool
-	// Unfused runs Dense and DenseGrad on GPUs as a cuBLAS GEMM and a
-	// kernel instead of one cuBLASLt product with a fused epilogue: the
-	// same results, for comparing their speed.
-	Unfused bool
+	// GEMM says how GPUs run dense layers (Dense, DenseGrad) and matrix
+	// products (MatMul): by default each shape's fastest way, timed on its
+	// first run; the other policies are for comparing. All compute the
+	// same, up to rounding.
+	GEMM GEMMPolicy
 
 	gpu       *gpuPlan // nil for plans of CPU devices only
 	lossTasks int      // loss firings per iteration
@@ -201,20 +203,39 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 // what it computes (up to one more bf16 rounding): the fused cuBLASLt
 // products its GPUs ran unfused (GPU.Fallbacks).
 func (r *PlanRunner) Notes() []string {
-	if r.gpu == nil {
-		return nil
-	}
 	var notes []string
-	seen := map[*GPU]bool{}
-	for _, g := range r.gpu.devs {
-		if g != nil && !seen[g] {
-			seen[g] = true
-			for _, f := range g.Fallbacks() {
-				notes = append(notes, fmt.Sprintf("%v: ran unfused: %s", g, f))
-			}
+	for _, g := range r.gpus() {
+		for _, f := range g.Fallbacks() {
+			notes = append(notes, fmt.Sprintf("%v: ran unfused: %s", g, f))
 		}
 	}
 	return notes
+}
+
+// Tunings lists how the GPUs run each product they have timed under
+// GEMMTuned (GPU.Tunings), in this run or an earlier one.
+func (r *PlanRunner) Tunings() []string {
+	var l []string
+	for _, g := range r.gpus() {
+		for _, t := range g.Tunings() {
+			l = append(l, fmt.Sprintf("cuda:%d: %s", g.Info().Ordinal, t))
+		}
+	}
+	return l
+}
+
+// gpus returns the plan's GPUs, each once.
+func (r *PlanRunner) gpus() []*GPU {
+	if r.gpu == nil {
+		return nil
+	}
+	var l []*GPU
+	for _, g := range r.gpu.devs {
+		if g != nil && !slices.Contains(l, g) {
+			l = append(l, g)
+		}
+	}
+	return l
 }
 
 // Close releases the runner's GPU resources (nothing for CPU plans).

@@ -97,10 +97,13 @@ for p in "$work"/*.plan.json; do
 	name=$(basename "$p" .plan.json)
 	json "exec-$name" 90 "$bin/flowrun" exec "$p" --device cuda --iters 30 --warmup 5 --runs 3 "${compare[@]}" --json
 done
-# The fused dense layers against the same plan unfused (cuBLAS GEMMs and
-# kernels): what cuBLASLt's epilogues buy on the tightest workload.
-json exec-mlp3x4096-bf16-b4096-unfused 90 "$bin/flowrun" exec "$work/mlp3x4096-bf16-b4096.plan.json" --device cuda \
-	--iters 30 --warmup 5 --runs 3 --unfused --json
+# The tightest workload under the other --gemm policies: cuBLASLt's first
+# algorithm with the epilogues fused, and cuBLAS with kernels; against the
+# default, which times both per shape and keeps the faster.
+for policy in fused unfused; do
+	json "exec-mlp3x4096-bf16-b4096-gemm-$policy" 90 "$bin/flowrun" exec "$work/mlp3x4096-bf16-b4096.plan.json" --device cuda \
+		--iters 30 --warmup 5 --runs 3 --gemm "$policy" --json
+done
 cp "$work/calib.json" "$OUT/calib-cuda.json" 2>/dev/null
 
 python3 "$here/summarize.py" --gpu "$work/gpu.txt" --results "$res" --torch "$OUT/torch.jsonl" --log "$log" -o "$OUT/summary.json"

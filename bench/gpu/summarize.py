@@ -4,6 +4,9 @@ Usage: summarize.py --gpu gpu.txt --results results.jsonl --torch torch.jsonl -o
 """
 import argparse, datetime, json
 
+# Rows timing a workload's plan under another --gemm policy, for comparison.
+VARIANTS = ("-gemm-fused", "-gemm-unfused")
+
 # Step-time targets of the CUDA issue: flowrun ≤ ratio × PyTorch eager.
 TARGETS = {"mnist-cnn-f32-b64": 0.5, "cifar-cnn-f32-b128": 0.5,
            "mlp3x4096-bf16-b4096": 1.0, "gpt2s-blocks-bf16-b8-s1024": 1.2}
@@ -39,7 +42,7 @@ def main():
         if not name.startswith("exec-"):
             continue
         w = name[len("exec-"):]
-        base = w.removesuffix("-unfused")  # a variant, timed against the same PyTorch run, without a target
+        base = variant_of(w) or w  # a variant is timed against the same PyTorch run, without a target
         o = rec.get("out")
         if not isinstance(o, dict):
             out["workloads"][w] = {"failed": f"rc={rec['rc']}", "pytorch_ms": torch.get(base), "target_ratio": TARGETS.get(w)}
@@ -47,7 +50,8 @@ def main():
         ms = 1e3 * o.get("measured_step_s", float("nan"))
         pred = 1e3 * o["predicted_step_s"] if "predicted_step_s" in o else None
         t = torch.get(base)
-        wl = {"flowrun_ms": ms, "predicted_ms": pred, "pred_error": o.get("rel_error"), "pytorch_ms": t, "notes": o.get("notes")}
+        wl = {"flowrun_ms": ms, "predicted_ms": pred, "pred_error": o.get("rel_error"), "pytorch_ms": t, "notes": o.get("notes"),
+              "tunings": o.get("tunings")}
         if t:
             wl["ratio"] = ms / t
         if w in TARGETS:
@@ -80,7 +84,7 @@ def main():
         met = r.get("pred_error") is not None and abs(r["pred_error"]) <= 0.10
         if "target_ratio" in r:
             met = met and r.get("ratio") is not None and r["ratio"] <= r["target_ratio"]
-        if w.endswith("-unfused"):
+        if variant_of(w):
             met = None  # a variant for comparison: no prediction, no target
         print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | {f(r['flowrun_ms'], '%.3f')} | {f(r.get('ratio'), '%.2f')} | "
               f"{f(r.get('target_ratio'), '≤ %.1f')} | {f(r['predicted_ms'], '%.3f')} | {f(r.get('pred_error') and 100 * r['pred_error'], '%+.1f%%')} | "
@@ -88,10 +92,21 @@ def main():
     notes = [f"{w}: {n}" for w, r in out["workloads"].items() for n in r.get("notes") or []]
     if notes:
         print("\nnotes:\n  " + "\n  ".join(notes))
+    tunings = [f"{w}: {n}" for w, r in out["workloads"].items() if not variant_of(w) for n in r.get("tunings") or []]
+    if tunings:
+        print("\nGEMMs tuned (each shape's cuBLASLt candidates against cuBLAS):\n  " + "\n  ".join(tunings))
     if failed:
         print("\nfailed steps: " + ", ".join(failed))
         for name in failed:
             print(f"  {name}: {last_words(a.log, name)}")
+
+
+def variant_of(w):
+    """The workload a variant row (the same plan under another --gemm policy) belongs to, or None."""
+    for suffix in VARIANTS:
+        if w.endswith(suffix):
+            return w.removesuffix(suffix)
+    return None
 
 
 def benchmarks(log):

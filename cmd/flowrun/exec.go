@@ -23,7 +23,7 @@ type execFlags struct {
 	iters, warmup, runs, top int
 	calib, device            string
 	compare, json, eager     bool
-	unfused                  bool
+	gemm                     string
 	tracePath, pprofDir      string
 }
 
@@ -66,7 +66,7 @@ predicted and measured step times and per-task times are compared.`,
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.device, "device", "", "check where the plan runs: cpu (no GPU devices) or cuda (at least one); empty: wherever the plan says")
 	fl.BoolVar(&f.eager, "eager", false, "GPU plans: enqueue every firing every iteration instead of replaying a captured CUDA graph")
-	fl.BoolVar(&f.unfused, "unfused", false, "GPU plans: run dense layers as a cuBLAS GEMM and a kernel instead of one cuBLASLt call with a fused epilogue (to compare)")
+	fl.StringVar(&f.gemm, "gemm", "tuned", "GPU plans: how dense layers and matrix products run: tuned (each shape's fastest of cuBLASLt's candidate algorithms with the epilogue fused and cuBLAS with a kernel, timed on its first run), fused (cuBLASLt's first algorithm) or unfused (cuBLAS and kernels)")
 	return cmd
 }
 
@@ -118,13 +118,17 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	}
 	// Runs continue from one another (the weights keep training); each is
 	// timed on its own.
+	policy, err := runtime.ParseGEMMPolicy(f.gemm)
+	if err != nil {
+		return fmt.Errorf("--gemm: %w", err)
+	}
 	runner, err := runtime.NewPlanRunner(p)
 	if err != nil {
 		return err
 	}
 	defer runner.Close()
 	runner.Eager = f.eager
-	runner.Unfused = f.unfused
+	runner.GEMM = policy
 	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, p.Seed)
 	type timedRun struct {
 		res  *runtime.RunResult
@@ -171,6 +175,13 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		out["notes"] = notes
 		for _, n := range notes {
 			fmt.Fprintln(os.Stderr, "flowrun: note:", n)
+		}
+	}
+	if tunings := runner.Tunings(); len(tunings) > 0 {
+		out["gemm"] = f.gemm
+		out["tunings"] = tunings
+		for _, t := range tunings {
+			fmt.Fprintln(os.Stderr, "flowrun: tuned:", t)
 		}
 	}
 	measured := med.res.Trace

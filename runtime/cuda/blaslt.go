@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 )
 
 // cublasLtMatmulDescAttributes_t (cublasLt.h).
@@ -92,6 +93,42 @@ type ltPlan struct {
 	desc               uintptr // cublasLtMatmulDesc_t
 	first, second, out uintptr // cublasLtMatrixLayout_t of our B, our A, and C
 	algo               [8]uint64
+	candidates         [][8]uint64 // the heuristic's, best first; algo is one of them
+	tuning             *Tuning     // once tuned
+}
+
+// MaxCandidates is the most algorithms a tuning asks cuBLASLt's heuristic
+// for.
+const MaxCandidates = 8
+
+// Tuning is what a Tune call measured for one product: the time of one
+// product with each of the heuristic's candidate algorithms, in the
+// heuristic's order (0 where the library refused the call), and which was
+// kept.
+type Tuning struct {
+	Times []time.Duration
+	Best  int
+}
+
+// String gives the kept algorithm's time against the heuristic's choice.
+func (t Tuning) String() string {
+	if t.Best < 0 || t.Best >= len(t.Times) {
+		return "not tuned"
+	}
+	s := fmt.Sprintf("algorithm %d of %d, %v", t.Best+1, len(t.Times), RoundTime(t.Times[t.Best]))
+	if t.Best != 0 && t.Times[0] > 0 {
+		s += fmt.Sprintf(" (the heuristic's first: %v)", RoundTime(t.Times[0]))
+	}
+	return s
+}
+
+// RoundTime rounds a device time to four significant digits or so, for
+// printing: 0.1 µs under a millisecond, 1 µs above.
+func RoundTime(d time.Duration) time.Duration {
+	if d < time.Millisecond {
+		return d.Round(100 * time.Nanosecond)
+	}
+	return d.Round(time.Microsecond)
 }
 
 // BLASLt is a cuBLASLt handle bound to a Context, for products with a fused
@@ -242,16 +279,23 @@ func (l *BLASLt) plan(key ltKey) (*ltPlan, error) {
 			return fail(fmt.Sprintf("cublasLtMatmulPreferenceSetAttribute(%d)", a.attr), st)
 		}
 	}
-	var res ltHeuristicResult
+	var res [MaxCandidates]ltHeuristicResult
 	var count int32
-	st := cublasLtMatmulAlgoGetHeuristic(l.h, p.desc, p.first, p.second, p.out, p.out, pref, &res, &count)
-	if st == cublasNotSupported || st == cublasSuccess && (count < 1 || res.state != int32(cublasSuccess)) {
-		return unsupported("cublasLtMatmulAlgoGetHeuristic", cublasNotSupported)
-	}
-	if st != cublasSuccess {
+	st := cublasLtMatmulAlgoGetHeuristic(l.h, p.desc, p.first, p.second, p.out, p.out, pref, res[:], &count)
+	if st != cublasSuccess && st != cublasNotSupported {
 		return fail("cublasLtMatmulAlgoGetHeuristic", st)
 	}
-	p.algo = res.algo
+	if st == cublasSuccess {
+		for _, r := range res[:min(int(count), len(res))] {
+			if r.state == int32(cublasSuccess) {
+				p.candidates = append(p.candidates, r.algo)
+			}
+		}
+	}
+	if len(p.candidates) == 0 {
+		return unsupported("cublasLtMatmulAlgoGetHeuristic", cublasNotSupported)
+	}
+	p.algo = p.candidates[0]
 	l.plans[key] = p
 	return p, nil
 }
@@ -292,12 +336,28 @@ func (l *BLASLt) Prepare(s *Stream) error {
 // in one cuBLASLt call. Shapes, strides and types are as for BLAS.Gemm;
 // bias is a vector of n elements of the data type (bfloat16 for GemmBF16)
 // added to every row of C, or 0 for none. Descriptors and the algorithm are
-// chosen once per shape and pointer alignment and cached; where cuBLASLt
+// chosen once per shape and pointer alignment and cached (the heuristic's
+// first, or the fastest once TuneMatmulBias has timed them); where cuBLASLt
 // has none, the error wraps ErrNoAlgorithm.
 func (l *BLASLt) MatmulBias(s *Stream, t GemmType, transA, transB bool, m, n, k int,
 	a DevicePtr, lda int, b DevicePtr, ldb int, bias DevicePtr, c DevicePtr, ldc int, relu bool) error {
 	key := ltKey{t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc, bias: bias != 0, relu: relu}
-	return l.matmul("MatmulBias", s, key, a, b, c, bias)
+	_, err := l.matmul("MatmulBias", s, key, a, b, c, bias, 0)
+	return err
+}
+
+// TuneMatmulBias runs MatmulBias's product with each algorithm cuBLASLt's
+// heuristic offers for it (up to MaxCandidates), reps times each on s after
+// one untimed run, timed by events, and keeps the fastest for every later
+// call with this shape: the heuristic ranks algorithms by a model, and on a
+// given GPU another of its top candidates may be faster. It waits for s and
+// must not be called while s is being captured. For a shape already tuned
+// it runs the product once and returns the first tuning; C then holds the
+// product, as after MatmulBias.
+func (l *BLASLt) TuneMatmulBias(s *Stream, reps int, t GemmType, transA, transB bool, m, n, k int,
+	a DevicePtr, lda int, b DevicePtr, ldb int, bias DevicePtr, c DevicePtr, ldc int, relu bool) (Tuning, error) {
+	key := ltKey{t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc, bias: bias != 0, relu: relu}
+	return l.matmul("TuneMatmulBias", s, key, a, b, c, bias, max(reps, 1))
 }
 
 // MatmulBiasGrad enqueues C = op(A)·op(B) on s and, in the same cuBLASLt
@@ -308,72 +368,146 @@ func (l *BLASLt) MatmulBias(s *Stream, t GemmType, transA, transB bool, m, n, k 
 // for MatmulBias.
 func (l *BLASLt) MatmulBiasGrad(s *Stream, t GemmType, transA, transB bool, m, n, k int,
 	a DevicePtr, lda int, b DevicePtr, ldb int, c DevicePtr, ldc int, biasGrad DevicePtr) error {
-	if biasGrad == 0 {
-		return argError("MatmulBiasGrad", "nil biasGrad")
-	}
 	key := ltKey{t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc, bgrad: true}
-	return l.matmul("MatmulBiasGrad", s, key, a, b, c, biasGrad)
+	_, err := l.matmul("MatmulBiasGrad", s, key, a, b, c, biasGrad, 0)
+	return err
+}
+
+// TuneMatmulBiasGrad is TuneMatmulBias for MatmulBiasGrad's product.
+func (l *BLASLt) TuneMatmulBiasGrad(s *Stream, reps int, t GemmType, transA, transB bool, m, n, k int,
+	a DevicePtr, lda int, b DevicePtr, ldb int, c DevicePtr, ldc int, biasGrad DevicePtr) (Tuning, error) {
+	key := ltKey{t: t, transA: transA, transB: transB, m: m, n: n, k: k, lda: lda, ldb: ldb, ldc: ldc, bgrad: true}
+	return l.matmul("TuneMatmulBiasGrad", s, key, a, b, c, biasGrad, max(reps, 1))
 }
 
 // matmul checks and enqueues the product of key with the epilogue vector
-// vec (the bias, or the bias gradient).
-func (l *BLASLt) matmul(call string, s *Stream, key ltKey, a, b, c, vec DevicePtr) error {
+// vec (the bias, or the bias gradient); with reps > 0 it tunes the shape
+// first (see TuneMatmulBias).
+func (l *BLASLt) matmul(call string, s *Stream, key ltKey, a, b, c, vec DevicePtr, reps int) (Tuning, error) {
 	if l == nil {
-		return errNilBLASLt
+		return Tuning{}, errNilBLASLt
 	}
 	_, size, _, ok := key.t.gemmTypes()
 	if !ok {
-		return argError(call, "unknown %v", key.t)
+		return Tuning{}, argError(call, "unknown %v", key.t)
 	}
 	if err := checkGemm(call, key.transA, key.transB, key.m, key.n, key.k, key.lda, key.ldb, key.ldc); err != nil {
-		return err
+		return Tuning{}, err
 	}
 	if err := checkGemmPointers(call, size, key.m, key.n, key.k, a, b, c); err != nil {
-		return err
+		return Tuning{}, err
+	}
+	if key.bgrad && vec == 0 {
+		return Tuning{}, argError(call, "nil biasGrad")
 	}
 	if vec%DevicePtr(size) != 0 {
-		return argError(call, "the epilogue's vector %#x is not aligned to its %d-byte elements", uintptr(vec), size)
+		return Tuning{}, argError(call, "the epilogue's vector %#x is not aligned to its %d-byte elements", uintptr(vec), size)
 	}
 	if key.m == 0 || key.n == 0 {
-		return nil
+		return Tuning{}, nil
 	}
 	if key.k == 0 {
 		// cuBLASLt rejects k = 0; the result would be the bias (and ReLU)
 		// alone, or a zero bias gradient.
-		return argError(call, "k = 0")
+		return Tuning{}, argError(call, "k = 0")
 	}
 	key.alignA, key.alignB, key.alignC = alignment(a), alignment(b), alignment(c)
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if err := l.enter(s); err != nil {
-		return err
+		return Tuning{}, err
 	}
 	defer l.ctx.exit()
 	ws, err := l.ws.get(s)
 	if err != nil {
-		return err
+		return Tuning{}, err
 	}
 	p, err := l.plan(key)
 	if err != nil {
-		return err
+		return Tuning{}, err
 	}
 	if key.bias || key.bgrad {
 		if st := cublasLtMatmulDescSetAttribute(p.desc, ltDescBiasPointer, uint64(vec)); st != cublasSuccess {
-			return blasError("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", st)
+			return Tuning{}, blasError("cublasLtMatmulDescSetAttribute(BIAS_POINTER)", st)
 		}
 	}
-	alpha, beta := float32(1), float32(0)
-	st := cublasLtMatmul(l.h, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out, &p.algo, ws, uint64(WorkspaceSize), s.h)
+	launch := func(algo *[8]uint64) cublasStatus {
+		alpha, beta := float32(1), float32(0)
+		return cublasLtMatmul(l.h, p.desc, &alpha, b, p.first, a, p.second, &beta, c, p.out, c, p.out, algo, ws, uint64(WorkspaceSize), s.h)
+	}
+	if reps > 0 && p.tuning == nil {
+		if err := l.tune(s, p, reps, launch); err != nil {
+			return Tuning{}, err
+		}
+	}
+	st := launch(&p.algo)
 	switch {
 	case st == cublasNotSupported:
-		// The heuristic's algorithm refused the call after all: nothing was
-		// enqueued, and the shape is not tried again.
+		// The algorithm refused the call after all: nothing was enqueued,
+		// and the shape is not tried again.
 		err := fmt.Errorf("%w for %v, m=%d n=%d k=%d: %w", ErrNoAlgorithm, key.t, key.m, key.n, key.k, blasError("cublasLtMatmul", st))
 		l.failed[key] = err
 		delete(l.plans, key)
-		return errors.Join(err, p.destroy())
+		return Tuning{}, errors.Join(err, p.destroy())
 	case st != cublasSuccess:
-		return blasError(fmt.Sprintf("cublasLtMatmul(%v, m=%d n=%d k=%d)", key.t, key.m, key.n, key.k), st)
+		return Tuning{}, blasError(fmt.Sprintf("cublasLtMatmul(%v, m=%d n=%d k=%d)", key.t, key.m, key.n, key.k), st)
 	}
+	if reps > 0 && p.tuning != nil {
+		return *p.tuning, nil
+	}
+	return Tuning{}, nil
+}
+
+// tune times launch with each of p's candidates and keeps the fastest as
+// p.algo. A candidate the library refuses is skipped; if it refuses all,
+// p.algo stays, and the launch that follows reports it. The caller holds
+// l.mu and has entered the context.
+func (l *BLASLt) tune(s *Stream, p *ltPlan, reps int, launch func(*[8]uint64) cublasStatus) error {
+	start, err := l.ctx.NewEvent(true)
+	if err != nil {
+		return err
+	}
+	defer start.Destroy()
+	end, err := l.ctx.NewEvent(true)
+	if err != nil {
+		return err
+	}
+	defer end.Destroy()
+	tu := &Tuning{Times: make([]time.Duration, len(p.candidates)), Best: -1}
+	for i := range p.candidates {
+		algo := &p.candidates[i]
+		if st := launch(algo); st == cublasNotSupported {
+			continue
+		} else if st != cublasSuccess {
+			return blasError("cublasLtMatmul (tuning)", st)
+		}
+		if err := start.Record(s); err != nil {
+			return err
+		}
+		for range reps {
+			if st := launch(algo); st != cublasSuccess {
+				return blasError("cublasLtMatmul (tuning)", st)
+			}
+		}
+		if err := end.Record(s); err != nil {
+			return err
+		}
+		if err := end.Synchronize(); err != nil {
+			return err
+		}
+		d, err := Elapsed(start, end)
+		if err != nil {
+			return err
+		}
+		tu.Times[i] = max(d/time.Duration(reps), 1)
+		if tu.Best < 0 || tu.Times[i] < tu.Times[tu.Best] {
+			tu.Best = i
+		}
+	}
+	if tu.Best < 0 {
+		return nil
+	}
+	p.algo = p.candidates[tu.Best]
+	p.tuning = tu
 	return nil
 }

@@ -300,10 +300,11 @@ func cublasLtMatmulPreferenceSetAttribute[T uint32 | uint64](p uintptr, attr int
 // cublasLtMatmulDesc_t operationDesc, cublasLtMatrixLayout_t Adesc, Bdesc,
 // Cdesc, Ddesc, cublasLtMatmulPreference_t preference,
 // int requestedAlgoCount, cublasLtMatmulHeuristicResult_t
-// heuristicResultsArray[], int *returnAlgoCount), asking for one result.
-func cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, ld, pref uintptr, res *ltHeuristicResult, count *int32) cublasStatus {
-	r, _, _ := purego.SyscallN(blas.cublasLtMatmulAlgoGetHeuristic, h, desc, la, lb, lc, ld, pref, 1,
-		uintptr(unsafe.Pointer(res)), uintptr(unsafe.Pointer(count)))
+// heuristicResultsArray[], int *returnAlgoCount), asking for len(res)
+// results.
+func cublasLtMatmulAlgoGetHeuristic(h, desc, la, lb, lc, ld, pref uintptr, res []ltHeuristicResult, count *int32) cublasStatus {
+	r, _, _ := purego.SyscallN(blas.cublasLtMatmulAlgoGetHeuristic, h, desc, la, lb, lc, ld, pref, uintptr(len(res)),
+		uintptr(unsafe.Pointer(unsafe.SliceData(res))), uintptr(unsafe.Pointer(count)))
 	return status(r)
 }
 

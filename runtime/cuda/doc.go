@@ -36,8 +36,9 @@
 // the call, so that all methods may be called from any goroutine. A thread
 // is left with the context current afterwards; code in the same process
 // that uses another context on its own threads must set it itself. BLAS and
-// BLASLt serialize their calls on a mutex (a call only enqueues work) and
-// give each stream its own workspace, so one handle serves many streams.
+// BLASLt serialize their calls on a mutex (a call only enqueues work; the
+// BLASLt.Tune* calls, made once per shape, wait for their timings) and give
+// each stream its own workspace, so one handle serves many streams.
 //
 // # Memory and arguments
 //

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -633,6 +634,91 @@ func TestGPUMatmulBiasGrad(t *testing.T) {
 	if err := lt.MatmulBiasGrad(s, GemmF32, false, false, 4, 4, 4, 256, 4, 512, 4, 1024, 4, 0); err == nil {
 		t.Error("MatmulBiasGrad without a vector succeeded")
 	}
+}
+
+// Tuning times every candidate the heuristic offers, keeps the fastest
+// that the library accepts, and the kept algorithm computes the product:
+// right after tuning, in later calls, and for the bias gradient.
+func TestGPUTuneMatmulBias(t *testing.T) {
+	c, _, lt := openGPUBLAS(t)
+	s := newStream(t, c)
+	r := rand.New(rand.NewPCG(13, 14))
+	checkTuning := func(t *testing.T, tu Tuning) {
+		t.Helper()
+		if len(tu.Times) == 0 || tu.Best < 0 || tu.Best >= len(tu.Times) || tu.Times[tu.Best] <= 0 {
+			t.Fatalf("tuning %+v: no algorithm kept", tu)
+		}
+		for i, d := range tu.Times {
+			if d > 0 && d < tu.Times[tu.Best] {
+				t.Errorf("tuning %+v keeps %d, but %d took %v", tu, tu.Best, i, d)
+			}
+		}
+		t.Log(tu)
+	}
+	for _, typ := range []GemmType{GemmF32, GemmBF16} {
+		g := gemmCases(48, 40, 36, 0)[1] // x·wᵀ, as a dense layer
+		t.Run(fmt.Sprintf("%v/%v", typ, g), func(t *testing.T) {
+			ha, hb, hc := gemmData(r, typ, g, 1)
+			bias := randFloats(r, g.n)
+			if typ == GemmBF16 {
+				for i := range bias {
+					bias[i] = Float32FromBF16(BF16FromFloat32(bias[i]))
+				}
+			}
+			want := refGemm(g.transA, g.transB, g.m, g.n, g.k, 1, ha, g.lda, hb, g.ldb, 0, hc, g.ldc)
+			for i := range g.m {
+				for j := range g.n {
+					want[i*g.ldc+j] = max(want[i*g.ldc+j]+float64(bias[j]), 0)
+				}
+			}
+			da, db, dbias := devUpload(t, c, s, typ, ha), devUpload(t, c, s, typ, hb), devUpload(t, c, s, typ, bias)
+			dc := devUpload(t, c, s, typ, hc)
+			tu, err := lt.TuneMatmulBias(s, 3, typ, g.transA, g.transB, g.m, g.n, g.k, da, g.lda, db, g.ldb, dbias, dc, g.ldc, true)
+			if errors.Is(err, ErrNoAlgorithm) {
+				t.Skip(err)
+			}
+			must(t, err)
+			checkTuning(t, tu)
+			if e := relErr(devDownload(t, s, typ, dc, len(hc)), want); e > gemmTolerance[typ] {
+				t.Errorf("after tuning: relative error %.3g, want < %g", e, gemmTolerance[typ])
+			}
+			dc = devUpload(t, c, s, typ, make([]float32, len(hc)))
+			must(t, lt.MatmulBias(s, typ, g.transA, g.transB, g.m, g.n, g.k, da, g.lda, db, g.ldb, dbias, dc, g.ldc, true))
+			if e := relErr(devDownload(t, s, typ, dc, len(hc)), want); e > gemmTolerance[typ] {
+				t.Errorf("with the kept algorithm: relative error %.3g, want < %g", e, gemmTolerance[typ])
+			}
+			again, err := lt.TuneMatmulBias(s, 3, typ, g.transA, g.transB, g.m, g.n, g.k, da, g.lda, db, g.ldb, dbias, dc, g.ldc, true)
+			must(t, err)
+			if !reflect.DeepEqual(again, tu) {
+				t.Errorf("tuning a tuned shape again gave %+v, want the first %+v", again, tu)
+			}
+		})
+	}
+	t.Run("bias gradient", func(t *testing.T) {
+		g := gemmCases(24, 40, 33, 0)[2] // dyᵀ·x
+		ha, hb, hc := gemmData(r, GemmF32, g, 1)
+		want := refGemm(g.transA, g.transB, g.m, g.n, g.k, 1, ha, g.lda, hb, g.ldb, 0, hc, g.ldc)
+		wantGrad := make([]float64, g.m)
+		for i := range g.m {
+			for p := range g.k {
+				wantGrad[i] += float64(ha[p*g.lda+i])
+			}
+		}
+		da, db, dc := upload(t, c, s, ha), upload(t, c, s, hb), upload(t, c, s, hc)
+		dgrad := upload(t, c, s, make([]float32, g.m))
+		tu, err := lt.TuneMatmulBiasGrad(s, 3, GemmF32, g.transA, g.transB, g.m, g.n, g.k, da, g.lda, db, g.ldb, dc, g.ldc, dgrad)
+		if errors.Is(err, ErrNoAlgorithm) {
+			t.Skip(err)
+		}
+		must(t, err)
+		checkTuning(t, tu)
+		if e := relErr(download[float32](t, s, dc, len(hc)), want); e > 1e-5 {
+			t.Errorf("product: relative error %.3g", e)
+		}
+		if e := relErr(download[float32](t, s, dgrad, g.m), wantGrad); e > 1e-5 {
+			t.Errorf("bias gradient: relative error %.3g", e)
+		}
+	})
 }
 
 // TestGPUConcurrent drives one context, one BLAS and several streams from

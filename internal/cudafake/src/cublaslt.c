@@ -13,6 +13,7 @@
 #include <string.h>
 
 #define ALGO_MAGIC 0xf10c0de5ull
+#define FAKE_ALGOS 3 /* candidates the heuristic offers */
 
 struct desc { cublasComputeType_t compute; cudaDataType_t scale; int32_t transa, transb; uint32_t epilogue; const void *bias; };
 struct layout { cudaDataType type; uint64_t rows, cols; int64_t ld; };
@@ -148,13 +149,21 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t lightHandle, cubl
 		*returnAlgoCount = 0;
 		return CUBLAS_STATUS_NOT_SUPPORTED;
 	}
-	memset(heuristicResultsArray, 0, sizeof *heuristicResultsArray);
-	heuristicResultsArray[0].algo.data[0] = ALGO_MAGIC;
-	heuristicResultsArray[0].algo.data[1] = p->align[0] | (uint64_t)p->align[1] << 16 | (uint64_t)p->align[2] << 32;
-	heuristicResultsArray[0].workspaceSize = p->max_workspace / 2;
-	heuristicResultsArray[0].state = CUBLAS_STATUS_SUCCESS;
-	heuristicResultsArray[0].wavesCount = 1;
-	*returnAlgoCount = 1;
+	/* FAKE_ALGOS candidates, all computing the same; the last is refused
+	 * by cublasLtMatmul (as a real library may refuse one it offered), so
+	 * that callers trying every candidate must skip it. */
+	int n = requestedAlgoCount < FAKE_ALGOS ? requestedAlgoCount : FAKE_ALGOS;
+	for (int i = 0; i < n; i++) {
+		cublasLtMatmulHeuristicResult_t *r = &heuristicResultsArray[i];
+		memset(r, 0, sizeof *r);
+		r->algo.data[0] = ALGO_MAGIC;
+		r->algo.data[1] = p->align[0] | (uint64_t)p->align[1] << 16 | (uint64_t)p->align[2] << 32;
+		r->algo.data[2] = i;
+		r->workspaceSize = p->max_workspace / 2;
+		r->state = CUBLAS_STATUS_SUCCESS;
+		r->wavesCount = 1;
+	}
+	*returnAlgoCount = n;
 	return CUBLAS_STATUS_SUCCESS;
 }
 
@@ -218,7 +227,8 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t lightHandle, cublasLtMatmulDesc_t
                               size_t workspaceSizeInBytes, cudaStream_t stream) {
 	if (!fake_current_ctx()) return CUBLAS_STATUS_NOT_INITIALIZED;
 	struct desc *d = (struct desc *)computeDesc;
-	if (!algo || algo->data[0] != ALGO_MAGIC) return CUBLAS_STATUS_INVALID_VALUE;
+	if (!algo || algo->data[0] != ALGO_MAGIC || algo->data[2] >= FAKE_ALGOS) return CUBLAS_STATUS_INVALID_VALUE;
+	if (algo->data[2] == FAKE_ALGOS - 1) return CUBLAS_STATUS_NOT_SUPPORTED;
 	/* The operands must be at least as aligned as the preference promised. */
 	uint64_t al = algo->data[1];
 	if (align_of(A) < (al & 0xffff) || align_of(B) < ((al >> 16) & 0xffff) || align_of(D) < ((al >> 32) & 0xffff))
