@@ -153,6 +153,27 @@ func (g *GPU) Tunings() []string {
 	return l
 }
 
+// product enqueues product key as the policy (and, under GEMMTuned, the
+// timing) says: lt(false) with cuBLASLt, blas with cuBLAS and kernels.
+// Where cuBLASLt has no algorithm, blas runs instead; for a fused product
+// the GPU's notes say so.
+func (g *GPU) product(s *cu.Stream, key gemmKey, at gpuStep, lt func(tune bool) (cu.Tuning, error), blas func() error) error {
+	useLt, err := g.choice(s, key, at, lt, blas)
+	if err != nil {
+		return err
+	}
+	if useLt {
+		_, err := lt(false)
+		if !errors.Is(err, cu.ErrNoAlgorithm) {
+			return err
+		}
+		if key.op != "matmul" {
+			g.fellBack(key.op, err)
+		}
+	}
+	return blas()
+}
+
 // choice returns how product key runs under policy, timing it first under
 // GEMMTuned (unless capturing, when it cannot wait for the GPU): lt runs
 // it with cuBLASLt (tune: timing the candidates; it must then enqueue the
@@ -511,16 +532,7 @@ func (g *GPU) matmul(s *cu.Stream, at gpuStep, t cu.GemmType, ta, tb bool, m, n,
 		}
 		return cu.Tuning{}, g.lt.MatmulBias(s, t, ta, tb, m, n, k, a, lda, b, ldb, 0, c, ldc, false)
 	}
-	useLt, err := g.choice(s, gemmKey{op: "matmul", t: t, ta: ta, tb: tb, m: m, n: n, k: k}, at, lt, blas)
-	if err != nil {
-		return err
-	}
-	if useLt {
-		if _, err := lt(false); !errors.Is(err, cu.ErrNoAlgorithm) {
-			return err
-		}
-	}
-	return blas()
+	return g.product(s, gemmKey{op: "matmul", t: t, ta: ta, tb: tb, m: m, n: n, k: k}, at, lt, blas)
 }
 
 // dense enqueues y = act(x·wᵀ + b) as one cuBLASLt product with the bias
@@ -551,18 +563,7 @@ func (g *GPU) dense(s *cu.Stream, at gpuStep, op graph.Dense, dt graph.DType, xs
 		}
 		return cu.Tuning{}, g.lt.MatmulBias(s, t, false, true, rows, n, k, in[0], k, in[1], k, in[2], y, n, relu)
 	}
-	useLt, err := g.choice(s, gemmKey{op: "dense", t: t, ta: false, tb: true, m: rows, n: n, k: k, relu: relu}, at, lt, blas)
-	if err != nil {
-		return err
-	}
-	if useLt {
-		_, err := lt(false)
-		if !errors.Is(err, cu.ErrNoAlgorithm) {
-			return err
-		}
-		g.fellBack("dense", err)
-	}
-	return blas()
+	return g.product(s, gemmKey{op: "dense", t: t, ta: false, tb: true, m: rows, n: n, k: k, relu: relu}, at, lt, blas)
 }
 
 // denseGrad enqueues dw = dzᵀ·x and db = dz summed over its rows as one
@@ -588,16 +589,5 @@ func (g *GPU) denseGrad(s *cu.Stream, at gpuStep, dt graph.DType, dzs, xs graph.
 		}
 		return cu.Tuning{}, g.lt.MatmulBiasGrad(s, t, true, false, n, k, rows, in[0], n, in[1], k, out[0], k, out[1])
 	}
-	useLt, err := g.choice(s, gemmKey{op: "dense_grad", t: t, ta: true, tb: false, m: n, n: k, k: rows}, at, lt, blas)
-	if err != nil {
-		return err
-	}
-	if useLt {
-		_, err := lt(false)
-		if !errors.Is(err, cu.ErrNoAlgorithm) {
-			return err
-		}
-		g.fellBack("dense_grad", err)
-	}
-	return blas()
+	return g.product(s, gemmKey{op: "dense_grad", t: t, ta: true, tb: false, m: n, n: k, k: rows}, at, lt, blas)
 }

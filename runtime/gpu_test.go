@@ -186,48 +186,36 @@ func TestGPUBF16Workloads(t *testing.T) {
 	}
 }
 
-// A pipeline with a stage on the GPU and one on the host's CPU, the PCIe
-// copies as plan tasks, computes what one CPU device computes.
-func TestGPUHeterogeneousPipeline(t *testing.T) {
+// Plans over the GPU and the host's CPU compute what one CPU device with
+// the whole batch computes: a pipeline with stage 0 on the GPU (the PCIe
+// copies are plan tasks), and data parallelism with a replica on each (the
+// gradients' all-reduces cross PCIe), whose replicas end with the same
+// bits.
+func TestGPUHeterogeneous(t *testing.T) {
 	openGPU(t)
 	const iters = 3
 	ref, refLoss := runPlan(t, compileOn(t, cpuDevices(1), "mnist-cnn", "single", 32, 0), iters, false)
-	p := compileOn(t, gpuDevices(t), "mnist-cnn", "pp=2,mb=2,sched=1f1b", 32, 0)
-	require.True(t, isGPU(p.Devices[0]) && !isGPU(p.Devices[1]), "stage 0 on the GPU, stage 1 on the CPU")
-	r, loss := runPlan(t, p, iters, false)
-	for i := range loss {
-		require.InDelta(t, refLoss[i], loss[i], 1e-4*math.Abs(refLoss[i])+1e-6, "loss of iteration %d", i)
-	}
-	for _, w := range []string{"conv1.weight", "fc2.weight"} {
-		want, _ := ref.Param(w, 0)
-		got, ok := r.Param(w, 0)
-		require.True(t, ok, w)
-		require.Less(t, relDiff(got, want), 1e-4, w)
-	}
-}
-
-// A data-parallel share on the host's CPU beside the GPU: the gradients'
-// all-reduces cross PCIe, and both replicas must end where one device with
-// the whole batch does.
-func TestGPUHeterogeneousDataParallel(t *testing.T) {
-	openGPU(t)
-	const iters = 3
-	ref, refLoss := runPlan(t, compileOn(t, cpuDevices(1), "mnist-cnn", "single", 32, 0), iters, false)
-	p := compileOn(t, gpuDevices(t), "mnist-cnn", "dp=2", 32, 0)
-	require.True(t, isGPU(p.Devices[0]) && !isGPU(p.Devices[1]), "replica 0 on the GPU, replica 1 on the CPU")
-	r, loss := runPlan(t, p, iters, false)
-	for i := range loss {
-		require.InDelta(t, refLoss[i], loss[i], 1e-4*math.Abs(refLoss[i])+1e-6, "loss of iteration %d", i)
-	}
-	for _, w := range []string{"conv1.weight", "fc2.bias"} {
-		want, _ := ref.Param(w, 0)
-		for replica := range 2 {
-			got, ok := r.Param(w, replica)
-			require.True(t, ok, w)
-			require.Less(t, relDiff(got, want), 1e-4, "%s of replica %d", w, replica)
-		}
-		gpu, _ := r.Param(w, 0)
-		host, _ := r.Param(w, 1)
-		require.Equal(t, gpu, host, "%s: the replicas' copies differ", w)
+	for _, c := range []struct {
+		strategy string
+		replicas int
+	}{{"pp=2,mb=2,sched=1f1b", 1}, {"dp=2", 2}} {
+		t.Run(c.strategy, func(t *testing.T) {
+			p := compileOn(t, gpuDevices(t), "mnist-cnn", c.strategy, 32, 0)
+			require.True(t, isGPU(p.Devices[0]) && !isGPU(p.Devices[1]), "the GPU first, then the CPU")
+			r, loss := runPlan(t, p, iters, false)
+			for i := range loss {
+				require.InDelta(t, refLoss[i], loss[i], 1e-4*math.Abs(refLoss[i])+1e-6, "loss of iteration %d", i)
+			}
+			for _, w := range []string{"conv1.weight", "fc2.weight", "fc2.bias"} {
+				want, _ := ref.Param(w, 0)
+				first, _ := r.Param(w, 0)
+				for replica := range c.replicas {
+					got, ok := r.Param(w, replica)
+					require.True(t, ok, w)
+					require.Less(t, relDiff(got, want), 1e-4, "%s of replica %d", w, replica)
+					require.Equal(t, first, got, "%s: replica %d differs from replica 0", w, replica)
+				}
+			}
+		})
 	}
 }

@@ -414,6 +414,17 @@ func gemmData(r *rand.Rand, t GemmType, g gemmCase, batch int) (a, b, c []float3
 	return a, b, c
 }
 
+// randOperand returns n random values that t's element type holds exactly.
+func randOperand(r *rand.Rand, t GemmType, n int) []float32 {
+	x := randFloats(r, n)
+	if t == GemmBF16 {
+		for i := range x {
+			x[i] = Float32FromBF16(BF16FromFloat32(x[i]))
+		}
+	}
+	return x
+}
+
 // devUpload uploads x as t's element type.
 func devUpload(tb testing.TB, c *Context, s *Stream, t GemmType, x []float32) DevicePtr {
 	if t != GemmBF16 {
@@ -538,12 +549,7 @@ func TestGPUMatmulBias(t *testing.T) {
 				name := fmt.Sprintf("%v/%v/bias=%v,relu=%v", typ, g, variant.bias, variant.relu)
 				t.Run(name, func(t *testing.T) {
 					ha, hb, hc := gemmData(r, typ, g, 1)
-					bias := randFloats(r, g.n)
-					if typ == GemmBF16 {
-						for i := range bias {
-							bias[i] = Float32FromBF16(BF16FromFloat32(bias[i]))
-						}
-					}
+					bias := randOperand(r, typ, g.n)
 					want := refGemm(g.transA, g.transB, g.m, g.n, g.k, 1, ha, g.lda, hb, g.ldb, 0, hc, g.ldc)
 					for i := range g.m {
 						for j := range g.n {
@@ -659,12 +665,7 @@ func TestGPUTuneMatmulBias(t *testing.T) {
 		g := gemmCases(48, 40, 36, 0)[1] // x·wᵀ, as a dense layer
 		t.Run(fmt.Sprintf("%v/%v", typ, g), func(t *testing.T) {
 			ha, hb, hc := gemmData(r, typ, g, 1)
-			bias := randFloats(r, g.n)
-			if typ == GemmBF16 {
-				for i := range bias {
-					bias[i] = Float32FromBF16(BF16FromFloat32(bias[i]))
-				}
-			}
+			bias := randOperand(r, typ, g.n)
 			want := refGemm(g.transA, g.transB, g.m, g.n, g.k, 1, ha, g.lda, hb, g.ldb, 0, hc, g.ldc)
 			for i := range g.m {
 				for j := range g.n {
