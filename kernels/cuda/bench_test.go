@@ -89,6 +89,29 @@ func BenchmarkLayerNormBackward_BF16_8192x768(b *testing.B) {
 	})
 }
 
+func BenchmarkRMSNorm_BF16_8192x768(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptWidth
+	x, g, y := benchBuf(b, e, dt, n), benchBuf(b, e, dt, gptWidth), e.alloc(b, dt, n)
+	r := e.alloc(b, graph.F32, gptRows)
+	benchGPU(b, float64(2*2*n), 0, func() error {
+		return e.k.RMSNorm(e.s, dt, x, g, y, r, gptRows, gptWidth, 1e-5)
+	})
+}
+
+func BenchmarkRMSNormBackward_BF16_8192x768(b *testing.B) {
+	e := gpu(b)
+	dt, n := graph.BF16, gptRows*gptWidth
+	x, g, dy, dx := benchBuf(b, e, dt, n), benchBuf(b, e, dt, gptWidth), benchBuf(b, e, dt, n), e.alloc(b, dt, n)
+	r := e.alloc(b, graph.F32, gptRows)
+	must(b, e.k.RMSNorm(e.s, dt, x, g, dx, r, gptRows, gptWidth, 1e-5))
+	dg := e.alloc(b, dt, gptWidth)
+	work := e.alloc(b, graph.F32, int(RMSNormWorkspace(gptRows, gptWidth)/4))
+	benchGPU(b, float64(3*2*n), 0, func() error {
+		return e.k.RMSNormBackward(e.s, dt, x, g, dy, r, dx, dg, work, gptRows, gptWidth)
+	})
+}
+
 func BenchmarkSoftmax_BF16_96x1024x1024(b *testing.B) {
 	e := gpu(b)
 	dt, rows := graph.BF16, gptBatch*gptHeads*gptSeq
