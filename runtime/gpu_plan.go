@@ -57,7 +57,7 @@ type gpuPlan struct {
 	staging [][]cu.HostBuffer // by firing, by ring slot: host-fed inputs, made on first use by the firing's stream
 
 	// All-reduces over a GPU and CPU devices run on the host (see
-	// run.allReduceHost): by firing, whether it is one; by GPU register
+	// PlanRunner.allReduceHost): by firing, whether it is one; by GPU register
 	// such an all-reduce writes, its page-locked copy on the host.
 	hostRun []bool
 	mirror  map[int]cu.HostBuffer
