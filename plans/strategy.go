@@ -55,6 +55,10 @@ func (s Strategy) String() string {
 // implement yet; they are rejected by name rather than as unknown.
 var unsupported = map[string]bool{"tp": true, "vpp": true, "recompute": true, "zero": true, "sp": true}
 
+// maxCount bounds every count of a strategy, so that their products (the
+// devices, the firings) fit in an int.
+const maxCount = 1 << 20
+
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the uniform
 // cases this compiler supports: "single", or comma-separated keys
 // dp=D, pp=P, mb=M or mbs=S (micro-batch size; needs the global batch),
@@ -89,8 +93,8 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			continue
 		}
 		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 {
-			return s, fmt.Errorf("plans: strategy %q: %s=%s: want a positive integer", str, k, v)
+		if err != nil || n < 1 || n > maxCount {
+			return s, fmt.Errorf("plans: strategy %q: %s=%s: want a positive integer up to %d", str, k, v, maxCount)
 		}
 		switch k {
 		case "dp":
@@ -111,7 +115,10 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		return s, fmt.Errorf("plans: strategy %q: give mb or mbs, not both", str)
 	}
 	if mbs > 0 {
-		if batch%(s.DP*mbs) != 0 {
+		if batch < 1 {
+			return s, fmt.Errorf("plans: strategy %q: mbs=%d needs a global batch ≥ 1, got %d", str, mbs, batch)
+		}
+		if batch%s.DP != 0 || batch/s.DP%mbs != 0 {
 			return s, fmt.Errorf("plans: strategy %q: batch %d does not split into dp=%d replicas of micro-batches of %d", str, batch, s.DP, mbs)
 		}
 		s.MB = batch / (s.DP * mbs)

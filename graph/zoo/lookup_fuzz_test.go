@@ -1,0 +1,30 @@
+package zoo
+
+import "testing"
+
+// A model name with size options never panics the parser, and what it
+// accepts sets every size of the model (positive, or a valid choice).
+func FuzzLookup(f *testing.F) {
+	for _, s := range []string{"mnist-cnn", "mlp3x4096:width=64", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16,norm=rms",
+		"gpt2s-blocks:norm=layer", "mlp3x4096:", "mlp3x4096:width", "mnist-cnn:width=2", "gpt2s-blocks:layers=2,layers=3",
+		"nosuch", "mlp3x4096:width=-1", "mlp3x4096: width = 8"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, name string) {
+		b, sz, err := lookup(name)
+		if err != nil {
+			return
+		}
+		for _, o := range b.sizes {
+			v, ok := sz[o.name]
+			switch {
+			case !ok:
+				t.Fatalf("lookup(%q): size %s unset", name, o.name)
+			case o.choices != nil && (v < 0 || v >= len(o.choices)):
+				t.Fatalf("lookup(%q): %s = %d is not one of %d choices", name, o.name, v, len(o.choices))
+			case o.choices == nil && v < 1:
+				t.Fatalf("lookup(%q): %s = %d", name, o.name, v)
+			}
+		}
+	})
+}
