@@ -25,18 +25,25 @@ import (
 // events, CPU+GPU pipelines over pinned memory, host-fed staging, the
 // microbenchmark) run end to end, and every copy, memset and cuBLAS GEMM
 // really moves the host memory behind the device pointers, checked against
-// the allocations. Kernels compute nothing, so numbers are not checked. It
-// needs a C compiler and the CUDA headers; without them it skips.
+// the allocations. Kernels compute nothing, so numbers are not checked.
+// They run again with streams that run their work only when the host waits
+// (FLOWKIT_FAKE_CUDA_STREAMS=async). It needs a C compiler and the CUDA
+// headers; without them it skips.
 func TestGPUEngineOnFakeDriver(t *testing.T) {
-	log := cudafake.RunTests(t, "TestFakeGPU", 9, cudafake.NoopKernels)
-	if strings.Contains(log, "fake cuda: ") {
-		t.Errorf("the fake driver refused calls:\n%s", log)
+	for _, streams := range []string{"sync", "async"} {
+		t.Run(streams, func(t *testing.T) {
+			t.Setenv("FLOWKIT_FAKE_CUDA_STREAMS", streams)
+			log := cudafake.RunTests(t, "TestFakeGPU", 9, cudafake.NoopKernels)
+			if strings.Contains(log, "fake cuda: ") {
+				t.Errorf("the fake driver refused calls:\n%s", log)
+			}
+		})
 	}
 }
 
 // TestGPUOnEmulator runs the GPU tests that check numbers
 // (TestGPUPlanMatchesCPU, TestGPUGEMMPoliciesAgree, TestGPUBF16Workloads,
-// TestGPUHeterogeneous) in a child process against the fake driver, with
+// TestGPUHeterogeneous, TestGPUHostFedMatchesPooled) in a child process against the fake driver, with
 // kernels/cuda's kernels run by the host emulator of internal/cudafake and
 // cuBLAS by reference code: the GPU runtime (graph capture and replay,
 // eager streams, CPU+GPU pipelines and data parallelism) with the real
@@ -44,10 +51,18 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // needs C and C++ compilers and the CUDA headers; without them it skips.
 func TestGPUOnEmulator(t *testing.T) {
 	emu := cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda"))
-	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous)$", 4, emu)
+	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous|HostFedMatchesPooled)$", 5, emu)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
 	}
+	// Streams that run their work only when the host waits for it, the
+	// newest first: a missing event wait, or page-locked memory reused
+	// before the copy that reads it has run, changes the numbers.
+	t.Run("async streams", func(t *testing.T) {
+		t.Setenv("FLOWKIT_FAKE_CUDA_STREAMS", "async")
+		t.Setenv("FLOWKIT_GPU_TEST_MODELS", "mnist-cnn;gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16")
+		cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|Heterogeneous|GEMMPoliciesAgree|HostFedMatchesPooled)$", 4, emu)
+	})
 	// Where cuBLASLt has no algorithm for an epilogue, Dense and DenseGrad
 	// fall back to cuBLAS and kernels, and compute the same.
 	t.Setenv("FLOWKIT_FAKE_CUBLASLT_EPILOGUES", "none")

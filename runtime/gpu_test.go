@@ -172,6 +172,36 @@ func TestGPUGEMMPoliciesAgree(t *testing.T) {
 	}
 }
 
+// Inputs fed from the host (staged in page-locked memory and copied by
+// the graph, or by each eager firing) give the GPU what the device-resident
+// pool gives it: the same losses, in f32 and bf16.
+func TestGPUHostFedMatchesPooled(t *testing.T) {
+	openGPU(t)
+	for _, c := range []struct {
+		model string
+		dtype graph.DType
+	}{{"mnist-cnn", graph.F32}, {"mlp3x4096:width=64", graph.BF16}} {
+		t.Run(c.model+"/"+c.dtype.String(), func(t *testing.T) {
+			p := compileOn(t, gpuDevices(t), c.model, "single", 8, c.dtype)
+			for _, eager := range []bool{false, true} {
+				var losses [2][]float64
+				for i, feed := range []Feeder{NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7), hostFeeder{NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7)}} {
+					r, err := NewPlanRunner(p)
+					require.NoError(t, err)
+					r.Eager = eager
+					res, err := r.Run(context.Background(), 2, feed)
+					require.NoError(t, err)
+					require.NoError(t, r.Close())
+					losses[i] = res.Loss
+				}
+				for i := range losses[0] {
+					require.InDelta(t, losses[0][i], losses[1][i], 1e-6*math.Abs(losses[0][i]), "eager=%v: loss of iteration %d", eager, i)
+				}
+			}
+		})
+	}
+}
+
 // bf16 on the GPU follows the f32 CPU run within bf16's precision.
 func TestGPUBF16Workloads(t *testing.T) {
 	openGPU(t)

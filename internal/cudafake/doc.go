@@ -16,7 +16,19 @@
 // stream capture, a copy from host memory that is not page-locked.
 //
 // Streams run their work at once, so an event is complete as soon as it
-// is recorded. Stream capture follows CUDA's rules: a stream that waits on
+// is recorded. With FLOWKIT_FAKE_CUDA_STREAMS=async they run it only when
+// the host must wait for it (a stream, event or context synchronization,
+// an event query, a copy into pageable memory, a free of memory that
+// queued work may use), one op at a time, always the runnable op enqueued
+// last; an op after a cuStreamWaitEvent runs once the record it waits for
+// has. A program that lacks a wait then reads what its producer has not
+// yet written, and one that refills page-locked memory before the copy
+// that reads it has run copies the new contents: the races a GPU may
+// show, shown every time (async-oldest runs the oldest op first).
+// Pageable sources are staged when the copy is enqueued, as CUDA stages
+// them. The tests of runtime/cuda and runtime run in both modes.
+//
+// Stream capture follows CUDA's rules: a stream that waits on
 // an event recorded in a capture joins it, a capturing stream may not wait
 // on an event recorded outside its capture, events recorded in a capture
 // may not be synchronized or queried while it lasts, and EndCapture fails

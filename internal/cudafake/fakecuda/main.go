@@ -13,6 +13,10 @@
 //
 //	go run ./internal/cudafake/fakecuda -- go run ./cmd/flowrun train --device cuda --max-steps 20
 //
+// With -streams async, streams run their work only when the host waits for
+// it, newest first, so that a missing event wait shows (see the fake
+// driver's "Asynchronous streams").
+//
 // It needs cc, c++ and the CUDA headers (see cudafake.BuildDir).
 package main
 
@@ -30,8 +34,9 @@ import (
 func main() {
 	kernels := flag.String("kernels", "emu", "emu: kernels/cuda's kernels on the host emulator; noop: launches that compute nothing")
 	src := flag.String("src", "", "the kernel sources for -kernels emu (default: kernels/cuda of the module this runs in)")
+	streams := flag.String("streams", "sync", "sync: work runs when enqueued; async: when the host waits for it, newest first; async-oldest: oldest first")
 	flag.Usage = func() {
-		fmt.Fprintf(os.Stderr, "usage: fakecuda [-kernels emu|noop] [-src DIR] -- command [args...]\n\n")
+		fmt.Fprintf(os.Stderr, "usage: fakecuda [-kernels emu|noop] [-streams sync|async|async-oldest] [-src DIR] -- command [args...]\n\n")
 		flag.PrintDefaults()
 	}
 	flag.Parse()
@@ -39,7 +44,13 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	if err := run(*kernels, *src, flag.Args()); err != nil {
+	switch *streams {
+	case "sync", "async", "async-oldest":
+	default:
+		fmt.Fprintf(os.Stderr, "fakecuda: -streams %q: want sync, async or async-oldest\n", *streams)
+		os.Exit(2)
+	}
+	if err := run(*kernels, *src, *streams, flag.Args()); err != nil {
 		var exit *exec.ExitError
 		if errors.As(err, &exit) {
 			os.Exit(exit.ExitCode())
@@ -49,7 +60,7 @@ func main() {
 	}
 }
 
-func run(kernels, src string, argv []string) error {
+func run(kernels, src, streams string, argv []string) error {
 	var opt cudafake.Option
 	switch kernels {
 	case "noop":
@@ -76,7 +87,7 @@ func run(kernels, src string, argv []string) error {
 		return err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(append(os.Environ(), env...), "FLOWKIT_FAKE_CUDA_STREAMS="+streams)
 	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
 	return cmd.Run()
 }

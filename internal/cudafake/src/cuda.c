@@ -2,7 +2,9 @@
  * A fake libcuda.so.1: host memory stands in for device memory, streams run
  * work synchronously, and the one kernel it computes is saxpy; with
  * FLOWKIT_FAKE_CUDA_KERNELS=noop every kernel of a module launches and does
- * nothing. Every entry point is defined with the prototype cuda.h declares,
+ * nothing. With FLOWKIT_FAKE_CUDA_STREAMS=async streams run their work only
+ * when the host must wait for it, in an order chosen to break programs that
+ * lack a wait (see "Asynchronous streams" below). Every entry point is defined with the prototype cuda.h declares,
  * so compiling this file checks the signatures the Go bindings assume, and
  * the tests check that arguments arrive where the header says.
  */
@@ -24,6 +26,8 @@ static int initialized;
 static int retained;
 static __thread CUcontext current;
 static int noop_kernels;
+static int async_mode; /* FLOWKIT_FAKE_CUDA_STREAMS: 0 sync, ASYNC_NEWEST or ASYNC_OLDEST */
+enum { ASYNC_NEWEST = 1, ASYNC_OLDEST = 2 };
 static volatile int faulted;
 
 /* The kernel emulator (FLOWKIT_FAKE_CUDA_KERNELS=emu): a library of
@@ -134,7 +138,17 @@ struct capture {
 	struct dep *deps;
 	int ndeps, capdeps;
 };
-struct CUstream_st { struct capture *capture; long seq; };
+struct qop;
+struct CUstream_st {
+	struct capture *capture;
+	long seq; /* ops captured */
+	/* FLOWKIT_FAKE_CUDA_STREAMS=async: the ops enqueued and not yet run,
+	 * q[head:n], and how many were enqueued (enq) and have run (done). */
+	struct qop *q;
+	int head, n, cap;
+	long enq, done;
+	struct CUstream_st *next; /* in the live streams' list */
+};
 
 static unsigned next_capture = 1;
 static struct capture *captures[64]; /* active ones */
@@ -156,6 +170,137 @@ static void graph_append(struct CUgraph_st *g, fake_op_fn fn, const void *arg, s
 	g->ops[g->n++] = (struct op){ fn, copy, size };
 }
 
+/* Events: an event recorded by cuEventRecord in a capturing stream is a
+ * point in that capture (capture id, stream, position), not a time. */
+struct CUevent_st {
+	unsigned int flags;
+	int recorded;
+	double ms;
+	unsigned cap_id;
+	CUstream cap_stream;
+	long cap_seq;
+	/* async: records enqueued, and the latest that has run */
+	long enq_gen, done_gen;
+};
+
+/* Asynchronous streams (FLOWKIT_FAKE_CUDA_STREAMS=async or async-oldest).
+ *
+ * Work enqueued on a stream waits in the stream's queue until the host must
+ * wait for it: cuStreamSynchronize, cuEventSynchronize, cuEventQuery,
+ * cuCtxSynchronize, a copy into pageable host memory (which CUDA completes
+ * before returning), and the calls that free what queued work may use. A
+ * drain then runs queued work, one op at a time, choosing among the streams
+ * whose next op may run (a wait may run once the record it waits for has)
+ * the one whose next op was enqueued last (async), or first
+ * (async-oldest). The newest-first order runs a consumer before a producer
+ * on another stream unless an event orders them, and it keeps a copy from
+ * page-locked memory queued until the host waits: a missing
+ * cuStreamWaitEvent, or page-locked memory overwritten before the copy
+ * that reads it has run, changes the results, as it may on a GPU. Copies
+ * from pageable memory take their source when enqueued, as CUDA's staging
+ * does. Graph launches run as one op. */
+struct qop {
+	struct op op;   /* fn NULL: a wait */
+	long stamp;     /* enqueue order over all streams */
+	long seq;       /* the stream's enq after this op */
+	CUevent wait;   /* a wait's event, and the record it waits for */
+	long wait_gen;
+};
+
+static pthread_mutex_t sched = PTHREAD_MUTEX_INITIALIZER; /* the queues, the live list, event generations */
+static CUstream live;                                       /* streams, newest first */
+static long stamps;
+
+/* enqueue appends fn(copy of arg) to s's queue and returns its sequence
+ * number on s. */
+static long enqueue_locked(CUstream s, fake_op_fn fn, const void *arg, size_t size, CUevent wait, long wait_gen) {
+	if (s->n == s->cap) {
+		if (s->head > 0) { /* compact */
+			memmove(s->q, s->q + s->head, (s->n - s->head) * sizeof *s->q);
+			s->n -= s->head;
+			s->head = 0;
+		}
+		if (s->n == s->cap) {
+			s->cap = s->cap ? 2 * s->cap : 64;
+			s->q = realloc(s->q, s->cap * sizeof *s->q);
+		}
+	}
+	void *copy = NULL;
+	if (fn) {
+		copy = malloc(size ? size : 1);
+		memcpy(copy, arg, size);
+	}
+	long seq = ++s->enq;
+	s->q[s->n++] = (struct qop){ { fn, copy, size }, ++stamps, seq, wait, wait_gen };
+	return seq;
+}
+
+static long enqueue(CUstream s, fake_op_fn fn, const void *arg, size_t size, CUevent wait, long wait_gen) {
+	pthread_mutex_lock(&sched);
+	long seq = enqueue_locked(s, fn, arg, size, wait, wait_gen);
+	pthread_mutex_unlock(&sched);
+	return seq;
+}
+
+/* runnable reports whether s's next op may run. sched is held. */
+static int runnable(CUstream s) {
+	if (s->head == s->n) return 0;
+	const struct qop *h = &s->q[s->head];
+	return !h->wait || h->wait->done_gen >= h->wait_gen;
+}
+
+/* drain runs queued ops until done(ctx) holds. It reports a deadlock (no op
+ * may run, and done does not hold) and faults. */
+static void drain(int (*done)(const void *), const void *ctx) {
+	pthread_mutex_lock(&sched);
+	while (!done(ctx)) {
+		CUstream pick = NULL;
+		for (CUstream s = live; s; s = s->next) {
+			if (!runnable(s)) continue;
+			long st = s->q[s->head].stamp, best = pick ? pick->q[pick->head].stamp : 0;
+			if (!pick || (async_mode == ASYNC_NEWEST ? st > best : st < best)) pick = s;
+		}
+		if (!pick) {
+			complain("streams deadlocked: the host waits for work behind waits on events that are never recorded");
+			fake_fault();
+			break;
+		}
+		struct qop h = pick->q[pick->head++];
+		if (h.op.fn) {
+			if (!faulted) h.op.fn(h.op.arg);
+			free(h.op.arg);
+		}
+		pick->done = h.seq;
+	}
+	pthread_mutex_unlock(&sched);
+}
+
+static int all_done(const void *ctx) {
+	(void)ctx;
+	for (CUstream s = live; s; s = s->next)
+		if (s->done != s->enq) return 0;
+	return 1;
+}
+static int stream_done(const void *ctx) {
+	CUstream s = (CUstream)ctx;
+	return s->done == s->enq;
+}
+static int event_done(const void *ctx) {
+	CUevent e = (CUevent)ctx;
+	return e->done_gen >= e->enq_gen;
+}
+struct op_ref { CUstream s; long seq; };
+static int op_done(const void *ctx) {
+	const struct op_ref *r = ctx;
+	return r->s->done >= r->seq;
+}
+
+/* drain_all runs every queued op (async), e.g. before memory that queued
+ * work may use is freed. */
+static void drain_all(void) {
+	if (async_mode) drain(all_done, NULL);
+}
+
 CUresult fake_submit(CUstream s, fake_op_fn fn, const void *arg, size_t size) {
 	pthread_mutex_lock(&lock);
 	if (s && s->capture) {
@@ -165,7 +310,12 @@ CUresult fake_submit(CUstream s, fake_op_fn fn, const void *arg, size_t size) {
 		return CUDA_SUCCESS;
 	}
 	pthread_mutex_unlock(&lock);
-	fn((void *)arg);
+	if (async_mode && s) {
+		enqueue(s, fn, arg, size, NULL, 0);
+	} else {
+		if (async_mode) drain_all(); /* the legacy stream follows all work */
+		fn((void *)arg);
+	}
 	return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
@@ -219,6 +369,15 @@ CUresult cuInit(unsigned int Flags) {
 	if (Flags != 0) return CUDA_ERROR_INVALID_VALUE;
 	const char *k = getenv("FLOWKIT_FAKE_CUDA_KERNELS");
 	noop_kernels = k && strcmp(k, "noop") == 0;
+	const char *st = getenv("FLOWKIT_FAKE_CUDA_STREAMS");
+	async_mode = !st || !*st || strcmp(st, "sync") == 0 ? 0 : strcmp(st, "async") == 0 ? ASYNC_NEWEST
+	             : strcmp(st, "async-oldest") == 0                  ? ASYNC_OLDEST
+	                                                                 : -1;
+	if (async_mode < 0) {
+		complain("cuInit: FLOWKIT_FAKE_CUDA_STREAMS=%s: want sync, async or async-oldest", st);
+		async_mode = 0;
+		return CUDA_ERROR_INVALID_VALUE;
+	}
 	if (k && strcmp(k, "emu") == 0 && !emu_launch) {
 		const char *path = getenv("FLOWKIT_FAKE_CUDA_EMU");
 		void *lib = path ? dlopen(path, RTLD_NOW | RTLD_LOCAL) : NULL;
@@ -291,6 +450,7 @@ CUresult cuDevicePrimaryCtxRetain(CUcontext *pctx, CUdevice dev) {
 
 CUresult cuDevicePrimaryCtxRelease(CUdevice dev) {
 	if (dev != 0 || retained == 0) return CUDA_ERROR_INVALID_DEVICE;
+	drain_all();
 	retained--;
 	return CUDA_SUCCESS;
 }
@@ -311,7 +471,8 @@ CUresult cuCtxSynchronize(void) {
 		complain("cuCtxSynchronize while a stream is capturing");
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
-	return CUDA_SUCCESS;
+	drain_all();
+	return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
 /* Memory. */
@@ -337,6 +498,7 @@ CUresult cuMemAlloc(CUdeviceptr *dptr, size_t bytesize) {
 
 CUresult cuMemFree(CUdeviceptr dptr) {
 	NEED_CTX;
+	drain_all(); /* cuMemFree waits for the device */
 	if (!alloc_remove((void *)(uintptr_t)dptr, 0)) {
 		complain("cuMemFree_v2(%#llx): not a device allocation", dptr);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -356,6 +518,7 @@ CUresult cuMemAllocHost(void **pp, size_t bytesize) {
 
 CUresult cuMemFreeHost(void *p) {
 	NEED_CTX;
+	drain_all();
 	if (!alloc_remove(p, 1)) {
 		complain("cuMemFreeHost(%p): not from cuMemAllocHost", p);
 		return CUDA_ERROR_INVALID_VALUE;
@@ -366,15 +529,17 @@ CUresult cuMemFreeHost(void *p) {
 
 /* A copy checks its device operands when it runs, too: a graph may be
  * replayed after its memory was freed. */
-struct copy_op { void *dst; const void *src; size_t n; int dst_dev, src_dev; };
+struct copy_op { void *dst; const void *src; size_t n; int dst_dev, src_dev; void *owned; };
 static void run_copy(void *arg) {
 	struct copy_op *c = arg;
 	if ((c->dst_dev && !fake_device_range("copy", "destination", c->dst, c->n)) ||
 	    (c->src_dev && !fake_device_range("copy", "source", c->src, c->n))) {
 		fake_fault();
-		return;
+	} else {
+		memmove(c->dst, c->src, c->n);
 	}
-	memmove(c->dst, c->src, c->n);
+	free(c->owned); /* a queued copy's snapshot of its pageable source */
+	c->owned = NULL;
 }
 
 static CUresult copy(const char *call, CUstream s, void *dst, int dst_dev, const void *src, int src_dev, size_t n) {
@@ -384,8 +549,18 @@ static CUresult copy(const char *call, CUstream s, void *dst, int dst_dev, const
 	if (src_dev && !fake_device_range(call, "source", src, n)) return CUDA_ERROR_INVALID_VALUE;
 	if (capturing(s) && ((!dst_dev && !pinned_range(call, dst, n)) || (!src_dev && !pinned_range(call, src, n))))
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-	struct copy_op c = { dst, src, n, dst_dev, src_dev };
-	return fake_submit(s, run_copy, &c, sizeof c);
+	struct copy_op c = { dst, src, n, dst_dev, src_dev, NULL };
+	if (!async_mode || !s || capturing(s)) return fake_submit(s, run_copy, &c, sizeof c);
+	/* Queued. CUDA stages a pageable source before returning, and returns
+	 * from a copy into pageable memory once it is done. */
+	if (!src_dev && !inside((uintptr_t)src, n, 1)) {
+		c.owned = malloc(n);
+		memcpy(c.owned, src, n);
+		c.src = c.owned;
+	}
+	struct op_ref r = { s, enqueue(s, run_copy, &c, sizeof c, NULL, 0) };
+	if (!dst_dev && !inside((uintptr_t)dst, n, 1)) drain(op_done, &r);
+	return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
 CUresult cuMemcpyHtoDAsync(CUdeviceptr dstDevice, const void *srcHost, size_t ByteCount, CUstream hStream) {
@@ -426,7 +601,12 @@ CUresult cuMemsetD32Async(CUdeviceptr dstDevice, unsigned int ui, size_t N, CUst
 CUresult cuStreamCreate(CUstream *phStream, unsigned int Flags) {
 	NEED_CTX;
 	if (Flags != CU_STREAM_NON_BLOCKING) return CUDA_ERROR_INVALID_VALUE; /* what the bindings ask for */
-	*phStream = calloc(1, sizeof(struct CUstream_st));
+	CUstream st = calloc(1, sizeof(struct CUstream_st));
+	pthread_mutex_lock(&sched);
+	st->next = live;
+	live = st;
+	pthread_mutex_unlock(&sched);
+	*phStream = st;
 	return CUDA_SUCCESS;
 }
 
@@ -436,13 +616,22 @@ CUresult cuStreamDestroy(CUstream hStream) {
 		complain("cuStreamDestroy_v2 of a capturing stream");
 		return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
 	}
+	if (async_mode) drain(stream_done, hStream); /* CUDA finishes it after the call returns */
+	pthread_mutex_lock(&sched);
+	for (CUstream *p = &live; *p; p = &(*p)->next)
+		if (*p == hStream) { *p = hStream->next; break; }
+	pthread_mutex_unlock(&sched);
+	free(hStream->q);
 	free(hStream);
 	return CUDA_SUCCESS;
 }
 
 CUresult cuStreamSynchronize(CUstream hStream) {
 	NEED_CTX;
-	return capturing(hStream) ? CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED : CUDA_SUCCESS;
+	if (capturing(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
+	if (async_mode && hStream) drain(stream_done, hStream);
+	if (async_mode && !hStream) drain_all();
+	return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
 static void add_member(struct capture *c, CUstream s) {
@@ -462,17 +651,6 @@ static void add_dep(struct capture *c, CUstream from, long seq, CUstream to) {
 	c->deps[c->ndeps++] = (struct dep){ from, seq, to };
 }
 
-/* Events: an event recorded by cuEventRecord in a capturing stream is a
- * point in that capture (capture id, stream, position), not a time. */
-struct CUevent_st {
-	unsigned int flags;
-	int recorded;
-	double ms;
-	unsigned cap_id;
-	CUstream cap_stream;
-	long cap_seq;
-};
-
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
 	NEED_CTX;
 	if (!hStream || !hEvent || Flags != CU_EVENT_WAIT_DEFAULT) return CUDA_ERROR_INVALID_VALUE;
@@ -491,7 +669,13 @@ CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags)
 		complain("cuStreamWaitEvent: a capturing stream waits on an event recorded outside its capture");
 		r = CUDA_ERROR_STREAM_CAPTURE_ISOLATION;
 	}
+	int queue = r == CUDA_SUCCESS && !c && async_mode;
 	pthread_mutex_unlock(&lock);
+	if (queue) { /* waits for the event's latest record, as of now */
+		pthread_mutex_lock(&sched);
+		enqueue_locked(hStream, NULL, NULL, 0, hEvent, hEvent->enq_gen);
+		pthread_mutex_unlock(&sched);
+	}
 	return r;
 }
 
@@ -598,14 +782,24 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
 	return CUDA_SUCCESS;
 }
 
+static void run_graph(void *arg) {
+	CUgraphExec x = *(CUgraphExec *)arg;
+	for (int i = 0; i < x->n && !faulted; i++) x->ops[i].fn(x->ops[i].arg);
+}
+
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
 	NEED_CTX;
 	if (capturing(hStream)) return CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED;
-	for (int i = 0; i < hGraphExec->n && !faulted; i++) hGraphExec->ops[i].fn(hGraphExec->ops[i].arg);
-	return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
+	return fake_submit(hStream, run_graph, &hGraphExec, sizeof hGraphExec);
 }
 
-CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) { NEED_CTX; free_ops(hGraphExec->ops, hGraphExec->n); free(hGraphExec); return CUDA_SUCCESS; }
+CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
+	NEED_CTX;
+	drain_all(); /* queued launches run its ops */
+	free_ops(hGraphExec->ops, hGraphExec->n);
+	free(hGraphExec);
+	return CUDA_SUCCESS;
+}
 
 /* Event operations. */
 
@@ -623,12 +817,25 @@ CUresult cuEventCreate(CUevent *phEvent, unsigned int Flags) {
 	return CUDA_SUCCESS;
 }
 
-CUresult cuEventDestroy(CUevent hEvent) { NEED_CTX; free(hEvent); return CUDA_SUCCESS; }
+CUresult cuEventDestroy(CUevent hEvent) {
+	NEED_CTX;
+	drain_all(); /* queued records and waits name it */
+	free(hEvent);
+	return CUDA_SUCCESS;
+}
 
 static void run_record(void *arg) {
 	CUevent e = *(CUevent *)arg;
 	e->recorded = 1;
 	e->ms = now_ms();
+}
+
+/* A queued record: the event's gen-th. */
+struct record_op { CUevent e; long gen; };
+static void run_record_gen(void *arg) {
+	struct record_op *r = arg;
+	run_record(&r->e);
+	if (r->gen > r->e->done_gen) r->e->done_gen = r->gen;
 }
 
 CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
@@ -644,7 +851,18 @@ CUresult cuEventRecord(CUevent hEvent, CUstream hStream) {
 	}
 	hEvent->cap_id = 0;
 	pthread_mutex_unlock(&lock);
-	run_record(&hEvent);
+	if (!async_mode) {
+		run_record(&hEvent);
+		return CUDA_SUCCESS;
+	}
+	if (!hStream) drain_all();
+	pthread_mutex_lock(&sched);
+	struct record_op r = { hEvent, ++hEvent->enq_gen };
+	if (hStream)
+		enqueue_locked(hStream, run_record_gen, &r, sizeof r, NULL, 0);
+	else
+		run_record_gen(&r);
+	pthread_mutex_unlock(&sched);
 	return CUDA_SUCCESS;
 }
 
@@ -673,20 +891,24 @@ static int captured(CUevent e, const char *call) {
 
 CUresult cuEventSynchronize(CUevent hEvent) {
 	NEED_CTX;
-	return captured(hEvent, "cuEventSynchronize") ? CUDA_ERROR_CAPTURED_EVENT : CUDA_SUCCESS;
+	if (captured(hEvent, "cuEventSynchronize")) return CUDA_ERROR_CAPTURED_EVENT;
+	if (async_mode) drain(event_done, hEvent);
+	return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
 CUresult cuEventQuery(CUevent hEvent) {
 	NEED_CTX;
 	if (captured(hEvent, "cuEventQuery")) return CUDA_ERROR_CAPTURED_EVENT;
-	return hEvent->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	if (!async_mode) return hEvent->recorded ? CUDA_SUCCESS : CUDA_ERROR_NOT_READY;
+	drain(event_done, hEvent); /* a poll would wait forever on queued work */
+	return faulted ? CUDA_ERROR_ILLEGAL_ADDRESS : CUDA_SUCCESS;
 }
 
 CUresult cuEventElapsedTime(float *pMilliseconds, CUevent hStart, CUevent hEnd) {
 	NEED_CTX;
 	if ((hStart->flags | hEnd->flags) & CU_EVENT_DISABLE_TIMING) return CUDA_ERROR_INVALID_HANDLE;
 	if (captured(hStart, "cuEventElapsedTime") || captured(hEnd, "cuEventElapsedTime")) return CUDA_ERROR_CAPTURED_EVENT;
-	if (!hStart->recorded || !hEnd->recorded) return CUDA_ERROR_NOT_READY;
+	if (!hStart->recorded || !hEnd->recorded || !event_done(hStart) || !event_done(hEnd)) return CUDA_ERROR_NOT_READY;
 	*pMilliseconds = (float)(hEnd->ms - hStart->ms);
 	return CUDA_SUCCESS;
 }
@@ -814,6 +1036,7 @@ CUresult cuModuleGetFunction(CUfunction *hfunc, CUmodule hmod, const char *name)
 
 CUresult cuModuleUnload(CUmodule hmod) {
 	NEED_CTX;
+	drain_all(); /* queued launches name its functions */
 	for (struct CUfunc_st *f = hmod->funcs, *next; f; f = next) {
 		next = f->next;
 		free(f);

@@ -1,7 +1,9 @@
 /*
  * Shared by the fake libcuda, libcublas and libcublasLt: the stream model
- * and the memory checks. Work submitted to a stream runs at once, or is
- * appended to the stream's graph while the stream is being captured.
+ * and the memory checks. Work submitted to a stream runs at once (or, with
+ * FLOWKIT_FAKE_CUDA_STREAMS=async, waits in the stream's queue until the
+ * host waits for it), or is appended to the stream's graph while the
+ * stream is being captured.
  */
 #ifndef FAKE_H
 #define FAKE_H
@@ -12,9 +14,10 @@
 
 typedef void (*fake_op_fn)(void *arg);
 
-/* fake_submit runs fn(arg) now, or, when s is capturing, appends a copy of
- * the size bytes at arg to the captured graph. Run now, it returns the
- * sticky error fn may have set (see fake_fault). */
+/* fake_submit runs fn(arg) now, or queues it on s (async streams), or, when
+ * s is capturing, appends it to the captured graph; queued and captured
+ * ops run on a copy of the size bytes at arg. It returns the sticky error
+ * a run may have set (see fake_fault). */
 CUresult fake_submit(CUstream s, fake_op_fn fn, const void *arg, size_t size);
 
 /* fake_current_ctx returns the calling thread's current context. */
