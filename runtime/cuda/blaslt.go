@@ -459,9 +459,10 @@ func (l *BLASLt) matmul(call string, s *Stream, key ltKey, a, b, c, vec DevicePt
 }
 
 // tune times launch with each of p's candidates and keeps the fastest as
-// p.algo. A candidate the library refuses is skipped; if it refuses all,
-// p.algo stays, and the launch that follows reports it. The caller holds
-// l.mu and has entered the context.
+// p.algo. A candidate the library refuses, with any status, is skipped:
+// tuning only looks for something faster than the heuristic's first. If
+// it refuses all, p.algo stays, and the launch that follows reports why.
+// The caller holds l.mu and has entered the context.
 func (l *BLASLt) tune(s *Stream, p *ltPlan, reps int, launch func(*[8]uint64) cublasStatus) error {
 	start, err := l.ctx.NewEvent(true)
 	if err != nil {
@@ -474,19 +475,18 @@ func (l *BLASLt) tune(s *Stream, p *ltPlan, reps int, launch func(*[8]uint64) cu
 	}
 	defer end.Destroy()
 	tu := &Tuning{Times: make([]time.Duration, len(p.candidates)), Best: -1}
+candidates:
 	for i := range p.candidates {
 		algo := &p.candidates[i]
-		if st := launch(algo); st == cublasNotSupported {
+		if launch(algo) != cublasSuccess {
 			continue
-		} else if st != cublasSuccess {
-			return blasError("cublasLtMatmul (tuning)", st)
 		}
 		if err := start.Record(s); err != nil {
 			return err
 		}
 		for range reps {
-			if st := launch(algo); st != cublasSuccess {
-				return blasError("cublasLtMatmul (tuning)", st)
+			if launch(algo) != cublasSuccess {
+				continue candidates
 			}
 		}
 		if err := end.Record(s); err != nil {
