@@ -7,6 +7,10 @@ import (
 	"github.com/flowkit/flowkit/units"
 )
 
+// maxPerCore bounds oversubscription: more devices than that per core
+// would only make the plan huge and each device's memory tiny.
+const maxPerCore = 64
+
 // DevicesFromCluster returns n devices of a cluster for a plan: its first n
 // devices, or, when the cluster has fewer and they are CPUs, its CPU cores
 // divided into n devices of equal core counts (the local machine's cores
@@ -32,6 +36,10 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 		cores += d.Spec.Cores
 	}
 	per := cores / n
+	if per < 1 && oversubscribe && n > maxPerCore*cores {
+		return nil, fmt.Errorf("%w: the plan needs %d devices; oversubscribed, cluster %s's %d CPU cores make at most %d",
+			ErrInfeasible, n, c.Name, cores, maxPerCore*cores)
+	}
 	if per < 1 && oversubscribe {
 		var devs []Device
 		for i := range n {
