@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 
 	"github.com/flowkit/flowkit/graph"
 )
@@ -68,6 +69,12 @@ func (p *Plan) check() error {
 		return fmt.Errorf("plans: want positive micro_batches, micro_batch, replicas and stages, and replicas×stages devices; got %d, %d, %d, %d and %d",
 			p.MB, p.MicroBatch, p.DP, p.PP, len(p.Devices))
 	}
+	if p.Batch != p.MicroBatch*p.MB*p.DP {
+		return fmt.Errorf("plans: batch %d is not micro_batch × micro_batches × replicas = %d × %d × %d", p.Batch, p.MicroBatch, p.MB, p.DP)
+	}
+	if len(p.Images.Shape) == 0 || p.Images.Shape[0] != p.Batch || p.Images.Shape.NumElements() < p.Batch {
+		return fmt.Errorf("plans: images %v: want the global batch's shape, [%d, …]", p.Images, p.Batch)
+	}
 	bad := func(what string, i int, format string, args ...any) error {
 		return fmt.Errorf("plans: %s[%d]: %s", what, i, fmt.Sprintf(format, args...))
 	}
@@ -123,12 +130,17 @@ func (p *Plan) check() error {
 				return bad("tasks", i, "writes register %d out of range", r)
 			}
 		}
+		if t.Kind == Input {
+			if err := p.checkInput(&t); err != nil {
+				return bad("tasks", i, "%s: %v", t.Name, err)
+			}
+		}
 		if t.Kind == Compute {
 			if t.Op == nil {
 				return bad("tasks", i, "compute task %s has no op", t.Name)
 			}
-			if _, err := graph.DecodeOp(*t.Op); err != nil {
-				return bad("tasks", i, "%v", err)
+			if err := p.checkCompute(&t); err != nil {
+				return bad("tasks", i, "%s: %v", t.Name, err)
 			}
 		}
 	}
@@ -141,6 +153,58 @@ func (p *Plan) check() error {
 				return bad("registers", i, "writer %d out of range", w)
 			}
 		}
+	}
+	return nil
+}
+
+// checkCompute checks that compute task t's op takes the registers it
+// reads and makes those it writes (a kernel would otherwise run past a
+// buffer); an update writes the registers it reads, in place.
+func (p *Plan) checkCompute(t *Task) error {
+	op, err := graph.DecodeOp(*t.Op)
+	if err != nil {
+		return err
+	}
+	in := make([]graph.Spec, len(t.Reads))
+	for j, u := range t.Reads {
+		in[j] = p.Registers[u.Reg].Spec
+	}
+	out, err := op.Infer(in)
+	if err != nil {
+		return err
+	}
+	if _, ok := op.(graph.Mutator); ok {
+		return nil
+	}
+	if len(out) != len(t.Writes) {
+		return fmt.Errorf("writes %d registers, its op makes %d", len(t.Writes), len(out))
+	}
+	for j, w := range t.Writes {
+		got := p.Registers[w].Spec
+		if got.DType != out[j].DType || !slices.Equal(got.Shape, out[j].Shape) {
+			return fmt.Errorf("writes %v into register %s, which holds %v", out[j], p.Registers[w].Name, got)
+		}
+	}
+	return nil
+}
+
+// checkInput checks that input task t, whose registers are in range, writes
+// one micro-batch of the global batch's images or labels, from within the
+// batch: what a feeder fills.
+func (p *Plan) checkInput(t *Task) error {
+	if len(t.Writes) != 1 {
+		return fmt.Errorf("an input writes one register, not %d", len(t.Writes))
+	}
+	spec := p.Registers[t.Writes[0]].Spec
+	sample := p.Images.Shape.NumElements() / p.Batch
+	if spec.DType == graph.I32 {
+		sample = 1 // labels
+	}
+	if len(spec.Shape) == 0 || spec.Shape[0] != p.MicroBatch || spec.Shape.NumElements() != p.MicroBatch*sample {
+		return fmt.Errorf("writes %v, not a micro-batch of %d samples of %d values", spec, p.MicroBatch, sample)
+	}
+	if t.Offset < 0 || t.Offset+p.MB*p.MicroBatch > p.Batch {
+		return fmt.Errorf("offset %d: its %d micro-batches of %d run past the batch of %d", t.Offset, p.MB, p.MicroBatch, p.Batch)
 	}
 	return nil
 }

@@ -233,6 +233,46 @@ func topo(n int, edges []Edge) []int {
 	return topoOrder(succ)
 }
 
+// A plan file whose batch, micro-batch, inputs or ops' shapes disagree is
+// rejected when read, saying which; a feeder or kernel would otherwise
+// write past a register.
+func TestDecodeRejectsInconsistentInputs(t *testing.T) {
+	st, err := ParseStrategy("pp=2,mb=2", 8)
+	require.NoError(t, err)
+	good, err := Compile(Config{Model: "mnist-cnn", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+	require.NoError(t, err)
+	input := -1
+	for i, tk := range good.Tasks {
+		if tk.Kind == Input && input < 0 {
+			input = i
+		}
+	}
+	require.GreaterOrEqual(t, input, 0)
+	for _, c := range []struct {
+		name, want string
+		edit       func(p *Plan)
+	}{
+		{"micro_batch", "batch 8 is not micro_batch × micro_batches × replicas = 1000 × 2 × 1", func(p *Plan) { p.MicroBatch = 1000 }},
+		{"batch", "batch 9 is not", func(p *Plan) { p.Batch = 9 }},
+		{"images", "images", func(p *Plan) { p.Images.Shape = nil }},
+		{"offset", "offset 2: its 2 micro-batches of 4 run past the batch of 8", func(p *Plan) { p.Tasks[input].Offset = 2 }},
+		{"register", "not a micro-batch of 4 samples", func(p *Plan) { p.Tasks[input].Writes = []int{p.Tasks[len(p.Tasks)-1].Writes[0]} }},
+		{"compute", "conv2d: writes f32[4,32,28,28] into register images, which holds f32[4,1,28,28]", func(p *Plan) { p.Tasks[input+2].Writes = p.Tasks[input].Writes }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			require.NoError(t, Encode(&b, good))
+			p, err := Decode(&b)
+			require.NoError(t, err)
+			c.edit(p)
+			b.Reset()
+			require.NoError(t, Encode(&b, p))
+			_, err = Decode(&b)
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, s := range []string{"single", "pp=2,mb=2"} {
 		st, _ := ParseStrategy(s, 4)
