@@ -211,8 +211,9 @@ static pthread_mutex_t sched = PTHREAD_MUTEX_INITIALIZER; /* the queues, the liv
 static CUstream live;                                       /* streams, newest first */
 static long stamps;
 
-/* enqueue appends fn(copy of arg) to s's queue and returns its sequence
- * number on s. */
+/* enqueue_locked appends fn(copy of arg), or a wait for the wait_gen-th
+ * record of wait when fn is NULL, to s's queue and returns its sequence
+ * number on s. sched is held; enqueue takes it. */
 static long enqueue_locked(CUstream s, fake_op_fn fn, const void *arg, size_t size, CUevent wait, long wait_gen) {
 	if (s->n == s->cap) {
 		if (s->head > 0) { /* compact */
@@ -267,7 +268,7 @@ static void drain(int (*done)(const void *), const void *ctx) {
 		}
 		struct qop h = pick->q[pick->head++];
 		if (h.op.fn) {
-			if (!faulted) h.op.fn(h.op.arg);
+			if (!faulted) h.op.fn(h.op.arg); /* after a fault the device runs nothing more */
 			free(h.op.arg);
 		}
 		pick->done = h.seq;
