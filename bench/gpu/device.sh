@@ -8,7 +8,13 @@
 #   log.txt       every step's output
 #   tests.txt     the GPU tests' verbose output
 #   torch.jsonl   PyTorch's step times
+# DEADLINE (seconds, default 510: the device call's 540 s less a margin)
+# bounds the whole script: a step gets at most what is left of it, less
+# 25 s kept for the summary, and a step with under 5 s left is skipped
+# (rc 125), so that a slow step costs the steps after it their time, not
+# the table.
 set -u
+DEADLINE=${DEADLINE:-510}
 here=$(cd "$(dirname "$0")" && pwd)
 OUT=${OUT:-$here/out}
 mkdir -p "$OUT"
@@ -21,8 +27,22 @@ log=$OUT/log.txt
 res=$OUT/results.jsonl
 : >"$log"; : >"$res"; : >"$OUT/tests.txt"
 
+# budget LIMIT: LIMIT, or less: what the deadline leaves, less the summary's time.
+budget() {
+	local left=$((DEADLINE - SECONDS - 25))
+	echo $((left < $1 ? left : $1))
+}
+skipped() { # skipped NAME: true (and recorded) if there is no time left for step NAME
+	if (($(budget 5) < 5)); then
+		echo "=== $1: skipped, $((DEADLINE - SECONDS)) s left before the deadline" >>"$log"
+		printf '{"step":"%s","rc":125,"seconds":0}\n' "$1" >>"$res"
+		return 0
+	fi
+	return 1
+}
 step() { # step NAME TIMEOUT CMD...: run, log, record the status; never stops the script
-	local name=$1 limit=$2; shift 2
+	local name=$1 limit; limit=$(budget "$2"); shift 2
+	skipped "$name" && return
 	local t0=$SECONDS rc=0
 	echo "=== $name: $*" >>"$log"
 	timeout "$limit" "$@" >>"$log" 2>&1 || rc=$?
@@ -30,7 +50,8 @@ step() { # step NAME TIMEOUT CMD...: run, log, record the status; never stops th
 	printf '{"step":"%s","rc":%d,"seconds":%d}\n' "$name" "$rc" "$((SECONDS - t0))" >>"$res"
 }
 json() { # json NAME TIMEOUT CMD...: as step, and the command's stdout (one JSON object) goes into the results
-	local name=$1 limit=$2; shift 2
+	local name=$1 limit; limit=$(budget "$2"); shift 2
+	skipped "$name" && return
 	local t0=$SECONDS rc=0
 	echo "=== $name: $*" >>"$log"
 	timeout "$limit" "$@" >"$work/$name.json" 2>>"$log" || rc=$?

@@ -45,7 +45,8 @@ def main():
         base = variant_of(w) or w  # a variant is timed against the same PyTorch run, without a target
         o = rec.get("out")
         if not isinstance(o, dict):
-            out["workloads"][w] = {"failed": f"rc={rec['rc']}", "pytorch_ms": torch.get(base), "target_ratio": TARGETS.get(w)}
+            why = "skipped (out of time)" if rec["rc"] == 125 else f"failed rc={rec['rc']}"
+            out["workloads"][w] = {"failed": why, "pytorch_ms": torch.get(base), "target_ratio": TARGETS.get(w)}
             continue
         ms = 1e3 * o.get("measured_step_s", float("nan"))
         pred = 1e3 * o["predicted_step_s"] if "predicted_step_s" in o else None
@@ -67,8 +68,10 @@ def main():
             o = rec.get("out")
             if isinstance(o, dict) and "test_accuracy" in o:
                 extra = f"  test accuracy {100 * o['test_accuracy']:.2f}%"
-            print(f"{rec['step']:<22} {'ok' if rec['rc'] == 0 else 'FAILED rc=%d' % rec['rc']:<12} {rec['seconds']:>4} s{extra}")
-    failed = [r["step"] for r in out["steps"] if r["rc"] != 0]
+            status = "ok" if rec["rc"] == 0 else "SKIPPED" if rec["rc"] == 125 else "FAILED rc=%d" % rec["rc"]
+            print(f"{rec['step']:<22} {status:<12} {rec['seconds']:>4} s{extra}")
+    failed = [r["step"] for r in out["steps"] if r["rc"] not in (0, 125)]
+    skipped = [r["step"] for r in out["steps"] if r["rc"] == 125]
     for name, figures in out["benchmarks"].items():
         print(f"{name:<48} {figures}")
     print()
@@ -79,7 +82,7 @@ def main():
     for w, r in out["workloads"].items():
         f = lambda v, fmt: (fmt % v) if isinstance(v, (int, float)) else "—"
         if "failed" in r:
-            print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | failed {r['failed']} | — | {f(r.get('target_ratio'), '≤ %.1f')} | — | — | no |")
+            print(f"| {w} | {f(r.get('pytorch_ms'), '%.3f')} | {r['failed']} | — | {f(r.get('target_ratio'), '≤ %.1f')} | — | — | no |")
             continue
         met = r.get("pred_error") is not None and abs(r["pred_error"]) <= 0.10
         if "target_ratio" in r:
@@ -106,6 +109,8 @@ def main():
             lines.append(f"{w}: {len(t)} products, cuBLASLt kept for {lt}, cuBLAS for {len(t) - lt}")
     if lines:
         print("\nGEMMs tuned (cuBLASLt's candidates against cuBLAS, per shape):\n  " + "\n  ".join(lines))
+    if skipped:
+        print("\nskipped steps (out of time; raise DEADLINE): " + ", ".join(skipped))
     if failed:
         print("\nfailed steps: " + ", ".join(failed))
         for name in failed:
