@@ -24,7 +24,9 @@
 // has. A program that lacks a wait then reads what its producer has not
 // yet written, and one that refills page-locked memory before the copy
 // that reads it has run copies the new contents: the races a GPU may
-// show, shown every time (async-oldest runs the oldest op first).
+// show, shown every time (async-oldest runs the oldest op first). A
+// replayed graph's ops run the same way, the last captured first among
+// those whose captured dependencies (stream order, event waits) have run.
 // Pageable sources are staged when the copy is enqueued, as CUDA stages
 // them. The tests of runtime/cuda and runtime run in both modes.
 //

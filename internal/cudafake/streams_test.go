@@ -28,8 +28,8 @@ func TestStreamModes(t *testing.T) {
 // waits for it) break what a GPU may break and the sync mode hides:
 // page-locked memory overwritten before the copy that reads it ran, and,
 // running the newest work first (async), a consumer without a wait on its
-// producer's stream. Pageable memory is staged when the copy is enqueued,
-// as CUDA does.
+// producer's stream, in a stream or in a captured graph. Pageable memory
+// is staged when the copy is enqueued, as CUDA does.
 func TestStreamsOrder(t *testing.T) {
 	mode := os.Getenv("FLOWKIT_FAKE_CUDA_STREAMS")
 	if os.Getenv("FLOWKIT_FAKE_CUDA") == "" {
@@ -113,6 +113,38 @@ func TestStreamsOrder(t *testing.T) {
 	pageable[0], pageable[n-1] = 7, 7
 	require.NoError(t, a.Synchronize())
 	require.Equal(t, uint32(6), read(x), "a pageable source is staged when the copy is enqueued")
+
+	// In a captured graph, only the captured dependencies order the ops of
+	// two streams: b forks from a before a's memset and copies without
+	// waiting for it.
+	require.NoError(t, a.Memset32(x, 9, n))
+	require.NoError(t, a.Synchronize())
+	require.NoError(t, a.BeginCapture())
+	fork, err := ctx.NewEvent(false)
+	require.NoError(t, err)
+	join, err := ctx.NewEvent(false)
+	require.NoError(t, err)
+	require.NoError(t, fork.Record(a))
+	require.NoError(t, b.Wait(fork))
+	require.NoError(t, a.Memset32(x, 10, n))
+	require.NoError(t, b.CopyDtoD(y, x, 4*n)) // lacks a wait for the memset
+	require.NoError(t, join.Record(b))
+	require.NoError(t, a.Wait(join))
+	require.NoError(t, a.Memset32(x, 11, n)) // after the join: after the copy
+	g, err := a.EndCapture()
+	require.NoError(t, err)
+	exec, err := g.Instantiate()
+	require.NoError(t, err)
+	require.NoError(t, exec.Launch(a))
+	require.NoError(t, a.Synchronize())
+	if newest {
+		require.Equal(t, uint32(9), read(y), "the graph's copy ran before the memset it did not depend on")
+	} else {
+		require.Equal(t, uint32(10), read(y))
+	}
+	require.Equal(t, uint32(11), read(x), "the join orders the last memset after the copy")
+	require.NoError(t, exec.Destroy())
+	require.NoError(t, g.Destroy())
 
 	// Query and Synchronize of an event run the work before its record.
 	require.NoError(t, b.Memset32(y, 8, n))

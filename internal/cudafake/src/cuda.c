@@ -121,14 +121,24 @@ static int pinned_range(const char *call, const void *p, size_t n) {
 
 /* Graphs, streams and captures. */
 
-struct op { fake_op_fn fn; void *arg; size_t size; };
-struct CUgraph_st { struct op *ops; int n, cap; };
-struct CUgraphExec_st { struct op *ops; int n; };
+struct op {
+	fake_op_fn fn;
+	void *arg;
+	size_t size;
+	CUstream stream; /* a captured op's stream, and its number there (the stream's seq after it) */
+	long seq;
+};
+/* A graph's ops in capture order, and the dependencies between them that
+ * capture order does not imply: ops of one stream in order, and event
+ * waits between streams (edge: op from before op to). */
+struct edge { int from, to; };
+struct CUgraph_st { struct op *ops; int n, cap; struct edge *edges; int nedges; };
+struct CUgraphExec_st { struct op *ops; int n; struct edge *edges; int nedges; };
 
 /* A capture in progress: its graph, the streams that joined it, and the
  * cross-stream dependencies (an event recorded on from after its seq-th
  * op, waited on by to), which EndCapture checks join every stream back. */
-struct dep { CUstream from; long seq; CUstream to; };
+struct dep { CUstream from; long seq; CUstream to; long to_seq; };
 struct capture {
 	unsigned id;
 	struct CUgraph_st *graph;
@@ -160,14 +170,14 @@ static struct capture *capture_by_id(unsigned id) {
 	return NULL;
 }
 
-static void graph_append(struct CUgraph_st *g, fake_op_fn fn, const void *arg, size_t size) {
+static void graph_append(struct CUgraph_st *g, fake_op_fn fn, const void *arg, size_t size, CUstream s, long seq) {
 	if (g->n == g->cap) {
 		g->cap = g->cap ? 2 * g->cap : 8;
 		g->ops = realloc(g->ops, g->cap * sizeof *g->ops);
 	}
 	void *copy = malloc(size ? size : 1);
 	memcpy(copy, arg, size);
-	g->ops[g->n++] = (struct op){ fn, copy, size };
+	g->ops[g->n++] = (struct op){ fn, copy, size, s, seq };
 }
 
 /* Events: an event recorded by cuEventRecord in a capturing stream is a
@@ -198,7 +208,8 @@ struct CUevent_st {
  * cuStreamWaitEvent, or page-locked memory overwritten before the copy
  * that reads it has run, changes the results, as it may on a GPU. Copies
  * from pageable memory take their source when enqueued, as CUDA's staging
- * does. Graph launches run as one op. */
+ * does. A graph launch is one op, whose ops run in the newest-first order
+ * their captured dependencies allow (see run_graph). */
 struct qop {
 	struct op op;   /* fn NULL: a wait */
 	long stamp;     /* enqueue order over all streams */
@@ -232,7 +243,7 @@ static long enqueue_locked(CUstream s, fake_op_fn fn, const void *arg, size_t si
 		memcpy(copy, arg, size);
 	}
 	long seq = ++s->enq;
-	s->q[s->n++] = (struct qop){ { fn, copy, size }, ++stamps, seq, wait, wait_gen };
+	s->q[s->n++] = (struct qop){ { fn, copy, size, NULL, 0 }, ++stamps, seq, wait, wait_gen };
 	return seq;
 }
 
@@ -305,8 +316,8 @@ static void drain_all(void) {
 CUresult fake_submit(CUstream s, fake_op_fn fn, const void *arg, size_t size) {
 	pthread_mutex_lock(&lock);
 	if (s && s->capture) {
-		graph_append(s->capture->graph, fn, arg, size);
 		s->seq++;
+		graph_append(s->capture->graph, fn, arg, size, s, s->seq);
 		pthread_mutex_unlock(&lock);
 		return CUDA_SUCCESS;
 	}
@@ -649,7 +660,7 @@ static void add_dep(struct capture *c, CUstream from, long seq, CUstream to) {
 		c->capdeps = c->capdeps ? 2 * c->capdeps : 16;
 		c->deps = realloc(c->deps, c->capdeps * sizeof *c->deps);
 	}
-	c->deps[c->ndeps++] = (struct dep){ from, seq, to };
+	c->deps[c->ndeps++] = (struct dep){ from, seq, to, to->seq };
 }
 
 CUresult cuStreamWaitEvent(CUstream hStream, CUevent hEvent, unsigned int Flags) {
@@ -726,6 +737,33 @@ static int joined(struct capture *c) {
 	return all;
 }
 
+static void add_edge(struct CUgraph_st *g, int from, int to) {
+	if (g->nedges % 64 == 0) g->edges = realloc(g->edges, (g->nedges + 64) * sizeof *g->edges);
+	g->edges[g->nedges++] = (struct edge){ from, to };
+}
+
+/* graph_edges sets c's graph's edges: each op after the previous op of its
+ * stream, and, for each event wait, the first op the waiting stream
+ * captured after the wait after the op the event was recorded behind. */
+static void graph_edges(struct capture *c) {
+	struct CUgraph_st *g = c->graph;
+	for (int i = 0; i < g->n; i++)
+		for (int j = i - 1; j >= 0; j--)
+			if (g->ops[j].stream == g->ops[i].stream) {
+				add_edge(g, j, i);
+				break;
+			}
+	for (int d = 0; d < c->ndeps; d++) {
+		const struct dep *e = &c->deps[d];
+		int from = -1, to = -1;
+		for (int i = 0; i < g->n; i++) {
+			if (g->ops[i].stream == e->from && g->ops[i].seq == e->seq) from = i;
+			if (to < 0 && g->ops[i].stream == e->to && g->ops[i].seq > e->to_seq) to = i;
+		}
+		if (from >= 0 && to >= 0) add_edge(g, from, to);
+	}
+}
+
 CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
 	NEED_CTX;
 	pthread_mutex_lock(&lock);
@@ -745,10 +783,12 @@ CUresult cuStreamEndCapture(CUstream hStream, CUgraph *phGraph) {
 	pthread_mutex_unlock(&lock);
 	CUresult r = CUDA_SUCCESS;
 	if (ok) {
+		graph_edges(c);
 		*phGraph = c->graph;
 	} else {
 		complain("cuStreamEndCapture: a stream that joined the capture was not joined back");
 		free_ops(c->graph->ops, c->graph->n);
+		free(c->graph->edges);
 		free(c->graph);
 		*phGraph = NULL;
 		r = CUDA_ERROR_STREAM_CAPTURE_UNJOINED;
@@ -766,7 +806,13 @@ CUresult cuGraphGetNodes(CUgraph hGraph, CUgraphNode *nodes, size_t *numNodes) {
 	return CUDA_SUCCESS;
 }
 
-CUresult cuGraphDestroy(CUgraph hGraph) { NEED_CTX; free_ops(hGraph->ops, hGraph->n); free(hGraph); return CUDA_SUCCESS; }
+CUresult cuGraphDestroy(CUgraph hGraph) {
+	NEED_CTX;
+	free_ops(hGraph->ops, hGraph->n);
+	free(hGraph->edges);
+	free(hGraph);
+	return CUDA_SUCCESS;
+}
 
 CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, unsigned long long flags) {
 	NEED_CTX;
@@ -776,16 +822,40 @@ CUresult cuGraphInstantiateWithFlags(CUgraphExec *phGraphExec, CUgraph hGraph, u
 	x->ops = calloc(x->n ? x->n : 1, sizeof *x->ops);
 	for (int i = 0; i < x->n; i++) {
 		struct op o = hGraph->ops[i];
-		x->ops[i] = (struct op){ o.fn, malloc(o.size ? o.size : 1), o.size };
+		x->ops[i] = (struct op){ o.fn, malloc(o.size ? o.size : 1), o.size, NULL, 0 };
 		memcpy(x->ops[i].arg, o.arg, o.size);
 	}
+	x->nedges = hGraph->nedges;
+	x->edges = malloc((x->nedges ? x->nedges : 1) * sizeof *x->edges);
+	memcpy(x->edges, hGraph->edges, x->nedges * sizeof *x->edges);
 	*phGraphExec = x;
 	return CUDA_SUCCESS;
 }
 
+/* run_graph runs a graph's ops in capture order, or, with async streams
+ * (newest first), in an order that keeps only the graph's edges: of the
+ * ops whose predecessors have run, the one captured last, so that an op
+ * that lacks a dependency on an earlier op of another stream runs before
+ * it. */
 static void run_graph(void *arg) {
 	CUgraphExec x = *(CUgraphExec *)arg;
-	for (int i = 0; i < x->n && !faulted; i++) x->ops[i].fn(x->ops[i].arg);
+	if (async_mode != ASYNC_NEWEST) {
+		for (int i = 0; i < x->n && !faulted; i++) x->ops[i].fn(x->ops[i].arg);
+		return;
+	}
+	int *waiting = calloc(x->n ? x->n : 1, sizeof *waiting); /* predecessors not yet run; -1: ran */
+	for (int e = 0; e < x->nedges; e++) waiting[x->edges[e].to]++;
+	for (int done = 0; done < x->n && !faulted; done++) {
+		int next = -1;
+		for (int i = x->n - 1; i >= 0 && next < 0; i--)
+			if (waiting[i] == 0) next = i;
+		if (next < 0) break; /* a cycle: cannot come from a capture */
+		x->ops[next].fn(x->ops[next].arg);
+		waiting[next] = -1;
+		for (int e = 0; e < x->nedges; e++)
+			if (x->edges[e].from == next) waiting[x->edges[e].to]--;
+	}
+	free(waiting);
 }
 
 CUresult cuGraphLaunch(CUgraphExec hGraphExec, CUstream hStream) {
@@ -798,6 +868,7 @@ CUresult cuGraphExecDestroy(CUgraphExec hGraphExec) {
 	NEED_CTX;
 	drain_all(); /* queued launches run its ops */
 	free_ops(hGraphExec->ops, hGraphExec->n);
+	free(hGraphExec->edges);
 	free(hGraphExec);
 	return CUDA_SUCCESS;
 }
