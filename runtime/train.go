@@ -245,11 +245,17 @@ func argmax(v []float32) int {
 	return best
 }
 
+// RunnerOption configures the PlanRunner a function makes, before it runs.
+type RunnerOption func(*PlanRunner)
+
+// WithGEMM sets the runner's GEMM policy (PlanRunner.GEMM).
+func WithGEMM(p GEMMPolicy) RunnerOption { return func(r *PlanRunner) { r.GEMM = p } }
+
 // TrainPlan trains through a compiled plan, executed unchanged by a
-// PlanRunner on the plan's CPU devices, on train in shuffled epochs (the
+// PlanRunner on the plan's devices, on train in shuffled epochs (the
 // batches Train would see with the plan's seed), then evaluates replica 0's
-// weights on test. maxSteps > 0 stops early.
-func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats)) (*TrainResult, error) {
+// weights on test. maxSteps > 0 stops early; opts configure the runner.
+func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats), opts ...RunnerOption) (*TrainResult, error) {
 	if epochs < 1 {
 		return nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", epochs)
 	}
@@ -265,6 +271,9 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 		return nil, err
 	}
 	defer r.Close()
+	for _, o := range opts {
+		o(r)
+	}
 	steps := epochs * feed.Steps()
 	if maxSteps > 0 {
 		steps = min(steps, maxSteps)

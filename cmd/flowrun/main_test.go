@@ -39,6 +39,8 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--data", filepath.Join(t.TempDir(), "missing")}, "no such directory"},
 		{[]string{"--data", t.TempDir()}, "train-images-idx3-ubyte"},
 		{[]string{"--data", trunc}, "truncated"},
+		{[]string{"--device", "cuda", "--gemm", "fastest"}, `--gemm: unknown GEMM policy "fastest" (want one of tuned, fused, unfused)`},
+		{[]string{"--device", "tpu"}, `--device "tpu": want cpu or cuda`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -35,6 +35,7 @@ type trainFlags struct {
 	cluster   string
 	dtype     string
 	device    string
+	gemm      string
 }
 
 func newTrainCmd() *cobra.Command {
@@ -81,6 +82,7 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
 	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
+	fl.StringVar(&f.gemm, "gemm", "tuned", "with --device cuda: how dense layers and matrix products run, as for 'flowrun exec --gemm' (fused or unfused: no timing, so runs repeat bit for bit)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		switch f.device {
 		case "cpu":
@@ -93,6 +95,9 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 			}
 		default:
 			return fmt.Errorf("--device %q: want cpu or cuda", f.device)
+		}
+		if _, err := runtime.ParseGEMMPolicy(f.gemm); err != nil {
+			return fmt.Errorf("--gemm: %w", err)
 		}
 		return nil
 	}
@@ -160,7 +165,11 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		if p, err = compileLocal(f, opt, dtype); err != nil {
 			return err
 		}
-		res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, progress.step)
+		var policy runtime.GEMMPolicy
+		if policy, err = runtime.ParseGEMMPolicy(f.gemm); err != nil {
+			return fmt.Errorf("--gemm: %w", err)
+		}
+		res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, progress.step, runtime.WithGEMM(policy))
 	} else {
 		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
 			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype}
