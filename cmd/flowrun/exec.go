@@ -116,12 +116,12 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			return err
 		}
 	}
-	// Runs continue from one another (the weights keep training); each is
-	// timed on its own.
 	policy, err := runtime.ParseGEMMPolicy(f.gemm)
 	if err != nil {
 		return fmt.Errorf("--gemm: %w", err)
 	}
+	// Runs continue from one another (the weights keep training); each is
+	// timed on its own.
 	runner, err := runtime.NewPlanRunner(p)
 	if err != nil {
 		return err
