@@ -599,6 +599,22 @@ func TestGPUMatmulBias(t *testing.T) {
 	})
 }
 
+// refRowSums returns the m row sums of op(A) for g: MatmulBiasGrad's
+// vector.
+func refRowSums(g gemmCase, a []float32) []float64 {
+	sums := make([]float64, g.m)
+	for i := range g.m {
+		for p := range g.k {
+			if g.transA {
+				sums[i] += float64(a[p*g.lda+i])
+			} else {
+				sums[i] += float64(a[i*g.lda+p])
+			}
+		}
+	}
+	return sums
+}
+
 // MatmulBiasGrad's product is Gemm's, and its vector the row sums of
 // op(A): with A = dy transposed, a layer's weight and bias gradients.
 func TestGPUMatmulBiasGrad(t *testing.T) {
@@ -610,16 +626,7 @@ func TestGPUMatmulBiasGrad(t *testing.T) {
 			t.Run(fmt.Sprintf("%v/%v", typ, g), func(t *testing.T) {
 				ha, hb, hc := gemmData(r, typ, g, 1)
 				want := refGemm(g.transA, g.transB, g.m, g.n, g.k, 1, ha, g.lda, hb, g.ldb, 0, hc, g.ldc)
-				wantGrad := make([]float64, g.m)
-				for i := range g.m {
-					for p := range g.k {
-						if g.transA {
-							wantGrad[i] += float64(ha[p*g.lda+i])
-						} else {
-							wantGrad[i] += float64(ha[i*g.lda+p])
-						}
-					}
-				}
+				wantGrad := refRowSums(g, ha)
 				da, db, dc := devUpload(t, c, s, typ, ha), devUpload(t, c, s, typ, hb), devUpload(t, c, s, typ, hc)
 				dgrad := devUpload(t, c, s, typ, make([]float32, g.m))
 				err := lt.MatmulBiasGrad(s, typ, g.transA, g.transB, g.m, g.n, g.k, da, g.lda, db, g.ldb, dc, g.ldc, dgrad)
@@ -699,12 +706,7 @@ func TestGPUTuneMatmulBias(t *testing.T) {
 		g := gemmCases(24, 40, 33, 0)[2] // dyᵀ·x
 		ha, hb, hc := gemmData(r, GemmF32, g, 1)
 		want := refGemm(g.transA, g.transB, g.m, g.n, g.k, 1, ha, g.lda, hb, g.ldb, 0, hc, g.ldc)
-		wantGrad := make([]float64, g.m)
-		for i := range g.m {
-			for p := range g.k {
-				wantGrad[i] += float64(ha[p*g.lda+i])
-			}
-		}
+		wantGrad := refRowSums(g, ha)
 		da, db, dc := upload(t, c, s, ha), upload(t, c, s, hb), upload(t, c, s, hc)
 		dgrad := upload(t, c, s, make([]float32, g.m))
 		tu, err := lt.TuneMatmulBiasGrad(s, 3, GemmF32, g.transA, g.transB, g.m, g.n, g.k, da, g.lda, db, g.ldb, dc, g.ldc, dgrad)
