@@ -69,7 +69,15 @@ func (p *Plan) check() error {
 		return fmt.Errorf("plans: want positive micro_batches, micro_batch, replicas and stages, and replicas×stages devices; got %d, %d, %d, %d and %d",
 			p.MB, p.MicroBatch, p.DP, p.PP, len(p.Devices))
 	}
-	if p.Batch != p.MicroBatch*p.MB*p.DP {
+	if p.Shares != nil {
+		if len(p.Shares) != p.DP || slices.Min(p.Shares) < 1 || slices.Max(p.Shares) > maxCount || slices.Max(p.Shares) != p.MB {
+			return fmt.Errorf("plans: replica_micro_batches %v: want one count in [1, %d] per replica (%d), the largest micro_batches (%d)",
+				p.Shares, maxCount, p.DP, p.MB)
+		}
+		if p.Batch != p.MicroBatch*p.TotalMicros() {
+			return fmt.Errorf("plans: batch %d is not micro_batch × the replicas' micro-batches = %d × %d", p.Batch, p.MicroBatch, p.TotalMicros())
+		}
+	} else if p.Batch != p.MicroBatch*p.MB*p.DP {
 		return fmt.Errorf("plans: batch %d is not micro_batch × micro_batches × replicas = %d × %d × %d", p.Batch, p.MicroBatch, p.MB, p.DP)
 	}
 	if len(p.Images.Shape) == 0 || p.Images.Shape[0] != p.Batch || p.Images.Shape.NumElements() < p.Batch {
@@ -91,6 +99,11 @@ func (p *Plan) check() error {
 	if p.MB > len(p.Firings) {
 		return fmt.Errorf("plans: %d micro-batches but only %d firings", p.MB, len(p.Firings))
 	}
+	for i, t := range p.Tasks {
+		if t.PerMicro && (t.Replica < 0 || t.Replica >= p.DP) {
+			return bad("tasks", i, "%s fires per micro-batch of replica %d, not one of the %d", t.Name, t.Replica, p.DP)
+		}
+	}
 	fired := make(map[[2]int]bool, len(p.Firings))
 	for i, f := range p.Firings {
 		if f.Task < 0 || f.Task >= len(p.Tasks) {
@@ -100,7 +113,7 @@ func (p *Plan) check() error {
 			return bad("firings", i, "task %d micro-batch %d fires twice", f.Task, f.Micro)
 		}
 		fired[[2]int{f.Task, f.Micro}] = true
-		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.MB)) || (!per && f.Micro != -1) {
+		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.fires(f.Task))) || (!per && f.Micro != -1) {
 			return bad("firings", i, "micro-batch %d invalid for task %s", f.Micro, p.Tasks[f.Task].Name)
 		}
 	}
@@ -203,8 +216,8 @@ func (p *Plan) checkInput(t *Task) error {
 	if len(spec.Shape) == 0 || spec.Shape[0] != p.MicroBatch || spec.Shape.NumElements() != p.MicroBatch*sample {
 		return fmt.Errorf("writes %v, not a micro-batch of %d samples of %d values", spec, p.MicroBatch, sample)
 	}
-	if t.Offset < 0 || t.Offset+p.MB*p.MicroBatch > p.Batch {
-		return fmt.Errorf("offset %d: its %d micro-batches of %d run past the batch of %d", t.Offset, p.MB, p.MicroBatch, p.Batch)
+	if mb := p.Micros(t.Replica); t.Offset < 0 || t.Offset+mb*p.MicroBatch > p.Batch {
+		return fmt.Errorf("offset %d: its %d micro-batches of %d run past the batch of %d", t.Offset, mb, p.MicroBatch, p.Batch)
 	}
 	return nil
 }
@@ -212,12 +225,8 @@ func (p *Plan) checkInput(t *Task) error {
 // firingCount is the number of firings per iteration the tasks imply.
 func (p *Plan) firingCount() int {
 	n := 0
-	for _, t := range p.Tasks {
-		if t.PerMicro {
-			n += p.MB
-		} else {
-			n++
-		}
+	for t := range p.Tasks {
+		n += p.fires(t)
 	}
 	return n
 }

@@ -38,13 +38,22 @@ func Compile(cfg Config) (*Plan, error) {
 	if n := st.Devices(); n > len(cfg.Devices) {
 		return nil, fmt.Errorf("%w: %s needs %d devices, cluster %s has %d", ErrInfeasible, st, n, cfg.Cluster, len(cfg.Devices))
 	}
-	if cfg.Batch < 1 || cfg.Batch%(st.DP*st.MB) != 0 {
+	if st.Auto {
+		return nil, fmt.Errorf("plans: strategy %s: the split of mb=auto is chosen by plans/search (flowsim plan does), not by the compiler", st)
+	}
+	if st.Shares != nil && (len(st.Shares) != st.DP || slices.Min(st.Shares) < 1 || slices.Max(st.Shares) != st.MB) {
+		return nil, fmt.Errorf("%w: shares %v: want one count ≥ 1 per replica of dp=%d, the largest mb=%d", ErrInfeasible, st.Shares, st.DP, st.MB)
+	}
+	if cfg.Batch < 1 || cfg.Batch%st.TotalMicros() != 0 {
+		if st.Shares != nil {
+			return nil, fmt.Errorf("%w: batch %d does not split into mb=%s micro-batches of one size", ErrInfeasible, cfg.Batch, FormatShares(st.Shares))
+		}
 		return nil, fmt.Errorf("%w: batch %d does not split into dp=%d replicas × mb=%d micro-batches", ErrInfeasible, cfg.Batch, st.DP, st.MB)
 	}
 	if cfg.Optimizer == nil {
 		return nil, fmt.Errorf("plans: no optimizer")
 	}
-	micro := cfg.Batch / (st.DP * st.MB)
+	micro := cfg.Batch / st.TotalMicros()
 	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed, DType: cfg.DType})
 	if err != nil {
 		return nil, err
@@ -59,7 +68,7 @@ func Compile(cfg Config) (*Plan, error) {
 	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
-		MicroBatch: micro, MB: st.MB, DP: st.DP, PP: st.PP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
@@ -99,13 +108,14 @@ type compiler struct {
 
 func (c *compiler) device(replica, stage int) int { return replica*c.st.PP + stage }
 
-// inflight is the number of micro-batches whose activations a stage holds
-// at once under the schedule.
-func (c *compiler) inflight(stage int) int {
+// inflight is the number of micro-batches whose activations a stage of a
+// replica holds at once under the schedule.
+func (c *compiler) inflight(replica, stage int) int {
+	mb := c.st.Micros(replica)
 	if c.st.Sched == GPipe {
-		return c.st.MB
+		return mb
 	}
-	return min(c.st.PP-stage, c.st.MB)
+	return min(c.st.PP-stage, mb)
 }
 
 func (c *compiler) stream(dev int, name string) int {
@@ -215,7 +225,7 @@ func (c *compiler) buildReplica(replica int) error {
 			c.regOf[dev][in.ID] = reg
 			task := c.newTask(Task{Name: c.taskName(dev, "input/"+in.Name), Kind: Input, Phase: "input",
 				Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
-				Writes: []int{reg}, Offset: replica * c.st.MB * c.p.MicroBatch,
+				Writes: []int{reg}, Offset: c.p.FirstMicro(replica) * c.p.MicroBatch,
 				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone(),
 				Family: "input(" + batchless(in.Spec) + ")"})
 			c.fwd[dev] = append(c.fwd[dev], task)
@@ -309,7 +319,7 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 // accumulator fed by an Accumulate task per micro-batch.
 func (c *compiler) gradReg(dev int, grad *graph.Tensor, replica int) int {
 	reg := c.regOf[dev][grad.ID]
-	if c.st.MB == 1 {
+	if c.st.Micros(replica) == 1 {
 		return reg
 	}
 	if acc, ok := c.accOf[dev][grad.ID]; ok {
@@ -407,15 +417,16 @@ func (c *compiler) sizeSlots() {
 		if reg.Persistent || len(reg.Writers) == 0 || c.p.Tasks[reg.Writers[0]].InPlace || !c.p.Tasks[reg.Writers[0]].PerMicro {
 			continue
 		}
-		stage := reg.Device % c.st.PP
+		replica, stage := reg.Device/c.st.PP, reg.Device%c.st.PP
+		mb := c.st.Micros(replica)
 		writerPhase := c.p.Tasks[reg.Writers[0]].Phase
 		for _, t := range readBy[i] {
 			rt := &c.p.Tasks[t]
 			switch {
 			case rt.Kind == Transfer:
-				reg.Slots = max(reg.Slots, min(2, c.st.MB))
+				reg.Slots = max(reg.Slots, min(2, mb))
 			case rt.Phase == "backward" && writerPhase != "backward":
-				reg.Slots = max(reg.Slots, c.inflight(stage))
+				reg.Slots = max(reg.Slots, c.inflight(replica, stage))
 			}
 		}
 		if c.st.MaxSlots > 0 {

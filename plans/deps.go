@@ -32,7 +32,7 @@ func (p *Plan) writes(r int, firingOf func(task, micro int) int) []int {
 	var seq []int
 	for _, t := range p.Registers[r].Writers {
 		if p.Tasks[t].PerMicro {
-			for m := range p.MB {
+			for m := range p.fires(t) {
 				seq = append(seq, firingOf(t, m))
 			}
 		} else {
@@ -46,11 +46,7 @@ func (p *Plan) writes(r int, firingOf func(task, micro int) int) []int {
 func (p *Plan) WritesPerIteration(r int) int {
 	w := 0
 	for _, t := range p.Registers[r].Writers {
-		if p.Tasks[t].PerMicro {
-			w += p.MB
-		} else {
-			w++
-		}
+		w += p.fires(t)
 	}
 	return w
 }
@@ -67,8 +63,8 @@ func (p *Plan) readIndex(u Use, micro int) (d, k int, err error) {
 	}
 	switch u.Mode {
 	case ReadMicro:
-		if micro < 0 || w != p.MB {
-			return 0, 0, fmt.Errorf("plans: register %s: a per-micro-batch read needs one per-micro-batch writer", p.Registers[u.Reg].Name)
+		if ws := p.Registers[u.Reg].Writers; micro < 0 || micro >= w || len(ws) != 1 || !p.Tasks[ws[0]].PerMicro {
+			return 0, 0, fmt.Errorf("plans: register %s: a per-micro-batch read needs one per-micro-batch writer of the reader's micro-batches", p.Registers[u.Reg].Name)
 		}
 		return 0, micro, nil
 	case ReadFinal:
@@ -104,11 +100,7 @@ func (p *Plan) WriteVersion(r, t, iter, micro int) int {
 			}
 			break
 		}
-		if p.Tasks[w].PerMicro {
-			k += p.MB
-		} else {
-			k++
-		}
+		k += p.fires(w)
 	}
 	return iter*p.WritesPerIteration(r) + k
 }

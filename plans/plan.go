@@ -11,21 +11,26 @@ const Version = 1
 // Plan is a compiled training iteration: everything the simulator and the
 // runtime need, and nothing either decides for itself.
 type Plan struct {
-	Version    int        `json:"version"`
-	Model      string     `json:"model"`
-	Strategy   string     `json:"strategy"`
-	Batch      int        `json:"batch"`       // global samples per iteration
-	MicroBatch int        `json:"micro_batch"` // samples per micro-batch
-	MB         int        `json:"micro_batches"`
-	DP         int        `json:"replicas"` // data-parallel replicas
-	PP         int        `json:"stages"`   // pipeline stages; device = replica·PP + stage
-	Optimizer  string     `json:"optimizer"`
-	Seed       uint64     `json:"seed"` // initial weights: see runtime.Store
-	Cluster    string     `json:"cluster"`
-	Devices    []Device   `json:"devices"`
-	Streams    []Stream   `json:"streams"`
-	Tasks      []Task     `json:"tasks"`
-	Registers  []Register `json:"registers"`
+	Version    int    `json:"version"`
+	Model      string `json:"model"`
+	Strategy   string `json:"strategy"`
+	Batch      int    `json:"batch"`         // global samples per iteration
+	MicroBatch int    `json:"micro_batch"`   // samples per micro-batch
+	MB         int    `json:"micro_batches"` // per replica; with Shares, the largest share
+	// Shares, in a plan of uneven data parallelism, are the micro-batches
+	// each replica runs per iteration (all of MicroBatch samples; replica r
+	// takes the batch's micro-batches FirstMicro(r) onwards). Absent, every
+	// replica runs MB.
+	Shares    []int      `json:"replica_micro_batches,omitempty"`
+	DP        int        `json:"replicas"` // data-parallel replicas
+	PP        int        `json:"stages"`   // pipeline stages; device = replica·PP + stage
+	Optimizer string     `json:"optimizer"`
+	Seed      uint64     `json:"seed"` // initial weights: see runtime.Store
+	Cluster   string     `json:"cluster"`
+	Devices   []Device   `json:"devices"`
+	Streams   []Stream   `json:"streams"`
+	Tasks     []Task     `json:"tasks"`
+	Registers []Register `json:"registers"`
 	// Firings lists one iteration's task executions; stream orders and
 	// dependency edges refer to them by index.
 	Firings []Firing `json:"firings"`
@@ -37,6 +42,65 @@ type Plan struct {
 	Labels graph.Spec `json:"labels,omitzero"`
 
 	deps []Edge // derived once, see Deps
+}
+
+// Micros is the number of micro-batches replica r runs per iteration.
+func (p *Plan) Micros(r int) int {
+	if p.Shares != nil {
+		return p.Shares[r]
+	}
+	return p.MB
+}
+
+// TotalMicros is the number of micro-batches of an iteration, over all
+// replicas: the global batch is TotalMicros·MicroBatch samples.
+func (p *Plan) TotalMicros() int {
+	if p.Shares != nil {
+		n := 0
+		for _, m := range p.Shares {
+			n += m
+		}
+		return n
+	}
+	return p.DP * p.MB
+}
+
+// FirstMicro is the index, among the iteration's micro-batches, of replica
+// r's micro-batch 0.
+func (p *Plan) FirstMicro(r int) int {
+	if p.Shares != nil {
+		n := 0
+		for _, m := range p.Shares[:r] {
+			n += m
+		}
+		return n
+	}
+	return r * p.MB
+}
+
+// AllReduceWeights are the weights of all-reduce task t's writes (one
+// replica's register each): the replica's share of the batch, so that the
+// weighted sum of the replicas' mean gradients is the batch's mean
+// gradient. Nil when the replicas are even: the all-reduce is the plain
+// mean.
+func (p *Plan) AllReduceWeights(t *Task) []float64 {
+	if p.Shares == nil {
+		return nil
+	}
+	w := make([]float64, len(t.Writes))
+	total := float64(p.TotalMicros())
+	for i, r := range t.Writes {
+		w[i] = float64(p.Micros(p.Registers[r].Device/p.PP)) / total
+	}
+	return w
+}
+
+// fires is the number of times task t fires per iteration.
+func (p *Plan) fires(t int) int {
+	if task := &p.Tasks[t]; task.PerMicro {
+		return p.Micros(task.Replica)
+	}
+	return 1
 }
 
 // Device is a device the plan was compiled for.
@@ -64,8 +128,8 @@ const (
 	Compute    TaskKind = "compute"    // a graph op's kernel
 	Input      TaskKind = "input"      // loads a micro-batch slice of the global inputs
 	Transfer   TaskKind = "transfer"   // copies a register to another device
-	Accumulate TaskKind = "accumulate" // acc = g/MB (first micro-batch) or acc += g/MB
-	AllReduce  TaskKind = "allreduce"  // mean of a register over the data-parallel replicas
+	Accumulate TaskKind = "accumulate" // acc = g/M (first micro-batch) or acc += g/M, M the replica's micro-batches
+	AllReduce  TaskKind = "allreduce"  // mean of a register over the data-parallel replicas, see Plan.AllReduceWeights
 )
 
 // ReadMode says which write of a register an input reads.

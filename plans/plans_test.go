@@ -36,6 +36,16 @@ func TestParseStrategy(t *testing.T) {
 		want Strategy
 		err  string
 	}{
+		{"dp=2,mb=3:1", Strategy{DP: 2, PP: 1, MB: 3, Sched: OneFOneB, Shares: []int{3, 1}}, ""},
+		{"dp=3,pp=2,mb=1:2:1,sched=gpipe", Strategy{DP: 3, PP: 2, MB: 2, Sched: GPipe, Shares: []int{1, 2, 1}}, ""},
+		{"dp=2,mb=2:2", Strategy{DP: 2, PP: 1, MB: 2, Sched: OneFOneB}, ""}, // even shares are uniform
+		{"dp=2,mb=3:1:1", Strategy{}, "3 counts for dp=2"},
+		{"dp=2,mb=3:0", Strategy{}, "one positive count per replica"},
+		{"dp=2,mb=3:x", Strategy{}, "one positive count per replica"},
+		{"dp=2,mb=3:1,mbs=8", Strategy{}, "not both"},
+		{"dp=2,mb=auto", Strategy{}, "needs mbs"},
+		{"dp=4,mbs=32,mb=auto", Strategy{}, "at least dp=4 micro-batches of 32"},
+		{"dp=2,mbs=7,mb=auto", Strategy{}, "does not split"},
 		{"single", Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"dp=2", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"pp=2,mb=4,sched=gpipe", Strategy{DP: 1, PP: 2, MB: 4, Sched: GPipe}, ""},
@@ -59,10 +69,93 @@ func TestParseStrategy(t *testing.T) {
 			}
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
+			require.Equal(t, 64/got.TotalMicros()*got.TotalMicros(), 64, "the batch splits")
 			again, err := ParseStrategy(got.String(), 64)
 			require.NoError(t, err)
 			require.Equal(t, got, again, "String round-trips")
 		})
+	}
+}
+
+// mb=auto starts from the even split of the batch's micro-batches of mbs
+// samples, to be resolved by plans/search; the compiler refuses it as is.
+func TestParseAutoShares(t *testing.T) {
+	for _, tt := range []struct {
+		in     string
+		shares []int
+		mb     int
+	}{
+		{"dp=2,mbs=8,mb=auto", nil, 4},
+		{"dp=2,mb=auto,mbs=16,sched=gpipe", nil, 2},
+		{"dp=3,mbs=8,mb=auto", []int{3, 3, 2}, 3},
+	} {
+		st, err := ParseStrategy(tt.in, 64)
+		require.NoError(t, err, tt.in)
+		require.True(t, st.Auto, tt.in)
+		require.Equal(t, tt.shares, st.Shares, tt.in)
+		require.Equal(t, tt.mb, st.MB, tt.in)
+		require.Equal(t, 64, st.TotalMicros()*64/st.TotalMicros())
+		require.Contains(t, st.String(), "mb=auto")
+		_, err = Compile(Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0)})
+		require.ErrorContains(t, err, "plans/search", tt.in)
+		resolved := st.WithShares([]int{5, 3, 1}[:st.DP])
+		require.False(t, resolved.Auto)
+	}
+}
+
+// Uneven data parallelism: each replica runs its share of the micro-batches
+// (all of one size), reads its own slice of the batch, accumulates only if
+// it runs several, and the all-reduce weighs each replica by its share.
+func TestCompileUnevenShares(t *testing.T) {
+	p := mustCompile(t, "mnist-cnn", "dp=2,mb=3:1", 64)
+	require.Equal(t, 16, p.MicroBatch)
+	require.Equal(t, []int{3, 1}, p.Shares)
+	require.Equal(t, 3, p.MB)
+	require.Equal(t, 4, p.TotalMicros())
+	require.Equal(t, []int{0, 3}, []int{p.FirstMicro(0), p.FirstMicro(1)})
+	fires := map[int]int{}
+	for _, f := range p.Firings {
+		fires[f.Task]++
+	}
+	var accs [2]int
+	for _, task := range p.Tasks {
+		switch {
+		case task.Kind == Input:
+			require.Equal(t, 48*task.Replica, task.Offset, task.Name)
+		case task.Kind == Accumulate:
+			accs[task.Replica]++
+		case task.Kind == AllReduce:
+			require.Equal(t, []float64{0.75, 0.25}, p.AllReduceWeights(&task), task.Name)
+		}
+		if task.PerMicro {
+			require.Equal(t, p.Shares[task.Replica], fires[task.ID], task.Name)
+		}
+	}
+	require.Equal(t, [2]int{8, 0}, accs, "replica 0 accumulates its 3 micro-batches; replica 1 has one")
+	require.Nil(t, mustCompile(t, "mnist-cnn", "dp=2", 64).AllReduceWeights(&p.Tasks[0]), "even replicas take the plain mean")
+
+	var buf bytes.Buffer
+	require.NoError(t, Encode(&buf, p))
+	q, err := Decode(&buf)
+	require.NoError(t, err)
+	require.Equal(t, p.Shares, q.Shares)
+	require.Len(t, q.Firings, len(p.Firings))
+
+	for _, tt := range []struct {
+		shares []int
+		want   string
+	}{
+		{[]int{3}, "one count in [1, 1048576] per replica (2)"},
+		{[]int{2, 1}, "the largest micro_batches (3)"},
+		{[]int{3, 0}, "one count in [1"},
+		{[]int{3, 2}, "batch 64 is not micro_batch × the replicas' micro-batches = 16 × 5"},
+	} {
+		bad := *p
+		bad.Shares = tt.shares
+		buf.Reset()
+		require.NoError(t, Encode(&buf, &bad))
+		_, err := Decode(&buf)
+		require.ErrorContains(t, err, tt.want, "shares %v", tt.shares)
 	}
 }
 
@@ -76,6 +169,8 @@ func TestSchedules(t *testing.T) {
 		{"pp=2,mb=4,sched=1f1b", []string{"F0 F1 B0 F2 B1 F3 B2 B3", "F0 B0 F1 B1 F2 B2 F3 B3"}},
 		{"pp=2,mb=4,sched=gpipe", []string{"F0 F1 F2 F3 B0 B1 B2 B3", "F0 F1 F2 F3 B0 B1 B2 B3"}},
 		{"pp=3,mb=2,sched=1f1b", []string{"F0 F1 B0 B1", "F0 F1 B0 B1", "F0 B0 F1 B1"}},
+		// Uneven replicas: each runs its own schedule over its share.
+		{"dp=2,pp=2,mb=3:1", []string{"F0 F1 B0 F2 B1 B2", "F0 B0 F1 B1 F2 B2", "F0 B0", "F0 B0"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.strategy, func(t *testing.T) {

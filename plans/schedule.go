@@ -10,7 +10,7 @@ func (c *compiler) order() {
 	idx := map[[2]int]int{}
 	for _, t := range c.p.Tasks {
 		if t.PerMicro {
-			for m := range c.st.MB {
+			for m := range c.st.Micros(t.Replica) {
 				idx[[2]int{t.ID, m}] = len(c.p.Firings)
 				c.p.Firings = append(c.p.Firings, Firing{Task: t.ID, Micro: m})
 			}
@@ -29,7 +29,7 @@ func (c *compiler) order() {
 	for d := range c.p.Devices {
 		compute := &c.p.Streams[c.streams[d]["compute"]]
 		f, b := c.fwd[d], c.bwd[d]
-		for _, step := range c.schedule(d % c.st.PP) {
+		for _, step := range c.schedule(d/c.st.PP, d%c.st.PP) {
 			if step.forward {
 				compute.Order = append(compute.Order, block(f, step.micro)...)
 			} else {
@@ -77,9 +77,9 @@ type step struct {
 }
 
 // schedule is the order of forward and backward micro-batch blocks on a
-// pipeline stage.
-func (c *compiler) schedule(stage int) []step {
-	mb := c.st.MB
+// pipeline stage of a replica.
+func (c *compiler) schedule(replica, stage int) []step {
+	mb := c.st.Micros(replica)
 	var s []step
 	if c.st.Sched == GPipe {
 		for m := range mb {

@@ -2,6 +2,7 @@ package plans
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -20,6 +21,15 @@ const (
 type Strategy struct {
 	DP, PP, MB int
 	Sched      Schedule
+	// Shares, when set (one count per replica), splits the iteration's
+	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
+	// size, and MB is the largest share. Unequal devices get shares in
+	// proportion to their speed; see plans/search.
+	Shares []int
+	// Auto asks for Shares to be chosen by the simulator (mb=auto): a
+	// strategy with Auto set is resolved by plans/search before it is
+	// compiled; Shares holds the even split it starts from.
+	Auto bool
 	// MaxSlots, when > 0, caps every register's slot count; a cap too small
 	// for the schedule is rejected at compile time.
 	MaxSlots int
@@ -28,8 +38,65 @@ type Strategy struct {
 // Devices is the number of devices the strategy uses.
 func (s Strategy) Devices() int { return s.DP * s.PP }
 
+// Micros is the number of micro-batches replica r runs per iteration.
+func (s Strategy) Micros(r int) int {
+	if s.Shares != nil {
+		return s.Shares[r]
+	}
+	return s.MB
+}
+
+// TotalMicros is the number of micro-batches of an iteration, over all
+// replicas.
+func (s Strategy) TotalMicros() int {
+	if s.Shares != nil {
+		n := 0
+		for _, m := range s.Shares {
+			n += m
+		}
+		return n
+	}
+	return s.DP * s.MB
+}
+
+// WithShares returns s with the replicas' micro-batch counts set to
+// shares (one per replica, each ≥ 1), resolved (Auto cleared): MB is the
+// largest share, and equal shares are the uniform strategy (no Shares).
+func (s Strategy) WithShares(shares []int) Strategy {
+	s.Auto = false
+	s.MB = slices.Max(shares)
+	s.Shares = nil
+	if slices.Min(shares) != s.MB {
+		s.Shares = slices.Clone(shares)
+	}
+	return s
+}
+
+// EvenShares splits n micro-batches over dp replicas as evenly as
+// possible, the first replicas taking the remainder.
+func EvenShares(n, dp int) []int {
+	shares := make([]int, dp)
+	for r := range shares {
+		shares[r] = n / dp
+		if r < n%dp {
+			shares[r]++
+		}
+	}
+	return shares
+}
+
+// FormatShares writes micro-batch counts per replica as the strategy
+// grammar does: 3:1.
+func FormatShares(shares []int) string {
+	parts := make([]string, len(shares))
+	for i, x := range shares {
+		parts[i] = strconv.Itoa(x)
+	}
+	return strings.Join(parts, ":")
+}
+
 func (s Strategy) String() string {
-	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 {
+	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.Auto {
 		return "single"
 	}
 	var parts []string
@@ -39,7 +106,12 @@ func (s Strategy) String() string {
 	if s.PP > 1 {
 		parts = append(parts, "pp="+strconv.Itoa(s.PP))
 	}
-	if s.MB > 1 {
+	switch {
+	case s.Auto:
+		parts = append(parts, "mb=auto")
+	case s.Shares != nil:
+		parts = append(parts, "mb="+FormatShares(s.Shares))
+	case s.MB > 1:
 		parts = append(parts, "mb="+strconv.Itoa(s.MB))
 	}
 	if s.PP > 1 || s.MB > 1 {
@@ -59,10 +131,14 @@ var unsupported = map[string]bool{"tp": true, "vpp": true, "recompute": true, "z
 // devices, the firings) fit in an int.
 const maxCount = 1 << 20
 
-// ParseStrategy parses the strategy grammar of DESIGN §5 for the uniform
-// cases this compiler supports: "single", or comma-separated keys
-// dp=D, pp=P, mb=M or mbs=S (micro-batch size; needs the global batch),
-// sched=gpipe|1f1b (default 1f1b), and slots=N (cap register slots).
+// ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
+// compiler supports: "single", or comma-separated keys dp=D, pp=P, mb=M or
+// mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
+// (default 1f1b), and slots=N (cap register slots). Data parallelism may be
+// uneven: mb=M0:M1:… gives each replica's micro-batches (one count per
+// replica; the micro-batch size is the batch over their sum), and
+// mb=auto with mbs=S leaves the split of the batch's micro-batches of S
+// samples to the simulator (Strategy.Auto; see plans/search).
 func ParseStrategy(str string, batch int) (Strategy, error) {
 	s := Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB}
 	str = strings.TrimSpace(str)
@@ -71,6 +147,13 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	}
 	seen := map[string]bool{}
 	mbs := 0
+	count := func(k, v string) (int, error) {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n > maxCount {
+			return 0, fmt.Errorf("plans: strategy %q: %s=%s: want a positive integer up to %d", str, k, v, maxCount)
+		}
+		return n, nil
+	}
 	for _, kv := range strings.Split(str, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		if !ok {
@@ -83,7 +166,8 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		if unsupported[k] {
 			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, pp, mb, mbs, sched, slots)", str, k)
 		}
-		if k == "sched" {
+		switch {
+		case k == "sched":
 			switch Schedule(v) {
 			case GPipe, OneFOneB:
 				s.Sched = Schedule(v)
@@ -91,10 +175,26 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				return s, fmt.Errorf("plans: strategy %q: sched=%s: want gpipe or 1f1b", str, v)
 			}
 			continue
+		case k == "mb" && v == "auto":
+			s.Auto = true
+			continue
+		case k == "mb" && strings.Contains(v, ":"):
+			total := 0
+			for _, c := range strings.Split(v, ":") {
+				n, err := count(k, c)
+				if err != nil {
+					return s, fmt.Errorf("plans: strategy %q: mb=%s: want one positive count per replica, as 3:1", str, v)
+				}
+				if total += n; total > maxCount {
+					return s, fmt.Errorf("plans: strategy %q: mb=%s: over %d micro-batches", str, v, maxCount)
+				}
+				s.Shares = append(s.Shares, n)
+			}
+			continue
 		}
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || n > maxCount {
-			return s, fmt.Errorf("plans: strategy %q: %s=%s: want a positive integer up to %d", str, k, v, maxCount)
+		n, err := count(k, v)
+		if err != nil {
+			return s, err
 		}
 		switch k {
 		case "dp":
@@ -111,7 +211,24 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, pp, mb, mbs, sched, slots)", str, k)
 		}
 	}
-	if seen["mb"] && seen["mbs"] {
+	switch {
+	case s.Auto:
+		if mbs == 0 {
+			return s, fmt.Errorf("plans: strategy %q: mb=auto needs mbs=S, the micro-batch size, so that there are micro-batches to split", str)
+		}
+		if batch < 1 || batch%mbs != 0 || batch/mbs < s.DP {
+			return s, fmt.Errorf("plans: strategy %q: batch %d does not split into at least dp=%d micro-batches of %d", str, batch, s.DP, mbs)
+		}
+		return s.WithShares(EvenShares(batch/mbs, s.DP)).withAuto(), nil
+	case s.Shares != nil:
+		if len(s.Shares) != s.DP {
+			return s, fmt.Errorf("plans: strategy %q: mb gives %d counts for dp=%d replicas", str, len(s.Shares), s.DP)
+		}
+		if seen["mbs"] {
+			return s, fmt.Errorf("plans: strategy %q: give mb or mbs, not both", str)
+		}
+		return s.WithShares(s.Shares), nil
+	case seen["mb"] && seen["mbs"]:
 		return s, fmt.Errorf("plans: strategy %q: give mb or mbs, not both", str)
 	}
 	if mbs > 0 {
@@ -125,3 +242,5 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	}
 	return s, nil
 }
+
+func (s Strategy) withAuto() Strategy { s.Auto = true; return s }

@@ -1,12 +1,15 @@
 package plans
 
-import "testing"
+import (
+	"slices"
+	"testing"
+)
 
 // ParseStrategy never panics, and what it accepts is a usable strategy.
 func FuzzParseStrategy(f *testing.F) {
 	for _, s := range []string{"single", "", "dp=2", "pp=2,mb=4,sched=gpipe", "dp=2,pp=2,mbs=8,sched=1f1b",
 		"slots=1", "tp=2", "dp=0", "mb=2,mbs=4", "dp=2,dp=2", " dp = 2 ", "pp=2,mbs=3",
-		"dp=4294967296,mbs=4294967296"} {
+		"dp=4294967296,mbs=4294967296", "dp=2,mb=3:1", "dp=3,pp=2,mb=1:2:1", "dp=2,mbs=8,mb=auto", "dp=2,mb=1048576:1048576"} {
 		f.Add(s, 64)
 	}
 	f.Fuzz(func(t *testing.T, s string, batch int) {
@@ -16,6 +19,12 @@ func FuzzParseStrategy(f *testing.F) {
 		}
 		if st.DP < 1 || st.PP < 1 || st.MB < 1 || st.MaxSlots < 0 {
 			t.Fatalf("ParseStrategy(%q, %d) = %+v: counts below 1", s, batch, st)
+		}
+		if st.Shares != nil && (len(st.Shares) != st.DP || slices.Min(st.Shares) < 1 || slices.Max(st.Shares) != st.MB || st.TotalMicros() > maxCount) {
+			t.Fatalf("ParseStrategy(%q, %d) = %+v: shares are not one count ≥ 1 per replica, the largest MB", s, batch, st)
+		}
+		if st.Auto && (batch < 1 || st.TotalMicros() < st.DP || batch%st.TotalMicros() != 0) {
+			t.Fatalf("ParseStrategy(%q, %d) = %+v: mb=auto with no micro-batch per replica", s, batch, st)
 		}
 		if st.Sched != GPipe && st.Sched != OneFOneB {
 			t.Fatalf("ParseStrategy(%q, %d) = %+v: unknown schedule", s, batch, st)

@@ -69,7 +69,7 @@ func (x *run) harvest(f, it int) error {
 		if err := copyBack(g.host[dev], unsafe.Pointer(&v), g.lossHist+off, 4); err != nil {
 			return err
 		}
-		loss = float64(v) / float64(x.r.p.DP*x.r.p.MB)
+		loss = float64(v) / float64(x.r.p.TotalMicros())
 	}
 	x.mu.Lock()
 	x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro), Start: start, End: end})
@@ -115,7 +115,7 @@ func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, 
 		if _, ok := op.(graph.Mutator); ok {
 			out = nil
 		}
-		at := gpuStep{iter: iter, micro: t.Replica*p.MB + fi.Micro, micros: p.DP * p.MB, gemm: r.GEMM, capturing: g.capturing}
+		at := gpuStep{iter: iter, micro: p.FirstMicro(t.Replica) + fi.Micro, micros: p.TotalMicros(), gemm: r.GEMM, capturing: g.capturing}
 		if err := dev.launch(s, op, r.in[t.ID], r.out[t.ID], at, reads, out, g.work[devIdx]); err != nil {
 			return err
 		}
@@ -138,7 +138,7 @@ func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, 
 		return s.CopyDtoH(host, reads[0], n)
 	case plans.Accumulate:
 		spec := p.Registers[t.Writes[0]].Spec
-		scale := 1 / float32(p.MB)
+		scale := 1 / float32(p.Micros(t.Replica))
 		if fi.Micro == 0 {
 			return dev.k.Scale(s, spec.DType, scale, reads[0], writes[0], spec.Shape.NumElements())
 		}
@@ -221,7 +221,7 @@ func (r *PlanRunner) toGPU(dst, k int, src Buffer) error {
 // allReduceHost runs all-reduce task t over a GPU and CPU devices on the
 // host: the GPU's buffers are copied to their page-locked mirrors, all are
 // reduced as on CPU devices (in the same order, so every replica gets the
-// same bits) and the mean is copied back. Its caller has waited for the
+// same bits) and the result is copied back. Its caller has waited for the
 // GPU firings that produced the buffers; the copies back have finished
 // when it returns, before any GPU firing that reads them is enqueued.
 // writes holds the CPU devices' buffers (zero for the GPU's).
@@ -262,7 +262,7 @@ func (r *PlanRunner) allReduceHost(t *plans.Task, it, micro int, writes []Buffer
 	if err := sync(); err != nil {
 		return err
 	}
-	allReduceMean(pool, bufs)
+	allReduce(pool, bufs, p.AllReduceWeights(t))
 	for _, w := range t.Writes {
 		rg := &p.Registers[w]
 		if r.devs[rg.Device] != nil {

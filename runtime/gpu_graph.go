@@ -389,7 +389,7 @@ func (x *run) runGraph(ctx context.Context) error {
 		}
 		for it := from; it < to; it++ {
 			for j := range g.nloss {
-				loss := float64(hist[(it%lossCap)*g.nloss+j]) / float64(r.p.DP*r.p.MB)
+				loss := float64(hist[(it%lossCap)*g.nloss+j]) / float64(r.p.TotalMicros())
 				x.mu.Lock()
 				mean, report := x.addLoss(it, loss)
 				x.mu.Unlock()

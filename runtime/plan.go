@@ -174,8 +174,8 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 	}
 	for i := range p.Tasks {
 		if graph.IsLoss(r.ops[i]) {
-			if p.Tasks[i].PerMicro {
-				r.lossTasks += p.MB
+			if t := &p.Tasks[i]; t.PerMicro {
+				r.lossTasks += p.Micros(t.Replica)
 			} else {
 				r.lossTasks++
 			}
@@ -635,7 +635,7 @@ func (x *run) fire(f, it int) (float64, error) {
 		if _, ok := op.(graph.Mutator); ok {
 			out = nil // updates write their inputs in place
 		}
-		at := step{iter: it, micro: t.Replica*p.MB + fi.Micro, micros: p.DP * p.MB}
+		at := step{iter: it, micro: p.FirstMicro(t.Replica) + fi.Micro, micros: p.TotalMicros()}
 		if err := dev.launch(op, x.r.in[t.ID], x.r.out[t.ID], at, reads, out); err != nil {
 			return 0, err
 		}
@@ -656,7 +656,7 @@ func (x *run) fire(f, it int) (float64, error) {
 			cpu.Copy(dev.pool, reads[0].F, writes[0].F)
 		}
 	case plans.Accumulate:
-		scale := 1 / float32(p.MB)
+		scale := 1 / float32(p.Micros(t.Replica))
 		if fi.Micro == 0 {
 			cpu.Scale(dev.pool, scale, reads[0].F, writes[0].F)
 		} else {
@@ -666,21 +666,29 @@ func (x *run) fire(f, it int) (float64, error) {
 		if x.r.gpu != nil && x.r.gpu.hostRun[f] {
 			return 0, x.r.allReduceHost(t, it, fi.Micro, writes)
 		}
-		allReduceMean(dev.pool, writes)
+		allReduce(dev.pool, writes, p.AllReduceWeights(t))
 	default:
 		return 0, fmt.Errorf("unknown task kind %q", t.Kind)
 	}
 	return 0, nil
 }
 
-// allReduceMean replaces every buffer by the mean of all, summing in
-// buffer order so that every replica gets the same bits.
-func allReduceMean(p *cpu.Pool, bufs []Buffer) {
+// allReduce replaces every buffer by the mean of all, or with weights (see
+// plans.Plan.AllReduceWeights) by their weighted sum, summing in buffer
+// order so that every replica gets the same bits.
+func allReduce(p *cpu.Pool, bufs []Buffer, weights []float64) {
 	acc := bufs[0].F
-	for _, b := range bufs[1:] {
-		cpu.Add(p, acc, b.F, acc)
+	if weights == nil {
+		for _, b := range bufs[1:] {
+			cpu.Add(p, acc, b.F, acc)
+		}
+		cpu.Scale(p, 1/float32(len(bufs)), acc, acc)
+	} else {
+		cpu.Scale(p, float32(weights[0]), acc, acc)
+		for i, b := range bufs[1:] {
+			cpu.Axpy(p, float32(weights[i+1]), b.F, acc)
+		}
 	}
-	cpu.Scale(p, 1/float32(len(bufs)), acc, acc)
 	for _, b := range bufs[1:] {
 		cpu.Copy(p, acc, b.F)
 	}

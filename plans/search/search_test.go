@@ -1,0 +1,173 @@
+package search
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/sim"
+	"github.com/flowkit/flowkit/topology"
+)
+
+func autoConfig(t *testing.T, model, cluster, strategy string, batch int, oversubscribe bool) plans.Config {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	c, err := topology.Resolve(cluster)
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, st.Devices(), oversubscribe)
+	require.NoError(t, err)
+	return plans.Config{Model: model, Batch: batch, Strategy: st, Optimizer: graph.SGD{LR: 0.01},
+		Cluster: c.Name, Devices: devs}
+}
+
+func catalogModel(t *testing.T, cluster string) sim.CostModel {
+	c, err := topology.Resolve(cluster)
+	require.NoError(t, err)
+	return sim.CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
+}
+
+// A GPU and the host's CPU: the GPU's replica gets most of the batch, the
+// split beats the even one by the simulator's own account, and the same
+// search gives the same answer.
+func TestSharesFavourTheFasterDevice(t *testing.T) {
+	cfg := autoConfig(t, "mnist-cnn", "h200-host", "dp=2,mbs=8,mb=auto", 64, false)
+	var done []int
+	res, err := Shares(cfg, catalogModel(t, "h200-host"), Options{Progress: func(n, total int) {
+		require.Equal(t, 7, total)
+		done = append(done, n)
+	}})
+	require.NoError(t, err)
+	require.Equal(t, []int{1, 2, 3, 4, 5, 6, 7}, done, "progress after each split")
+	require.True(t, res.Exhaustive)
+	require.Len(t, res.Candidates, 7, "every split of 8 micro-batches over 2 replicas, each at least 1")
+	best := res.Best()
+	require.Greater(t, best.Shares[0], best.Shares[1], "the GPU (replica 0) takes more: %v", best.Shares)
+	require.Equal(t, best.Shares, res.Plan.Shares)
+	for _, c := range res.Candidates {
+		require.NoError(t, c.Err)
+		require.GreaterOrEqual(t, c.Step, best.Step)
+		if c.Shares[0] == 4 {
+			require.Less(t, best.Step, c.Step, "the even split is slower")
+		}
+	}
+	again, err := Shares(cfg, catalogModel(t, "h200-host"), Options{})
+	require.NoError(t, err)
+	require.Equal(t, res.Candidates, again.Candidates)
+}
+
+// typed returns n devices of the given catalog types, in turn.
+func typed(n int, types ...string) []plans.Device {
+	devs := make([]plans.Device, n)
+	for i := range devs {
+		devs[i] = plans.Device{Name: fmt.Sprintf("d%d", i), Type: types[i%len(types)], Workers: 1, Memory: 1 << 40}
+	}
+	return devs
+}
+
+// perDevice prices a micro-batch's firing on device d at slow[d] µs, and
+// every other firing at 1 µs.
+func perDevice(slow ...time.Duration) sim.Durations {
+	return sim.DurationFunc(func(p *plans.Plan, task int) (time.Duration, error) {
+		t := &p.Tasks[task]
+		if !t.PerMicro {
+			return time.Microsecond, nil
+		}
+		return slow[p.Streams[t.Streams[0]].Device] * time.Microsecond, nil
+	})
+}
+
+// Equal devices: one group, one candidate, the even split, compiled as
+// the uniform plan.
+func TestSharesEvenOnEqualDevices(t *testing.T) {
+	cfg := autoConfig(t, "mlp", "local", "dp=2,mbs=4,mb=auto", 36, true)
+	res, err := Shares(cfg, perDevice(1, 1), Options{})
+	require.NoError(t, err)
+	require.Equal(t, []Group{{Devices: "cpu", Replicas: []int{0, 1}}}, res.Groups)
+	require.Len(t, res.Candidates, 1)
+	require.Equal(t, []int{5, 4}, res.Best().Shares, "9 micro-batches: the first replica takes the remainder")
+	require.Equal(t, []int{5, 4}, res.Plan.Shares)
+
+	cfg = autoConfig(t, "mlp", "local", "dp=2,mbs=4,mb=auto", 32, true)
+	res, err = Shares(cfg, perDevice(1, 1), Options{})
+	require.NoError(t, err)
+	require.Nil(t, res.Plan.Shares, "an even split compiles to the uniform plan")
+	require.Equal(t, 4, res.Plan.MB)
+}
+
+// Replicas on the same device types share their group's micro-batches
+// evenly; the search is over the groups' totals.
+func TestSharesByGroup(t *testing.T) {
+	cfg := autoConfig(t, "mlp", "local", "dp=4,mbs=2,mb=auto", 32, true)
+	cfg.Devices = typed(4, "A100-SXM4-40GB", "V100-SXM2-16GB")
+	res, err := Shares(cfg, perDevice(1, 3, 1, 3), Options{})
+	require.NoError(t, err)
+	require.Equal(t, []Group{{"A100-SXM4-40GB", []int{0, 2}}, {"V100-SXM2-16GB", []int{1, 3}}}, res.Groups)
+	require.True(t, res.Exhaustive)
+	require.Len(t, res.Candidates, 13, "totals of 16 micro-batches over two groups of 2 replicas, each replica at least 1")
+	best := res.Best()
+	require.Equal(t, []int{12, 4}, best.Totals, "3× faster, 3× the micro-batches")
+	require.Equal(t, []int{6, 2, 6, 2}, best.Shares)
+}
+
+// Too many splits to simulate each: the local search still lands near the
+// split that balances replicas whose per-micro-batch times are 1, 2 and 4
+// (shares in proportion 4 : 2 : 1 of 56 micro-batches: 32, 16, 8).
+func TestSharesLocalSearch(t *testing.T) {
+	cfg := autoConfig(t, "mlp", "local", "dp=3,mbs=1,mb=auto", 56, true)
+	cfg.Devices = typed(3, "H200", "A100-SXM4-40GB", "T4")
+	calls := 0
+	res, err := Shares(cfg, perDevice(1, 2, 4), Options{Progress: func(n, total int) {
+		require.Equal(t, -1, total, "a local search's length is not known ahead")
+		calls++
+	}})
+	require.NoError(t, err)
+	require.False(t, res.Exhaustive)
+	require.Equal(t, len(res.Candidates), calls)
+	require.Less(t, len(res.Candidates), 200, "a local search, not all %d splits", compositions(56, 3, 1<<30))
+	got := res.Best().Shares
+	for r, want := range []int{32, 16, 8} {
+		require.InDelta(t, want, got[r], 2, "replica %d of %v", r, got)
+	}
+}
+
+// Splits that do not fit are reported, and a search where none fits says
+// why.
+func TestSharesInfeasible(t *testing.T) {
+	cfg := autoConfig(t, "mnist-cnn", "local", "dp=2,mbs=8,mb=auto", 64, true)
+	cfg.Devices = typed(2, "cpu", "T4")
+	for i := range cfg.Devices {
+		cfg.Devices[i].Memory = 1 << 20
+	}
+	_, err := Shares(cfg, catalogModel(t, "local"), Options{})
+	require.ErrorContains(t, err, "no split of 8 micro-batches over dp=2 replicas is feasible (7 tried)")
+	require.ErrorContains(t, err, "mb=1:7")
+	require.ErrorContains(t, err, "over by")
+
+	cfg.Strategy.Auto = false
+	_, err = Shares(cfg, catalogModel(t, "local"), Options{})
+	require.ErrorContains(t, err, "no mb=auto")
+}
+
+func TestCompositions(t *testing.T) {
+	for _, tt := range []struct{ n, k, want int }{{8, 2, 7}, {5, 3, 6}, {4, 4, 1}, {10, 1, 1}} {
+		require.Equal(t, tt.want, compositions(tt.n, tt.k, 1<<30), "%d into %d", tt.n, tt.k)
+		count := 0
+		eachComposition(tt.n, tt.k, func(parts []int) {
+			sum := 0
+			for _, p := range parts {
+				require.GreaterOrEqual(t, p, 1)
+				sum += p
+			}
+			require.Equal(t, tt.n, sum)
+			count++
+		})
+		require.Equal(t, tt.want, count)
+	}
+	require.Equal(t, 100, compositions(64, 3, 100), "capped")
+}
