@@ -381,6 +381,20 @@ func FuzzDecode(f *testing.F) {
 		}
 		f.Add(b.Bytes())
 	}
+	// Small plans (a few KB) that the fuzz engine mutates quickly: a
+	// one-layer model alone and over uneven replicas.
+	for _, s := range []string{"single", "dp=2,mb=1:2"} {
+		st, _ := ParseStrategy(s, 3)
+		p, err := Compile(Config{Model: "mlp3x4096:depth=1,width=2", Batch: 3, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+		if err != nil {
+			f.Fatal(err)
+		}
+		var b bytes.Buffer
+		if err := Encode(&b, p); err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b.Bytes())
+	}
 	f.Add([]byte(`{"version":1}`))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		p, err := Decode(bytes.NewReader(data))
