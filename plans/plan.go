@@ -44,26 +44,16 @@ type Plan struct {
 	deps []Edge // derived once, see Deps
 }
 
+// split is the plan's division of an iteration's micro-batches over its
+// replicas, as a strategy states it.
+func (p *Plan) split() Strategy { return Strategy{DP: p.DP, MB: p.MB, Shares: p.Shares} }
+
 // Micros is the number of micro-batches replica r runs per iteration.
-func (p *Plan) Micros(r int) int {
-	if p.Shares != nil {
-		return p.Shares[r]
-	}
-	return p.MB
-}
+func (p *Plan) Micros(r int) int { return p.split().Micros(r) }
 
 // TotalMicros is the number of micro-batches of an iteration, over all
 // replicas: the global batch is TotalMicros·MicroBatch samples.
-func (p *Plan) TotalMicros() int {
-	if p.Shares != nil {
-		n := 0
-		for _, m := range p.Shares {
-			n += m
-		}
-		return n
-	}
-	return p.DP * p.MB
-}
+func (p *Plan) TotalMicros() int { return p.split().TotalMicros() }
 
 // FirstMicro is the index, among the iteration's micro-batches, of replica
 // r's micro-batch 0.

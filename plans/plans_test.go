@@ -369,23 +369,19 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 }
 
 func FuzzDecode(f *testing.F) {
-	for _, s := range []string{"single", "pp=2,mb=2"} {
-		st, _ := ParseStrategy(s, 4)
-		p, err := Compile(Config{Model: "mlp", Batch: 4, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
-		if err != nil {
-			f.Fatal(err)
-		}
-		var b bytes.Buffer
-		if err := Encode(&b, p); err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b.Bytes())
-	}
-	// Small plans (a few KB) that the fuzz engine mutates quickly: a
-	// one-layer model alone and over uneven replicas.
-	for _, s := range []string{"single", "dp=2,mb=1:2"} {
-		st, _ := ParseStrategy(s, 3)
-		p, err := Compile(Config{Model: "mlp3x4096:depth=1,width=2", Batch: 3, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+	for _, c := range []struct {
+		model, strategy string
+		batch           int
+	}{
+		{"mlp", "single", 4},
+		{"mlp", "pp=2,mb=2", 4},
+		// Small plans (a few KB) that the fuzz engine mutates quickly: a
+		// one-layer model alone and over uneven replicas.
+		{"mlp3x4096:depth=1,width=2", "single", 3},
+		{"mlp3x4096:depth=1,width=2", "dp=2,mb=1:2", 3},
+	} {
+		st, _ := ParseStrategy(c.strategy, c.batch)
+		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
 		if err != nil {
 			f.Fatal(err)
 		}
