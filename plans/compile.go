@@ -38,8 +38,8 @@ func Compile(cfg Config) (*Plan, error) {
 	if n := st.Devices(); n > len(cfg.Devices) {
 		return nil, fmt.Errorf("%w: %s needs %d devices, cluster %s has %d", ErrInfeasible, st, n, cfg.Cluster, len(cfg.Devices))
 	}
-	if st.Auto {
-		return nil, fmt.Errorf("plans: strategy %s: the split of mb=auto is chosen by plans/search (flowsim plan does), not by the compiler", st)
+	if st.AutoShares || st.AutoLayers {
+		return nil, fmt.Errorf("plans: strategy %s: the split of mb=auto or layers=auto is chosen by plans/search (flowsim plan does), not by the compiler", st)
 	}
 	if st.Shares != nil && (len(st.Shares) != st.DP || slices.Min(st.Shares) < 1 || slices.Max(st.Shares) != st.MB) {
 		return nil, fmt.Errorf("%w: shares %v: want one count ≥ 1 per replica of dp=%d, the largest mb=%d", ErrInfeasible, st.Shares, st.DP, st.MB)
@@ -61,7 +61,7 @@ func Compile(cfg Config) (*Plan, error) {
 	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
 		return nil, err
 	}
-	stage, err := placeStages(m.Graph, m.Loss, st.PP)
+	stage, err := placeStages(m.Graph, m.Loss, st.PP, st.Layers)
 	if err != nil {
 		return nil, err
 	}

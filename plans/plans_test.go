@@ -46,6 +46,13 @@ func TestParseStrategy(t *testing.T) {
 		{"dp=2,mb=auto", Strategy{}, "needs mbs"},
 		{"dp=4,mbs=32,mb=auto", Strategy{}, "at least dp=4 micro-batches of 32"},
 		{"dp=2,mbs=7,mb=auto", Strategy{}, "does not split"},
+		{"pp=2,layers=3:1,mb=2", Strategy{DP: 1, PP: 2, MB: 2, Sched: OneFOneB, Layers: []int{3, 1}}, ""},
+		{"dp=2,pp=3,layers=1:2:1", Strategy{DP: 2, PP: 3, MB: 1, Sched: OneFOneB, Layers: []int{1, 2, 1}}, ""},
+		{"layers=3:1", Strategy{}, "needs pp ≥ 2"},
+		{"pp=2,layers=4", Strategy{}, "1 counts for pp=2"},
+		{"pp=2,layers=1:1:1", Strategy{}, "3 counts for pp=2"},
+		{"pp=2,layers=0:1", Strategy{}, "one positive count per stage"},
+		{"pp=2,layers=auto,mbs=8,mb=auto", Strategy{}, "one at a time"},
 		{"single", Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"dp=2", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"pp=2,mb=4,sched=gpipe", Strategy{DP: 1, PP: 2, MB: 4, Sched: GPipe}, ""},
@@ -91,7 +98,7 @@ func TestParseAutoShares(t *testing.T) {
 	} {
 		st, err := ParseStrategy(tt.in, 64)
 		require.NoError(t, err, tt.in)
-		require.True(t, st.Auto, tt.in)
+		require.True(t, st.AutoShares, tt.in)
 		require.Equal(t, tt.shares, st.Shares, tt.in)
 		require.Equal(t, tt.mb, st.MB, tt.in)
 		require.Equal(t, 64, st.TotalMicros()*64/st.TotalMicros())
@@ -99,8 +106,45 @@ func TestParseAutoShares(t *testing.T) {
 		_, err = Compile(Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0)})
 		require.ErrorContains(t, err, "plans/search", tt.in)
 		resolved := st.WithShares([]int{5, 3, 1}[:st.DP])
-		require.False(t, resolved.Auto)
+		require.False(t, resolved.AutoShares)
 	}
+}
+
+// A pipeline cut by hand: stage s takes the next layers[s] layers (a layer
+// starts at each op reading a weight matrix or filter), whatever their
+// FLOPs; layers=auto is left to plans/search.
+func TestCompileLayers(t *testing.T) {
+	n, err := Layers("mnist-cnn")
+	require.NoError(t, err)
+	require.Equal(t, 4, n, "conv1, conv2, fc1, fc2")
+	stageOf := func(p *Plan, name string) int {
+		for _, task := range p.Tasks {
+			if strings.HasSuffix(task.Name, "/"+name) || task.Name == name {
+				return task.Stage
+			}
+		}
+		t.Fatalf("no task %s", name)
+		return -1
+	}
+	p := mustCompile(t, "mnist-cnn", "pp=2,layers=3:1,mb=2", 64)
+	require.Equal(t, "pp=2,layers=3:1,mb=2,sched=1f1b", p.Strategy)
+	require.Equal(t, 0, stageOf(p, "update/fc1.weight"))
+	require.Equal(t, 1, stageOf(p, "update/fc2.weight"))
+	p = mustCompile(t, "mnist-cnn", "pp=2,layers=1:3,mb=2", 64)
+	require.Equal(t, 0, stageOf(p, "update/conv1.weight"))
+	require.Equal(t, 1, stageOf(p, "update/conv2.weight"))
+
+	for _, s := range []string{"pp=2,layers=3:2", "pp=3,layers=2:1:2"} {
+		st, err := ParseStrategy(s, 64)
+		require.NoError(t, err)
+		_, err = Compile(Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0)})
+		require.True(t, errors.Is(err, ErrInfeasible), "%s: %v", s, err)
+		require.ErrorContains(t, err, "the model has 4 layers")
+	}
+	st, err := ParseStrategy("pp=2,layers=auto", 64)
+	require.NoError(t, err)
+	_, err = Compile(Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0)})
+	require.ErrorContains(t, err, "plans/search")
 }
 
 // Uneven data parallelism: each replica runs its share of the micro-batches

@@ -3,45 +3,44 @@ package plans
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
 )
 
 // placeStages assigns every node of a training graph to one of pp pipeline
 // stages and returns the stage by node ID. The forward pass is cut at layer
-// boundaries (before a node that reads a weight) so as to minimize the
-// largest stage's forward FLOPs (a layer starts at a node reading a
-// weight matrix or filter); a backward node goes with the forward node
-// it differentiates, an update with its weight.
-func placeStages(g *graph.Graph, loss *graph.Tensor, pp int) ([]int, error) {
+// boundaries (a layer starts at a node reading a weight matrix or filter):
+// by layers, when given, stage s taking the next layers[s]; else so as to
+// minimize the largest stage's forward FLOPs. A backward node goes with the
+// forward node it differentiates, an update with its weight.
+func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int) ([]int, error) {
 	stage := make([]int, len(g.Nodes))
-	var fwd []*graph.Node
-	for _, n := range g.Nodes {
-		if n.Phase == graph.Forward {
-			fwd = append(fwd, n)
-		}
-	}
+	fwd := forwardNodes(g)
 	if pp > 1 {
-		var cands []int // forward positions a stage may start at
-		for i, n := range fwd {
-			if i == 0 {
-				continue
+		starts := layerStarts(fwd)
+		var cuts []int
+		switch {
+		case layers != nil:
+			if len(layers) != pp || sum(layers) != len(starts)+1 || slices.Min(layers) < 1 {
+				return nil, fmt.Errorf("%w: layers=%s: the model has %d layers, to be split into pp=%d stages of at least one",
+					ErrInfeasible, FormatShares(layers), len(starts)+1, pp)
 			}
-			for _, in := range n.Inputs {
-				if in.Kind == graph.Param && len(in.Spec.Shape) >= 2 { // a weight, not a bias
-					cands = append(cands, i)
-					break
-				}
+			n := 0
+			for _, l := range layers[:pp-1] {
+				n += l
+				cuts = append(cuts, starts[n-1])
 			}
+		case len(starts) < pp-1:
+			return nil, fmt.Errorf("%w: pp=%d needs %d layer boundaries, the model has %d", ErrInfeasible, pp, pp-1, len(starts))
+		default:
+			prefix := make([]float64, len(fwd)+1)
+			for i, n := range fwd {
+				prefix[i+1] = prefix[i] + float64(n.Cost().FLOPs)
+			}
+			cuts = bestCuts(starts, prefix, pp)
 		}
-		if len(cands) < pp-1 {
-			return nil, fmt.Errorf("%w: pp=%d needs %d layer boundaries, the model has %d", ErrInfeasible, pp, pp-1, len(cands))
-		}
-		prefix := make([]float64, len(fwd)+1)
-		for i, n := range fwd {
-			prefix[i+1] = prefix[i] + float64(n.Cost().FLOPs)
-		}
-		cuts := bestCuts(cands, prefix, pp)
 		s := 0
 		for i, n := range fwd {
 			for s < len(cuts) && i >= cuts[s] {
@@ -70,6 +69,54 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int) ([]int, error) {
 		}
 	}
 	return stage, nil
+}
+
+// forwardNodes are the forward pass's nodes, in order.
+func forwardNodes(g *graph.Graph) []*graph.Node {
+	var fwd []*graph.Node
+	for _, n := range g.Nodes {
+		if n.Phase == graph.Forward {
+			fwd = append(fwd, n)
+		}
+	}
+	return fwd
+}
+
+// layerStarts are the positions in the forward pass where a layer other
+// than the first starts: at a node reading a weight matrix or filter (not a
+// bias).
+func layerStarts(fwd []*graph.Node) []int {
+	var starts []int
+	for i, n := range fwd {
+		if i == 0 {
+			continue
+		}
+		for _, in := range n.Inputs {
+			if in.Kind == graph.Param && len(in.Spec.Shape) >= 2 {
+				starts = append(starts, i)
+				break
+			}
+		}
+	}
+	return starts
+}
+
+// Layers is the number of layers of a zoo model (name with size options),
+// as pipeline stages count them (see Strategy.Layers).
+func Layers(model string) (int, error) {
+	m, err := zoo.Build(model, zoo.Config{Batch: 1})
+	if err != nil {
+		return 0, err
+	}
+	return len(layerStarts(forwardNodes(m.Graph))) + 1, nil
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
 }
 
 // bestCuts chooses pp−1 of the candidate positions so that the largest

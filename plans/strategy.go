@@ -26,10 +26,19 @@ type Strategy struct {
 	// size, and MB is the largest share. Unequal devices get shares in
 	// proportion to their speed; see plans/search.
 	Shares []int
-	// Auto asks for Shares to be chosen by the simulator (mb=auto): a
-	// strategy with Auto set is resolved by plans/search before it is
-	// compiled; Shares holds the even split it starts from.
-	Auto bool
+	// AutoShares asks for Shares to be chosen by the simulator (mb=auto):
+	// such a strategy is resolved by plans/search before it is compiled;
+	// Shares (or MB) holds the even split it starts from.
+	AutoShares bool
+	// Layers, when set (one count per stage), cuts the pipeline by hand:
+	// stage s takes the next Layers[s] layers of the model, a layer
+	// starting at each op that reads a weight matrix or filter. Unset,
+	// stages are cut to balance their forward FLOPs, which suits equal
+	// devices only.
+	Layers []int
+	// AutoLayers asks for Layers to be chosen by the simulator
+	// (layers=auto), as AutoShares does for Shares.
+	AutoLayers bool
 	// MaxSlots, when > 0, caps every register's slot count; a cap too small
 	// for the schedule is rejected at compile time.
 	MaxSlots int
@@ -50,25 +59,29 @@ func (s Strategy) Micros(r int) int {
 // replicas.
 func (s Strategy) TotalMicros() int {
 	if s.Shares != nil {
-		n := 0
-		for _, m := range s.Shares {
-			n += m
-		}
-		return n
+		return sum(s.Shares)
 	}
 	return s.DP * s.MB
 }
 
 // WithShares returns s with the replicas' micro-batch counts set to
-// shares (one per replica, each ≥ 1), resolved (Auto cleared): MB is the
+// shares (one per replica, each ≥ 1), resolved (AutoShares cleared): MB is the
 // largest share, and equal shares are the uniform strategy (no Shares).
 func (s Strategy) WithShares(shares []int) Strategy {
-	s.Auto = false
+	s.AutoShares = false
 	s.MB = slices.Max(shares)
 	s.Shares = nil
 	if slices.Min(shares) != s.MB {
 		s.Shares = slices.Clone(shares)
 	}
+	return s
+}
+
+// WithLayers returns s with the stages' layer counts set to layers (one per
+// stage, each ≥ 1), resolved (AutoLayers cleared).
+func (s Strategy) WithLayers(layers []int) Strategy {
+	s.AutoLayers = false
+	s.Layers = slices.Clone(layers)
 	return s
 }
 
@@ -96,7 +109,7 @@ func FormatShares(shares []int) string {
 }
 
 func (s Strategy) String() string {
-	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.Auto {
+	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares {
 		return "single"
 	}
 	var parts []string
@@ -107,7 +120,13 @@ func (s Strategy) String() string {
 		parts = append(parts, "pp="+strconv.Itoa(s.PP))
 	}
 	switch {
-	case s.Auto:
+	case s.AutoLayers:
+		parts = append(parts, "layers=auto")
+	case s.Layers != nil:
+		parts = append(parts, "layers="+FormatShares(s.Layers))
+	}
+	switch {
+	case s.AutoShares:
 		parts = append(parts, "mb=auto")
 	case s.Shares != nil:
 		parts = append(parts, "mb="+FormatShares(s.Shares))
@@ -138,7 +157,9 @@ const maxCount = 1 << 20
 // uneven: mb=M0:M1:… gives each replica's micro-batches (one count per
 // replica; the micro-batch size is the batch over their sum), and
 // mb=auto with mbs=S leaves the split of the batch's micro-batches of S
-// samples to the simulator (Strategy.Auto; see plans/search).
+// samples to the simulator (Strategy.AutoShares; see plans/search). So may
+// pipelines: layers=L0:L1:… gives each stage's layers, layers=auto leaves
+// the cut to the simulator.
 func ParseStrategy(str string, batch int) (Strategy, error) {
 	s := Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB}
 	str = strings.TrimSpace(str)
@@ -164,7 +185,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		}
 		seen[k] = true
 		if unsupported[k] {
-			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, pp, mb, mbs, sched, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, pp, mb, mbs, layers, sched, slots)", str, k)
 		}
 		switch {
 		case k == "sched":
@@ -176,7 +197,19 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			}
 			continue
 		case k == "mb" && v == "auto":
-			s.Auto = true
+			s.AutoShares = true
+			continue
+		case k == "layers" && v == "auto":
+			s.AutoLayers = true
+			continue
+		case k == "layers":
+			for _, c := range strings.Split(v, ":") {
+				n, err := count(k, c)
+				if err != nil {
+					return s, fmt.Errorf("plans: strategy %q: layers=%s: want one positive count per stage, as 3:1", str, v)
+				}
+				s.Layers = append(s.Layers, n)
+			}
 			continue
 		case k == "mb" && strings.Contains(v, ":"):
 			total := 0
@@ -208,11 +241,19 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, pp, mb, mbs, sched, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, pp, mb, mbs, layers, sched, slots)", str, k)
 		}
 	}
 	switch {
-	case s.Auto:
+	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:
+		return s, fmt.Errorf("plans: strategy %q: layers cuts a pipeline: it needs pp ≥ 2", str)
+	case s.Layers != nil && len(s.Layers) != s.PP:
+		return s, fmt.Errorf("plans: strategy %q: layers gives %d counts for pp=%d stages", str, len(s.Layers), s.PP)
+	case s.AutoLayers && s.AutoShares:
+		return s, fmt.Errorf("plans: strategy %q: layers=auto and mb=auto are searched one at a time: fix one (e.g. mb=7:1) and search the other", str)
+	}
+	switch {
+	case s.AutoShares:
 		if mbs == 0 {
 			return s, fmt.Errorf("plans: strategy %q: mb=auto needs mbs=S, the micro-batch size, so that there are micro-batches to split", str)
 		}
@@ -243,4 +284,4 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	return s, nil
 }
 
-func (s Strategy) withAuto() Strategy { s.Auto = true; return s }
+func (s Strategy) withAuto() Strategy { s.AutoShares = true; return s }

@@ -9,7 +9,8 @@ import (
 func FuzzParseStrategy(f *testing.F) {
 	for _, s := range []string{"single", "", "dp=2", "pp=2,mb=4,sched=gpipe", "dp=2,pp=2,mbs=8,sched=1f1b",
 		"slots=1", "tp=2", "dp=0", "mb=2,mbs=4", "dp=2,dp=2", " dp = 2 ", "pp=2,mbs=3",
-		"dp=4294967296,mbs=4294967296", "dp=2,mb=3:1", "dp=3,pp=2,mb=1:2:1", "dp=2,mbs=8,mb=auto", "dp=2,mb=1048576:1048576"} {
+		"dp=4294967296,mbs=4294967296", "dp=2,mb=3:1", "dp=3,pp=2,mb=1:2:1", "dp=2,mbs=8,mb=auto", "dp=2,mb=1048576:1048576",
+		"pp=2,layers=3:1", "pp=2,layers=auto", "pp=2,layers=auto,mbs=8,mb=auto"} {
 		f.Add(s, 64)
 	}
 	f.Fuzz(func(t *testing.T, s string, batch int) {
@@ -23,8 +24,14 @@ func FuzzParseStrategy(f *testing.F) {
 		if st.Shares != nil && (len(st.Shares) != st.DP || slices.Min(st.Shares) < 1 || slices.Max(st.Shares) != st.MB || st.TotalMicros() > maxCount) {
 			t.Fatalf("ParseStrategy(%q, %d) = %+v: shares are not one count ≥ 1 per replica, the largest MB", s, batch, st)
 		}
-		if st.Auto && (batch < 1 || st.TotalMicros() < st.DP || batch%st.TotalMicros() != 0) {
+		if st.AutoShares && (batch < 1 || st.TotalMicros() < st.DP || batch%st.TotalMicros() != 0) {
 			t.Fatalf("ParseStrategy(%q, %d) = %+v: mb=auto with no micro-batch per replica", s, batch, st)
+		}
+		if st.Layers != nil && (len(st.Layers) != st.PP || slices.Min(st.Layers) < 1) {
+			t.Fatalf("ParseStrategy(%q, %d) = %+v: layers are not one count ≥ 1 per stage", s, batch, st)
+		}
+		if (st.Layers != nil || st.AutoLayers) && st.PP < 2 || st.AutoLayers && st.AutoShares {
+			t.Fatalf("ParseStrategy(%q, %d) = %+v: layers without a pipeline, or two searches at once", s, batch, st)
 		}
 		if st.Sched != GPipe && st.Sched != OneFOneB {
 			t.Fatalf("ParseStrategy(%q, %d) = %+v: unknown schedule", s, batch, st)

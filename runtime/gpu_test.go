@@ -228,7 +228,7 @@ func TestGPUHeterogeneous(t *testing.T) {
 	for _, c := range []struct {
 		strategy string
 		replicas int
-	}{{"pp=2,mb=2,sched=1f1b", 1}, {"dp=2", 2}, {"dp=2,mb=3:1", 2}} {
+	}{{"pp=2,mb=2,sched=1f1b", 1}, {"pp=2,mb=2,layers=3:1", 1}, {"dp=2", 2}, {"dp=2,mb=3:1", 2}} {
 		t.Run(c.strategy, func(t *testing.T) {
 			p := compileOn(t, gpuDevices(t), "mnist-cnn", c.strategy, 32, 0)
 			require.True(t, isGPU(p.Devices[0]) && !isGPU(p.Devices[1]), "the GPU first, then the CPU")

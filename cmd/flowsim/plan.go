@@ -43,13 +43,17 @@ memory, with the tasks or the device named.
 
 Strategies: single | dp=D | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and their
 combinations (dp=2,pp=2); slots=N caps every register's slot count.
-Data parallelism over unequal devices may be uneven: mb=3:1 gives each
-replica's micro-batches (the micro-batch size is the batch over their sum),
-and mb=auto with mbs=S lets the simulator choose: every split of the
-batch's micro-batches of S samples over the replicas (each at least one;
-a local search when there are over 128) is compiled and simulated with the
-cost model (--calib, else the catalog's efficiencies), and the fastest is
-written; the splits tried are printed.
+Work over unequal devices may be split unevenly. Data parallelism: mb=3:1
+gives each replica's micro-batches (the micro-batch size is the batch over
+their sum). Pipelines: layers=3:1 gives each stage's layers (a layer starts
+at each op reading a weight matrix or filter; by default stages balance
+forward FLOPs). mb=auto (with mbs=S) or layers=auto lets the simulator
+choose: every split of the batch's micro-batches of S samples over the
+replicas (replicas on the same device types sharing equally), or every cut
+of the layers into stages, each getting at least one, is compiled and
+simulated with the cost model (--calib, else the catalog's efficiencies),
+and the fastest is written; over 128 candidates, a local search from the
+even split. The candidates are printed.
 On a CPU cluster with fewer devices than the strategy needs, the cores are
 divided among devices (local with 2 cores: dp=2 gets two 1-core devices).
 
@@ -58,6 +62,7 @@ gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16. --dtype sets the dtype of
 every float tensor of the model; memory is planned at its size.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy pp=2,mb=4,sched=1f1b --batch 64 -o plan.json
   flowsim plan --model mnist-cnn --cluster h200-host --strategy dp=2,mbs=8,mb=auto --batch 64 -o plan.json
+  flowsim plan --model mnist-cnn --cluster h200-host --strategy pp=2,mb=2,layers=auto -o plan.json
   flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster dgx-h100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
@@ -73,7 +78,7 @@ every float tensor of the model; memory is planned at its size.`,
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
-	fl.StringVar(&f.calib, "calib", "", "calibration file pricing the splits of mb=auto (from 'flowrun calibrate'; default: the catalog's efficiencies)")
+	fl.StringVar(&f.calib, "calib", "", "calibration file pricing the candidates of mb=auto or layers=auto (from 'flowrun calibrate'; default: the catalog's efficiencies)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the plan here (default: a summary only)")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object")
 	return cmd
@@ -107,7 +112,7 @@ func runPlan(w io.Writer, f planFlags) error {
 		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs}
 	var found *search.Result
 	var p *plans.Plan
-	if st.Auto {
+	if st.AutoShares || st.AutoLayers {
 		var calib *cost.Calibration
 		if f.calib != "" {
 			if calib, err = cost.LoadCalibration(f.calib); err != nil {
@@ -116,9 +121,9 @@ func runPlan(w io.Writer, f planFlags) error {
 		}
 		model := sim.CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(cluster)}
 		var bar *progress.Bar
-		found, err = search.Shares(cfg, model, search.Options{Progress: func(done, total int) {
+		found, err = search.Resolve(cfg, model, search.Options{Progress: func(done, total int) {
 			if bar == nil {
-				bar = progress.New(total, "simulating splits")
+				bar = progress.New(total, "simulating candidates")
 			}
 			bar.Set(done)
 		}})
@@ -162,20 +167,25 @@ func writePlan(path string, p *plans.Plan) error {
 	return file.Close()
 }
 
-// printSearch shows the splits of mb=auto that were simulated, fastest
-// first: per replica, or for many replicas per group of equal devices.
+// printSearch shows the candidates of mb=auto or layers=auto that were
+// simulated, fastest first: for mb=auto per replica, or for many replicas
+// per group of equal devices.
 func printSearch(w io.Writer, res *search.Result) {
-	how := "every split"
+	how := "all of them"
 	if !res.Exhaustive {
 		how = "a local search from the even split"
 	}
-	var groups []string
+	fmt.Fprintf(w, "%s=auto: %d candidate(s) simulated (%s)", res.Key, len(res.Candidates), how)
 	dp := 0
-	for _, g := range res.Groups {
-		groups = append(groups, fmt.Sprintf("%s ×%d", g.Devices, len(g.Replicas)))
-		dp += len(g.Replicas)
+	if res.Key == "mb" {
+		var groups []string
+		for _, g := range res.Groups {
+			groups = append(groups, fmt.Sprintf("%s ×%d", g.Devices, len(g.Replicas)))
+			dp += len(g.Replicas)
+		}
+		fmt.Fprintf(w, "; replicas by device: %s", strings.Join(groups, ", "))
 	}
-	fmt.Fprintf(w, "mb=auto: %d split(s) simulated (%s); replicas by device: %s\n", len(res.Candidates), how, strings.Join(groups, ", "))
+	fmt.Fprintln(w)
 	for i, c := range res.Candidates {
 		if i == 8 && len(res.Candidates) > 9 {
 			fmt.Fprintf(w, "  … %d more\n", len(res.Candidates)-i)
@@ -185,17 +195,29 @@ func printSearch(w io.Writer, res *search.Result) {
 		if i == 0 {
 			mark = "*"
 		}
-		split := "mb=" + plans.FormatShares(c.Shares)
-		if dp > 8 {
-			split = "by device " + plans.FormatShares(c.Totals)
+		point := res.Key + "=" + plans.FormatShares(c.Counts)
+		switch {
+		case res.Key == "mb" && dp > 8:
+			point = "mb by device " + plans.FormatShares(c.Counts)
+		case res.Key == "mb":
+			point = "mb=" + plans.FormatShares(shares(c.Strategy))
 		}
 		if c.Err != nil {
-			fmt.Fprintf(w, "  %s %-16s rejected: %v\n", mark, split, c.Err)
+			fmt.Fprintf(w, "  %s %-16s rejected: %v\n", mark, point, c.Err)
 			continue
 		}
-		fmt.Fprintf(w, "  %s %-16s step %9.3f ms  (%.2f× the fastest)\n", mark, split,
+		fmt.Fprintf(w, "  %s %-16s step %9.3f ms  (%.2f× the fastest)\n", mark, point,
 			float64(c.Step)/1e6, float64(c.Step)/float64(res.Best().Step))
 	}
+}
+
+// shares are a strategy's micro-batches per replica.
+func shares(st plans.Strategy) []int {
+	s := make([]int, st.DP)
+	for r := range s {
+		s[r] = st.Micros(r)
+	}
+	return s
 }
 
 func planJSON(w io.Writer, p *plans.Plan, path string, found *search.Result) error {
@@ -212,7 +234,7 @@ func planJSON(w io.Writer, p *plans.Plan, path string, found *search.Result) err
 	if found != nil {
 		var cands []map[string]any
 		for _, c := range found.Candidates {
-			m := map[string]any{"shares": c.Shares, "group_totals": c.Totals}
+			m := map[string]any{"strategy": c.Strategy.String(), "counts": c.Counts}
 			if c.Err != nil {
 				m["error"] = c.Err.Error()
 			} else {
@@ -220,7 +242,7 @@ func planJSON(w io.Writer, p *plans.Plan, path string, found *search.Result) err
 			}
 			cands = append(cands, m)
 		}
-		out["search"] = map[string]any{"exhaustive": found.Exhaustive, "groups": found.Groups, "candidates": cands}
+		out["search"] = map[string]any{"key": found.Key, "exhaustive": found.Exhaustive, "groups": found.Groups, "candidates": cands}
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

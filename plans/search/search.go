@@ -1,12 +1,14 @@
 // Package search chooses among plans by simulating them.
 //
-// Shares resolves the uneven data parallelism of a strategy with mb=auto:
-// the batch's micro-batches (all of one size) are split over the replicas
-// so that the simulated step time is least. On unequal devices (a GPU and
-// the host's CPU, or two GPU types) an even split leaves the fast replicas
-// waiting for the slow ones at every all-reduce; the split that balances
-// them depends on the model, the batch and the cost model, which is why it
-// is searched rather than derived from peak FLOP rates.
+// It resolves the parts of a strategy left to it: mb=auto, how the batch's
+// micro-batches (all of one size) are split over data-parallel replicas,
+// and layers=auto, where a pipeline is cut. On unequal devices (a GPU and
+// the host's CPU, or two GPU types) an even split leaves the fast devices
+// waiting for the slow ones at every all-reduce, and a cut that balances
+// FLOPs gives the slow device as much arithmetic as the fast one; the
+// split that balances them depends on the model, the batch and the cost
+// model (launches, transfers and all-reduces as much as arithmetic), which
+// is why it is searched rather than derived from peak FLOP rates.
 package search
 
 import (
@@ -20,8 +22,8 @@ import (
 	"github.com/flowkit/flowkit/sim"
 )
 
-// MaxExhaustive is the number of splits up to which Shares simulates every
-// one; above it, it searches locally from the even split.
+// MaxExhaustive is the number of candidates up to which a search simulates
+// every one; above it, it searches locally from an even split.
 const MaxExhaustive = 128
 
 // Iterations simulated per candidate, and the first ones left out of its
@@ -38,50 +40,66 @@ type Group struct {
 	Replicas []int
 }
 
-// Candidate is one split of the micro-batches and what it was found to
-// cost.
+// Candidate is one point of a search and what it was found to cost.
 type Candidate struct {
-	Totals []int         // micro-batches per group
-	Shares []int         // micro-batches per replica
-	Step   time.Duration // simulated step time; 0 if Err
-	Err    error         // why the split was rejected (e.g. a device's memory)
+	// Counts is the point: micro-batches per group of replicas (mb=auto)
+	// or layers per stage (layers=auto).
+	Counts   []int
+	Strategy plans.Strategy // resolved: with Shares or Layers set
+	Step     time.Duration  // simulated step time; 0 if Err
+	Err      error          // why the candidate was rejected (e.g. a device's memory)
 }
 
-// Result is a resolved mb=auto strategy.
+// Result is a resolved strategy.
 type Result struct {
-	Plan   *plans.Plan // the best split's plan
-	Groups []Group
-	// Candidates are the splits simulated: the feasible ones fastest first
+	Key    string      // what was searched: "mb" or "layers"
+	Plan   *plans.Plan // the best candidate's plan
+	Groups []Group     // for mb=auto: the groups Counts are per
+	// Candidates are those simulated: the feasible ones fastest first
 	// (ties in the order they were tried), then the rejected ones.
 	Candidates []Candidate
-	Exhaustive bool // every split was simulated, not a local search's path
-}
-
-// Options tune a search.
-type Options struct {
-	// Progress, if set, is called after each split is simulated with the
-	// number done and the number to do (−1 for a local search, whose
-	// length is not known ahead).
-	Progress func(done, total int)
+	Exhaustive bool // every candidate was simulated, not a local search's path
 }
 
 // Best is the chosen candidate.
 func (r *Result) Best() Candidate { return r.Candidates[0] }
 
-// Shares compiles cfg, whose strategy has Auto set, with the split of its
-// micro-batches over the replicas that the simulator, pricing tasks with
-// d, finds fastest. Replicas on the same device types form a group and
-// share its micro-batches evenly (the first ones taking a remainder), so
-// the search is over the groups' totals, each at least one micro-batch per
-// replica: on equal devices there is one candidate, the even split. With
-// at most MaxExhaustive candidates all are simulated; otherwise the search
-// starts from the even split and moves micro-batches between pairs of
-// groups (a quarter of the fair share of a replica at a time, then half as
+// Options tune a search.
+type Options struct {
+	// Progress, if set, is called after each candidate is simulated with
+	// the number done and the number to do (−1 for a local search, whose
+	// length is not known ahead).
+	Progress func(done, total int)
+}
+
+// Resolve runs the search cfg's strategy asks for: Shares for mb=auto,
+// Layers for layers=auto.
+func Resolve(cfg plans.Config, d sim.Durations, opts Options) (*Result, error) {
+	switch st := cfg.Strategy; {
+	case st.AutoShares && st.AutoLayers:
+		return nil, fmt.Errorf("search: strategy %s: mb=auto and layers=auto are searched one at a time", st)
+	case st.AutoShares:
+		return Shares(cfg, d, opts)
+	case st.AutoLayers:
+		return Layers(cfg, d, opts)
+	}
+	return nil, fmt.Errorf("search: strategy %s has no mb=auto or layers=auto to resolve", cfg.Strategy)
+}
+
+// Shares compiles cfg, whose strategy has AutoShares set, with the split
+// of its micro-batches over the replicas that the simulator, pricing tasks
+// with d, finds fastest. Replicas on the same device types form a group
+// and share its micro-batches evenly (the first ones taking a remainder),
+// so the search is over the groups' totals, each at least one micro-batch
+// per replica: on equal devices there is one candidate, the even split.
+// With at most MaxExhaustive candidates all are simulated; otherwise the
+// search starts from the even split and moves micro-batches between pairs
+// of groups (a quarter of a replica's fair share at a time, then half as
 // many, down to one) while that shortens the step. Equal inputs give equal
 // results.
 func Shares(cfg plans.Config, d sim.Durations, opts Options) (*Result, error) {
 	st := cfg.Strategy
-	if !st.Auto {
+	if !st.AutoShares {
 		return nil, fmt.Errorf("search: strategy %s has no mb=auto to resolve", st)
 	}
 	n, dp := st.TotalMicros(), st.DP
@@ -91,34 +109,100 @@ func Shares(cfg plans.Config, d sim.Durations, opts Options) (*Result, error) {
 	if len(cfg.Devices) < st.Devices() {
 		return nil, fmt.Errorf("search: %s needs %d devices, %d given", st, st.Devices(), len(cfg.Devices))
 	}
-	s := &searcher{cfg: cfg, d: d, seen: map[string]*Candidate{}, groups: groups(cfg.Devices, dp, st.PP), progress: opts.Progress, total: -1}
-	res := &Result{Groups: s.groups}
-	g := len(s.groups)
-	// Group totals T ≥ the group's replicas, ΣT = n: compositions of
-	// n − dp + g into g parts t ≥ 1, T = t + replicas − 1.
-	if count := compositions(n-dp+g, g, MaxExhaustive+1); count <= MaxExhaustive {
-		res.Exhaustive = true
-		s.total = count
-		eachComposition(n-dp+g, g, func(t []int) {
-			totals := make([]int, g)
-			for i := range totals {
-				totals[i] = t[i] + len(s.groups[i].Replicas) - 1
-			}
-			s.eval(totals)
-		})
-	} else {
-		even := make([]int, g) // ParseStrategy's even split of mb=auto, by group
-		for i, grp := range s.groups {
-			for _, r := range grp.Replicas {
-				even[i] += st.Micros(r)
+	gs := groups(cfg.Devices, dp, st.PP)
+	least := make([]int, len(gs)) // a micro-batch per replica
+	even := make([]int, len(gs))  // ParseStrategy's even split of mb=auto, by group
+	for i, g := range gs {
+		least[i] = len(g.Replicas)
+		for _, r := range g.Replicas {
+			even[i] += st.Micros(r)
+		}
+	}
+	shares := func(totals []int) plans.Strategy {
+		s := make([]int, dp)
+		for i, g := range gs {
+			for j, m := range plans.EvenShares(totals[i], len(g.Replicas)) {
+				s[g.Replicas[j]] = m
 			}
 		}
-		s.climb(even, n/dp)
+		return st.WithShares(s)
+	}
+	res, err := search(cfg, d, opts, space{total: n, least: least, start: even, step: max(n/dp/4, 1), resolve: shares})
+	if err != nil {
+		return nil, fmt.Errorf("search: no split of %d micro-batches over dp=%d replicas is feasible %w", n, dp, err)
+	}
+	res.Key, res.Groups = "mb", gs
+	return res, nil
+}
+
+// Layers compiles cfg, whose strategy has AutoLayers set, with the cut of
+// the model's layers into pipeline stages (each at least one layer) that
+// the simulator, pricing tasks with d, finds fastest: every cut if there
+// are at most MaxExhaustive, else a local search from the even cut that
+// moves layers between pairs of stages.
+func Layers(cfg plans.Config, d sim.Durations, opts Options) (*Result, error) {
+	st := cfg.Strategy
+	if !st.AutoLayers {
+		return nil, fmt.Errorf("search: strategy %s has no layers=auto to resolve", st)
+	}
+	n, err := plans.Layers(cfg.Model)
+	if err != nil {
+		return nil, err
+	}
+	pp := st.PP
+	if n < pp {
+		return nil, fmt.Errorf("search: %s has %d layers, too few for pp=%d stages", cfg.Model, n, pp)
+	}
+	least := make([]int, pp)
+	for i := range least {
+		least[i] = 1
+	}
+	res, err := search(cfg, d, opts, space{total: n, least: least, start: plans.EvenShares(n, pp), step: max(n/pp/4, 1),
+		resolve: st.WithLayers})
+	if err != nil {
+		return nil, fmt.Errorf("search: no cut of %d layers into pp=%d stages is feasible %w", n, pp, err)
+	}
+	res.Key = "layers"
+	return res, nil
+}
+
+// space is what a search ranges over: counts, each at least least[i],
+// summing to total.
+type space struct {
+	total   int
+	least   []int
+	start   []int // where a local search starts
+	step    int   // the local search's first move
+	resolve func(counts []int) plans.Strategy
+}
+
+// search simulates the points of sp, all of them or a local search's, and
+// ranks them. Its error says how many were tried and why the first few
+// failed, when none is feasible.
+func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result, error) {
+	s := &searcher{cfg: cfg, d: d, sp: sp, seen: map[string]*Candidate{}, plans: map[string]*plans.Plan{},
+		progress: opts.Progress, total: -1}
+	res := &Result{}
+	k := len(sp.least)
+	// Counts c ≥ least, Σc = total: compositions of total − Σleast + k
+	// into k parts t ≥ 1, c = t + least − 1.
+	free := sp.total - sum(sp.least) + k
+	if count := compositions(free, k, MaxExhaustive+1); count <= MaxExhaustive {
+		res.Exhaustive = true
+		s.total = count
+		eachComposition(free, k, func(t []int) {
+			counts := make([]int, k)
+			for i := range counts {
+				counts[i] = t[i] + sp.least[i] - 1
+			}
+			s.eval(counts)
+		})
+	} else {
+		s.climb(sp.start, sp.step)
 	}
 	var ok, bad []Candidate
 	for _, key := range s.order {
-		c := *s.seen[key]
-		if c.Err != nil {
+		if c := *s.seen[key]; c.Err != nil {
 			bad = append(bad, c)
 		} else {
 			ok = append(ok, c)
@@ -127,66 +211,39 @@ func Shares(cfg plans.Config, d sim.Durations, opts Options) (*Result, error) {
 	if len(ok) == 0 {
 		var why []string
 		for _, c := range bad[:min(len(bad), 3)] {
-			why = append(why, fmt.Sprintf("mb=%s: %v", plans.FormatShares(c.Shares), c.Err))
+			why = append(why, fmt.Sprintf("%s: %v", c.Strategy, c.Err))
 		}
-		return nil, fmt.Errorf("search: no split of %d micro-batches over dp=%d replicas is feasible (%d tried):\n  %s",
-			n, dp, len(bad), strings.Join(why, "\n  "))
+		return nil, fmt.Errorf("(%d tried):\n  %s", len(bad), strings.Join(why, "\n  "))
 	}
 	slices.SortStableFunc(ok, func(a, b Candidate) int { return cmp.Compare(a.Step, b.Step) })
 	res.Candidates = append(ok, bad...)
-	res.Plan = s.plans[plans.FormatShares(res.Best().Totals)]
+	res.Plan = s.plans[plans.FormatShares(res.Best().Counts)]
 	return res, nil
 }
 
-// groups groups the replicas by their stages' device types, in order of
-// their first replica.
-func groups(devs []plans.Device, dp, pp int) []Group {
-	var gs []Group
-	for r := range dp {
-		types := make([]string, pp)
-		for s := range pp {
-			types[s] = devs[r*pp+s].Type
-		}
-		key := strings.Join(types, "+")
-		i := slices.IndexFunc(gs, func(g Group) bool { return g.Devices == key })
-		if i < 0 {
-			gs = append(gs, Group{Devices: key})
-			i = len(gs) - 1
-		}
-		gs[i].Replicas = append(gs[i].Replicas, r)
-	}
-	return gs
-}
-
 type searcher struct {
-	cfg    plans.Config
-	d      sim.Durations
-	groups []Group
-	seen   map[string]*Candidate  // by group totals
-	order  []string               // keys of seen, in evaluation order
-	plans  map[string]*plans.Plan // of the feasible candidates
+	cfg   plans.Config
+	d     sim.Durations
+	sp    space
+	seen  map[string]*Candidate  // by counts
+	order []string               // keys of seen, in evaluation order
+	plans map[string]*plans.Plan // of the feasible candidates
 
 	progress func(done, total int)
 	total    int
 }
 
-// eval compiles and simulates the split of the groups' totals, once.
-func (s *searcher) eval(totals []int) *Candidate {
-	k := plans.FormatShares(totals)
+// eval compiles and simulates one point, once.
+func (s *searcher) eval(counts []int) *Candidate {
+	k := plans.FormatShares(counts)
 	if c, ok := s.seen[k]; ok {
 		return c
 	}
-	shares := make([]int, s.cfg.Strategy.DP)
-	for i, g := range s.groups {
-		for j, m := range plans.EvenShares(totals[i], len(g.Replicas)) {
-			shares[g.Replicas[j]] = m
-		}
-	}
-	c := &Candidate{Totals: slices.Clone(totals), Shares: shares}
+	c := &Candidate{Counts: slices.Clone(counts), Strategy: s.sp.resolve(counts)}
 	s.seen[k] = c
 	s.order = append(s.order, k)
 	cfg := s.cfg
-	cfg.Strategy = cfg.Strategy.WithShares(shares)
+	cfg.Strategy = c.Strategy
 	p, err := plans.Compile(cfg)
 	if err == nil {
 		c.Step, err = step(p, s.d)
@@ -198,27 +255,22 @@ func (s *searcher) eval(totals []int) *Candidate {
 		c.Err = err
 		return c
 	}
-	if s.plans == nil {
-		s.plans = map[string]*plans.Plan{}
-	}
 	s.plans[k] = p
 	return c
 }
 
-// climb is the local search over the groups' totals: from cur, move m
-// micro-batches from one group to another while some move shortens the
-// step (the best move of a round is taken), m starting at a quarter of a
-// replica's fair share and halving when no move helps.
-func (s *searcher) climb(cur []int, fair int) {
-	g := len(cur)
+// climb is the local search: from cur, move m units from one count to
+// another while some move shortens the step (the best move of a round is
+// taken), m starting at first and halving when no move helps.
+func (s *searcher) climb(cur []int, first int) {
 	s.eval(cur)
-	for m := max(fair/4, 1); m >= 1; m /= 2 {
+	for m := first; m >= 1; m /= 2 {
 		for {
 			best := s.seen[plans.FormatShares(cur)]
 			var next []int
-			for from := range g {
-				for to := range g {
-					if from == to || cur[from]-m < len(s.groups[from].Replicas) {
+			for from := range cur {
+				for to := range cur {
+					if from == to || cur[from]-m < s.sp.least[from] {
 						continue
 					}
 					try := slices.Clone(cur)
@@ -244,6 +296,26 @@ func step(p *plans.Plan, d sim.Durations) (time.Duration, error) {
 		return 0, err
 	}
 	return tr.StepTime(simWarmup)
+}
+
+// groups groups the replicas by their stages' device types, in order of
+// their first replica.
+func groups(devs []plans.Device, dp, pp int) []Group {
+	var gs []Group
+	for r := range dp {
+		types := make([]string, pp)
+		for s := range pp {
+			types[s] = devs[r*pp+s].Type
+		}
+		key := strings.Join(types, "+")
+		i := slices.IndexFunc(gs, func(g Group) bool { return g.Devices == key })
+		if i < 0 {
+			gs = append(gs, Group{Devices: key})
+			i = len(gs) - 1
+		}
+		gs[i].Replicas = append(gs[i].Replicas, r)
+	}
+	return gs
 }
 
 // compositions is the number of ways to write n as an ordered sum of k
@@ -278,3 +350,10 @@ func eachComposition(n, k int, f func([]int)) {
 	rec(0, n)
 }
 
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}

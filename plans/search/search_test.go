@@ -47,12 +47,14 @@ func TestSharesFavourTheFasterDevice(t *testing.T) {
 	require.True(t, res.Exhaustive)
 	require.Len(t, res.Candidates, 7, "every split of 8 micro-batches over 2 replicas, each at least 1")
 	best := res.Best()
-	require.Greater(t, best.Shares[0], best.Shares[1], "the GPU (replica 0) takes more: %v", best.Shares)
-	require.Equal(t, best.Shares, res.Plan.Shares)
+	require.Equal(t, "mb", res.Key)
+	require.Greater(t, best.Counts[0], best.Counts[1], "the GPU (replica 0) takes more: %v", best.Counts)
+	require.Equal(t, best.Counts, res.Plan.Shares, "one replica per group: the counts are the shares")
+	require.Equal(t, best.Strategy.String(), res.Plan.Strategy)
 	for _, c := range res.Candidates {
 		require.NoError(t, c.Err)
 		require.GreaterOrEqual(t, c.Step, best.Step)
-		if c.Shares[0] == 4 {
+		if c.Counts[0] == 4 {
 			require.Less(t, best.Step, c.Step, "the even split is slower")
 		}
 	}
@@ -90,7 +92,8 @@ func TestSharesEvenOnEqualDevices(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []Group{{Devices: "cpu", Replicas: []int{0, 1}}}, res.Groups)
 	require.Len(t, res.Candidates, 1)
-	require.Equal(t, []int{5, 4}, res.Best().Shares, "9 micro-batches: the first replica takes the remainder")
+	require.Equal(t, []int{9}, res.Best().Counts)
+	require.Equal(t, []int{5, 4}, res.Best().Strategy.Shares, "9 micro-batches: the first replica takes the remainder")
 	require.Equal(t, []int{5, 4}, res.Plan.Shares)
 
 	cfg = autoConfig(t, "mlp", "local", "dp=2,mbs=4,mb=auto", 32, true)
@@ -111,8 +114,8 @@ func TestSharesByGroup(t *testing.T) {
 	require.True(t, res.Exhaustive)
 	require.Len(t, res.Candidates, 13, "totals of 16 micro-batches over two groups of 2 replicas, each replica at least 1")
 	best := res.Best()
-	require.Equal(t, []int{12, 4}, best.Totals, "3× faster, 3× the micro-batches")
-	require.Equal(t, []int{6, 2, 6, 2}, best.Shares)
+	require.Equal(t, []int{12, 4}, best.Counts, "3× faster, 3× the micro-batches")
+	require.Equal(t, []int{6, 2, 6, 2}, best.Strategy.Shares)
 }
 
 // Too many splits to simulate each: the local search still lands near the
@@ -130,7 +133,7 @@ func TestSharesLocalSearch(t *testing.T) {
 	require.False(t, res.Exhaustive)
 	require.Equal(t, len(res.Candidates), calls)
 	require.Less(t, len(res.Candidates), 200, "a local search, not all %d splits", compositions(56, 3, 1<<30))
-	got := res.Best().Shares
+	got := res.Best().Strategy.Shares
 	for r, want := range []int{32, 16, 8} {
 		require.InDelta(t, want, got[r], 2, "replica %d of %v", r, got)
 	}
@@ -149,9 +152,65 @@ func TestSharesInfeasible(t *testing.T) {
 	require.ErrorContains(t, err, "mb=1:7")
 	require.ErrorContains(t, err, "over by")
 
-	cfg.Strategy.Auto = false
+	cfg.Strategy.AutoShares = false
 	_, err = Shares(cfg, catalogModel(t, "local"), Options{})
 	require.ErrorContains(t, err, "no mb=auto")
+	_, err = Resolve(cfg, catalogModel(t, "local"), Options{})
+	require.ErrorContains(t, err, "no mb=auto or layers=auto")
+}
+
+// A pipeline over the GPU and the host's CPU: the cut leaves the CPU one
+// layer (FLOP-balanced, it would get half the arithmetic), and beats the
+// FLOP-balanced cut by the simulator's own account.
+func TestLayersFavourTheFasterDevice(t *testing.T) {
+	cfg := autoConfig(t, "mnist-cnn", "h200-host", "pp=2,mb=2,layers=auto", 64, false)
+	res, err := Resolve(cfg, catalogModel(t, "h200-host"), Options{})
+	require.NoError(t, err)
+	require.Equal(t, "layers", res.Key)
+	require.True(t, res.Exhaustive)
+	require.Len(t, res.Candidates, 3, "4 layers into 2 stages")
+	best := res.Best()
+	require.Equal(t, []int{3, 1}, best.Counts)
+	require.Equal(t, "pp=2,layers=3:1,mb=2,sched=1f1b", res.Plan.Strategy)
+
+	balanced := cfg
+	balanced.Strategy.AutoLayers = false
+	p, err := plans.Compile(balanced)
+	require.NoError(t, err)
+	flops, err := step(p, catalogModel(t, "h200-host"))
+	require.NoError(t, err)
+	require.Less(t, best.Step, flops, "the searched cut beats the FLOP-balanced one")
+}
+
+// Too many cuts to simulate each (12 layers into 4 stages: 165): the local
+// search from the even cut lands within 10% of the best cut, found here by
+// simulating them all, on stages whose firings cost 1, 2, 4 and 4.
+func TestLayersLocalSearch(t *testing.T) {
+	const model = "mlp3x4096:depth=12,width=8"
+	n, err := plans.Layers(model)
+	require.NoError(t, err)
+	require.Equal(t, 12, n)
+	cfg := autoConfig(t, model, "local", "pp=4,mb=8,layers=auto", 8, true)
+	cfg.Devices = typed(4, "H200", "A100-SXM4-40GB", "T4")
+	d := perDevice(1, 2, 4, 4)
+	res, err := Layers(cfg, d, Options{})
+	require.NoError(t, err)
+	require.False(t, res.Exhaustive)
+	require.Less(t, len(res.Candidates), 165)
+
+	best := time.Duration(1 << 62)
+	eachComposition(12, 4, func(layers []int) {
+		c := cfg
+		c.Strategy = cfg.Strategy.WithLayers(layers)
+		p, err := plans.Compile(c)
+		require.NoError(t, err)
+		st, err := step(p, d)
+		require.NoError(t, err)
+		best = min(best, st)
+	})
+	t.Logf("local search: %v in %d simulations; best of all 165 cuts: %v", res.Best().Step, len(res.Candidates), best)
+	require.LessOrEqual(t, float64(res.Best().Step), 1.1*float64(best), "local %v (%v) vs the best of all cuts %v",
+		res.Best().Step, res.Best().Counts, best)
 }
 
 func TestCompositions(t *testing.T) {
