@@ -46,7 +46,7 @@ func Compile(cfg Config) (*Plan, error) {
 	}
 	if cfg.Batch < 1 || cfg.Batch%st.TotalMicros() != 0 {
 		if st.Shares != nil {
-			return nil, fmt.Errorf("%w: batch %d does not split into mb=%s micro-batches of one size", ErrInfeasible, cfg.Batch, FormatShares(st.Shares))
+			return nil, fmt.Errorf("%w: batch %d does not split into mb=%s micro-batches of one size", ErrInfeasible, cfg.Batch, FormatCounts(st.Shares))
 		}
 		return nil, fmt.Errorf("%w: batch %d does not split into dp=%d replicas × mb=%d micro-batches", ErrInfeasible, cfg.Batch, st.DP, st.MB)
 	}

@@ -2,7 +2,9 @@
 // derives the rules both engines execute it by.
 //
 // Compile takes a zoo model, a strategy (data-parallel replicas, pipeline
-// stages, micro-batches, schedule) and devices, and produces a Plan: tasks
+// stages, micro-batches, schedule; for unequal devices, micro-batches per
+// replica and layers per stage, which plans/search can choose by
+// simulation) and devices, and produces a Plan: tasks
 // (actors) bound to streams, each firing once per micro-batch or once per
 // iteration; registers with slot counts and offsets in their device's
 // arena; a per-stream order of one iteration's firings; and the peak

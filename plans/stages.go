@@ -25,7 +25,7 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int) ([]in
 		case layers != nil:
 			if len(layers) != pp || sum(layers) != len(starts)+1 || slices.Min(layers) < 1 {
 				return nil, fmt.Errorf("%w: layers=%s: the model has %d layers, to be split into pp=%d stages of at least one",
-					ErrInfeasible, FormatShares(layers), len(starts)+1, pp)
+					ErrInfeasible, FormatCounts(layers), len(starts)+1, pp)
 			}
 			n := 0
 			for _, l := range layers[:pp-1] {

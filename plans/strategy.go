@@ -23,8 +23,8 @@ type Strategy struct {
 	Sched      Schedule
 	// Shares, when set (one count per replica), splits the iteration's
 	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
-	// size, and MB is the largest share. Unequal devices get shares in
-	// proportion to their speed; see plans/search.
+	// size, and MB is the largest share; mb=auto (AutoShares) has
+	// plans/search choose them for unequal devices.
 	Shares []int
 	// AutoShares asks for Shares to be chosen by the simulator (mb=auto):
 	// such a strategy is resolved by plans/search before it is compiled;
@@ -98,9 +98,9 @@ func EvenShares(n, dp int) []int {
 	return shares
 }
 
-// FormatShares writes micro-batch counts per replica as the strategy
-// grammar does: 3:1.
-func FormatShares(shares []int) string {
+// FormatCounts writes counts per replica or per stage (Shares, Layers) as
+// the strategy grammar does: 3:1.
+func FormatCounts(shares []int) string {
 	parts := make([]string, len(shares))
 	for i, x := range shares {
 		parts[i] = strconv.Itoa(x)
@@ -123,13 +123,13 @@ func (s Strategy) String() string {
 	case s.AutoLayers:
 		parts = append(parts, "layers=auto")
 	case s.Layers != nil:
-		parts = append(parts, "layers="+FormatShares(s.Layers))
+		parts = append(parts, "layers="+FormatCounts(s.Layers))
 	}
 	switch {
 	case s.AutoShares:
 		parts = append(parts, "mb=auto")
 	case s.Shares != nil:
-		parts = append(parts, "mb="+FormatShares(s.Shares))
+		parts = append(parts, "mb="+FormatCounts(s.Shares))
 	case s.MB > 1:
 		parts = append(parts, "mb="+strconv.Itoa(s.MB))
 	}

@@ -195,12 +195,12 @@ func printSearch(w io.Writer, res *search.Result) {
 		if i == 0 {
 			mark = "*"
 		}
-		point := res.Key + "=" + plans.FormatShares(c.Counts)
+		point := res.Key + "=" + plans.FormatCounts(c.Counts)
 		switch {
 		case res.Key == "mb" && dp > 8:
-			point = "mb by device " + plans.FormatShares(c.Counts)
+			point = "mb by device " + plans.FormatCounts(c.Counts)
 		case res.Key == "mb":
-			point = "mb=" + plans.FormatShares(shares(c.Strategy))
+			point = "mb=" + plans.FormatCounts(shares(c.Strategy))
 		}
 		if c.Err != nil {
 			fmt.Fprintf(w, "  %s %-16s rejected: %v\n", mark, point, c.Err)
@@ -253,7 +253,7 @@ func summarizePlan(w io.Writer, p *plans.Plan) {
 	edges, _ := p.Deps()
 	split := fmt.Sprintf("%d micro-batch(es) of %d", p.MB, p.MicroBatch)
 	if p.Shares != nil {
-		split = fmt.Sprintf("%d micro-batches of %d, %s per replica", p.TotalMicros(), p.MicroBatch, plans.FormatShares(p.Shares))
+		split = fmt.Sprintf("%d micro-batches of %d, %s per replica", p.TotalMicros(), p.MicroBatch, plans.FormatCounts(p.Shares))
 	}
 	fmt.Fprintf(w, "plan: %s (%s), %s, batch %d (%s), %s on %s\n",
 		p.Model, p.Images.DType, p.Strategy, p.Batch, split, p.Optimizer, p.Cluster)

@@ -36,8 +36,8 @@ const (
 // Group is a set of replicas on the same device types (stage by stage):
 // replicas that run equally fast, and so get equal shares.
 type Group struct {
-	Devices  string // the device types of a replica's stages, "+"-separated
-	Replicas []int
+	Devices  string `json:"devices"` // the device types of a replica's stages, "+"-separated
+	Replicas []int  `json:"replicas"`
 }
 
 // Candidate is one point of a search and what it was found to cost.
@@ -217,7 +217,7 @@ func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result,
 	}
 	slices.SortStableFunc(ok, func(a, b Candidate) int { return cmp.Compare(a.Step, b.Step) })
 	res.Candidates = append(ok, bad...)
-	res.Plan = s.plans[plans.FormatShares(res.Best().Counts)]
+	res.Plan = s.plans[plans.FormatCounts(res.Best().Counts)]
 	return res, nil
 }
 
@@ -235,7 +235,7 @@ type searcher struct {
 
 // eval compiles and simulates one point, once.
 func (s *searcher) eval(counts []int) *Candidate {
-	k := plans.FormatShares(counts)
+	k := plans.FormatCounts(counts)
 	if c, ok := s.seen[k]; ok {
 		return c
 	}
@@ -266,7 +266,7 @@ func (s *searcher) climb(cur []int, first int) {
 	s.eval(cur)
 	for m := first; m >= 1; m /= 2 {
 		for {
-			best := s.seen[plans.FormatShares(cur)]
+			best := s.seen[plans.FormatCounts(cur)]
 			var next []int
 			for from := range cur {
 				for to := range cur {
