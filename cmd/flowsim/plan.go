@@ -85,51 +85,27 @@ every float tensor of the model; memory is planned at its size.`,
 }
 
 func runPlan(w io.Writer, f planFlags) error {
-	if _, err := zoo.InputShape(f.model); err != nil { // an unknown model or bad size options, said first
-		return err
-	}
-	dtype, err := zoo.ParseDType(f.dtype)
-	if err != nil {
-		return fmt.Errorf("--dtype: %w", err)
-	}
 	st, err := plans.ParseStrategy(f.strategy, f.batch)
 	if err != nil {
+		if _, merr := zoo.InputShape(f.model); merr != nil { // an unknown model or bad size options, said first
+			return merr
+		}
 		return err
 	}
-	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum)
+	cfg, cluster, err := f.config(st)
 	if err != nil {
 		return err
 	}
-	cluster, err := topology.Resolve(f.cluster)
-	if err != nil {
-		return err
-	}
-	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), f.oversubscribe)
-	if err != nil {
-		return err
-	}
-	cfg := plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
-		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs}
 	var found *search.Result
 	var p *plans.Plan
 	if st.AutoShares || st.AutoLayers {
-		var calib *cost.Calibration
-		if f.calib != "" {
-			if calib, err = cost.LoadCalibration(f.calib); err != nil {
-				return err
-			}
+		model, err := costModel(f.calib, cluster)
+		if err != nil {
+			return err
 		}
-		model := sim.CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(cluster)}
-		var bar *progress.Bar
-		found, err = search.Resolve(cfg, model, search.Options{Progress: func(done, total int) {
-			if bar == nil {
-				bar = progress.New(total, "simulating candidates")
-			}
-			bar.Set(done)
-		}})
-		if bar != nil {
-			bar.Finish()
-		}
+		bar := lazyBar("simulating candidates")
+		found, err = search.Resolve(cfg, model, search.Options{Progress: bar.set})
+		bar.finish()
 		if err != nil {
 			return err
 		}
@@ -153,6 +129,66 @@ func runPlan(w io.Writer, f planFlags) error {
 		fmt.Fprintf(w, "wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// config checks the flags and returns the compile configuration of
+// strategy st on the cluster, and the cluster.
+func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, error) {
+	if _, err := zoo.InputShape(f.model); err != nil { // an unknown model or bad size options, said first
+		return plans.Config{}, nil, err
+	}
+	dtype, err := zoo.ParseDType(f.dtype)
+	if err != nil {
+		return plans.Config{}, nil, fmt.Errorf("--dtype: %w", err)
+	}
+	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum)
+	if err != nil {
+		return plans.Config{}, nil, err
+	}
+	cluster, err := topology.Resolve(f.cluster)
+	if err != nil {
+		return plans.Config{}, nil, err
+	}
+	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), f.oversubscribe)
+	if err != nil {
+		return plans.Config{}, nil, err
+	}
+	return plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
+		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs}, cluster, nil
+}
+
+// costModel prices tasks for searches: the calibration file if given,
+// else the catalog's efficiencies, and the cluster's routes.
+func costModel(calibPath string, cluster *topology.Cluster) (sim.CostModel, error) {
+	var calib *cost.Calibration
+	if calibPath != "" {
+		var err error
+		if calib, err = cost.LoadCalibration(calibPath); err != nil {
+			return sim.CostModel{}, err
+		}
+	}
+	return sim.CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(cluster)}, nil
+}
+
+// bar is a progress bar made on the first report, when the total is known.
+type bar struct {
+	desc string
+	b    *progress.Bar
+}
+
+func lazyBar(desc string) *bar { return &bar{desc: desc} }
+
+func (b *bar) set(done, total int) {
+	if b.b == nil {
+		b.b = progress.New(total, b.desc)
+	}
+	b.b.Set(done)
+}
+
+func (b *bar) finish() {
+	if b.b != nil {
+		b.b.Finish()
+	}
 }
 
 func writePlan(path string, p *plans.Plan) error {

@@ -70,6 +70,9 @@ type Options struct {
 	// the number done and the number to do (−1 for a local search, whose
 	// length is not known ahead).
 	Progress func(done, total int)
+	// Shard and Shards split a Sweep: it takes every Shards-th strategy
+	// from the Shard-th (Shards ≤ 1: all).
+	Shard, Shards int
 }
 
 // Resolve runs the search cfg's strategy asks for: Shares for mb=auto,

@@ -1,0 +1,366 @@
+package main
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/plans/search"
+	"github.com/flowkit/flowkit/units"
+)
+
+type sweepFlags struct {
+	planFlags
+	devices, maxMB, top int
+	uneven              string
+	shard               string
+}
+
+func newSweepCmd() *cobra.Command {
+	var f sweepFlags
+	cmd := &cobra.Command{
+		Use:   "sweep",
+		Short: "Rank the parallel strategies of a model on a cluster by simulated step time",
+		Long: `Enumerate the strategies that use --devices devices of the cluster (its
+first ones; default all): every dp × pp = devices, micro-batches per
+replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for pipelines) that divide
+the batch, both schedules for pipelines. With --uneven (the default when
+the devices differ), each data-parallel strategy is also tried with
+mb=auto and each pipeline with layers=auto, resolved by their own searches
+(see 'flowsim plan --help'). Every strategy is compiled (which rejects those
+that overflow a device's memory or can deadlock) and simulated with the
+cost model (--calib, else the catalog's efficiencies); the table ranks them
+by step time, then peak memory, and -o writes the best plan.
+
+--shard i/N sweeps every N-th strategy from the i-th (a job array's task i
+of N); run each with --json into a file and 'flowsim sweep merge' them into
+the one table the whole sweep would print.`,
+		Example: `  flowsim sweep --model mnist-cnn --cluster mixed-t4-cpu --batch 64 -o best.json
+  flowsim sweep --model gpt2s-blocks:layers=4 --cluster dgx-a100 --batch 32 --devices 8 --top 5
+  for i in 0 1 2 3; do flowsim sweep --model mnist-cnn --cluster dgx-a100 --shard $i/4 --json > s$i.json; done
+  flowsim sweep merge s0.json s1.json s2.json s3.json -o best.json`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runSweep(cmd.OutOrStdout(), f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…)")
+	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
+	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
+	fl.IntVar(&f.batch, "batch", 64, "global batch size")
+	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
+	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
+	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
+	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
+	fl.StringVar(&f.calib, "calib", "", "calibration file (from 'flowrun calibrate'; default: the catalog's efficiencies)")
+	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
+	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
+	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
+	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
+	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
+	fl.BoolVar(&f.json, "json", false, "print every entry as one JSON object (the input of 'flowsim sweep merge')")
+	cmd.AddCommand(newSweepMergeCmd())
+	return cmd
+}
+
+// sweepFile is what a sweep prints with --json: its settings, enough to
+// merge shards and recompile the best plan, and its entries, ranked.
+type sweepFile struct {
+	sweepSettings
+	Shard   int          `json:"shard"`
+	Entries []sweepEntry `json:"entries"`
+}
+
+// sweepSettings are what the shards of one sweep share.
+type sweepSettings struct {
+	Model         string  `json:"model"`
+	DType         string  `json:"dtype"`
+	Cluster       string  `json:"cluster"`
+	Batch         int     `json:"batch"`
+	Optimizer     string  `json:"optimizer"`
+	LR            float64 `json:"lr"`
+	Momentum      float64 `json:"momentum"`
+	Seed          uint64  `json:"seed"`
+	Oversubscribe bool    `json:"oversubscribe,omitempty"`
+	Calib         string  `json:"calib,omitempty"`
+	Devices       int     `json:"devices"`
+	MaxMB         int     `json:"max_mb"`
+	Uneven        bool    `json:"uneven"`
+	Strategies    int     `json:"strategies"` // in the whole sweep, over all shards
+	Shards        int     `json:"shards"`
+}
+
+type sweepEntry struct {
+	Index    int     `json:"index"`
+	Asked    string  `json:"asked"`
+	Strategy string  `json:"strategy,omitempty"`
+	StepNs   int64   `json:"step_ns,omitempty"`
+	Samples  float64 `json:"samples_per_s,omitempty"`
+	Peak     int64   `json:"peak_mem_bytes,omitempty"`
+	Error    string  `json:"error,omitempty"`
+}
+
+func runSweep(w io.Writer, f sweepFlags) error {
+	shard, shards, err := parseShard(f.shard)
+	if err != nil {
+		return err
+	}
+	if f.maxMB < 1 || f.top < 0 || f.devices < 0 {
+		return fmt.Errorf("want --max-mb ≥ 1, --top ≥ 0 and --devices ≥ 0, got %d, %d and %d", f.maxMB, f.top, f.devices)
+	}
+	// The cluster and the devices: compile the first strategy's config
+	// (single on all of them) to check the flags and find the devices.
+	cfg, cluster, err := f.config(plans.Strategy{DP: 1, PP: 1, MB: 1, Sched: plans.OneFOneB})
+	if err != nil {
+		return err
+	}
+	n := f.devices
+	if n == 0 {
+		n = len(cluster.Devices)
+	}
+	if cfg.Devices, err = plans.DevicesFromCluster(cluster, n, f.oversubscribe); err != nil {
+		return err
+	}
+	uneven := false
+	switch f.uneven {
+	case "on":
+		uneven = true
+	case "off":
+	case "auto":
+		for _, d := range cfg.Devices {
+			uneven = uneven || d.Type != cfg.Devices[0].Type
+		}
+	default:
+		return fmt.Errorf("--uneven %q: want on, off or auto", f.uneven)
+	}
+	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, Uneven: uneven})
+	if err != nil {
+		return err
+	}
+	model, err := costModel(f.calib, cluster)
+	if err != nil {
+		return err
+	}
+	bar := lazyBar(fmt.Sprintf("sweeping %d strategies", len(strategies)))
+	entries, err := search.Sweep(cfg, model, strategies, search.Options{Shard: shard, Shards: shards, Progress: bar.set})
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
+		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
+		Calib: f.calib, Devices: n, MaxMB: f.maxMB, Uneven: uneven, Strategies: len(strategies), Shards: shards}}
+	for _, e := range entries {
+		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
+	}
+	return finishSweep(w, &file, f.top, f.out, f.json)
+}
+
+// finishSweep prints a sweep's (or merged shards') ranked entries, as a
+// table or JSON, and writes the best plan.
+func finishSweep(w io.Writer, file *sweepFile, top int, out string, asJSON bool) error {
+	var best *plans.Plan
+	if out != "" {
+		if len(file.Entries) == 0 || file.Entries[0].Error != "" {
+			return fmt.Errorf("no strategy is feasible: no plan to write to %s", out)
+		}
+		p, err := file.compile(file.Entries[0].Strategy)
+		if err != nil {
+			return fmt.Errorf("recompiling the best strategy %s: %w", file.Entries[0].Strategy, err)
+		}
+		if err := writePlan(out, p); err != nil {
+			return err
+		}
+		best = p
+	}
+	if asJSON {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(file)
+	}
+	printSweep(w, file, top)
+	if best != nil {
+		fmt.Fprintf(w, "wrote %s (%s)\n", out, best.Strategy)
+	}
+	return nil
+}
+
+func toSweepEntry(e search.Entry, batch int) sweepEntry {
+	se := sweepEntry{Index: e.Index, Asked: e.Asked.String()}
+	if e.Err != nil {
+		se.Error = e.Err.Error()
+		return se
+	}
+	se.Strategy = e.Strategy.String()
+	se.StepNs = int64(e.Step)
+	se.Samples = float64(batch) / e.Step.Seconds()
+	se.Peak = int64(e.Peak)
+	return se
+}
+
+func printSweep(w io.Writer, file *sweepFile, top int) {
+	feasible := 0
+	for _, e := range file.Entries {
+		if e.Error == "" {
+			feasible++
+		}
+	}
+	of := ""
+	if file.Shards > 1 {
+		of = fmt.Sprintf(" (shard %d/%d of %d)", file.Shard, file.Shards, file.Strategies)
+	}
+	fmt.Fprintf(w, "sweep: %s (%s), batch %d, %d device(s) of %s: %d strategies simulated%s, %d feasible\n",
+		file.Model, file.DType, file.Batch, file.Devices, file.Cluster, len(file.Entries), of, feasible)
+	if feasible > 0 {
+		fmt.Fprintf(w, "%5s  %-40s %10s %11s %12s\n", "rank", "strategy", "step ms", "samples/s", "peak memory")
+	}
+	for i, e := range file.Entries[:feasible] {
+		if top > 0 && i == top {
+			fmt.Fprintf(w, "  … %d more (--top 0 shows all)\n", feasible-top)
+			break
+		}
+		name := e.Strategy
+		if strings.Contains(e.Asked, "=auto") {
+			name += " (auto)"
+		}
+		fmt.Fprintf(w, "%5d  %-40s %10.3f %11.0f %12v\n", i+1, name, float64(e.StepNs)/1e6, e.Samples, units.Bytes(e.Peak))
+	}
+	if rejected := file.Entries[feasible:]; len(rejected) > 0 {
+		fmt.Fprintf(w, "%d infeasible:\n", len(rejected))
+		for i, e := range rejected {
+			if top > 0 && i == top {
+				fmt.Fprintf(w, "  … %d more\n", len(rejected)-top)
+				break
+			}
+			fmt.Fprintf(w, "  %-40s %s\n", e.Asked, e.Error)
+		}
+	}
+}
+
+// compile recompiles a strategy of the sweep the file records.
+func (file *sweepFile) compile(strategy string) (*plans.Plan, error) {
+	f := planFlags{model: file.Model, dtype: file.DType, cluster: file.Cluster, batch: file.Batch,
+		optimizer: file.Optimizer, lr: file.LR, momentum: file.Momentum, seed: file.Seed, oversubscribe: file.Oversubscribe}
+	st, err := plans.ParseStrategy(strategy, file.Batch)
+	if err != nil {
+		return nil, err
+	}
+	cfg, _, err := f.config(st)
+	if err != nil {
+		return nil, err
+	}
+	return plans.Compile(cfg)
+}
+
+// parseShard parses "i/N"; "" is the whole sweep, 0/1.
+func parseShard(s string) (shard, shards int, err error) {
+	if s == "" {
+		return 0, 1, nil
+	}
+	if _, err := fmt.Sscanf(s, "%d/%d", &shard, &shards); err != nil || shards < 1 || shard < 0 || shard >= shards ||
+		s != fmt.Sprintf("%d/%d", shard, shards) {
+		return 0, 0, fmt.Errorf("--shard %q: want i/N with 0 ≤ i < N", s)
+	}
+	return shard, shards, nil
+}
+
+type mergeFlags struct {
+	top  int
+	out  string
+	json bool
+}
+
+func newSweepMergeCmd() *cobra.Command {
+	var f mergeFlags
+	cmd := &cobra.Command{
+		Use:   "merge SHARD.json...",
+		Short: "Merge the --json outputs of a sweep's shards into one ranking",
+		Long: `Read the --json outputs of 'flowsim sweep --shard i/N', check that they are
+the N shards of one sweep (the same model, cluster, batch and settings; each
+shard once), and print the ranking the whole sweep would print; -o
+recompiles the best strategy's plan.`,
+		Example: `  flowsim sweep merge s0.json s1.json s2.json s3.json -o best.json`,
+		Args:    cobra.MinimumNArgs(1),
+		RunE:    func(cmd *cobra.Command, args []string) error { return runMerge(cmd.OutOrStdout(), f, args) },
+	}
+	fl := cmd.Flags()
+	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
+	fl.BoolVar(&f.json, "json", false, "print the merged sweep as one JSON object")
+	return cmd
+}
+
+func runMerge(w io.Writer, f mergeFlags, paths []string) error {
+	var merged *sweepFile
+	seen := map[int]string{}
+	for _, path := range paths {
+		file, err := readSweep(path)
+		if err != nil {
+			return err
+		}
+		if prev, ok := seen[file.Shard]; ok {
+			return fmt.Errorf("%s: shard %d/%d again (also in %s)", path, file.Shard, file.Shards, prev)
+		}
+		seen[file.Shard] = path
+		if merged == nil {
+			merged = file
+			continue
+		}
+		if merged.sweepSettings != file.sweepSettings {
+			return fmt.Errorf("%s is a shard of another sweep than %s (model, cluster, batch or settings differ)", path, paths[0])
+		}
+		merged.Entries = append(merged.Entries, file.Entries...)
+	}
+	for i := range merged.Shards {
+		if _, ok := seen[i]; !ok {
+			return fmt.Errorf("shard %d/%d is missing", i, merged.Shards)
+		}
+	}
+	merged.Shard, merged.Shards = 0, 1
+	// Rank as search.Sweep does: by the figures and the place in the
+	// enumeration, which the entries keep.
+	byIndex := make(map[int]sweepEntry, len(merged.Entries))
+	entries := make([]search.Entry, len(merged.Entries))
+	for i, se := range merged.Entries {
+		if _, dup := byIndex[se.Index]; dup || se.Index < 0 || se.Index >= merged.Strategies {
+			return fmt.Errorf("entry %d (%s): index out of range or repeated", se.Index, se.Asked)
+		}
+		byIndex[se.Index] = se
+		entries[i] = search.Entry{Index: se.Index, Step: time.Duration(se.StepNs), Peak: units.Bytes(se.Peak)}
+		if se.Error != "" {
+			entries[i].Err = errors.New(se.Error)
+		}
+	}
+	search.Rank(entries)
+	for i, e := range entries {
+		merged.Entries[i] = byIndex[e.Index]
+	}
+	return finishSweep(w, merged, f.top, f.out, f.json)
+}
+
+func readSweep(path string) (*sweepFile, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var file sweepFile
+	dec := json.NewDecoder(strings.NewReader(string(b)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&file); err != nil {
+		return nil, fmt.Errorf("%s: not the --json output of flowsim sweep: %w", path, err)
+	}
+	if file.Shards < 1 || file.Shard < 0 || file.Shard >= file.Shards || file.Batch < 1 || len(file.Entries) > file.Strategies {
+		return nil, fmt.Errorf("%s: shard %d/%d of %d strategies, batch %d, %d entries: inconsistent",
+			path, file.Shard, file.Shards, file.Strategies, file.Batch, len(file.Entries))
+	}
+	return &file, nil
+}

@@ -1,0 +1,89 @@
+package main
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/plans"
+)
+
+var sweepArgs = []string{"sweep", "--model", "mnist-cnn", "--cluster", "mixed-t4-cpu", "--batch", "32", "--max-mb", "4"}
+
+// A sweep ranks every strategy, writes the best one's plan, and its shards
+// merge into exactly what the whole sweep prints.
+func TestSweepAndMerge(t *testing.T) {
+	dir := t.TempDir()
+	best := filepath.Join(dir, "best.json")
+	whole, err := run(t, append(sweepArgs, "--json", "-o", best)...)
+	require.NoError(t, err)
+	var file sweepFile
+	require.NoError(t, json.Unmarshal([]byte(whole), &file))
+	require.True(t, file.Uneven, "a T4 and a CPU differ: mb=auto and layers=auto are tried")
+	require.Equal(t, file.Strategies, len(file.Entries))
+	for i, e := range file.Entries {
+		require.Empty(t, e.Error, e.Asked)
+		require.Positive(t, e.StepNs)
+		if i > 0 {
+			require.GreaterOrEqual(t, e.StepNs, file.Entries[i-1].StepNs)
+		}
+	}
+	p, err := plans.ReadFile(best)
+	require.NoError(t, err)
+	require.Equal(t, file.Entries[0].Strategy, p.Strategy)
+
+	text, err := run(t, sweepArgs...)
+	require.NoError(t, err)
+	require.Contains(t, text, "strategies simulated, ")
+	require.Contains(t, text, "   1  "+file.Entries[0].Strategy)
+
+	var shards []string
+	for _, s := range []string{"0/3", "1/3", "2/3"} {
+		out, err := run(t, append(sweepArgs, "--json", "--shard", s)...)
+		require.NoError(t, err)
+		path := filepath.Join(dir, "shard"+s[:1]+".json")
+		require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
+		shards = append(shards, path)
+	}
+	merged, err := run(t, append([]string{"sweep", "merge", "--json"}, shards[2], shards[0], shards[1])...)
+	require.NoError(t, err)
+	require.JSONEq(t, whole, merged, "three shards merge into the whole sweep")
+
+	_, err = run(t, "sweep", "merge", shards[0], shards[2])
+	require.ErrorContains(t, err, "shard 1/3 is missing")
+	_, err = run(t, "sweep", "merge", shards[0], shards[0])
+	require.ErrorContains(t, err, "again")
+	other, err := run(t, "sweep", "--model", "mlp", "--cluster", "mixed-t4-cpu", "--batch", "32", "--max-mb", "4", "--json", "--shard", "1/3")
+	require.NoError(t, err)
+	otherPath := filepath.Join(dir, "other.json")
+	require.NoError(t, os.WriteFile(otherPath, []byte(other), 0o644))
+	_, err = run(t, "sweep", "merge", shards[0], otherPath, shards[2])
+	require.ErrorContains(t, err, "another sweep")
+	_, err = run(t, "sweep", "merge", best)
+	require.ErrorContains(t, err, "not the --json output of flowsim sweep")
+}
+
+func TestSweepBadInput(t *testing.T) {
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--shard", "3/3"}, "want i/N with 0 ≤ i < N"},
+		{[]string{"--shard", "1of3"}, "want i/N"},
+		{[]string{"--uneven", "maybe"}, "want on, off or auto"},
+		{[]string{"--max-mb", "0"}, "--max-mb ≥ 1"},
+		{[]string{"--devices", "3"}, "needs 3 devices"},
+		{[]string{"--model", "gpt-9"}, `unknown model "gpt-9"`},
+	} {
+		_, err := run(t, append(sweepArgs, tt.args...)...)
+		require.ErrorContains(t, err, tt.want, "%v", tt.args)
+	}
+	out, err := run(t, "sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--batch", "16", "--uneven", "auto")
+	require.NoError(t, err)
+	require.NotContains(t, out, "(auto)", "equal devices: no uneven candidates")
+	require.True(t, strings.HasPrefix(out, "sweep: mlp (f32), batch 16, 2 device(s) of local"))
+}

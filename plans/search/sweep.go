@@ -1,0 +1,157 @@
+package search
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/sim"
+	"github.com/flowkit/flowkit/units"
+)
+
+// Space bounds the strategies a sweep enumerates.
+type Space struct {
+	// Devices is the number of devices every strategy uses: dp·pp.
+	Devices int
+	// MaxMB bounds the micro-batches per replica tried: the powers of two
+	// up to it, and pp, 2·pp, 4·pp … up to it for pipelines.
+	MaxMB int
+	// Uneven adds, for unequal devices, each data-parallel strategy with
+	// mb=auto and each pipeline with layers=auto (1F1B), resolved by their
+	// own searches.
+	Uneven bool
+}
+
+// Strategies enumerates the strategies of a sweep of a global batch, in a
+// fixed order: every dp × pp = Devices, every micro-batch count that
+// divides the batch, and for pipelines both schedules. A replica's
+// micro-batches may be fewer than its stages (the pipeline then idles);
+// the simulator prices that.
+func Strategies(batch int, sp Space) ([]plans.Strategy, error) {
+	if sp.Devices < 1 || sp.MaxMB < 1 || batch < 1 {
+		return nil, fmt.Errorf("search: a sweep needs devices, micro-batches and a batch ≥ 1, got %d, %d and %d", sp.Devices, sp.MaxMB, batch)
+	}
+	var out []plans.Strategy
+	for dp := 1; dp <= sp.Devices; dp++ {
+		if sp.Devices%dp != 0 {
+			continue
+		}
+		pp := sp.Devices / dp
+		for _, mb := range microCounts(pp, sp.MaxMB) {
+			if batch%(dp*mb) != 0 {
+				continue
+			}
+			scheds := []plans.Schedule{plans.OneFOneB}
+			if pp > 1 && mb > 1 {
+				scheds = append(scheds, plans.GPipe)
+			}
+			for _, sched := range scheds {
+				st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: sched}
+				out = append(out, st)
+				if sp.Uneven && dp > 1 && sched == plans.OneFOneB {
+					auto := st
+					auto.AutoShares = true
+					out = append(out, auto)
+				}
+				if sp.Uneven && pp > 1 && sched == plans.OneFOneB {
+					auto := st
+					auto.AutoLayers = true
+					out = append(out, auto)
+				}
+			}
+		}
+	}
+	return out, nil
+}
+
+// microCounts are the micro-batch counts a sweep tries for pp stages.
+func microCounts(pp, maxMB int) []int {
+	var ms []int
+	for m := 1; m <= maxMB; m *= 2 {
+		ms = append(ms, m)
+	}
+	for m := pp; pp > 1 && m <= maxMB; m *= 2 {
+		ms = append(ms, m)
+	}
+	slices.Sort(ms)
+	return slices.Compact(ms)
+}
+
+// Entry is one strategy of a sweep and what the simulator made of it.
+type Entry struct {
+	Index    int            // the strategy's place in the enumeration
+	Asked    plans.Strategy // as enumerated (maybe with mb=auto or layers=auto)
+	Strategy plans.Strategy // as compiled (resolved); the zero Strategy if Err
+	Step     time.Duration  // simulated step time
+	Peak     units.Bytes    // the most planned memory of any device
+	Err      error          // why the strategy is infeasible (memory, deadlock, too few layers)
+}
+
+// Sweep compiles and simulates the strategies for cfg (whose Strategy is
+// ignored), resolving mb=auto and layers=auto by their searches, and
+// returns the entries ranked (see Rank). With opts.Shards > 1 it takes only
+// shard opts.Shard of them: every Shards-th strategy from the Shard-th, so
+// that shards of one enumeration run apart and merge into one ranking. The
+// same inputs give the same entries.
+func Sweep(cfg plans.Config, d sim.Durations, strategies []plans.Strategy, opts Options) ([]Entry, error) {
+	shards := max(opts.Shards, 1)
+	if opts.Shard < 0 || opts.Shard >= shards {
+		return nil, fmt.Errorf("search: shard %d of %d: want 0 ≤ shard < shards", opts.Shard, shards)
+	}
+	var entries []Entry
+	for i := opts.Shard; i < len(strategies); i += shards {
+		entries = append(entries, Entry{Index: i, Asked: strategies[i]})
+	}
+	for i := range entries {
+		e := &entries[i]
+		st := e.Asked
+		c := cfg
+		c.Strategy = st
+		var p *plans.Plan
+		var err error
+		if st.AutoShares || st.AutoLayers {
+			var res *Result
+			if res, err = Resolve(c, d, Options{}); err == nil {
+				p, e.Step = res.Plan, res.Best().Step
+				e.Strategy = res.Best().Strategy
+			}
+		} else if p, err = plans.Compile(c); err == nil {
+			e.Strategy = st
+			e.Step, err = step(p, d)
+		}
+		if err != nil {
+			e.Err, e.Step, e.Strategy = err, 0, plans.Strategy{}
+		} else {
+			for _, m := range p.Memory {
+				e.Peak = max(e.Peak, m.Peak)
+			}
+		}
+		if opts.Progress != nil {
+			opts.Progress(i+1, len(entries))
+		}
+	}
+	Rank(entries)
+	return entries, nil
+}
+
+// Rank orders entries: the feasible first, by step time, then peak memory,
+// then place in the enumeration; the infeasible last, in enumeration
+// order. Merged shards of a sweep rank as the whole sweep would.
+func Rank(entries []Entry) {
+	slices.SortFunc(entries, func(a, b Entry) int {
+		return cmp.Or(
+			cmp.Compare(btoi(a.Err != nil), btoi(b.Err != nil)),
+			cmp.Compare(a.Step, b.Step),
+			cmp.Compare(a.Peak, b.Peak),
+			cmp.Compare(a.Index, b.Index))
+	})
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

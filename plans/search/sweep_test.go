@@ -1,0 +1,121 @@
+package search
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/plans"
+)
+
+func TestStrategies(t *testing.T) {
+	even, err := Strategies(64, Space{Devices: 4, MaxMB: 4})
+	require.NoError(t, err)
+	var names []string
+	for _, st := range even {
+		names = append(names, st.String())
+		require.Equal(t, 4, st.Devices())
+		back, err := plans.ParseStrategy(st.String(), 64)
+		require.NoError(t, err)
+		require.Equal(t, st, back, "%s round-trips", st)
+	}
+	require.Equal(t, []string{
+		"pp=4,sched=1f1b",
+		"pp=4,mb=2,sched=1f1b", "pp=4,mb=2,sched=gpipe",
+		"pp=4,mb=4,sched=1f1b", "pp=4,mb=4,sched=gpipe",
+		"dp=2,pp=2,sched=1f1b",
+		"dp=2,pp=2,mb=2,sched=1f1b", "dp=2,pp=2,mb=2,sched=gpipe",
+		"dp=2,pp=2,mb=4,sched=1f1b", "dp=2,pp=2,mb=4,sched=gpipe",
+		"dp=4", "dp=4,mb=2,sched=1f1b", "dp=4,mb=4,sched=1f1b",
+	}, names)
+
+	uneven, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Uneven: true})
+	require.NoError(t, err)
+	autos := 0
+	for _, st := range uneven {
+		if st.AutoShares || st.AutoLayers {
+			autos++
+			require.False(t, st.AutoShares && st.AutoLayers)
+			require.Equal(t, plans.OneFOneB, st.Sched)
+		}
+	}
+	require.Equal(t, 12, autos, "mb=auto for the 6 data-parallel 1F1B strategies, layers=auto for the 6 pipelined")
+	require.Len(t, uneven, len(even)+autos)
+
+	odd, err := Strategies(6, Space{Devices: 2, MaxMB: 8})
+	require.NoError(t, err)
+	for _, st := range odd {
+		require.Zero(t, 6%(st.DP*st.MB), "%s divides the batch", st)
+	}
+	_, err = Strategies(64, Space{Devices: 0, MaxMB: 4})
+	require.ErrorContains(t, err, "devices")
+}
+
+// A sweep ranks by simulated step time, the feasible first; shards of it
+// merge into the same ranking; the same sweep gives the same entries.
+func TestSweep(t *testing.T) {
+	cfg := autoConfig(t, "mnist-cnn", "mixed-t4-cpu", "dp=2", 32, false)
+	strategies, err := Strategies(32, Space{Devices: 2, MaxMB: 4, Uneven: true})
+	require.NoError(t, err)
+	d := catalogModel(t, "mixed-t4-cpu")
+	entries, err := Sweep(cfg, d, strategies, Options{})
+	require.NoError(t, err)
+	require.Len(t, entries, len(strategies))
+	for i, e := range entries {
+		require.NoError(t, e.Err, e.Asked.String())
+		require.Positive(t, e.Peak)
+		if i > 0 {
+			require.GreaterOrEqual(t, e.Step, entries[i-1].Step)
+		}
+		require.False(t, e.Strategy.AutoShares || e.Strategy.AutoLayers, "resolved: %s", e.Strategy)
+	}
+	best := entries[0]
+	c := cfg
+	c.Strategy = best.Strategy
+	p, err := plans.Compile(c)
+	require.NoError(t, err)
+	got, err := step(p, d)
+	require.NoError(t, err)
+	require.Equal(t, best.Step, got, "the best entry's step is its plan's")
+
+	var merged []Entry
+	for shard := range 3 {
+		part, err := Sweep(cfg, d, strategies, Options{Shard: shard, Shards: 3})
+		require.NoError(t, err)
+		for _, e := range part {
+			require.Equal(t, shard, e.Index%3)
+		}
+		merged = append(merged, part...)
+	}
+	Rank(merged)
+	require.Equal(t, entries, merged, "three shards merge into the whole sweep")
+	again, err := Sweep(cfg, d, strategies, Options{})
+	require.NoError(t, err)
+	require.Equal(t, entries, again)
+
+	_, err = Sweep(cfg, d, strategies, Options{Shard: 3, Shards: 3})
+	require.ErrorContains(t, err, "shard 3 of 3")
+}
+
+// Strategies that do not fit rank last, with the reason.
+func TestSweepInfeasible(t *testing.T) {
+	cfg := autoConfig(t, "mnist-cnn", "local", "dp=2", 64, true)
+	for i := range cfg.Devices {
+		cfg.Devices[i].Memory = 16 << 20 // a data-parallel replica fits (15.1 MiB); a pipeline stage, holding 32 samples' activations, does not
+	}
+	strategies, err := Strategies(64, Space{Devices: 2, MaxMB: 2})
+	require.NoError(t, err)
+	entries, err := Sweep(cfg, perDevice(1, 1), strategies, Options{})
+	require.NoError(t, err)
+	require.Len(t, entries, 5)
+	for i, e := range entries {
+		if i < 2 {
+			require.NoError(t, e.Err)
+			require.Equal(t, 2, e.Asked.DP, "the data-parallel strategies rank first")
+			continue
+		}
+		require.ErrorIs(t, e.Err, plans.ErrOutOfMemory, e.Asked.String())
+		require.Zero(t, e.Step)
+		require.Equal(t, 2, e.Asked.PP)
+	}
+}
