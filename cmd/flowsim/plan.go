@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	"github.com/spf13/pflag"
 
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
@@ -68,17 +69,8 @@ every float tensor of the model; memory is planned at its size.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…)")
-	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
-	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
+	f.register(fl, "the candidates of mb=auto or layers=auto")
 	fl.StringVar(&f.strategy, "strategy", "single", "parallel strategy")
-	fl.IntVar(&f.batch, "batch", 64, "global batch size")
-	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
-	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
-	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
-	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
-	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
-	fl.StringVar(&f.calib, "calib", "", "calibration file pricing the candidates of mb=auto or layers=auto (from 'flowrun calibrate'; default: the catalog's efficiencies)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the plan here (default: a summary only)")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object")
 	return cmd
@@ -129,6 +121,21 @@ func runPlan(w io.Writer, f planFlags) error {
 		fmt.Fprintf(w, "wrote %s\n", f.out)
 	}
 	return nil
+}
+
+// register adds the flags that say what to compile, and --calib, which
+// prices what.
+func (f *planFlags) register(fl *pflag.FlagSet, what string) {
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…)")
+	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
+	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
+	fl.IntVar(&f.batch, "batch", 64, "global batch size")
+	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
+	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
+	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
+	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
+	fl.StringVar(&f.calib, "calib", "", "calibration file pricing "+what+" (from 'flowrun calibrate'; default: the catalog's efficiencies)")
 }
 
 // config checks the flags and returns the compile configuration of

@@ -11,7 +11,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
 	"github.com/flowkit/flowkit/units"
@@ -51,16 +50,7 @@ the one table the whole sweep would print.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSweep(cmd.OutOrStdout(), f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…)")
-	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
-	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
-	fl.IntVar(&f.batch, "batch", 64, "global batch size")
-	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
-	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
-	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
-	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
-	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
-	fl.StringVar(&f.calib, "calib", "", "calibration file (from 'flowrun calibrate'; default: the catalog's efficiencies)")
+	f.register(fl, "the strategies")
 	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
