@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"path/filepath"
 	"strings"
@@ -86,4 +87,24 @@ func TestSweepBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, out, "(auto)", "equal devices: no uneven candidates")
 	require.True(t, strings.HasPrefix(out, "sweep: mlp (f32), batch 16, 2 device(s) of local"))
+}
+
+// Merging never panics on a file that is not what a sweep wrote.
+func FuzzMergeSweep(f *testing.F) {
+	root := newRoot()
+	var out strings.Builder
+	root.SetOut(&out)
+	root.SetArgs([]string{"sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--batch", "8", "--max-mb", "2", "--json"})
+	if err := root.Execute(); err != nil {
+		f.Fatal(err)
+	}
+	f.Add([]byte(out.String()))
+	f.Add([]byte(`{"shards": 1, "batch": 1, "strategies": 1, "entries": [{"index": 0, "asked": "single", "strategy": "dp=9"}]}`))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		path := filepath.Join(t.TempDir(), "s.json")
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		_ = runMerge(io.Discard, mergeFlags{top: 3}, []string{path})
+	})
 }
