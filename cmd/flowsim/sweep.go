@@ -107,8 +107,8 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if f.maxMB < 1 || f.top < 0 || f.devices < 0 {
 		return fmt.Errorf("want --max-mb ≥ 1, --top ≥ 0 and --devices ≥ 0, got %d, %d and %d", f.maxMB, f.top, f.devices)
 	}
-	// The cluster and the devices: compile the first strategy's config
-	// (single on all of them) to check the flags and find the devices.
+	// The flags are checked by making the config of single; the sweep's
+	// config is that on n devices.
 	cfg, cluster, err := f.config(plans.Strategy{DP: 1, PP: 1, MB: 1, Sched: plans.OneFOneB})
 	if err != nil {
 		return err
@@ -192,7 +192,9 @@ func toSweepEntry(e search.Entry, batch int) sweepEntry {
 	}
 	se.Strategy = e.Strategy.String()
 	se.StepNs = int64(e.Step)
-	se.Samples = float64(batch) / e.Step.Seconds()
+	if e.Step > 0 {
+		se.Samples = float64(batch) / e.Step.Seconds()
+	}
 	se.Peak = int64(e.Peak)
 	return se
 }
