@@ -199,6 +199,10 @@ func toSweepEntry(e search.Entry, batch int) sweepEntry {
 	return se
 }
 
+// printSweep prints the ranking as a table. A searched strategy (mb=auto,
+// layers=auto) that found the plan of an enumerated one, the same step,
+// memory and parallelism, is left out of it (not out of --json, which
+// shards merge by).
 func printSweep(w io.Writer, file *sweepFile, top int) {
 	feasible := 0
 	for _, e := range file.Entries {
@@ -206,18 +210,23 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 			feasible++
 		}
 	}
+	entries := dropFoundAgain(file.Entries, file.Batch)
+	dropped := len(file.Entries) - len(entries)
 	of := ""
 	if file.Shards > 1 {
 		of = fmt.Sprintf(" (shard %d/%d of %d)", file.Shard, file.Shards, file.Strategies)
 	}
 	fmt.Fprintf(w, "sweep: %s (%s), batch %d, %d device(s) of %s: %d strategies simulated%s, %d feasible\n",
 		file.Model, file.DType, file.Batch, file.Devices, file.Cluster, len(file.Entries), of, feasible)
+	if dropped > 0 {
+		fmt.Fprintf(w, "(not shown: %d found by mb=auto or layers=auto that repeat the plan of a strategy above them)\n", dropped)
+	}
 	if feasible > 0 {
 		fmt.Fprintf(w, "%5s  %-40s %10s %11s %12s\n", "rank", "strategy", "step ms", "samples/s", "peak memory")
 	}
-	for i, e := range file.Entries[:feasible] {
+	for i, e := range entries[:feasible-dropped] {
 		if top > 0 && i == top {
-			fmt.Fprintf(w, "  … %d more (--top 0 shows all)\n", feasible-top)
+			fmt.Fprintf(w, "  … %d more (--top 0 shows all)\n", feasible-dropped-top)
 			break
 		}
 		name := e.Strategy
@@ -226,7 +235,7 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 		}
 		fmt.Fprintf(w, "%5d  %-40s %10.3f %11.0f %12v\n", i+1, name, float64(e.StepNs)/1e6, e.Samples, units.Bytes(e.Peak))
 	}
-	if rejected := file.Entries[feasible:]; len(rejected) > 0 {
+	if rejected := entries[feasible-dropped:]; len(rejected) > 0 {
 		fmt.Fprintf(w, "%d infeasible:\n", len(rejected))
 		for i, e := range rejected {
 			if top > 0 && i == top {
@@ -236,6 +245,30 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 			fmt.Fprintf(w, "  %-40s %s\n", e.Asked, e.Error)
 		}
 	}
+}
+
+// dropFoundAgain returns the entries without the searched ones that have
+// the step, memory, replicas, stages, micro-batches and schedule of an
+// entry ranked before them: the same plan, found by the search.
+func dropFoundAgain(entries []sweepEntry, batch int) []sweepEntry {
+	type key struct {
+		step, peak int64
+		shape      string
+	}
+	seen := map[key]bool{}
+	var out []sweepEntry
+	for _, e := range entries {
+		if e.Error == "" {
+			st, err := plans.ParseStrategy(e.Strategy, batch)
+			k := key{e.StepNs, e.Peak, fmt.Sprint(st.DP, st.PP, st.MB, st.Shares, st.Sched)}
+			if err == nil && seen[k] && strings.Contains(e.Asked, "=auto") {
+				continue
+			}
+			seen[k] = true
+		}
+		out = append(out, e)
+	}
+	return out
 }
 
 // compile recompiles a strategy of the sweep the file records.

@@ -87,6 +87,14 @@ func TestSweepBadInput(t *testing.T) {
 	require.NoError(t, err)
 	require.NotContains(t, out, "(auto)", "equal devices: no uneven candidates")
 	require.True(t, strings.HasPrefix(out, "sweep: mlp (f32), batch 16, 2 device(s) of local"))
+
+	// Forced on equal devices, mb=auto can only find the even split: the
+	// table shows each such plan once.
+	out, err = run(t, "sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--batch", "16", "--uneven", "on", "--top", "0")
+	require.NoError(t, err)
+	require.Contains(t, out, "(not shown: ")
+	require.NotContains(t, out, "dp=2 (auto)")
+	require.Equal(t, 1, strings.Count(out, "  dp=2  "), out)
 }
 
 // Merging never panics on a file that is not what a sweep wrote.
