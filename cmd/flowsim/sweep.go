@@ -29,9 +29,10 @@ func newSweepCmd() *cobra.Command {
 		Use:   "sweep",
 		Short: "Rank the parallel strategies of a model on a cluster by simulated step time",
 		Long: `Enumerate the strategies that use --devices devices of the cluster (its
-first ones; default all): every dp × pp = devices, micro-batches per
+first ones; default all; on a cluster of CPUs, such as local, --devices N
+divides the cores into N devices): every dp × pp = devices, micro-batches per
 replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for pipelines) that divide
-the batch, both schedules for pipelines. With --uneven (the default when
+the batch, both schedules for pipelines. With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
 (see 'flowsim plan --help'). Every strategy is compiled (which rejects those
