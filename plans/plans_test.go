@@ -46,6 +46,10 @@ func TestParseStrategy(t *testing.T) {
 		{"dp=2,mb=auto", Strategy{}, "needs mbs"},
 		{"dp=4,mbs=32,mb=auto", Strategy{}, "at least dp=4 micro-batches of 32"},
 		{"dp=2,mbs=7,mb=auto", Strategy{}, "does not split"},
+		{"dp=2,mb=auto:8,mbs=8", Strategy{}, "mb=auto:N or mbs, not both"},
+		{"dp=4,mb=auto:2", Strategy{}, "at least one per replica of dp=4"},
+		{"dp=2,mb=auto:7", Strategy{}, "does not split into 7 micro-batches"},
+		{"dp=2,mb=auto:x", Strategy{}, "want auto:N"},
 		{"pp=2,layers=3:1,mb=2", Strategy{DP: 1, PP: 2, MB: 2, Sched: OneFOneB, Layers: []int{3, 1}}, ""},
 		{"dp=2,pp=3,layers=1:2:1", Strategy{DP: 2, PP: 3, MB: 1, Sched: OneFOneB, Layers: []int{1, 2, 1}}, ""},
 		{"layers=3:1", Strategy{}, "needs pp ≥ 2"},
@@ -95,6 +99,7 @@ func TestParseAutoShares(t *testing.T) {
 		{"dp=2,mbs=8,mb=auto", nil, 4},
 		{"dp=2,mb=auto,mbs=16,sched=gpipe", nil, 2},
 		{"dp=3,mbs=8,mb=auto", []int{3, 3, 2}, 3},
+		{"dp=3,mb=auto:8", []int{3, 3, 2}, 3},
 	} {
 		st, err := ParseStrategy(tt.in, 64)
 		require.NoError(t, err, tt.in)
@@ -102,7 +107,10 @@ func TestParseAutoShares(t *testing.T) {
 		require.Equal(t, tt.shares, st.Shares, tt.in)
 		require.Equal(t, tt.mb, st.MB, tt.in)
 		require.Equal(t, 64, st.TotalMicros()*64/st.TotalMicros())
-		require.Contains(t, st.String(), "mb=auto")
+		require.Contains(t, st.String(), "mb=auto:")
+		back, err := ParseStrategy(st.String(), 64)
+		require.NoError(t, err)
+		require.Equal(t, st, back, "%s round-trips as %s", tt.in, st)
 		_, err = Compile(Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0)})
 		require.ErrorContains(t, err, "plans/search", tt.in)
 		resolved := st.WithShares([]int{5, 3, 1}[:st.DP])

@@ -127,7 +127,7 @@ func (s Strategy) String() string {
 	}
 	switch {
 	case s.AutoShares:
-		parts = append(parts, "mb=auto")
+		parts = append(parts, "mb=auto:"+strconv.Itoa(s.TotalMicros()))
 	case s.Shares != nil:
 		parts = append(parts, "mb="+FormatCounts(s.Shares))
 	case s.MB > 1:
@@ -156,8 +156,9 @@ const maxCount = 1 << 20
 // (default 1f1b), and slots=N (cap register slots). Data parallelism may be
 // uneven: mb=M0:M1:… gives each replica's micro-batches (one count per
 // replica; the micro-batch size is the batch over their sum), and
-// mb=auto with mbs=S leaves the split of the batch's micro-batches of S
-// samples to the simulator (Strategy.AutoShares; see plans/search). So may
+// mb=auto with mbs=S (or mb=auto:N, N micro-batches) leaves the split of
+// the batch's micro-batches to the simulator (Strategy.AutoShares; see
+// plans/search). So may
 // pipelines: layers=L0:L1:… gives each stage's layers, layers=auto leaves
 // the cut to the simulator.
 func ParseStrategy(str string, batch int) (Strategy, error) {
@@ -168,6 +169,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	}
 	seen := map[string]bool{}
 	mbs := 0
+	autoTotal := 0 // of mb=auto:N
 	count := func(k, v string) (int, error) {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxCount {
@@ -198,6 +200,13 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			continue
 		case k == "mb" && v == "auto":
 			s.AutoShares = true
+			continue
+		case k == "mb" && strings.HasPrefix(v, "auto:"):
+			n, err := count(k, strings.TrimPrefix(v, "auto:"))
+			if err != nil {
+				return s, fmt.Errorf("plans: strategy %q: mb=%s: want auto:N, N micro-batches in all", str, v)
+			}
+			s.AutoShares, autoTotal = true, n
 			continue
 		case k == "layers" && v == "auto":
 			s.AutoLayers = true
@@ -254,8 +263,16 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	}
 	switch {
 	case s.AutoShares:
-		if mbs == 0 {
-			return s, fmt.Errorf("plans: strategy %q: mb=auto needs mbs=S, the micro-batch size, so that there are micro-batches to split", str)
+		switch {
+		case autoTotal > 0 && mbs > 0:
+			return s, fmt.Errorf("plans: strategy %q: give mb=auto:N or mbs, not both", str)
+		case autoTotal > 0:
+			if autoTotal < s.DP || batch < 1 || batch%autoTotal != 0 {
+				return s, fmt.Errorf("plans: strategy %q: batch %d does not split into %d micro-batches, at least one per replica of dp=%d", str, batch, autoTotal, s.DP)
+			}
+			return s.WithShares(EvenShares(autoTotal, s.DP)).withAuto(), nil
+		case mbs == 0:
+			return s, fmt.Errorf("plans: strategy %q: mb=auto needs mbs=S, the micro-batch size (or mb=auto:N, N micro-batches), so that there are micro-batches to split", str)
 		}
 		if batch < 1 || batch%mbs != 0 || batch/mbs < s.DP {
 			return s, fmt.Errorf("plans: strategy %q: batch %d does not split into at least dp=%d micro-batches of %d", str, batch, s.DP, mbs)

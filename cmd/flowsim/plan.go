@@ -48,7 +48,8 @@ Work over unequal devices may be split unevenly. Data parallelism: mb=3:1
 gives each replica's micro-batches (the micro-batch size is the batch over
 their sum). Pipelines: layers=3:1 gives each stage's layers (a layer starts
 at each op reading a weight matrix or filter; by default stages balance
-forward FLOPs). mb=auto (with mbs=S) or layers=auto lets the simulator
+forward FLOPs). mb=auto (with mbs=S; or mb=auto:N for N micro-batches) or
+layers=auto lets the simulator
 choose: every split of the batch's micro-batches of S samples over the
 replicas (replicas on the same device types sharing equally), or every cut
 of the layers into stages, each getting at least one, is compiled and
