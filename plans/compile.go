@@ -97,6 +97,7 @@ type compiler struct {
 
 	// per device
 	regOf    []map[int]int    // tensor ID → register holding it on that device
+	reOf     []map[int]int    // tensor ID → register of its recomputation on that device
 	copyOf   []map[int]int    // tensor ID → register of its copy received on that device
 	streams  []map[string]int // stream name → stream index
 	fwd, bwd [][]int          // device → the tasks of a forward (backward) micro-batch block, in order
@@ -164,6 +165,7 @@ func (c *compiler) taskName(dev int, name string) string {
 func (c *compiler) build() error {
 	n := len(c.p.Devices)
 	c.regOf = make([]map[int]int, n)
+	c.reOf = make([]map[int]int, n)
 	c.copyOf = make([]map[int]int, n)
 	c.streams = make([]map[string]int, n)
 	c.fwd = make([][]int, n)
@@ -173,7 +175,7 @@ func (c *compiler) build() error {
 	c.colls = make([][]int, n)
 	c.xfers = map[[2]int][]int{}
 	for d := range n {
-		c.regOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[string]int{}
+		c.regOf[d], c.reOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[string]int{}
 		c.accOf[d] = map[int]int{}
 		c.stream(d, "compute")
 	}
@@ -231,42 +233,106 @@ func (c *compiler) buildReplica(replica int) error {
 			c.fwd[dev] = append(c.fwd[dev], task)
 		}
 	}
+	// With recompute, the backward nodes come after the recomputation of
+	// the forward pass that they read from.
+	var backward []*graph.Node
 	for _, n := range c.g.Nodes {
-		if n.Phase == graph.Update {
+		switch {
+		case n.Phase == graph.Update:
+			continue
+		case n.Phase == graph.Backward && c.st.Recompute:
+			backward = append(backward, n)
 			continue
 		}
-		dev := c.device(replica, c.stage[n.ID])
-		var reads []Use
-		for _, in := range n.Inputs {
-			reg, err := c.readable(dev, in, replica)
-			if err != nil {
-				return err
-			}
-			mode := ReadMicro
-			if in.Persistent() {
-				mode = ReadPrev
-			}
-			reads = append(reads, Use{Reg: reg, Mode: mode})
+		if err := c.addNode(n, replica, n.Name, nil); err != nil {
+			return err
 		}
-		var writes []int
-		for _, out := range n.Outputs {
-			reg := c.newRegister(dev, c.taskName(dev, out.Name), out.Spec)
-			c.regOf[dev][out.ID] = reg
-			writes = append(writes, reg)
+	}
+	if !c.st.Recompute {
+		return nil
+	}
+	// Each layer (see Strategy.Layers) is recomputed from its inputs just
+	// before the first backward node of it, so that the backward pass
+	// holds the recomputed activations of one layer at a time; only the
+	// layers' inputs are kept from the forward pass.
+	fwd := forwardNodes(c.g)
+	layerOf := make(map[int]int, len(fwd)) // forward node ID → layer
+	starts := layerStarts(fwd)
+	for i, n := range fwd {
+		layerOf[n.ID], _ = slices.BinarySearch(starts, i+1)
+	}
+	done := map[int]bool{}
+	for _, n := range backward {
+		if n.Origin != nil {
+			if l, ok := layerOf[n.Origin.ID]; ok && !done[l] {
+				done[l] = true
+				for _, f := range fwd {
+					if layerOf[f.ID] == l && !graph.IsLoss(f.Op) {
+						if err := c.addNode(f, replica, "recompute/"+f.Name, c.reOf); err != nil {
+							return err
+						}
+					}
+				}
+			}
 		}
-		op, err := graph.EncodeOp(n.Op)
+		if err := c.addNode(n, replica, n.Name, nil); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addNode adds the task of graph node n on its device of a replica. A
+// recomputation (into the registers of re) repeats a forward node in the
+// backward pass, from the recomputed tensors where there are some and
+// otherwise from what the forward pass read (weights, the stage's inputs),
+// into registers of its own: the backward pass then reads those (see
+// readable), and the forward pass's activations live only until the next
+// forward op has read them.
+func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int]int) error {
+	dev := c.device(replica, c.stage[n.ID])
+	phase := n.Phase
+	if re != nil {
+		phase = graph.Backward
+	}
+	var reads []Use
+	for _, in := range n.Inputs {
+		reg, err := c.readable(dev, in, replica)
 		if err != nil {
 			return err
 		}
-		cost := n.Cost()
-		task := c.newTask(Task{Name: c.taskName(dev, n.Name), Kind: Compute, Phase: n.Phase.String(),
-			Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
-			Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
-		if n.Phase == graph.Backward {
-			c.bwd[dev] = append(c.bwd[dev], task)
-		} else {
-			c.fwd[dev] = append(c.fwd[dev], task)
+		mode := ReadMicro
+		if in.Persistent() {
+			mode = ReadPrev
 		}
+		reads = append(reads, Use{Reg: reg, Mode: mode})
+	}
+	var writes []int
+	for _, out := range n.Outputs {
+		regName := c.taskName(dev, out.Name)
+		if re != nil {
+			regName += "@recompute"
+		}
+		reg := c.newRegister(dev, regName, out.Spec)
+		if re != nil {
+			re[dev][out.ID] = reg
+		} else {
+			c.regOf[dev][out.ID] = reg
+		}
+		writes = append(writes, reg)
+	}
+	op, err := graph.EncodeOp(n.Op)
+	if err != nil {
+		return err
+	}
+	cost := n.Cost()
+	task := c.newTask(Task{Name: c.taskName(dev, name), Kind: Compute, Phase: phase.String(),
+		Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
+	if phase == graph.Backward {
+		c.bwd[dev] = append(c.bwd[dev], task)
+	} else {
+		c.fwd[dev] = append(c.fwd[dev], task)
 	}
 	return nil
 }
@@ -287,6 +353,9 @@ func (c *compiler) readersDevices(replica int, t *graph.Tensor, consumers [][]*g
 // readable returns the register through which device dev reads tensor t,
 // adding a transfer from the producing device if needed.
 func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) {
+	if reg, ok := c.reOf[dev][t.ID]; ok { // recomputed: only backward readers come after
+		return reg, nil
+	}
 	if reg, ok := c.regOf[dev][t.ID]; ok {
 		return reg, nil
 	}

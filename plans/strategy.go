@@ -39,6 +39,11 @@ type Strategy struct {
 	// AutoLayers asks for Layers to be chosen by the simulator
 	// (layers=auto), as AutoShares does for Shares.
 	AutoLayers bool
+	// Recompute (recompute=full) recomputes each stage's forward pass
+	// before its backward pass, micro-batch by micro-batch, instead of
+	// keeping the activations: a stage then holds only its inputs for the
+	// micro-batches in flight, at the cost of a second forward pass.
+	Recompute bool
 	// MaxSlots, when > 0, caps every register's slot count; a cap too small
 	// for the schedule is rejected at compile time.
 	MaxSlots int
@@ -109,7 +114,7 @@ func FormatCounts(shares []int) string {
 }
 
 func (s Strategy) String() string {
-	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares {
+	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && !s.Recompute {
 		return "single"
 	}
 	var parts []string
@@ -136,6 +141,9 @@ func (s Strategy) String() string {
 	if s.PP > 1 || s.MB > 1 {
 		parts = append(parts, "sched="+string(s.Sched))
 	}
+	if s.Recompute {
+		parts = append(parts, "recompute=full")
+	}
 	if s.MaxSlots > 0 {
 		parts = append(parts, "slots="+strconv.Itoa(s.MaxSlots))
 	}
@@ -144,7 +152,7 @@ func (s Strategy) String() string {
 
 // unsupported are strategy keys of DESIGN §5 that the compiler does not
 // implement yet; they are rejected by name rather than as unknown.
-var unsupported = map[string]bool{"tp": true, "vpp": true, "recompute": true, "zero": true, "sp": true}
+var unsupported = map[string]bool{"tp": true, "vpp": true, "zero": true, "sp": true}
 
 // maxCount bounds every count of a strategy, so that their products (the
 // devices, the firings) fit in an int.
@@ -153,7 +161,8 @@ const maxCount = 1 << 20
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
 // compiler supports: "single", or comma-separated keys dp=D, pp=P, mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
-// (default 1f1b), and slots=N (cap register slots). Data parallelism may be
+// (default 1f1b), recompute=full|none, and slots=N (cap register slots).
+// Data parallelism may be
 // uneven: mb=M0:M1:… gives each replica's micro-batches (one count per
 // replica; the micro-batch size is the batch over their sum), and
 // mb=auto with mbs=S (or mb=auto:N, N micro-batches) leaves the split of
@@ -187,7 +196,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		}
 		seen[k] = true
 		if unsupported[k] {
-			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, pp, mb, mbs, layers, sched, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 		switch {
 		case k == "sched":
@@ -196,6 +205,18 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				s.Sched = Schedule(v)
 			default:
 				return s, fmt.Errorf("plans: strategy %q: sched=%s: want gpipe or 1f1b", str, v)
+			}
+			continue
+		case k == "recompute":
+			switch v {
+			case "full":
+				s.Recompute = true
+			case "none":
+				s.Recompute = false
+			case "selective":
+				return s, fmt.Errorf("plans: strategy %q: recompute=selective is not supported by this compiler yet (recompute=full or none)", str)
+			default:
+				return s, fmt.Errorf("plans: strategy %q: recompute=%s: want full or none", str, v)
 			}
 			continue
 		case k == "mb" && v == "auto":
@@ -250,7 +271,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, pp, mb, mbs, layers, sched, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {

@@ -10,7 +10,7 @@ func FuzzParseStrategy(f *testing.F) {
 	for _, s := range []string{"single", "", "dp=2", "pp=2,mb=4,sched=gpipe", "dp=2,pp=2,mbs=8,sched=1f1b",
 		"slots=1", "tp=2", "dp=0", "mb=2,mbs=4", "dp=2,dp=2", " dp = 2 ", "pp=2,mbs=3",
 		"dp=4294967296,mbs=4294967296", "dp=2,mb=3:1", "dp=3,pp=2,mb=1:2:1", "dp=2,mbs=8,mb=auto", "dp=2,mb=1048576:1048576",
-		"pp=2,layers=3:1", "pp=2,layers=auto", "pp=2,layers=auto,mbs=8,mb=auto", "dp=3,mb=auto:8"} {
+		"pp=2,layers=3:1", "pp=2,layers=auto", "pp=2,layers=auto,mbs=8,mb=auto", "dp=3,mb=auto:8", "pp=2,recompute=full"} {
 		f.Add(s, 64)
 	}
 	f.Fuzz(func(t *testing.T, s string, batch int) {

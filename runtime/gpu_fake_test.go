@@ -43,7 +43,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 
 // TestGPUOnEmulator runs the GPU tests that check numbers
 // (TestGPUPlanMatchesCPU, TestGPUGEMMPoliciesAgree, TestGPUBF16Workloads,
-// TestGPUHeterogeneous, TestGPUHostFedMatchesPooled) in a child process against the fake driver, with
+// TestGPUHeterogeneous, TestGPUHostFedMatchesPooled, TestGPURecompute) in a child process against the fake driver, with
 // kernels/cuda's kernels run by the host emulator of internal/cudafake and
 // cuBLAS by reference code: the GPU runtime (graph capture and replay,
 // eager streams, CPU+GPU pipelines and data parallelism) with the real
@@ -51,7 +51,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // needs C and C++ compilers and the CUDA headers; without them it skips.
 func TestGPUOnEmulator(t *testing.T) {
 	emu := cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda"))
-	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous|HostFedMatchesPooled)$", 5, emu)
+	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous|HostFedMatchesPooled|Recompute)$", 6, emu)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
 	}
@@ -61,7 +61,7 @@ func TestGPUOnEmulator(t *testing.T) {
 	t.Run("async streams", func(t *testing.T) {
 		t.Setenv("FLOWKIT_FAKE_CUDA_STREAMS", "async")
 		t.Setenv("FLOWKIT_GPU_TEST_MODELS", "mnist-cnn;gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16")
-		cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|Heterogeneous|GEMMPoliciesAgree|HostFedMatchesPooled)$", 4, emu)
+		cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|Heterogeneous|GEMMPoliciesAgree|HostFedMatchesPooled|Recompute)$", 5, emu)
 	})
 	// Where cuBLASLt has no algorithm for an epilogue, Dense and DenseGrad
 	// fall back to cuBLAS and kernels, and compute the same.

@@ -20,6 +20,7 @@ type sweepFlags struct {
 	planFlags
 	devices, maxMB, top int
 	uneven              string
+	recompute           bool
 	shard               string
 }
 
@@ -35,7 +36,8 @@ replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for pipelines) that divide
 the batch, both schedules for pipelines. With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
-(see 'flowsim plan --help'). Every strategy is compiled (which rejects those
+(see 'flowsim plan --help'); with --recompute, each also with
+recompute=full. Every strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
 cost model (--calib, else the catalog's efficiencies); the table ranks them
 by step time, then peak memory, and -o writes the best plan.
@@ -55,6 +57,7 @@ the one table the whole sweep would print.`,
 	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
+	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full (slower; may fit where it does not)")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
@@ -86,6 +89,7 @@ type sweepSettings struct {
 	Devices       int     `json:"devices"`
 	MaxMB         int     `json:"max_mb"`
 	Uneven        bool    `json:"uneven"`
+	Recompute     bool    `json:"recompute,omitempty"`
 	Strategies    int     `json:"strategies"` // in the whole sweep, over all shards
 	Shards        int     `json:"shards"`
 }
@@ -133,7 +137,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	default:
 		return fmt.Errorf("--uneven %q: want on, off or auto", f.uneven)
 	}
-	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, Uneven: uneven})
+	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, Uneven: uneven, Recompute: f.recompute})
 	if err != nil {
 		return err
 	}
@@ -149,7 +153,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	}
 	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
 		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
-		Calib: f.calib, Devices: n, MaxMB: f.maxMB, Uneven: uneven, Strategies: len(strategies), Shards: shards}}
+		Calib: f.calib, Devices: n, MaxMB: f.maxMB, Uneven: uneven, Recompute: f.recompute, Strategies: len(strategies), Shards: shards}}
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}

@@ -22,6 +22,9 @@ type Space struct {
 	// mb=auto and each pipeline with layers=auto (1F1B), resolved by their
 	// own searches.
 	Uneven bool
+	// Recompute adds each strategy with recompute=full: slower, but it may
+	// fit where the strategy does not.
+	Recompute bool
 }
 
 // Strategies enumerates the strategies of a sweep of a global batch, in a
@@ -50,6 +53,11 @@ func Strategies(batch int, sp Space) ([]plans.Strategy, error) {
 			for _, sched := range scheds {
 				st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: sched}
 				out = append(out, st)
+				if sp.Recompute {
+					re := st
+					re.Recompute = true
+					out = append(out, re)
+				}
 				if sp.Uneven && dp > 1 && sched == plans.OneFOneB {
 					auto := st
 					auto.AutoShares = true

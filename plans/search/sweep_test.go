@@ -42,6 +42,12 @@ func TestStrategies(t *testing.T) {
 	require.Equal(t, 12, autos, "mb=auto for the 6 data-parallel 1F1B strategies, layers=auto for the 6 pipelined")
 	require.Len(t, uneven, len(even)+autos)
 
+	re, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Recompute: true})
+	require.NoError(t, err)
+	require.Len(t, re, 2*len(even), "each strategy also with recompute=full")
+	require.True(t, re[1].Recompute)
+	require.Equal(t, re[0].String()+",recompute=full", re[1].String())
+
 	odd, err := Strategies(6, Space{Devices: 2, MaxMB: 8})
 	require.NoError(t, err)
 	for _, st := range odd {
@@ -95,6 +101,25 @@ func TestSweep(t *testing.T) {
 
 	_, err = Sweep(cfg, d, strategies, Options{Shard: 3, Shards: 3})
 	require.ErrorContains(t, err, "shard 3 of 3")
+}
+
+// Recomputation makes fit what does not otherwise: a pipeline stage
+// holding all its micro-batches' activations (GPipe) does not fit, and
+// with recompute=full it does.
+func TestSweepRecomputeFits(t *testing.T) {
+	cfg := autoConfig(t, "mnist-cnn", "local", "dp=2", 64, true)
+	for i := range cfg.Devices {
+		cfg.Devices[i].Memory = 20 << 20
+	}
+	st := []plans.Strategy{
+		{DP: 1, PP: 2, MB: 4, Sched: plans.GPipe},
+		{DP: 1, PP: 2, MB: 4, Sched: plans.GPipe, Recompute: true},
+	}
+	entries, err := Sweep(cfg, perDevice(1, 1), st, Options{})
+	require.NoError(t, err)
+	require.True(t, entries[0].Strategy.Recompute)
+	require.NoError(t, entries[0].Err)
+	require.ErrorIs(t, entries[1].Err, plans.ErrOutOfMemory)
 }
 
 // Strategies that do not fit rank last, with the reason.
