@@ -240,7 +240,7 @@ func (c *compiler) buildReplica(replica int) error {
 		switch {
 		case n.Phase == graph.Update:
 			continue
-		case n.Phase == graph.Backward && c.st.Recompute:
+		case n.Phase == graph.Backward && c.st.Recompute != RecomputeNone:
 			backward = append(backward, n)
 			continue
 		}
@@ -248,13 +248,13 @@ func (c *compiler) buildReplica(replica int) error {
 			return err
 		}
 	}
-	if !c.st.Recompute {
+	if c.st.Recompute == RecomputeNone {
 		return nil
 	}
 	// Each layer (see Strategy.Layers) is recomputed from its inputs just
 	// before the first backward node of it, so that the backward pass
-	// holds the recomputed activations of one layer at a time; only the
-	// layers' inputs are kept from the forward pass.
+	// holds the recomputed activations of one layer at a time; with full
+	// recompute, only the layers' inputs are kept from the forward pass.
 	fwd := forwardNodes(c.g)
 	layerOf := make(map[int]int, len(fwd)) // forward node ID → layer
 	starts := layerStarts(fwd)
@@ -267,7 +267,7 @@ func (c *compiler) buildReplica(replica int) error {
 			if l, ok := layerOf[n.Origin.ID]; ok && !done[l] {
 				done[l] = true
 				for _, f := range fwd {
-					if layerOf[f.ID] == l && !graph.IsLoss(f.Op) {
+					if layerOf[f.ID] == l && c.recomputes(f) {
 						if err := c.addNode(f, replica, "recompute/"+f.Name, c.reOf); err != nil {
 							return err
 						}
@@ -280,6 +280,17 @@ func (c *compiler) buildReplica(replica int) error {
 		}
 	}
 	return nil
+}
+
+// recomputes reports whether forward node n is recomputed: under
+// selective recompute the attention ops, under full every op but the
+// loss (whose output would be counted twice).
+func (c *compiler) recomputes(n *graph.Node) bool {
+	if c.st.Recompute == RecomputeSelective {
+		_, ok := n.Op.(graph.Attention)
+		return ok
+	}
+	return !graph.IsLoss(n.Op)
 }
 
 // addNode adds the task of graph node n on its device of a replica. A

@@ -57,10 +57,10 @@ func TestParseStrategy(t *testing.T) {
 		{"pp=2,layers=1:1:1", Strategy{}, "3 counts for pp=2"},
 		{"pp=2,layers=0:1", Strategy{}, "one positive count per stage"},
 		{"pp=2,layers=auto,mbs=8,mb=auto", Strategy{}, "one at a time"},
-		{"recompute=full", Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB, Recompute: true}, ""},
-		{"pp=2,mb=4,sched=gpipe,recompute=full", Strategy{DP: 1, PP: 2, MB: 4, Sched: GPipe, Recompute: true}, ""},
-		{"recompute=selective", Strategy{}, "recompute=selective is not supported"},
-		{"recompute=some", Strategy{}, "want full or none"},
+		{"recompute=full", Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB, Recompute: RecomputeFull}, ""},
+		{"pp=2,mb=4,sched=gpipe,recompute=full", Strategy{DP: 1, PP: 2, MB: 4, Sched: GPipe, Recompute: RecomputeFull}, ""},
+		{"pp=2,recompute=selective", Strategy{DP: 1, PP: 2, MB: 1, Sched: OneFOneB, Recompute: RecomputeSelective}, ""},
+		{"recompute=some", Strategy{}, "want none, selective or full"},
 		{"single", Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"dp=2", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"pp=2,mb=4,sched=gpipe", Strategy{DP: 1, PP: 2, MB: 4, Sched: GPipe}, ""},
@@ -210,6 +210,27 @@ func TestCompileRecompute(t *testing.T) {
 	require.NoError(t, Encode(&b, p))
 	_, err := Decode(&b)
 	require.NoError(t, err)
+
+	// Selective: the attention ops alone, whose probabilities are the
+	// transformer's largest activations; memory between none and full.
+	const gpt = "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=64"
+	var peaks []units.Bytes
+	for _, r := range []string{"none", "selective", "full"} {
+		p := mustCompile(t, gpt, "recompute="+r, 8)
+		peaks = append(peaks, p.Memory[0].Peak)
+		if r != "selective" {
+			continue
+		}
+		var names []string
+		for _, task := range p.Tasks {
+			if strings.HasPrefix(task.Name, "recompute/") {
+				names = append(names, task.Name)
+			}
+		}
+		require.Equal(t, []string{"recompute/attention_1", "recompute/attention"}, names, "the second block's first: the backward pass runs from the last layer")
+	}
+	require.Greater(t, peaks[0], peaks[1])
+	require.Greater(t, peaks[1], peaks[2])
 }
 
 // Uneven data parallelism: each replica runs its share of the micro-batches

@@ -39,15 +39,26 @@ type Strategy struct {
 	// AutoLayers asks for Layers to be chosen by the simulator
 	// (layers=auto), as AutoShares does for Shares.
 	AutoLayers bool
-	// Recompute (recompute=full) recomputes each stage's forward pass
-	// before its backward pass, micro-batch by micro-batch, instead of
-	// keeping the activations: a stage then holds only its inputs for the
-	// micro-batches in flight, at the cost of a second forward pass.
-	Recompute bool
+	// Recompute trades time for memory: with RecomputeFull each layer's
+	// forward ops run again just before its backward ops, micro-batch by
+	// micro-batch, so that only the layers' inputs are kept (at the cost
+	// of a second forward pass); with RecomputeSelective only the
+	// attention ops do, whose probabilities are the largest activations
+	// for the least arithmetic (Korthikanti et al., 2022).
+	Recompute Recompute
 	// MaxSlots, when > 0, caps every register's slot count; a cap too small
 	// for the schedule is rejected at compile time.
 	MaxSlots int
 }
+
+// Recompute is what a strategy recomputes in the backward pass.
+type Recompute string
+
+const (
+	RecomputeNone      Recompute = ""
+	RecomputeSelective Recompute = "selective"
+	RecomputeFull      Recompute = "full"
+)
 
 // Devices is the number of devices the strategy uses.
 func (s Strategy) Devices() int { return s.DP * s.PP }
@@ -114,7 +125,7 @@ func FormatCounts(shares []int) string {
 }
 
 func (s Strategy) String() string {
-	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && !s.Recompute {
+	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone {
 		return "single"
 	}
 	var parts []string
@@ -141,8 +152,8 @@ func (s Strategy) String() string {
 	if s.PP > 1 || s.MB > 1 {
 		parts = append(parts, "sched="+string(s.Sched))
 	}
-	if s.Recompute {
-		parts = append(parts, "recompute=full")
+	if s.Recompute != RecomputeNone {
+		parts = append(parts, "recompute="+string(s.Recompute))
 	}
 	if s.MaxSlots > 0 {
 		parts = append(parts, "slots="+strconv.Itoa(s.MaxSlots))
@@ -161,7 +172,8 @@ const maxCount = 1 << 20
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
 // compiler supports: "single", or comma-separated keys dp=D, pp=P, mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
-// (default 1f1b), recompute=full|none, and slots=N (cap register slots).
+// (default 1f1b), recompute=none|selective|full, and slots=N (cap register
+// slots).
 // Data parallelism may be
 // uneven: mb=M0:M1:… gives each replica's micro-batches (one count per
 // replica; the micro-batch size is the batch over their sum), and
@@ -208,15 +220,13 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			}
 			continue
 		case k == "recompute":
-			switch v {
-			case "full":
-				s.Recompute = true
+			switch Recompute(v) {
+			case RecomputeFull, RecomputeSelective:
+				s.Recompute = Recompute(v)
 			case "none":
-				s.Recompute = false
-			case "selective":
-				return s, fmt.Errorf("plans: strategy %q: recompute=selective is not supported by this compiler yet (recompute=full or none)", str)
+				s.Recompute = RecomputeNone
 			default:
-				return s, fmt.Errorf("plans: strategy %q: recompute=%s: want full or none", str, v)
+				return s, fmt.Errorf("plans: strategy %q: recompute=%s: want none, selective or full", str, v)
 			}
 			continue
 		case k == "mb" && v == "auto":

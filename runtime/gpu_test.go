@@ -146,19 +146,21 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 	}
 }
 
-// Recomputation on the GPU (a captured graph and eager streams) computes
-// what one CPU device computes without it.
+// Recomputation on the GPU, full and selective (a captured graph and eager
+// streams), computes what one CPU device computes without it.
 func TestGPURecompute(t *testing.T) {
 	openGPU(t)
 	const iters, model, weight = 3, "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "layers.0.self_attn.in_proj_weight"
 	ref, refLoss := runPlan(t, compileOn(t, cpuDevices(1), model, "single", 4, 0), iters, false)
 	want, _ := ref.Param(weight, 0)
-	p := compileOn(t, gpuDevices(t), model, "mb=2,recompute=full", 4, 0)
-	for _, eager := range []bool{false, true} {
-		r, loss := runPlan(t, p, iters, eager)
-		require.InDeltaSlice(t, refLoss, loss, 1e-4*math.Abs(refLoss[0]), "eager=%v", eager)
-		got, _ := r.Param(weight, 0)
-		require.Less(t, relDiff(got, want), 1e-4, "eager=%v", eager)
+	for _, strategy := range []string{"mb=2,recompute=full", "recompute=selective"} {
+		p := compileOn(t, gpuDevices(t), model, strategy, 4, 0)
+		for _, eager := range []bool{false, true} {
+			r, loss := runPlan(t, p, iters, eager)
+			require.InDeltaSlice(t, refLoss, loss, 1e-4*math.Abs(refLoss[0]), "%s eager=%v", strategy, eager)
+			got, _ := r.Param(weight, 0)
+			require.Less(t, relDiff(got, want), 1e-4, "%s eager=%v", strategy, eager)
+		}
 	}
 }
 

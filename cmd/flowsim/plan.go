@@ -44,8 +44,9 @@ memory, with the tasks or the device named.
 
 Strategies: single | dp=D | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and their
 combinations (dp=2,pp=2); recompute=full recomputes each layer's forward
-pass before its backward pass instead of keeping its activations;
-slots=N caps every register's slot count.
+pass before its backward pass instead of keeping its activations, and
+recompute=selective only its attention; slots=N caps every register's slot
+count.
 Work over unequal devices may be split unevenly. Data parallelism: mb=3:1
 gives each replica's micro-batches (the micro-batch size is the batch over
 their sum). Pipelines: layers=3:1 gives each stage's layers (a layer starts

@@ -55,7 +55,7 @@ func Strategies(batch int, sp Space) ([]plans.Strategy, error) {
 				out = append(out, st)
 				if sp.Recompute {
 					re := st
-					re.Recompute = true
+					re.Recompute = plans.RecomputeFull
 					out = append(out, re)
 				}
 				if sp.Uneven && dp > 1 && sched == plans.OneFOneB {

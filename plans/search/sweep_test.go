@@ -45,7 +45,7 @@ func TestStrategies(t *testing.T) {
 	re, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Recompute: true})
 	require.NoError(t, err)
 	require.Len(t, re, 2*len(even), "each strategy also with recompute=full")
-	require.True(t, re[1].Recompute)
+	require.Equal(t, plans.RecomputeFull, re[1].Recompute)
 	require.Equal(t, re[0].String()+",recompute=full", re[1].String())
 
 	odd, err := Strategies(6, Space{Devices: 2, MaxMB: 8})
@@ -113,11 +113,11 @@ func TestSweepRecomputeFits(t *testing.T) {
 	}
 	st := []plans.Strategy{
 		{DP: 1, PP: 2, MB: 4, Sched: plans.GPipe},
-		{DP: 1, PP: 2, MB: 4, Sched: plans.GPipe, Recompute: true},
+		{DP: 1, PP: 2, MB: 4, Sched: plans.GPipe, Recompute: plans.RecomputeFull},
 	}
 	entries, err := Sweep(cfg, perDevice(1, 1), st, Options{})
 	require.NoError(t, err)
-	require.True(t, entries[0].Strategy.Recompute)
+	require.Equal(t, plans.RecomputeFull, entries[0].Strategy.Recompute)
 	require.NoError(t, entries[0].Err)
 	require.ErrorIs(t, entries[1].Err, plans.ErrOutOfMemory)
 }
