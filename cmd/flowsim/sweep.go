@@ -11,6 +11,8 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
 	"github.com/flowkit/flowkit/units"
@@ -37,7 +39,8 @@ the batch, both schedules for pipelines. With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
 (see 'flowsim plan --help'); with --recompute, each also with
-recompute=full. Every strategy is compiled (which rejects those
+recompute=full and, for models with attention, recompute=selective. Every
+strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
 cost model (--calib, else the catalog's efficiencies); the table ranks them
 by step time, then peak memory, and -o writes the best plan.
@@ -57,7 +60,7 @@ the one table the whole sweep would print.`,
 	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
-	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full (slower; may fit where it does not)")
+	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models with attention (slower; may fit where it does not)")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
@@ -137,7 +140,13 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	default:
 		return fmt.Errorf("--uneven %q: want on, off or auto", f.uneven)
 	}
-	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, Uneven: uneven, Recompute: f.recompute})
+	var recompute []plans.Recompute
+	if f.recompute {
+		if recompute, err = recomputeModes(f.model); err != nil {
+			return err
+		}
+	}
+	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, Uneven: uneven, Recompute: recompute})
 	if err != nil {
 		return err
 	}
@@ -158,6 +167,22 @@ func runSweep(w io.Writer, f sweepFlags) error {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}
 	return finishSweep(w, &file, f.top, f.out, f.json)
+}
+
+// recomputeModes are the recompute modes a sweep tries for a model:
+// selective where it has attention (elsewhere it recomputes nothing), and
+// full.
+func recomputeModes(model string) ([]plans.Recompute, error) {
+	m, err := zoo.Build(model, zoo.Config{Batch: 1})
+	if err != nil {
+		return nil, err
+	}
+	for _, n := range m.Graph.Nodes {
+		if _, ok := n.Op.(graph.Attention); ok {
+			return []plans.Recompute{plans.RecomputeSelective, plans.RecomputeFull}, nil
+		}
+	}
+	return []plans.Recompute{plans.RecomputeFull}, nil
 }
 
 // finishSweep prints a sweep's (or merged shards') ranked entries, as a

@@ -68,6 +68,35 @@ func TestSweepAndMerge(t *testing.T) {
 	require.ErrorContains(t, err, "not the --json output of flowsim sweep")
 }
 
+// --recompute tries full recomputation, and selective where there is
+// attention to recompute.
+func TestSweepRecompute(t *testing.T) {
+	for _, tt := range []struct {
+		model string
+		modes []string
+	}{
+		{"mlp", []string{"recompute=full"}},
+		{"gpt2s-blocks:layers=2,hidden=32,heads=2,seq=16", []string{"recompute=selective", "recompute=full"}},
+	} {
+		out, err := run(t, "sweep", "--model", tt.model, "--cluster", "local", "--devices", "2", "--batch", "8",
+			"--max-mb", "1", "--recompute", "--json")
+		require.NoError(t, err)
+		var file sweepFile
+		require.NoError(t, json.Unmarshal([]byte(out), &file))
+		require.True(t, file.Recompute)
+		require.Equal(t, 2*(1+len(tt.modes)), len(file.Entries), "dp=2 and pp=2, each plain and with each mode")
+		for _, mode := range tt.modes {
+			n := 0
+			for _, e := range file.Entries {
+				if strings.HasSuffix(e.Asked, mode) {
+					n++
+				}
+			}
+			require.Equal(t, 2, n, "%s: %s", tt.model, mode)
+		}
+	}
+}
+
 func TestSweepBadInput(t *testing.T) {
 	for _, tt := range []struct {
 		args []string

@@ -22,9 +22,9 @@ type Space struct {
 	// mb=auto and each pipeline with layers=auto (1F1B), resolved by their
 	// own searches.
 	Uneven bool
-	// Recompute adds each strategy with recompute=full: slower, but it may
-	// fit where the strategy does not.
-	Recompute bool
+	// Recompute adds each strategy with each of these recompute modes:
+	// slower, but it may fit where the strategy does not.
+	Recompute []plans.Recompute
 }
 
 // Strategies enumerates the strategies of a sweep of a global batch, in a
@@ -53,9 +53,9 @@ func Strategies(batch int, sp Space) ([]plans.Strategy, error) {
 			for _, sched := range scheds {
 				st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: sched}
 				out = append(out, st)
-				if sp.Recompute {
+				for _, mode := range sp.Recompute {
 					re := st
-					re.Recompute = plans.RecomputeFull
+					re.Recompute = mode
 					out = append(out, re)
 				}
 				if sp.Uneven && dp > 1 && sched == plans.OneFOneB {

@@ -42,11 +42,11 @@ func TestStrategies(t *testing.T) {
 	require.Equal(t, 12, autos, "mb=auto for the 6 data-parallel 1F1B strategies, layers=auto for the 6 pipelined")
 	require.Len(t, uneven, len(even)+autos)
 
-	re, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Recompute: true})
+	re, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Recompute: []plans.Recompute{plans.RecomputeSelective, plans.RecomputeFull}})
 	require.NoError(t, err)
-	require.Len(t, re, 2*len(even), "each strategy also with recompute=full")
-	require.Equal(t, plans.RecomputeFull, re[1].Recompute)
-	require.Equal(t, re[0].String()+",recompute=full", re[1].String())
+	require.Len(t, re, 3*len(even), "each strategy also with each recompute mode")
+	require.Equal(t, re[0].String()+",recompute=selective", re[1].String())
+	require.Equal(t, re[0].String()+",recompute=full", re[2].String())
 
 	odd, err := Strategies(6, Space{Devices: 2, MaxMB: 8})
 	require.NoError(t, err)
