@@ -9,6 +9,11 @@
 // split that balances them depends on the model, the batch and the cost
 // model (launches, transfers and all-reduces as much as arithmetic), which
 // is why it is searched rather than derived from peak FLOP rates.
+//
+// Sweep ranks whole strategies (Strategies enumerates them: data and
+// pipeline parallelism, micro-batching, schedules, recompute, and the
+// searched splits) by simulated step time and memory, in shards that merge
+// into the ranking of the whole (Rank).
 package search
 
 import (
