@@ -66,6 +66,7 @@ type PlanRunner struct {
 	GEMM GEMMPolicy
 
 	gpu       *gpuPlan // nil for plans of CPU devices only
+	rk        *ranked  // nil unless the run spans processes
 	lossTasks int      // loss firings per iteration
 	// widen scales the plan's arena offsets: a CPU device computes every
 	// float dtype in f32, so a plan with 2-byte registers runs in an arena
@@ -91,13 +92,23 @@ func NewGPUPlanRunner(p *plans.Plan, gpus ...*GPU) (*PlanRunner, error) {
 }
 
 func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
+	return newPlanRunnerOn(p, gpus, nil)
+}
+
+// newPlanRunnerOn prepares the devices of p that are this process's: all,
+// or with rk those of its rank.
+func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err error) {
 	edges, err := p.Deps()
 	if err != nil {
 		return nil, err
 	}
-	r = &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute, widen: 1}
+	r = &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute, widen: 1, rk: rk}
 	for _, e := range edges {
 		r.edges[e.To] = append(r.edges[e.To], e)
+	}
+	if rk != nil {
+		rk.derive(p, edges)
+		r.edges = rk.waits
 	}
 	for _, reg := range p.Registers {
 		if reg.Spec.DType.Size() == 2 {
@@ -132,7 +143,7 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 		}()
 	}
 	for i, d := range p.Devices {
-		if isGPU(d) {
+		if isGPU(d) || !rk.local(i) {
 			r.devs = append(r.devs, nil)
 			r.arenas = append(r.arenas, nil)
 			continue
@@ -173,7 +184,7 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 		}
 	}
 	for i := range p.Tasks {
-		if graph.IsLoss(r.ops[i]) {
+		if graph.IsLoss(r.ops[i]) && rk.local(p.Streams[p.Tasks[i].Streams[0]].Device) {
 			if t := &p.Tasks[i]; t.PerMicro {
 				r.lossTasks += p.Micros(t.Replica)
 			} else {
@@ -183,7 +194,7 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 	}
 	for i := range p.Registers {
 		reg := &p.Registers[i]
-		if !reg.Persistent {
+		if !reg.Persistent || !rk.local(reg.Device) {
 			continue
 		}
 		if r.devs[reg.Device] != nil {
@@ -250,6 +261,9 @@ func (r *PlanRunner) Close() error {
 
 // value returns a copy of slot 0 of register reg, wherever it lives.
 func (r *PlanRunner) value(reg int) (Buffer, error) {
+	if d := r.p.Registers[reg].Device; !r.rk.local(d) {
+		return Buffer{}, fmt.Errorf("runtime: %s is on device %s of rank %d", r.p.Registers[reg].Name, r.p.Devices[d].Name, r.rk.ranks[d])
+	}
 	if r.devs[r.p.Registers[reg].Device] == nil {
 		return r.download(reg, 0)
 	}
@@ -311,6 +325,9 @@ type RunResult struct {
 	// next's (the first from the run's start), so that their mean is the
 	// throughput step time.
 	Steps []time.Duration
+	// Part is, in a multi-process run, this rank's result for MergeRanks
+	// (Trace, Loss and Steps are then this rank's alone).
+	Part *RankResult
 }
 
 // StepTime is the mean of Steps after the first warmup iterations.
@@ -342,6 +359,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	}
 	x.cond = sync.NewCond(&x.mu)
 	x.start = time.Now()
+	x.wall = x.start.Round(0)
 	x.progress = x.start
 	if r.gpu != nil {
 		x.issued = make([]int, iters)
@@ -364,12 +382,20 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 		}
 	}
 
+	stopReceiving := func() {}
+	if rk := r.rk; rk != nil {
+		x.rr = &rankRun{id: rk.runs, heard: map[[2]int]int{}, parts: map[[2]int][]*Message{}}
+		rk.runs++
+		defer rk.link.Forget(x.rr.id)
+		stopReceiving = x.startReceiving(cancel)
+	}
+
 	// One goroutine per stream runs the firings whose home it is.
 	var wg sync.WaitGroup
 	for s := range p.Streams {
 		var order []int
 		for _, f := range p.Streams[s].Order {
-			if p.Tasks[p.Firings[f].Task].Streams[0] == s {
+			if r.homeOf(f) == s {
 				order = append(order, f)
 			}
 		}
@@ -388,6 +414,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	stop := x.watchdog(cancel)
 	wg.Wait()
 	stop()
+	stopReceiving()
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
@@ -405,6 +432,9 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 		}
 	}
 	res := x.result()
+	if x.rr != nil {
+		res.Part = &RankResult{Rank: r.rk.me, Start: x.wall, Events: res.Trace.Events, Landed: x.rr.landed, Loss: res.Loss}
+	}
 	prev := trace.Time(0)
 	for _, end := range res.Trace.IterationEnds() {
 		res.Steps = append(res.Steps, end.Sub(prev))
@@ -442,7 +472,7 @@ func (x *run) markBase() error {
 func (x *run) addLoss(it int, loss float64) (mean float64, report bool) {
 	x.loss[it] += loss
 	x.losses[it]++
-	return x.loss[it], x.losses[it] == x.r.lossTasks && x.r.Progress != nil
+	return x.loss[it], x.losses[it] == x.r.lossTasks && x.r.Progress != nil && x.r.rk == nil
 }
 
 // run is the state of one Run.
@@ -452,6 +482,8 @@ type run struct {
 	iters int
 	feed  Feeder
 	start time.Time
+	wall  time.Time // start without its monotonic reading
+	rr    *rankRun  // multi-process runs
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -502,6 +534,11 @@ func (x *run) stream(order []int) error {
 			x.mu.Unlock()
 			if report {
 				x.r.Progress(it, mean)
+			}
+			if x.rr != nil {
+				if err := x.notify(f, it); err != nil {
+					return err
+				}
 			}
 		}
 	}
@@ -613,7 +650,7 @@ func (x *run) fire(f, it int) (float64, error) {
 	p := x.r.p
 	fi := p.Firings[f]
 	t := &p.Tasks[fi.Task]
-	dev := x.r.devs[p.Streams[t.Streams[0]].Device]
+	dev := x.r.devs[p.Streams[x.r.homeOf(f)].Device]
 	reads := make([]Buffer, len(t.Reads))
 	for i, u := range t.Reads {
 		v, err := p.ReadVersion(u, it, fi.Micro)
@@ -624,7 +661,7 @@ func (x *run) fire(f, it int) (float64, error) {
 	}
 	writes := make([]Buffer, len(t.Writes))
 	for i, w := range t.Writes {
-		if x.r.devs[p.Registers[w].Device] != nil { // on a GPU: see Transfer
+		if x.r.devs[p.Registers[w].Device] != nil { // on a GPU (see Transfer) or another rank
 			writes[i] = x.r.slot(w, p.Slot(w, p.WriteVersion(w, t.ID, it, fi.Micro)))
 		}
 	}
@@ -647,6 +684,9 @@ func (x *run) fire(f, it int) (float64, error) {
 		from := t.Offset + fi.Micro*p.MicroBatch
 		return 0, x.feed.Feed(it, from, p.MicroBatch, b.F, b.I)
 	case plans.Transfer:
+		if !x.r.rk.local(p.Registers[t.Writes[0]].Device) {
+			return 0, x.sendTransfer(f, it, reads[0])
+		}
 		if dst := t.Writes[0]; x.r.devs[p.Registers[dst].Device] == nil {
 			return 0, x.r.toGPU(dst, p.Slot(dst, p.WriteVersion(dst, t.ID, it, fi.Micro)), reads[0])
 		}
@@ -665,6 +705,9 @@ func (x *run) fire(f, it int) (float64, error) {
 	case plans.AllReduce:
 		if x.r.gpu != nil && x.r.gpu.hostRun[f] {
 			return 0, x.r.allReduceHost(t, it, fi.Micro, writes)
+		}
+		if x.rr != nil && len(x.r.rk.active[f]) > 1 {
+			return 0, x.allReduceRanks(t, f, it, writes)
 		}
 		allReduce(dev.pool, writes, p.AllReduceWeights(t))
 	default:

@@ -1,0 +1,55 @@
+package runtime
+
+// A multi-process run splits a plan's devices over several processes
+// (ranks); each runs the streams of its own devices with a PlanRunner (see
+// NewRankRunner), and they tell one another, through a Link, what the
+// others need to know: that a firing finished, a transfer's data, a
+// replica's part of an all-reduce.
+
+// MessageKind is what a Message says.
+type MessageKind uint8
+
+const (
+	// MsgDone says that the sender finished its part of firing Firing of
+	// iteration Iter.
+	MsgDone MessageKind = iota + 1
+	// MsgData carries the value a cross-rank transfer writes into its
+	// destination register (Reg) on the receiver.
+	MsgData
+	// MsgPart carries the sender's register Reg, one of an all-reduce's
+	// writes, for the other ranks taking part in it.
+	MsgPart
+)
+
+// Message is one notice between the ranks of a multi-process run, about
+// one firing of one iteration of one Run.
+type Message struct {
+	Run    int // the Run call, counted from 0 by each runner
+	From   int // the sender's rank
+	Kind   MessageKind
+	Firing int
+	Iter   int
+	Reg    int       // MsgData, MsgPart
+	F      []float32 // MsgData, MsgPart: the payload (I for int32 registers)
+	I      []int32
+}
+
+// Link connects the ranks of a multi-process run. Ranks are 0 … Size−1.
+type Link interface {
+	// Rank is this process's rank, Size the number of ranks.
+	Rank() int
+	Size() int
+	// Send delivers m to rank to, after every message sent to it before.
+	// It copies the payload before it returns (the caller may then reuse
+	// it) and may return before m is delivered. It is safe for concurrent
+	// use.
+	Send(to int, m *Message) error
+	// Inbox returns the messages of run run from every other rank, each
+	// sender's in the order sent, including those that arrived before the
+	// call. The channel is closed when the link fails (Err says why).
+	Inbox(run int) <-chan *Message
+	// Forget drops run's messages, those queued and those still to come.
+	Forget(run int)
+	// Err is why the link failed, nil while it works.
+	Err() error
+}
