@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -25,6 +26,7 @@ type execFlags struct {
 	compare, json, eager     bool
 	gemm                     string
 	tracePath, pprofDir      string
+	procs                    procFlags
 }
 
 func newExecCmd() *cobra.Command {
@@ -42,6 +44,16 @@ captured once as a CUDA graph and replayed every iteration (--eager: enqueue
 every iteration instead). Inputs are synthetic (random samples of the plan's
 shapes; on a GPU gathered from a pool resident in its memory).
 
+With --procs N the plan runs in N processes of this host (this one and N−1
+'flowrun worker' processes it starts), each running the streams of its
+devices (--ranks; by default devices are split in contiguous blocks), as
+under a launcher that sets RANK, WORLD_SIZE, MASTER_ADDR and MASTER_PORT
+(this process is then rank 0; see 'flowrun worker --help'). The processes
+tell each other over gRPC streams when a firing another one waits for has
+finished, send transfers' data, and exchange all-reduce parts; each rank's
+trace is merged into one on rank 0's clock, which --compare checks against
+the plan's rules and compares with the simulator.
+
 The measured step time is the median over --runs runs of the mean step time
 after --warmup iterations. With --compare the plan is also simulated with the
 cost model (calibrated by --calib, else the device catalog's defaults), and
@@ -49,6 +61,7 @@ predicted and measured step times and per-task times are compared.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy dp=2 --batch 64 -o plan.json
   flowrun calibrate -o calib.json
   flowrun exec plan.json --compare --calib calib.json
+  flowrun exec plan.json --compare --calib calib.json --procs 2
   flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster h200-host -o gpt.json
   flowrun exec gpt.json --device cuda`,
 		Args: cobra.ExactArgs(1),
@@ -66,6 +79,7 @@ predicted and measured step times and per-task times are compared.`,
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.device, "device", "", "check where the plan runs: cpu (no GPU devices) or cuda (at least one); empty: wherever the plan says")
 	fl.BoolVar(&f.eager, "eager", false, "GPU plans: enqueue every firing every iteration instead of replaying a captured CUDA graph")
+	f.procs.register(fl)
 	fl.StringVar(&f.gemm, "gemm", "tuned", "GPU plans: how dense layers and matrix products run: tuned (each shape's fastest of cuBLASLt's candidate algorithms with the epilogue fused and cuBLAS with a kernel, timed on its first run), fused (cuBLASLt's first algorithm) or unfused (cuBLAS and kernels)")
 	return cmd
 }
@@ -102,6 +116,8 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return fmt.Errorf("--warmup must be in [0, --iters), got %d", f.warmup)
 	case f.runs < 1:
 		return fmt.Errorf("--runs must be ≥ 1, got %d", f.runs)
+	case f.procs.procs < 1:
+		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
 	}
 	p, err := plans.ReadFile(path)
 	if err != nil {
@@ -122,21 +138,35 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	}
 	// Runs continue from one another (the weights keep training); each is
 	// timed on its own.
-	runner, err := runtime.NewPlanRunner(p)
-	if err != nil {
-		return err
+	const classes, pool = 10, 1024
+	var (
+		runner *runtime.PlanRunner // this process's devices
+		run    func(context.Context, int, runtime.Feeder) (*runtime.RunResult, error)
+	)
+	if f.procs.multi() {
+		pr, err := newProcRunner(cmd.Context(), p, f.procs, time.Minute, classes, pool)
+		if err != nil {
+			return err
+		}
+		defer pr.Close()
+		runner, run = pr.PlanRunner, pr.Run
+	} else {
+		if runner, err = runtime.NewPlanRunner(p); err != nil {
+			return err
+		}
+		defer runner.Close()
+		run = runner.Run
 	}
-	defer runner.Close()
 	runner.Eager = f.eager
 	runner.GEMM = policy
-	feed := runtime.NewSyntheticFeeder(p.Images, 10, 1024, p.Seed)
+	feed := runtime.NewSyntheticFeeder(p.Images, classes, pool, p.Seed)
 	type timedRun struct {
 		res  *runtime.RunResult
 		step time.Duration
 	}
 	var runs []timedRun
 	for i := range f.runs {
-		res, err := runner.Run(cmd.Context(), f.iters, feed)
+		res, err := run(cmd.Context(), f.iters, feed)
 		if err != nil {
 			return err
 		}
@@ -171,6 +201,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		stepsS[i] = r.step.Seconds()
 	}
 	out["measured_steps_s"] = stepsS
+	out["loss"] = med.res.Loss
 	if notes := runner.Notes(); len(notes) > 0 {
 		out["notes"] = notes
 		for _, n := range notes {

@@ -26,6 +26,10 @@ var ErrClosed = errors.New("remote: group closed")
 // streams to this one in a normal shutdown.
 const closeWait = 10 * time.Second
 
+// abortWait bounds how long a failed setup waits for the other ranks to
+// receive its answers before it closes their connections.
+const abortWait = time.Second
+
 // keepaliveTime and keepaliveTimeout are how often a server pings an idle
 // connection and how long it waits for the answer, so that a host that
 // vanished without closing its connections (power, network) is noticed.
@@ -215,6 +219,8 @@ func (g *Group) Close() error {
 		err = g.coord.close(g)
 		g.shutdown(closeWait)
 	case alreadyClosing:
+		// Let the goodbye finish closing the streams.
+		_ = g.await(context.Background(), func() (bool, error) { return g.worker.bye, nil })
 		g.mu.Lock()
 		err = g.worker.closeErr
 		g.mu.Unlock()

@@ -128,16 +128,6 @@ func (in *inbox) shutdown() {
 	}
 }
 
-// pending is the number of messages of run queued and not yet read.
-func (in *inbox) pending(run int) int {
-	in.mu.Lock()
-	defer in.mu.Unlock()
-	if q := in.runs[run]; q != nil {
-		return len(q.pending)
-	}
-	return 0
-}
-
 // runSet is a set of runs (≥ 0) that stays small when runs are added
 // roughly in order, as runners forget them: every run below below is in
 // the set, and above holds the others.

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+)
+
+// TestMain lets the test binary serve as flowrun: 'flowrun exec --procs'
+// starts workers by running its own executable with "worker".
+func TestMain(m *testing.M) {
+	if os.Getenv("FLOWRUN_TEST_AS_MAIN") == "1" && len(os.Args) > 1 && os.Args[1] == "worker" {
+		if d, err := time.ParseDuration(os.Getenv("FLOWRUN_TEST_EXIT_AFTER")); err == nil {
+			go func() {
+				time.Sleep(d)
+				os.Exit(3) // a worker dying mid-run
+			}()
+		}
+		main()
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func writeCPUPlan(t *testing.T, model, strategy string, batch, devices int) string {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	var devs []plans.Device
+	for i := range devices {
+		devs = append(devs, plans.Device{Name: "cpu" + strconv.Itoa(i), Type: "cpu", Workers: 1})
+	}
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 3,
+		Optimizer: graph.SGD{LR: 0.05, Momentum: 0.9}, Devices: devs})
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "plan.json")
+	f, err := os.Create(path)
+	require.NoError(t, err)
+	require.NoError(t, plans.Encode(f, p))
+	require.NoError(t, f.Close())
+	return path
+}
+
+type execResult struct {
+	Pred float64   `json:"predicted_step_s"`
+	Meas float64   `json:"measured_step_s"`
+	Loss []float64 `json:"loss"`
+}
+
+func execJSON(t *testing.T, args ...string) (execResult, error) {
+	t.Helper()
+	var err error
+	out := captureStdout(t, func() {
+		cmd := newExecCmd()
+		cmd.SetArgs(append(args, "--json"))
+		cmd.SetErr(io.Discard)
+		cmd.SetOut(io.Discard)
+		err = cmd.Execute()
+	})
+	var res execResult
+	if err == nil {
+		require.NoError(t, json.Unmarshal(out, &res))
+	}
+	return res, err
+}
+
+// A plan run over several real processes, talking gRPC, trains as one
+// process does (the losses of later iterations depend on every update), and
+// its merged trace keeps the plan's rules (exec checks it).
+func TestExecProcs(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	path := writeCPUPlan(t, "mlp", "dp=2,pp=2,mb=2", 16, 4)
+	one, err := execJSON(t, path, "--iters", "4", "--warmup", "1")
+	require.NoError(t, err)
+	for _, args := range [][]string{
+		{"--procs", "2"},                     // replicas on ranks: all-reduces cross
+		{"--procs", "2", "--ranks", "0,1,0,1"}, // stages on ranks: transfers cross
+		{"--procs", "3", "--ranks", "0,1,2,0", "--compare"},
+	} {
+		t.Run(filepath.Join(args...), func(t *testing.T) {
+			got, err := execJSON(t, append([]string{path, "--iters", "4", "--warmup", "1"}, args...)...)
+			require.NoError(t, err)
+			require.InDeltaSlice(t, one.Loss, got.Loss, 1e-9)
+			require.Greater(t, got.Meas, 0.0)
+		})
+	}
+}
+
+// A worker dying mid-run stops the run with an error naming it, not a hang.
+func TestExecProcsWorkerDies(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	t.Setenv("FLOWRUN_TEST_EXIT_AFTER", "1500ms")
+	path := writeCPUPlan(t, "mlp", "dp=2", 16, 2)
+	start := time.Now()
+	_, err := execJSON(t, path, "--iters", "100000", "--warmup", "1", "--procs", "2")
+	require.Error(t, err)
+	t.Log(err)
+	require.Contains(t, err.Error(), "rank 1")
+	require.Less(t, time.Since(start), 30*time.Second)
+}
+
+// Placement and launch errors are clear.
+func TestExecProcsBadInput(t *testing.T) {
+	path := writeCPUPlan(t, "mlp", "dp=2", 8, 2)
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--procs", "3"}, "3 processes for a plan of 2 devices"},
+		{[]string{"--procs", "2", "--ranks", "0"}, "1 ranks for the plan's 2 devices"},
+		{[]string{"--procs", "2", "--ranks", "0,2"}, `device cpu1: rank "2", want 0…1`},
+		{[]string{"--procs", "2", "--ranks", "1,1"}, `--ranks "1,1": rank 0 has none of the plan's 2 devices`},
+	} {
+		_, err := execJSON(t, append([]string{path}, tt.args...)...)
+		require.ErrorContains(t, err, tt.want, "%v", tt.args)
+	}
+}

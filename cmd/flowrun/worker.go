@@ -1,0 +1,119 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/runtime"
+	"github.com/flowkit/flowkit/runtime/remote"
+)
+
+func newWorkerCmd() *cobra.Command {
+	var listen, tokenFile string
+	cmd := &cobra.Command{
+		Use:   "worker",
+		Short: "Serve as one rank of a multi-process run that 'flowrun exec' coordinates",
+		Long: `Join a multi-process run as rank $RANK of $WORLD_SIZE: dial the coordinator
+('flowrun exec PLAN' running as rank 0) at $MASTER_ADDR:$MASTER_PORT, receive
+the plan and the devices this rank runs, and run them as the coordinator
+says, exchanging tensors with the other ranks over gRPC streams. The worker
+exits when the coordinator ends the run (or disappears).
+
+These are the variables torchrun, Slurm (with a small wrapper) and Kubernetes
+indexed jobs set. Every rank needs the same secret, from $FLOWRUN_TOKEN or
+--token-file; a worker serves its peers on --listen, which binds to loopback
+unless you name another address.
+
+'flowrun exec --procs N' starts N−1 workers on this host itself.`,
+		Example: `  # on each of two hosts (rank 0 runs flowrun exec):
+  export WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 FLOWRUN_TOKEN=$(cat secret)
+  RANK=0 flowrun exec plan.json --compare
+  RANK=1 flowrun worker --listen 10.0.0.2:0`,
+		Args: cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd.Context(), listen, tokenFile) },
+	}
+	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address this worker serves its peers on (port 0: any free port)")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the run's shared secret (default: $FLOWRUN_TOKEN)")
+	return cmd
+}
+
+func runWorker(ctx context.Context, listen, tokenFile string) error {
+	o, err := remote.FromEnv()
+	if err != nil {
+		return err
+	}
+	if o.Rank == 0 {
+		return errors.New("RANK=0 is the coordinator: run 'flowrun exec PLAN' there")
+	}
+	if o.Token, err = readToken(tokenFile); err != nil {
+		return err
+	}
+	o.Listen = listen
+	g, err := remote.Join(ctx, o)
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	var (
+		p      *plans.Plan
+		runner *runtime.PlanRunner
+		feed   runtime.Feeder
+	)
+	for {
+		kind, payload, err := g.Next(ctx)
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		var reply workerReply
+		switch kind {
+		case cmdSetup:
+			var s workerSetup
+			if err := decodeGob(payload, &s); err != nil {
+				return fmt.Errorf("setup from the coordinator: %w", err)
+			}
+			if p, err = plans.Decode(bytes.NewReader(s.Plan)); err != nil {
+				reply.Err = err.Error()
+				break
+			}
+			if runner, err = runtime.NewRankRunner(p, s.Ranks, g.Link()); err != nil {
+				reply.Err = err.Error()
+				break
+			}
+			runner.Stall = s.Stall
+			feed = runtime.NewSyntheticFeeder(p.Images, s.Classes, s.Pool, p.Seed)
+		case cmdRun:
+			var r workerRun
+			if err := decodeGob(payload, &r); err != nil {
+				return fmt.Errorf("run from the coordinator: %w", err)
+			}
+			if runner == nil {
+				reply.Err = "run before setup"
+				break
+			}
+			res, err := runner.Run(ctx, r.Iters, feed)
+			if err != nil {
+				reply.Err = err.Error()
+				break
+			}
+			reply.Part = res.Part
+		default:
+			reply.Err = fmt.Sprintf("unknown command %q", kind)
+		}
+		b, err := encodeGob(reply)
+		if err != nil {
+			return err
+		}
+		if err := g.Reply(b); err != nil {
+			return err
+		}
+	}
+}
