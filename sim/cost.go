@@ -9,10 +9,11 @@ import (
 )
 
 // CostModel prices every task on its home device. Kernels go to the
-// compute model, by op kind and shape. Communication between accelerators
-// goes to the communication model over the cluster's routes, when Comm is
-// set and knows the plan's devices by name; communication between CPU
-// devices of one process (in-process copies and reductions) goes to the
+// compute model, by op kind and shape. Communication between accelerators,
+// and between CPU devices of different hosts (processes of a multi-process
+// run), goes to the communication model over the cluster's routes, when
+// Comm is set and knows the plan's devices by name; communication between
+// CPU devices of one host (in-process copies and reductions) goes to the
 // compute model as the memory-bound kinds "transfer" and "allreduce",
 // calibrated like kernels. Devices of one host slow each other down by the
 // calibrated contention.
@@ -39,11 +40,13 @@ func (m CostModel) Duration(p *plans.Plan, t int) (time.Duration, error) {
 	return m.Compute.Time(spec, p.Work(t))
 }
 
-// comm prices a transfer or an all-reduce between accelerators with the
-// communication model; ok is false when that does not apply.
+// comm prices a transfer or an all-reduce between accelerators, or between
+// hosts, with the communication model; ok is false when that does not
+// apply.
 func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.Duration, ok bool, err error) {
 	task := &p.Tasks[t]
-	if m.Comm == nil || home.Class == topology.CPU || (task.Kind != plans.Transfer && task.Kind != plans.AllReduce) {
+	if m.Comm == nil || (task.Kind != plans.Transfer && task.Kind != plans.AllReduce) ||
+		(home.Class == topology.CPU && oneHost(p, task)) {
 		return 0, false, nil
 	}
 	id := func(dev int) (topology.DeviceID, bool) { return m.Comm.Cluster().DeviceByName(p.Devices[dev].Name) }
@@ -82,4 +85,16 @@ func (m CostModel) Slowdown(p *plans.Plan, device int) float64 {
 func deviceSpec(p *plans.Plan, device int) (topology.DeviceSpec, error) {
 	d := p.Devices[device]
 	return topology.Spec(d.Type, d.Workers)
+}
+
+// oneHost says whether every device a transfer or all-reduce touches is on
+// one host (or the plan does not say).
+func oneHost(p *plans.Plan, task *plans.Task) bool {
+	host := p.Devices[p.Streams[task.Streams[0]].Device].Host
+	for _, w := range task.Writes {
+		if p.Devices[p.Registers[w].Device].Host != host {
+			return false
+		}
+	}
+	return true
 }

@@ -215,3 +215,60 @@ func TestCommOnGPUCluster(t *testing.T) {
 	}
 	require.Equal(t, 6, checked, "one all-reduce per weight and bias")
 }
+
+// Between CPU devices, transfers and all-reduces are in-process copies
+// priced by the compute model on one host, and network traffic priced by
+// the communication model between hosts (the processes of a multi-process
+// run).
+func TestCommBetweenHosts(t *testing.T) {
+	for _, tt := range []struct {
+		cluster  string
+		strategy string
+		network  bool
+	}{
+		{"local", "dp=2", false},
+		{"localx2", "dp=2", true},
+		{"localx2", "pp=2,mb=2", true},
+	} {
+		t.Run(tt.cluster+"/"+tt.strategy, func(t *testing.T) {
+			c, err := topology.Resolve(tt.cluster)
+			require.NoError(t, err)
+			st, err := plans.ParseStrategy(tt.strategy, 16)
+			require.NoError(t, err)
+			devs, err := plans.DevicesFromCluster(c, 2, true)
+			require.NoError(t, err)
+			p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 16, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs})
+			require.NoError(t, err)
+			comm := cost.NewComm(c)
+			m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
+			checked := 0
+			for i, task := range p.Tasks {
+				if task.Kind != plans.AllReduce && task.Kind != plans.Transfer {
+					continue
+				}
+				got, err := m.Duration(p, i)
+				require.NoError(t, err)
+				spec, err := deviceSpec(p, p.Streams[task.Streams[0]].Device)
+				require.NoError(t, err)
+				local, err := m.Compute.Time(spec, p.Work(i))
+				require.NoError(t, err)
+				if !tt.network {
+					require.Equal(t, local, got, task.Name)
+					checked++
+					continue
+				}
+				var net time.Duration
+				if task.Kind == plans.Transfer {
+					net, err = comm.PointToPoint(0, 1, task.Bytes)
+				} else {
+					net, err = comm.AllReduce([]topology.DeviceID{0, 1}, task.Bytes, cost.Auto)
+				}
+				require.NoError(t, err)
+				require.NotEqual(t, local, net)
+				require.Equal(t, net, got, task.Name)
+				checked++
+			}
+			require.Positive(t, checked)
+		})
+	}
+}

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -22,7 +23,7 @@ import (
 
 type execFlags struct {
 	iters, warmup, runs, top int
-	calib, device            string
+	calib, device, cluster   string
 	compare, json, eager     bool
 	gemm                     string
 	tracePath, pprofDir      string
@@ -72,6 +73,7 @@ predicted and measured step times and per-task times are compared.`,
 	fl.IntVar(&f.warmup, "warmup", 3, "iterations left out of the step time")
 	fl.IntVar(&f.runs, "runs", 1, "runs; the measured step time is their median")
 	fl.StringVar(&f.calib, "calib", "", "calibration file for the simulator (from 'flowrun calibrate')")
+	fl.StringVar(&f.cluster, "cluster", "", "with --compare: the cluster the plan was compiled for (preset or YAML file), whose routes price communication between GPUs and between hosts; default: the plan's cluster, if it is a preset")
 	fl.BoolVar(&f.compare, "compare", false, "also simulate the plan and compare predicted with measured")
 	fl.IntVar(&f.top, "top", 15, "tasks shown in the comparison table (worst first; 0: all)")
 	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json)")
@@ -251,7 +253,11 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			p.Model, p.Strategy, p.Batch, len(p.Devices), ms(med.step), f.runs, float64(p.Batch)/med.step.Seconds())
 		return nil
 	}
-	pred, err := sim.Simulate(p, sim.CostModel{Compute: model}, f.iters)
+	comm, err := planComm(p, f.cluster)
+	if err != nil {
+		return err
+	}
+	pred, err := sim.Simulate(p, sim.CostModel{Compute: model, Comm: comm}, f.iters)
 	if err != nil {
 		return err
 	}
@@ -278,6 +284,28 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	fmt.Printf("predicted step %.3f ms, measured %.3f ms (median of %d runs): error %+.1f%%\n\n",
 		ms(cmp.PredStep), ms(med.step), f.runs, 100*relErr)
 	return cmp.WriteTable(os.Stdout, f.top)
+}
+
+// planComm returns the communication model of the cluster p was compiled
+// for: the named one, else the plan's if it is a preset. Without one, a
+// plan whose devices span hosts is priced as if they shared one, and says
+// so.
+func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
+	name := cmp.Or(cluster, p.Cluster)
+	c, err := topology.Resolve(name)
+	switch {
+	case err == nil:
+		return cost.NewComm(c), nil
+	case cluster != "":
+		return nil, fmt.Errorf("--cluster: %w", err)
+	}
+	for _, d := range p.Devices[1:] {
+		if d.Host != p.Devices[0].Host {
+			fmt.Fprintf(os.Stderr, "flowrun: note: the plan's cluster %q is not a preset: communication between its hosts is priced as copies within one (give --cluster)\n", p.Cluster)
+			break
+		}
+	}
+	return nil, nil
 }
 
 // loadModel returns the compute model of a calibration file, or of the
