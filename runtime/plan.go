@@ -287,11 +287,12 @@ func (r *PlanRunner) slot(reg, k int) Buffer {
 }
 
 // Store returns a Store holding the current parameters and optimizer
-// state of replica 0 (copied), e.g. to evaluate the trained model.
+// state of replica 0 (copied), e.g. to evaluate the trained model. In a
+// multi-process run it holds those on this rank's devices.
 func (r *PlanRunner) Store() (*Store, error) {
 	s := NewStore(r.p.Seed)
 	for i, reg := range r.p.Registers {
-		if reg.Persistent && reg.Device/r.p.PP == 0 {
+		if reg.Persistent && reg.Device/r.p.PP == 0 && r.rk.local(reg.Device) {
 			b, err := r.value(i)
 			if err != nil {
 				return nil, err

@@ -192,10 +192,10 @@ func TestRanksMatchOneProcess(t *testing.T) {
 	}{
 		{"dp=2", []int{0, 1}},
 		{"pp=2,mb=4,sched=1f1b", []int{0, 1}},
-		{"dp=2,pp=2,mb=2", []int{0, 0, 1, 1}},  // replicas on ranks: all-reduces cross
-		{"dp=2,pp=2,mb=2", []int{0, 1, 0, 1}},  // stages on ranks: transfers cross
-		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}},  // both, three ranks
-		{"dp=3,mb=2:1:1", []int{0, 1, 1}},      // uneven; one rank holds two replicas
+		{"dp=2,pp=2,mb=2", []int{0, 0, 1, 1}}, // replicas on ranks: all-reduces cross
+		{"dp=2,pp=2,mb=2", []int{0, 1, 0, 1}}, // stages on ranks: transfers cross
+		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}}, // both, three ranks
+		{"dp=3,mb=2:1:1", []int{0, 1, 1}},     // uneven; one rank holds two replicas
 		{"pp=3,layers=1:2:1,mb=4", []int{2, 0, 1}},
 	}
 	for _, c := range cases {

@@ -83,3 +83,31 @@ func (s *Store) Names() []string {
 	sort.Strings(names)
 	return names
 }
+
+// Tensor is a stored tensor's value, e.g. to move it between processes.
+type Tensor struct {
+	Name string
+	Spec graph.Spec
+	F    []float32
+}
+
+// Tensors returns copies of the stored tensors, sorted by name.
+func (s *Store) Tensors() []Tensor {
+	var ts []Tensor
+	for _, n := range s.Names() {
+		st := s.tensors[n]
+		ts = append(ts, Tensor{Name: n, Spec: st.spec, F: append([]float32(nil), st.buf.F...)})
+	}
+	return ts
+}
+
+// Put stores the tensors, replacing any of the same names.
+func (s *Store) Put(ts ...Tensor) error {
+	for _, t := range ts {
+		if n := t.Spec.Shape.NumElements(); n != len(t.F) {
+			return fmt.Errorf("runtime: tensor %s: %d values for %v", t.Name, len(t.F), t.Spec)
+		}
+		s.tensors[t.Name] = &stored{spec: t.Spec, buf: Buffer{F: append([]float32(nil), t.F...)}}
+	}
+	return nil
+}

@@ -262,10 +262,6 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 	if err := checkInput(p.Model, train); err != nil {
 		return nil, err
 	}
-	feed, err := NewMNISTFeeder(train, p.Batch, p.Seed)
-	if err != nil {
-		return nil, err
-	}
 	r, err := NewPlanRunner(p)
 	if err != nil {
 		return nil, err
@@ -274,22 +270,52 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 	for _, o := range opts {
 		o(r)
 	}
+	return TrainOn(ctx, r, p, epochs, maxSteps, train, test, progress)
+}
+
+// PlanExecutor runs a plan's iterations and gives back the trained
+// weights: a PlanRunner, or rank 0 of a multi-process run.
+type PlanExecutor interface {
+	Run(ctx context.Context, iters int, feed Feeder) (*RunResult, error)
+	Store() (*Store, error)
+}
+
+// TrainOn is TrainPlan on an executor of p. Progress is reported step by
+// step by a PlanRunner; by other executors, once at the end.
+func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats)) (*TrainResult, error) {
+	if epochs < 1 {
+		return nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", epochs)
+	}
+	if err := checkInput(p.Model, train); err != nil {
+		return nil, err
+	}
+	feed, err := NewMNISTFeeder(train, p.Batch, p.Seed)
+	if err != nil {
+		return nil, err
+	}
 	steps := epochs * feed.Steps()
 	if maxSteps > 0 {
 		steps = min(steps, maxSteps)
 	}
 	last := time.Now()
-	r.Progress = func(iter int, loss float64) {
+	report := func(iter int, loss float64) {
 		now := time.Now()
 		if progress != nil {
 			progress(StepStats{Step: iter + 1, Steps: steps, Epoch: iter / feed.Steps(), Loss: float32(loss), StepTime: now.Sub(last)})
 		}
 		last = now
 	}
+	r, stepwise := x.(*PlanRunner)
+	if stepwise {
+		r.Progress = report
+	}
 	start := time.Now()
-	run, err := r.Run(ctx, steps, feed)
+	run, err := x.Run(ctx, steps, feed)
 	if err != nil {
 		return nil, err
+	}
+	if !stepwise {
+		report(steps-1, run.Loss[steps-1])
 	}
 	res := &TrainResult{Model: p.Model, Optimizer: p.Optimizer, Batch: p.Batch, Steps: steps,
 		Epochs: (steps + feed.Steps() - 1) / feed.Steps(), TrainTime: time.Since(start)}
@@ -301,7 +327,7 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 		}
 		res.FinalLoss += run.Loss[i] / float64(steps-lastEpoch)
 	}
-	store, err := r.Store()
+	store, err := x.Store()
 	if err != nil {
 		return nil, err
 	}

@@ -146,7 +146,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		run    func(context.Context, int, runtime.Feeder) (*runtime.RunResult, error)
 	)
 	if f.procs.multi() {
-		pr, err := newProcRunner(cmd.Context(), p, f.procs, time.Minute, classes, pool)
+		pr, err := newProcRunner(cmd.Context(), p, f.procs, time.Minute, feedSpec{Classes: classes, Pool: pool})
 		if err != nil {
 			return err
 		}

@@ -41,6 +41,8 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--data", trunc}, "truncated"},
 		{[]string{"--device", "cuda", "--gemm", "fastest"}, `--gemm: unknown GEMM policy "fastest" (want one of tuned, fused, unfused)`},
 		{[]string{"--device", "tpu"}, `--device "tpu": want cpu or cuda`},
+		{[]string{"--procs", "2"}, "a multi-process run trains through a plan: give --strategy"},
+		{[]string{"--procs", "0", "--strategy", "dp=2"}, "--procs must be ≥ 1"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

@@ -20,6 +20,7 @@ import (
 
 	"github.com/spf13/pflag"
 
+	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/runtime/remote"
@@ -116,6 +117,7 @@ func placeRanks(p *plans.Plan, spec string, world int) ([]int, error) {
 const (
 	cmdSetup = "setup"
 	cmdRun   = "run"
+	cmdStore = "store" // replica 0's weights on the worker's devices
 )
 
 // workerSetup is what a worker needs to run its part: the plan, the ranks
@@ -124,16 +126,40 @@ type workerSetup struct {
 	Plan  []byte // plans.Encode
 	Ranks []int
 	Stall time.Duration
-	// Synthetic inputs: runtime.NewSyntheticFeeder(p.Images, Classes,
-	// Pool, p.Seed).
+	Feed  feedSpec
+}
+
+// feedSpec says how every rank makes the same inputs: from MNIST's training
+// set in MNIST (a folder, see data.LocateMNIST) if set, shuffled by the
+// plan's seed as runtime.TrainOn does, else synthetic samples
+// (runtime.NewSyntheticFeeder(p.Images, Classes, Pool, p.Seed)).
+type feedSpec struct {
+	MNIST         string
 	Classes, Pool int
+}
+
+// feeder makes the inputs of the spec for p.
+func (s feedSpec) feeder(p *plans.Plan) (runtime.Feeder, error) {
+	if s.MNIST == "" {
+		return runtime.NewSyntheticFeeder(p.Images, s.Classes, s.Pool, p.Seed), nil
+	}
+	dir, err := data.LocateMNIST(s.MNIST)
+	if err != nil {
+		return nil, err
+	}
+	train, _, err := data.LoadMNIST(dir)
+	if err != nil {
+		return nil, err
+	}
+	return runtime.NewMNISTFeeder(train, p.Batch, p.Seed)
 }
 
 type workerRun struct{ Iters int }
 
 type workerReply struct {
-	Err  string
-	Part *runtime.RankResult
+	Err     string
+	Part    *runtime.RankResult
+	Tensors []runtime.Tensor // cmdStore
 }
 
 func encodeGob(v any) ([]byte, error) {
@@ -161,7 +187,7 @@ type child struct {
 
 // newProcRunner starts (or, under a launcher, joins) the processes of a
 // multi-process run of p and hands every worker its part. Close stops them.
-func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.Duration, classes, pool int) (_ *procRunner, err error) {
+func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.Duration, feed feedSpec) (_ *procRunner, err error) {
 	o := remote.Options{}
 	var token string
 	pr := &procRunner{p: p, childErr: make(chan error, max(f.procs, 1))}
@@ -211,7 +237,7 @@ func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.D
 	if err := plans.Encode(&plan, p); err != nil {
 		return nil, err
 	}
-	setup, err := encodeGob(workerSetup{Plan: plan.Bytes(), Ranks: ranks, Stall: stall, Classes: classes, Pool: pool})
+	setup, err := encodeGob(workerSetup{Plan: plan.Bytes(), Ranks: ranks, Stall: stall, Feed: feed})
 	if err != nil {
 		return nil, err
 	}
@@ -293,6 +319,24 @@ func (pr *procRunner) Run(ctx context.Context, iters int, feed runtime.Feeder) (
 		offsets = append(offsets, off)
 	}
 	return runtime.MergeRanks(pr.p, parts, offsets)
+}
+
+// Store returns replica 0's weights, from every rank.
+func (pr *procRunner) Store() (*runtime.Store, error) {
+	s, err := pr.PlanRunner.Store()
+	if err != nil {
+		return nil, err
+	}
+	replies, err := pr.ask(context.Background(), cmdStore, nil)
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range replies[1:] {
+		if err := s.Put(r.Tensors...); err != nil {
+			return nil, err
+		}
+	}
+	return s, nil
 }
 
 // why adds to a run's error the exit of a worker this process started, if

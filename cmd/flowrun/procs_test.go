@@ -82,7 +82,7 @@ func TestExecProcs(t *testing.T) {
 	one, err := execJSON(t, path, "--iters", "4", "--warmup", "1")
 	require.NoError(t, err)
 	for _, args := range [][]string{
-		{"--procs", "2"},                     // replicas on ranks: all-reduces cross
+		{"--procs", "2"},                       // replicas on ranks: all-reduces cross
 		{"--procs", "2", "--ranks", "0,1,0,1"}, // stages on ranks: transfers cross
 		{"--procs", "3", "--ranks", "0,1,2,0", "--compare"},
 	} {
@@ -123,4 +123,29 @@ func TestExecProcsBadInput(t *testing.T) {
 		_, err := execJSON(t, append([]string{path}, tt.args...)...)
 		require.ErrorContains(t, err, tt.want, "%v", tt.args)
 	}
+}
+
+// Training on MNIST over two processes (each reading MNIST itself) gives
+// the weights of one process, hence its test accuracy.
+func TestTrainProcs(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	train := func(args ...string) map[string]any {
+		var err error
+		out := captureStdout(t, func() {
+			cmd := newTrainCmd()
+			cmd.SetArgs(append([]string{"--strategy", "pp=2,mb=2", "--max-steps", "4", "--json"}, args...))
+			cmd.SetErr(io.Discard)
+			cmd.SetOut(io.Discard)
+			err = cmd.Execute()
+		})
+		require.NoError(t, err)
+		var res map[string]any
+		require.NoError(t, json.Unmarshal(out, &res))
+		return res
+	}
+	one := train()
+	two := train("--procs", "2")
+	require.Equal(t, one["train_loss"], two["train_loss"])
+	require.Equal(t, one["test_accuracy"], two["test_accuracy"])
+	require.Greater(t, two["test_accuracy"], 0.2, "four steps learn something")
 }

@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -40,6 +42,7 @@ type trainFlags struct {
 	dtype     string
 	device    string
 	gemm      string
+	procs     procFlags
 }
 
 func newTrainCmd() *cobra.Command {
@@ -91,6 +94,7 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
 	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
+	f.procs.register(fl)
 	fl.StringVar(&f.gemm, "gemm", "tuned", "with --device cuda: how dense layers and matrix products run, as for 'flowrun exec --gemm' (fused or unfused: no timing, so runs repeat bit for bit)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		switch f.device {
@@ -140,6 +144,10 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
 	case f.maxSteps < 0:
 		return fmt.Errorf("--max-steps must be ≥ 0, got %d", f.maxSteps)
+	case f.procs.procs < 1:
+		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	case f.procs.multi() && f.strategy == "":
+		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
 	}
 	if s, _ := zoo.InputShape(f.model); !s.Equal(graph.Shape{1, 28, 28}) {
 		return fmt.Errorf("model %s takes %v images; flowrun train has MNIST only (models: %s)", f.model, s, strings.Join(mnistModels(), ", "))
@@ -178,7 +186,11 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		if policy, err = runtime.ParseGEMMPolicy(f.gemm); err != nil {
 			return fmt.Errorf("--gemm: %w", err)
 		}
-		res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, bar.step, runtime.WithGEMM(policy))
+		if f.procs.multi() {
+			res, err = trainProcs(cmd.Context(), p, f, dir, train, test, bar)
+		} else {
+			res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, bar.step, runtime.WithGEMM(policy))
+		}
 	} else {
 		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
 			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype}
@@ -196,6 +208,22 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		res.FinalLoss, ms(res.StepMedian()), res.SamplesPerSecond())
 	fmt.Printf("test accuracy %.2f%% (loss %.4f) on %d images\n", 100*res.TestAccuracy, res.TestLoss, test.N)
 	return nil
+}
+
+// trainProcs trains through p over several processes, each reading MNIST
+// from dir.
+func trainProcs(ctx context.Context, p *plans.Plan, f trainFlags, dir string, train, test *data.Dataset, bar *trainProgress) (*runtime.TrainResult, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return nil, err
+	}
+	pr, err := newProcRunner(ctx, p, f.procs, time.Minute, feedSpec{MNIST: abs})
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	fmt.Fprintf(os.Stderr, "training over %d processes (progress is reported at the end)\n", pr.g.World())
+	return runtime.TrainOn(ctx, pr, p, f.epochs, f.maxSteps, train, test, bar.step)
 }
 
 // compileLocal compiles the plan of a --strategy training run.

@@ -89,7 +89,9 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 				break
 			}
 			runner.Stall = s.Stall
-			feed = runtime.NewSyntheticFeeder(p.Images, s.Classes, s.Pool, p.Seed)
+			if feed, err = s.Feed.feeder(p); err != nil {
+				reply.Err = err.Error()
+			}
 		case cmdRun:
 			var r workerRun
 			if err := decodeGob(payload, &r); err != nil {
@@ -105,6 +107,17 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 				break
 			}
 			reply.Part = res.Part
+		case cmdStore:
+			if runner == nil {
+				reply.Err = "store before setup"
+				break
+			}
+			s, err := runner.Store()
+			if err != nil {
+				reply.Err = err.Error()
+				break
+			}
+			reply.Tensors = s.Tensors()
 		default:
 			reply.Err = fmt.Sprintf("unknown command %q", kind)
 		}
