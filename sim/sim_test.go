@@ -187,14 +187,7 @@ func TestContention(t *testing.T) {
 // On a GPU cluster, all-reduces are priced by the communication model over
 // the cluster's routes.
 func TestCommOnGPUCluster(t *testing.T) {
-	c, err := topology.Resolve("dgx-a100")
-	require.NoError(t, err)
-	st, err := plans.ParseStrategy("dp=8", 64)
-	require.NoError(t, err)
-	devs, err := plans.DevicesFromCluster(c, 8, false)
-	require.NoError(t, err)
-	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs})
-	require.NoError(t, err)
+	p, c := compileOnCluster(t, "dgx-a100", "dp=8", 64, 8)
 	comm := cost.NewComm(c)
 	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
 	checked := 0
@@ -231,14 +224,7 @@ func TestCommBetweenHosts(t *testing.T) {
 		{"localx2", "pp=2,mb=2", true},
 	} {
 		t.Run(tt.cluster+"/"+tt.strategy, func(t *testing.T) {
-			c, err := topology.Resolve(tt.cluster)
-			require.NoError(t, err)
-			st, err := plans.ParseStrategy(tt.strategy, 16)
-			require.NoError(t, err)
-			devs, err := plans.DevicesFromCluster(c, 2, true)
-			require.NoError(t, err)
-			p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 16, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs})
-			require.NoError(t, err)
+			p, c := compileOnCluster(t, tt.cluster, tt.strategy, 16, 2)
 			comm := cost.NewComm(c)
 			m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
 			checked := 0
@@ -271,4 +257,19 @@ func TestCommBetweenHosts(t *testing.T) {
 			require.Positive(t, checked)
 		})
 	}
+}
+
+// compileOnCluster compiles mlp with a strategy for n devices of a
+// cluster (cores divided among devices where it has fewer).
+func compileOnCluster(t *testing.T, cluster, strategy string, batch, n int) (*plans.Plan, *topology.Cluster) {
+	t.Helper()
+	c, err := topology.Resolve(cluster)
+	require.NoError(t, err)
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, n, true)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs})
+	require.NoError(t, err)
+	return p, c
 }

@@ -45,6 +45,12 @@ func writePlan(t *testing.T, devs []plans.Device) string {
 	require.NoError(t, err)
 	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs})
 	require.NoError(t, err)
+	return savePlan(t, p)
+}
+
+// savePlan writes p to a file and returns its path.
+func savePlan(t *testing.T, p *plans.Plan) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "plan.json")
 	f, err := os.Create(path)
 	require.NoError(t, err)

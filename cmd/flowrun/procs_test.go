@@ -42,12 +42,7 @@ func writeCPUPlan(t *testing.T, model, strategy string, batch, devices int) stri
 	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 3,
 		Optimizer: graph.SGD{LR: 0.05, Momentum: 0.9}, Devices: devs})
 	require.NoError(t, err)
-	path := filepath.Join(t.TempDir(), "plan.json")
-	f, err := os.Create(path)
-	require.NoError(t, err)
-	require.NoError(t, plans.Encode(f, p))
-	require.NoError(t, f.Close())
-	return path
+	return savePlan(t, p)
 }
 
 type execResult struct {
