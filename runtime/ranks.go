@@ -59,24 +59,34 @@ type ranked struct {
 // its runner from the same plan and ranks, and they call Run together.
 // Multi-process plans run on CPU devices.
 func NewRankRunner(p *plans.Plan, ranks []int, link Link) (*PlanRunner, error) {
-	if len(ranks) != len(p.Devices) {
-		return nil, fmt.Errorf("runtime: %d ranks given for the plan's %d devices", len(ranks), len(p.Devices))
+	if err := CheckRanks(p, ranks, link.Size()); err != nil {
+		return nil, err
 	}
-	used := make([]bool, link.Size())
+	rk := &ranked{link: link, me: link.Rank(), ranks: ranks}
+	return newPlanRunnerOn(p, nil, rk)
+}
+
+// CheckRanks checks a placement of p's devices on world ranks, before any
+// process is started: one rank per device, every rank with a device, and
+// only CPU devices (multi-process runs do not place GPUs yet).
+func CheckRanks(p *plans.Plan, ranks []int, world int) error {
+	if len(ranks) != len(p.Devices) {
+		return fmt.Errorf("runtime: %d ranks given for the plan's %d devices", len(ranks), len(p.Devices))
+	}
+	used := make([]bool, world)
 	for d, k := range ranks {
-		if k < 0 || k >= link.Size() {
-			return nil, fmt.Errorf("runtime: device %s is placed on rank %d, outside the %d ranks", p.Devices[d].Name, k, link.Size())
+		if k < 0 || k >= world {
+			return fmt.Errorf("runtime: device %s is placed on rank %d, outside the %d ranks", p.Devices[d].Name, k, world)
 		}
 		if isGPU(p.Devices[d]) {
-			return nil, fmt.Errorf("runtime: device %s is a %s: multi-process runs support CPU devices only", p.Devices[d].Name, p.Devices[d].Type)
+			return fmt.Errorf("runtime: device %s is a %s: multi-process runs support CPU devices only", p.Devices[d].Name, p.Devices[d].Type)
 		}
 		used[k] = true
 	}
 	if k := slices.Index(used, false); k >= 0 {
-		return nil, fmt.Errorf("runtime: rank %d has none of the plan's %d devices", k, len(p.Devices))
+		return fmt.Errorf("runtime: rank %d has none of the plan's %d devices", k, len(p.Devices))
 	}
-	rk := &ranked{link: link, me: link.Rank(), ranks: ranks}
-	return newPlanRunnerOn(p, nil, rk)
+	return nil
 }
 
 // local says whether device d is this process's.

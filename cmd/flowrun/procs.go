@@ -221,6 +221,9 @@ func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.D
 	if err != nil {
 		return nil, err
 	}
+	if err := runtime.CheckRanks(p, ranks, o.World); err != nil {
+		return nil, err
+	}
 	if f.procs > 1 {
 		if err := pr.startWorkers(o, token); err != nil {
 			return nil, err
