@@ -130,8 +130,9 @@ type workerSetup struct {
 }
 
 // feedSpec says how every rank makes the same inputs: from MNIST's training
-// set in MNIST (a folder, see data.LocateMNIST) if set, shuffled by the
-// plan's seed as runtime.TrainOn does, else synthetic samples
+// set in MNIST (rank 0's folder; where a rank lacks it, its own copy as
+// data.LocateMNIST finds one) if set, shuffled by the plan's seed as
+// runtime.TrainOn does, else synthetic samples
 // (runtime.NewSyntheticFeeder(p.Images, Classes, Pool, p.Seed)).
 type feedSpec struct {
 	MNIST         string
@@ -145,7 +146,11 @@ func (s feedSpec) feeder(p *plans.Plan) (runtime.Feeder, error) {
 	}
 	dir, err := data.LocateMNIST(s.MNIST)
 	if err != nil {
-		return nil, err
+		// Another host: its own copy ($FLOWKIT_MNIST, the module cache).
+		var err2 error
+		if dir, err2 = data.LocateMNIST(""); err2 != nil {
+			return nil, err
+		}
 	}
 	train, _, err := data.LoadMNIST(dir)
 	if err != nil {
