@@ -385,6 +385,10 @@ func MergeRanks(p *plans.Plan, parts []*RankResult, offsets []time.Duration) (*R
 	at := map[key]*trace.Event{}
 	var order []key
 	res := &RunResult{Loss: make([]float64, len(parts[0].Loss))}
+	shift := make([]trace.Time, len(parts)) // to rank 0's clock
+	for k, part := range parts {
+		shift[k] = trace.Time(part.Start.Sub(parts[0].Start) - offsets[k])
+	}
 	for k, part := range parts {
 		if len(part.Loss) != len(res.Loss) {
 			return nil, fmt.Errorf("runtime: rank %d ran %d iterations, rank %d %d", part.Rank, len(part.Loss), parts[0].Rank, len(res.Loss))
@@ -392,10 +396,9 @@ func MergeRanks(p *plans.Plan, parts []*RankResult, offsets []time.Duration) (*R
 		for i, l := range part.Loss {
 			res.Loss[i] += l
 		}
-		shift := trace.Time(part.Start.Sub(parts[0].Start) - offsets[k])
 		for _, e := range part.Events {
-			e.Start += shift
-			e.End += shift
+			e.Start += shift[k]
+			e.End += shift[k]
 			id := key{e.Task, e.Iter, e.Micro}
 			if int(e.Task) < 0 || int(e.Task) >= len(p.Tasks) {
 				return nil, fmt.Errorf("runtime: rank %d recorded task %d, outside the plan's %d", part.Rank, e.Task, len(p.Tasks))
@@ -414,13 +417,12 @@ func MergeRanks(p *plans.Plan, parts []*RankResult, offsets []time.Duration) (*R
 		}
 	}
 	for k, part := range parts {
-		shift := trace.Time(part.Start.Sub(parts[0].Start) - offsets[k])
 		for _, e := range part.Landed {
 			ev, ok := at[key{e.Task, e.Iter, e.Micro}]
 			if !ok {
 				return nil, fmt.Errorf("runtime: rank %d received %s of iteration %d, which no rank sent", part.Rank, p.Tasks[e.Task].Name, e.Iter)
 			}
-			ev.End = e.End + shift
+			ev.End = e.End + shift[k]
 		}
 	}
 	tr := p.NewTrace("runtime")

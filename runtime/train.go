@@ -256,12 +256,6 @@ func WithGEMM(p GEMMPolicy) RunnerOption { return func(r *PlanRunner) { r.GEMM =
 // batches Train would see with the plan's seed), then evaluates replica 0's
 // weights on test. maxSteps > 0 stops early; opts configure the runner.
 func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats), opts ...RunnerOption) (*TrainResult, error) {
-	if epochs < 1 {
-		return nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", epochs)
-	}
-	if err := checkInput(p.Model, train); err != nil {
-		return nil, err
-	}
 	r, err := NewPlanRunner(p)
 	if err != nil {
 		return nil, err
