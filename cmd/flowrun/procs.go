@@ -175,13 +175,19 @@ func encodeGob(v any) ([]byte, error) {
 
 func decodeGob(b []byte, v any) error { return gob.NewDecoder(bytes.NewReader(b)).Decode(v) }
 
+// procGroup is rank 0's view of the processes of a run: the group, and the
+// workers it started itself.
+type procGroup struct {
+	g        *remote.Group
+	children []*child
+	childErr chan error // a worker that exited early
+}
+
 // procRunner runs a plan over several processes from rank 0.
 type procRunner struct {
 	*runtime.PlanRunner // rank 0's devices
-	p                   *plans.Plan
-	g                   *remote.Group
-	children            []*child
-	childErr            chan error // a worker that exited early
+	*procGroup
+	p *plans.Plan
 }
 
 // child is a worker process this process started.
@@ -193,50 +199,22 @@ type child struct {
 // newProcRunner starts (or, under a launcher, joins) the processes of a
 // multi-process run of p and hands every worker its part. Close stops them.
 func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.Duration, feed feedSpec) (_ *procRunner, err error) {
-	o := remote.Options{}
-	var token string
-	pr := &procRunner{p: p, childErr: make(chan error, max(f.procs, 1))}
+	var ranks []int
+	pg, err := startGroup(ctx, f, func(world int) error {
+		if ranks, err = placeRanks(p, f.ranks, world); err != nil {
+			return err
+		}
+		return runtime.CheckRanks(p, ranks, world)
+	})
+	if err != nil {
+		return nil, err
+	}
+	pr := &procRunner{procGroup: pg, p: p}
 	defer func() {
 		if err != nil {
 			pr.Close()
 		}
 	}()
-	if f.procs > 1 {
-		if token, err = newToken(); err != nil {
-			return nil, err
-		}
-		port, err := freePort()
-		if err != nil {
-			return nil, err
-		}
-		o = remote.Options{Rank: 0, World: f.procs, Master: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
-	} else {
-		if o, err = remote.FromEnv(); err != nil {
-			return nil, err
-		}
-		if o.Rank != 0 {
-			return nil, fmt.Errorf("RANK=%d: 'flowrun exec' is rank 0; start ranks 1… with 'flowrun worker'", o.Rank)
-		}
-		if token, err = readToken(f.tokenFile); err != nil {
-			return nil, err
-		}
-	}
-	o.Token = token
-	ranks, err := placeRanks(p, f.ranks, o.World)
-	if err != nil {
-		return nil, err
-	}
-	if err := runtime.CheckRanks(p, ranks, o.World); err != nil {
-		return nil, err
-	}
-	if f.procs > 1 {
-		if err := pr.startWorkers(o, token); err != nil {
-			return nil, err
-		}
-	}
-	if pr.g, err = pr.coordinate(ctx, o); err != nil {
-		return nil, err
-	}
 	if pr.PlanRunner, err = runtime.NewRankRunner(p, ranks, pr.g.Link()); err != nil {
 		return nil, err
 	}
@@ -255,9 +233,65 @@ func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.D
 	return pr, nil
 }
 
+// Close ends the run and releases rank 0's devices.
+func (pr *procRunner) Close() error {
+	err := pr.procGroup.Close()
+	if pr.PlanRunner != nil {
+		err = errors.Join(err, pr.PlanRunner.Close())
+	}
+	return err
+}
+
+// startGroup starts the workers of a run (--procs) or, under a launcher,
+// waits for them, and returns once they have joined. check, called with the
+// number of processes before any starts, vets what they will run.
+func startGroup(ctx context.Context, f procFlags, check func(world int) error) (_ *procGroup, err error) {
+	o := remote.Options{}
+	var token string
+	pg := &procGroup{childErr: make(chan error, max(f.procs, 1))}
+	defer func() {
+		if err != nil {
+			pg.Close()
+		}
+	}()
+	if f.procs > 1 {
+		if token, err = newToken(); err != nil {
+			return nil, err
+		}
+		port, err := freePort()
+		if err != nil {
+			return nil, err
+		}
+		o = remote.Options{Rank: 0, World: f.procs, Master: net.JoinHostPort("127.0.0.1", strconv.Itoa(port))}
+	} else {
+		if o, err = remote.FromEnv(); err != nil {
+			return nil, err
+		}
+		if o.Rank != 0 {
+			return nil, fmt.Errorf("RANK=%d: this command is rank 0; start ranks 1… with 'flowrun worker'", o.Rank)
+		}
+		if token, err = readToken(f.tokenFile); err != nil {
+			return nil, err
+		}
+	}
+	o.Token = token
+	if err := check(o.World); err != nil {
+		return nil, err
+	}
+	if f.procs > 1 {
+		if err := pg.startWorkers(o, token); err != nil {
+			return nil, err
+		}
+	}
+	if pg.g, err = pg.coordinate(ctx, o); err != nil {
+		return nil, err
+	}
+	return pg, nil
+}
+
 // coordinate waits for the workers to join, or for a started worker to
 // fail first.
-func (pr *procRunner) coordinate(ctx context.Context, o remote.Options) (*remote.Group, error) {
+func (pr *procGroup) coordinate(ctx context.Context, o remote.Options) (*remote.Group, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go func() {
@@ -276,7 +310,7 @@ func (pr *procRunner) coordinate(ctx context.Context, o remote.Options) (*remote
 
 // ask sends every worker a command and returns their replies (by rank;
 // [0] is nil), or the first worker's error.
-func (pr *procRunner) ask(ctx context.Context, kind string, payload []byte) ([]workerReply, error) {
+func (pr *procGroup) ask(ctx context.Context, kind string, payload []byte) ([]workerReply, error) {
 	if err := pr.g.Broadcast(kind, payload); err != nil {
 		return nil, err
 	}
@@ -349,7 +383,7 @@ func (pr *procRunner) Store() (*runtime.Store, error) {
 
 // why adds to a run's error the exit of a worker this process started, if
 // one exited (a worker that dies is why the others lost it).
-func (pr *procRunner) why(err error) error {
+func (pr *procGroup) why(err error) error {
 	if len(pr.children) == 0 {
 		return err
 	}
@@ -363,7 +397,7 @@ func (pr *procRunner) why(err error) error {
 
 // Close ends the run: the workers exit, and those this process started are
 // waited for.
-func (pr *procRunner) Close() error {
+func (pr *procGroup) Close() error {
 	var err error
 	if pr.g != nil {
 		err = pr.g.Close()
@@ -382,7 +416,7 @@ func (pr *procRunner) Close() error {
 
 // startWorkers starts ranks 1… of o as 'flowrun worker' processes of this
 // executable, their output prefixed with their rank.
-func (pr *procRunner) startWorkers(o remote.Options, token string) error {
+func (pr *procGroup) startWorkers(o remote.Options, token string) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return fmt.Errorf("starting workers: %w", err)
