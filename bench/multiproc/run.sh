@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Multi-process runs on this machine, predicted against measured: each plan
-# is compiled for results/multiproc-cpu/procs2.yaml (two one-core processes
-# joined by gRPC over loopback), run by 'flowrun exec --procs 2' (this
+# Multi-process runs on this machine, predicted against measured: the
+# transport between two processes is measured ('flowrun calibrate link'),
+# which writes results/multiproc-cpu/procs2.yaml (two processes joined by
+# gRPC over loopback); each plan is compiled for that cluster, run by 'flowrun exec --procs 2' (this
 # process and one worker it starts) and simulated with the committed CPU
 # calibration and the cluster's routes. Writes results/multiproc-cpu/
 # {table.md,runs/*.json}.
@@ -16,6 +17,7 @@ runs=${RUNS:-5}
 mkdir -p bin "$out/runs"
 CGO_ENABLED=0 go build -o bin/flowsim ./cmd/flowsim
 CGO_ENABLED=0 go build -o bin/flowrun ./cmd/flowrun
+bin/flowrun calibrate link --reps 50 --sizes 4KiB,64KiB,256KiB,1MiB,2MiB,4MiB,16MiB -o "$cluster" | tee "$out/link.txt"
 
 field() { sed -n "s/^  \"$1\": \([^,]*\),\?$/\1/p" "$2"; }
 
@@ -23,6 +25,7 @@ field() { sed -n "s/^  \"$1\": \([^,]*\),\?$/\1/p" "$2"; }
 	echo "# Multi-process runs on this CPU: predicted vs measured"
 	echo
 	echo "$(date -u +%Y-%m-%d), $(nproc) cores ($(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -1)), Go $(go env GOVERSION)."
+	echo "The transport (\`flowrun calibrate link\`, in \`link.txt\`): $(sed -n 's/^source: "the fabric: flowrun calibrate link, [0-9-]*: \(.*\)"$/\1/p' "$cluster")."
 	echo "Plans compiled for \`$cluster\`; \`flowrun exec --procs 2 --compare --calib $calib --cluster $cluster\`,"
 	echo "median of $runs runs of 20 iterations (3 warm-up). The one-process column runs the same plan in one process"
 	echo "(\`--procs 1\`), where its transfers and all-reduces are copies in memory."

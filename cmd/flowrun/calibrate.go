@@ -60,6 +60,7 @@ count ("cpu/2"), and loads on any machine.`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runCalibrate(cmd, f) },
 	}
+	cmd.AddCommand(newCalibrateLinkCmd())
 	fl := cmd.Flags()
 	fl.StringVar(&f.device, "device", "cpu", "device to calibrate: cpu, or cuda[:N] (measures the tasks of the --plans files where they run)")
 	fl.StringSliceVar(&f.plans, "plans", nil, "with --device cuda: plan files (globs allowed) whose tasks are measured, on every device they use")

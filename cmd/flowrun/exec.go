@@ -81,7 +81,7 @@ predicted and measured step times and per-task times are compared.`,
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.device, "device", "", "check where the plan runs: cpu (no GPU devices) or cuda (at least one); empty: wherever the plan says")
 	fl.BoolVar(&f.eager, "eager", false, "GPU plans: enqueue every firing every iteration instead of replaying a captured CUDA graph")
-	f.procs.register(fl)
+	f.procs.register(fl, 1)
 	fl.StringVar(&f.gemm, "gemm", "tuned", "GPU plans: how dense layers and matrix products run: tuned (each shape's fastest of cuBLASLt's candidate algorithms with the epilogue fused and cuBLAS with a kernel, timed on its first run), fused (cuBLASLt's first algorithm) or unfused (cuBLAS and kernels)")
 	return cmd
 }

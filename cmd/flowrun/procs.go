@@ -38,8 +38,9 @@ type procFlags struct {
 	tokenFile string
 }
 
-func (f *procFlags) register(fl *pflag.FlagSet) {
-	fl.IntVar(&f.procs, "procs", 1, "processes to run the plan in, on this host: this one and procs−1 'flowrun worker' processes it starts (over gRPC on loopback); 1 with WORLD_SIZE set: join a run started by a launcher as its rank 0")
+// register adds the flags, --procs defaulting to procs.
+func (f *procFlags) register(fl *pflag.FlagSet, procs int) {
+	fl.IntVar(&f.procs, "procs", procs, "processes to run the plan in, on this host: this one and procs−1 'flowrun worker' processes it starts (over gRPC on loopback); 1 with WORLD_SIZE set: join a run started by a launcher as its rank 0")
 	fl.StringVar(&f.ranks, "ranks", "", "in a multi-process run, the rank of each plan device, in plan order (e.g. 0,0,1,1); default: by host when the plan's devices span as many hosts as there are ranks, else in contiguous blocks")
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the run's shared secret (default: $FLOWRUN_TOKEN; --procs makes one)")
 }
@@ -314,6 +315,11 @@ func (pr *procGroup) ask(ctx context.Context, kind string, payload []byte) ([]wo
 	if err := pr.g.Broadcast(kind, payload); err != nil {
 		return nil, err
 	}
+	return pr.gather(ctx, kind)
+}
+
+// gather returns the workers' replies to the last command, kind.
+func (pr *procGroup) gather(ctx context.Context, kind string) ([]workerReply, error) {
 	raw, err := pr.g.Gather(ctx)
 	if err != nil {
 		return nil, err

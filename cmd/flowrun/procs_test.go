@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 )
 
 // TestMain lets the test binary serve as flowrun: 'flowrun exec --procs'
@@ -143,4 +144,44 @@ func TestTrainProcs(t *testing.T) {
 	require.Equal(t, one["train_loss"], two["train_loss"])
 	require.Equal(t, one["test_accuracy"], two["test_accuracy"])
 	require.Greater(t, two["test_accuracy"], 0.2, "four steps learn something")
+}
+
+// calibrate link measures the transport between two real processes and
+// writes a cluster of them that loads, with the measured fabric.
+func TestCalibrateLink(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	path := filepath.Join(t.TempDir(), "procs2.yaml")
+	var err error
+	out := captureStdout(t, func() {
+		cmd := newCalibrateCmd()
+		cmd.SetArgs([]string{"link", "--reps", "3", "--sizes", "4KiB,256KiB", "-o", path, "--json"})
+		cmd.SetErr(io.Discard)
+		err = cmd.Execute()
+	})
+	require.NoError(t, err)
+	var fit linkFit
+	require.NoError(t, json.Unmarshal(out, &fit))
+	require.Len(t, fit.OneWay, 2)
+	require.Less(t, fit.OneWay[0], fit.OneWay[1], "a larger message takes longer")
+	require.Positive(t, fit.Bandwidth)
+	c, err := topology.Load(path)
+	require.NoError(t, err)
+	require.Len(t, c.Devices, 2)
+	require.NotEqual(t, c.Nodes[c.Devices[0].Node].Name, c.Nodes[c.Devices[1].Node].Name, "a node per process")
+
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--reps", "2"}, "--reps must be ≥ 3"},
+		{[]string{"--sizes", "6B,64KiB"}, "want a positive multiple of 4 bytes"},
+		{[]string{"--sizes", "4KiB"}, "at least two sizes"},
+		{[]string{"--procs", "1"}, "WORLD_SIZE"},
+	} {
+		cmd := newCalibrateCmd()
+		cmd.SetArgs(append([]string{"link"}, tt.args...))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		require.ErrorContains(t, cmd.Execute(), tt.want, "%v", tt.args)
+	}
 }

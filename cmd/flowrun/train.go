@@ -94,7 +94,7 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
 	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
-	f.procs.register(fl)
+	f.procs.register(fl, 1)
 	fl.StringVar(&f.gemm, "gemm", "tuned", "with --device cuda: how dense layers and matrix products run, as for 'flowrun exec --gemm' (fused or unfused: no timing, so runs repeat bit for bit)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		switch f.device {

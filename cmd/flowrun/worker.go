@@ -107,6 +107,16 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 				break
 			}
 			reply.Part = res.Part
+		case cmdEcho:
+			var e workerEcho
+			if err := decodeGob(payload, &e); err != nil {
+				return fmt.Errorf("echo from the coordinator: %w", err)
+			}
+			if g.Rank() == 1 {
+				if err := echo(ctx, g.Link(), e); err != nil {
+					return err
+				}
+			}
 		case cmdStore:
 			if runner == nil {
 				reply.Err = "store before setup"
@@ -129,4 +139,24 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 			return err
 		}
 	}
+}
+
+// echo sends the next e.Count messages of run e.Run back to rank 0.
+func echo(ctx context.Context, link runtime.Link, e workerEcho) error {
+	inbox := link.Inbox(e.Run)
+	defer link.Forget(e.Run)
+	for range e.Count {
+		select {
+		case m, ok := <-inbox:
+			if !ok {
+				return fmt.Errorf("echo: %w", link.Err())
+			}
+			if err := link.Send(0, m); err != nil {
+				return err
+			}
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return nil
 }
