@@ -37,6 +37,9 @@ const (
 type Init struct {
 	Kind  InitKind
 	Scale float64
+	// Shard, under tensor parallelism, makes the tensor a part of a larger
+	// one, which the initializer fills.
+	Shard *Shard `json:",omitempty"`
 }
 
 // Tensor is a value in the graph.

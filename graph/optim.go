@@ -53,7 +53,7 @@ func (o SGD) update(g *Graph, params, grads []*Tensor) {
 			g.Apply(SGDUpdate{LR: o.LR, WeightDecay: o.WeightDecay}, w, grads[i])
 			continue
 		}
-		v := g.TypedState(w.Name+".momentum", w.Spec.Shape, w.Spec.DType, Init{Kind: Zeros})
+		v := g.TypedState(w.Name+".momentum", w.Spec.Shape, w.Spec.DType, Init{Kind: Zeros, Shard: w.Init.Shard.Named(w.Name + ".momentum")})
 		g.Apply(MomentumUpdate(o), w, grads[i], v)
 	}
 }
@@ -70,8 +70,8 @@ func (o Adam) Name() string {
 
 func (o Adam) update(g *Graph, params, grads []*Tensor) {
 	for i, w := range params {
-		m := g.TypedState(w.Name+".adam_m", w.Spec.Shape, w.Spec.DType, Init{Kind: Zeros})
-		v := g.TypedState(w.Name+".adam_v", w.Spec.Shape, w.Spec.DType, Init{Kind: Zeros})
+		m := g.TypedState(w.Name+".adam_m", w.Spec.Shape, w.Spec.DType, Init{Kind: Zeros, Shard: w.Init.Shard.Named(w.Name + ".adam_m")})
+		v := g.TypedState(w.Name+".adam_v", w.Spec.Shape, w.Spec.DType, Init{Kind: Zeros, Shard: w.Init.Shard.Named(w.Name + ".adam_v")})
 		g.Apply(AdamUpdate(o), w, grads[i], m, v)
 	}
 }

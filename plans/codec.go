@@ -65,9 +65,10 @@ func (p *Plan) check() error {
 	if p.Version != Version {
 		return fmt.Errorf("plans: version %d, this build reads version %d", p.Version, Version)
 	}
-	if p.MB < 1 || p.MicroBatch < 1 || p.DP < 1 || p.PP < 1 || len(p.Devices) != p.DP*p.PP {
-		return fmt.Errorf("plans: want positive micro_batches, micro_batch, replicas and stages, and replicas×stages devices; got %d, %d, %d, %d and %d",
-			p.MB, p.MicroBatch, p.DP, p.PP, len(p.Devices))
+	if p.MB < 1 || p.MicroBatch < 1 || p.DP < 1 || p.PP < 1 || p.TP < 0 || max(p.DP, p.PP, p.TP) > maxCount ||
+		len(p.Devices) != p.DP*p.PP*p.TPDegree() {
+		return fmt.Errorf("plans: want positive micro_batches, micro_batch, replicas and stages, tensor_parallel ≥ 0, and replicas×stages×tensor_parallel devices; got %d, %d, %d, %d, %d and %d",
+			p.MB, p.MicroBatch, p.DP, p.PP, p.TP, len(p.Devices))
 	}
 	if p.Shares != nil {
 		if len(p.Shares) != p.DP || slices.Min(p.Shares) < 1 || slices.Max(p.Shares) > maxCount || slices.Max(p.Shares) != p.MB {

@@ -32,8 +32,8 @@ type Config struct {
 // device).
 func Compile(cfg Config) (*Plan, error) {
 	st := cfg.Strategy
-	if st.DP < 1 || st.PP < 1 || st.MB < 1 {
-		return nil, fmt.Errorf("%w: degrees must be ≥ 1, got dp=%d pp=%d mb=%d", ErrInfeasible, st.DP, st.PP, st.MB)
+	if st.DP < 1 || st.PP < 1 || st.MB < 1 || st.TP < 0 {
+		return nil, fmt.Errorf("%w: degrees must be ≥ 1, got dp=%d tp=%d pp=%d mb=%d", ErrInfeasible, st.DP, st.TP, st.PP, st.MB)
 	}
 	if n := st.Devices(); n > len(cfg.Devices) {
 		return nil, fmt.Errorf("%w: %s needs %d devices, cluster %s has %d", ErrInfeasible, st, n, cfg.Cluster, len(cfg.Devices))
@@ -54,7 +54,7 @@ func Compile(cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("plans: no optimizer")
 	}
 	micro := cfg.Batch / st.TotalMicros()
-	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed, DType: cfg.DType})
+	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed, DType: cfg.DType, TP: st.TP})
 	if err != nil {
 		return nil, err
 	}
@@ -68,7 +68,7 @@ func Compile(cfg Config) (*Plan, error) {
 	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
-		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, TP: st.TP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
@@ -94,6 +94,7 @@ type compiler struct {
 	model *zoo.Model
 	stage []int // by node ID
 	p     *Plan
+	tp    int // the tensor-parallel rank being built (see device)
 
 	// per device
 	regOf    []map[int]int    // tensor ID → register holding it on that device
@@ -107,7 +108,22 @@ type compiler struct {
 	xfers    map[[2]int][]int // (src task, dst device) → transfer tasks
 }
 
-func (c *compiler) device(replica, stage int) int { return replica*c.st.PP + stage }
+// device is the device of a replica's stage in the tensor-parallel rank
+// being built, c.tp.
+func (c *compiler) device(replica, stage int) int {
+	return (replica*c.st.PP+stage)*c.st.TPDegree() + c.tp
+}
+
+// eachTP calls f with c.tp set to each tensor-parallel rank in turn.
+func (c *compiler) eachTP(f func() error) error {
+	defer func() { c.tp = 0 }()
+	for c.tp = range c.st.TPDegree() {
+		if err := f(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
 
 // inflight is the number of micro-batches whose activations a stage of a
 // replica holds at once under the schedule.
@@ -197,41 +213,13 @@ func (c *compiler) build() error {
 // replica, with the input and transfer tasks they need.
 func (c *compiler) buildReplica(replica int) error {
 	consumers := c.g.Consumers()
-	for _, t := range c.g.Tensors {
-		if !t.Persistent() {
-			continue
-		}
-		s := -1
-		for _, n := range consumers[t.ID] {
-			if ns := c.stage[n.ID]; s >= 0 && ns != s && n.Phase != graph.Update {
-				return fmt.Errorf("%w: %s is read on stages %d and %d; a weight must live on one stage", ErrInfeasible, t.Name, s, ns)
-			} else if s < 0 {
-				s = ns
-			}
-		}
-		if s < 0 {
-			continue
-		}
-		dev := c.device(replica, s)
-		reg := c.newRegister(dev, t.Name, t.Spec)
-		c.p.Registers[reg].Persistent = true
-		c.p.Registers[reg].Init = t.Init
-		c.regOf[dev][t.ID] = reg
+	if err := c.eachTP(func() error { return c.buildInputs(replica, consumers) }); err != nil {
+		return err
 	}
-	for _, in := range []*graph.Tensor{c.model.Images, c.model.Labels} {
-		if in == nil { // a model without labels
-			continue
-		}
-		for _, dev := range c.readersDevices(replica, in, consumers) {
-			reg := c.newRegister(dev, in.Name, in.Spec)
-			c.regOf[dev][in.ID] = reg
-			task := c.newTask(Task{Name: c.taskName(dev, "input/"+in.Name), Kind: Input, Phase: "input",
-				Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
-				Writes: []int{reg}, Offset: c.p.FirstMicro(replica) * c.p.MicroBatch,
-				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone(),
-				Family: "input(" + batchless(in.Spec) + ")"})
-			c.fwd[dev] = append(c.fwd[dev], task)
-		}
+	// Node by node, each on every tensor-parallel rank: a group's TPSum
+	// is one task, added once its members' inputs are.
+	add := func(n *graph.Node, name string, re []map[int]int) error {
+		return c.eachTP(func() error { return c.addNode(n, replica, name, re) })
 	}
 	// With recompute, the backward nodes come after the recomputation of
 	// the forward pass that they read from.
@@ -244,7 +232,7 @@ func (c *compiler) buildReplica(replica int) error {
 			backward = append(backward, n)
 			continue
 		}
-		if err := c.addNode(n, replica, n.Name, nil); err != nil {
+		if err := add(n, n.Name, nil); err != nil {
 			return err
 		}
 	}
@@ -268,15 +256,62 @@ func (c *compiler) buildReplica(replica int) error {
 				done[l] = true
 				for _, f := range fwd {
 					if layerOf[f.ID] == l && c.recomputes(f) {
-						if err := c.addNode(f, replica, "recompute/"+f.Name, c.reOf); err != nil {
+						if err := add(f, "recompute/"+f.Name, c.reOf); err != nil {
 							return err
 						}
 					}
 				}
 			}
 		}
-		if err := c.addNode(n, replica, n.Name, nil); err != nil {
+		if err := add(n, n.Name, nil); err != nil {
 			return err
+		}
+	}
+	return nil
+}
+
+// buildInputs adds a replica's persistent registers and input tasks on
+// its devices of tensor-parallel rank c.tp.
+func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
+	for _, t := range c.g.Tensors {
+		if !t.Persistent() {
+			continue
+		}
+		s := -1
+		for _, n := range consumers[t.ID] {
+			if ns := c.stage[n.ID]; s >= 0 && ns != s && n.Phase != graph.Update {
+				return fmt.Errorf("%w: %s is read on stages %d and %d; a weight must live on one stage", ErrInfeasible, t.Name, s, ns)
+			} else if s < 0 {
+				s = ns
+			}
+		}
+		if s < 0 {
+			continue
+		}
+		dev := c.device(replica, s)
+		init := t.Init
+		if init.Shard != nil {
+			init.Shard = init.Shard.Named(init.Shard.Of)
+			init.Shard.Part = c.tp
+		}
+		reg := c.newRegister(dev, t.Name+init.Shard.Suffix(), t.Spec)
+		c.p.Registers[reg].Persistent = true
+		c.p.Registers[reg].Init = init
+		c.regOf[dev][t.ID] = reg
+	}
+	for _, in := range []*graph.Tensor{c.model.Images, c.model.Labels} {
+		if in == nil { // a model without labels
+			continue
+		}
+		for _, dev := range c.readersDevices(replica, in, consumers) {
+			reg := c.newRegister(dev, in.Name, in.Spec)
+			c.regOf[dev][in.ID] = reg
+			task := c.newTask(Task{Name: c.taskName(dev, "input/"+in.Name), Kind: Input, Phase: "input",
+				Stage: c.p.Stage(dev), Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+				Writes: []int{reg}, Offset: c.p.FirstMicro(replica) * c.p.MicroBatch,
+				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone(),
+				Family: "input(" + batchless(in.Spec) + ")"})
+			c.fwd[dev] = append(c.fwd[dev], task)
 		}
 	}
 	return nil
@@ -305,6 +340,24 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	phase := n.Phase
 	if re != nil {
 		phase = graph.Backward
+	}
+	switch n.Op.(type) {
+	case graph.TPCopy: // the identity: its output is its input's register
+		reg, err := c.readable(dev, n.Inputs[0], replica)
+		if err != nil {
+			return err
+		}
+		if re != nil {
+			re[dev][n.Outputs[0].ID] = reg
+		} else {
+			c.regOf[dev][n.Outputs[0].ID] = reg
+		}
+		return nil
+	case graph.TPSum:
+		if c.tp == c.st.TPDegree()-1 { // every member's input is there
+			return c.addTPSum(n, replica, name, phase, re)
+		}
+		return nil
 	}
 	var reads []Use
 	for _, in := range n.Inputs {
@@ -348,6 +401,53 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	return nil
 }
 
+// addTPSum adds the all-reduce of TPSum node n over the tensor-parallel
+// group of a replica's stage: once per micro-batch, each member's write
+// is the sum of the members' reads. It runs on the members' compute
+// streams, as Megatron-LM's all-reduces hold up the compute they sit
+// between.
+func (c *compiler) addTPSum(n *graph.Node, replica int, name string, phase graph.Phase, re []map[int]int) error {
+	in, out := n.Inputs[0], n.Outputs[0]
+	tp := c.st.TPDegree()
+	task := Task{Name: c.taskName(c.device(replica, c.stage[n.ID])-c.tp, name) + fmt.Sprintf(" [tp ×%d]", tp), Kind: AllReduce, Sum: true,
+		Phase: phase.String(), Stage: c.stage[n.ID], Replica: replica, PerMicro: true,
+		FLOPs: units.FLOPs(out.Spec.Shape.NumElements() * tp), Bytes: out.Spec.Bytes(),
+		Key: fmt.Sprintf("allreduce(%d,%d)", tp, out.Spec.Bytes()), Shape: []int{tp, out.Spec.Shape.NumElements()},
+		Family: fmt.Sprintf("allreduce(%d,%s)", tp, batchless(out.Spec))}
+	defer func(t int) { c.tp = t }(c.tp)
+	var devs []int
+	for c.tp = range tp {
+		dev := c.device(replica, c.stage[n.ID])
+		reg, err := c.readable(dev, in, replica)
+		if err != nil {
+			return err
+		}
+		regName := c.taskName(dev, out.Name)
+		if re != nil {
+			regName += "@recompute"
+		}
+		w := c.newRegister(dev, regName, out.Spec)
+		if re != nil {
+			re[dev][out.ID] = w
+		} else {
+			c.regOf[dev][out.ID] = w
+		}
+		task.Reads = append(task.Reads, Use{Reg: reg, Mode: ReadMicro})
+		task.Writes = append(task.Writes, w)
+		task.Streams = append(task.Streams, c.stream(dev, "compute"))
+		devs = append(devs, dev)
+	}
+	id := c.newTask(task)
+	for _, dev := range devs {
+		if phase == graph.Backward {
+			c.bwd[dev] = append(c.bwd[dev], id)
+		} else {
+			c.fwd[dev] = append(c.fwd[dev], id)
+		}
+	}
+	return nil
+}
+
 // readersDevices lists the devices of a replica whose nodes read t.
 func (c *compiler) readersDevices(replica int, t *graph.Tensor, consumers [][]*graph.Node) []int {
 	var devs []int
@@ -385,7 +485,7 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 	c.copyOf[dev][t.ID] = dst
 	from := c.p.Registers[srcReg].Writers[0]
 	task := c.newTask(Task{Name: c.taskName(src, "send/"+t.Name+">"+c.p.Devices[dev].Name), Kind: Transfer, Phase: "comm",
-		Stage: src % c.st.PP, Replica: replica, PerMicro: true,
+		Stage: c.p.Stage(src), Replica: replica, PerMicro: true,
 		Streams: []int{c.commStream(src, "p2p>"+c.p.Devices[dev].Name)},
 		Reads:   []Use{{Reg: srcReg, Mode: ReadMicro}}, Writes: []int{dst},
 		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes()), Shape: []int{int(t.Spec.Bytes())},
@@ -409,7 +509,7 @@ func (c *compiler) gradReg(dev int, grad *graph.Tensor, replica int) int {
 	c.accOf[dev][grad.ID] = acc
 	n := grad.Spec.Shape.NumElements()
 	task := c.newTask(Task{Name: c.p.Registers[reg].Name + ".accumulate", Kind: Accumulate, Phase: "backward",
-		Stage: dev % c.st.PP, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+		Stage: c.p.Stage(dev), Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Reads: []Use{{Reg: reg, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: true,
 		FLOPs: units.FLOPs(2 * n), Bytes: 3 * grad.Spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
 	c.bwd[dev] = append(c.bwd[dev], task)
@@ -430,9 +530,14 @@ func (c *compiler) updateNodes() []*graph.Node {
 	return ns
 }
 
-// buildAllReduces adds, for every weight, one all-reduce over the replicas'
-// gradient registers (in place, the mean), on each replica's coll stream.
+// buildAllReduces adds, for every weight (of every tensor-parallel rank),
+// one all-reduce over the replicas' gradient registers (in place, the
+// mean), on each replica's coll stream.
 func (c *compiler) buildAllReduces() {
+	c.eachTP(func() error { c.buildAllReducesTP(); return nil })
+}
+
+func (c *compiler) buildAllReducesTP() {
 	for _, n := range c.updateNodes() {
 		grad := n.Inputs[1]
 		s := c.stage[n.ID]
@@ -443,7 +548,7 @@ func (c *compiler) buildAllReduces() {
 			streams = append(streams, c.commStream(dev, "coll"))
 		}
 		b := grad.Spec.Bytes()
-		task := c.newTask(Task{Name: fmt.Sprintf("allreduce/%s", n.Inputs[0].Name), Kind: AllReduce, Phase: "comm",
+		task := c.newTask(Task{Name: "allreduce/" + c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, Kind: AllReduce, Phase: "comm",
 			Stage: s, Replica: -1, PerMicro: false, Streams: streams,
 			Writes: regs, InPlace: true, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 			Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}})
@@ -454,8 +559,12 @@ func (c *compiler) buildAllReduces() {
 	}
 }
 
-// buildUpdates adds the optimizer's update tasks on every replica.
+// buildUpdates adds the optimizer's update tasks on every device.
 func (c *compiler) buildUpdates() {
+	c.eachTP(func() error { c.buildUpdatesTP(); return nil })
+}
+
+func (c *compiler) buildUpdatesTP() {
 	for r := range c.st.DP {
 		for _, n := range c.updateNodes() {
 			dev := c.device(r, c.stage[n.ID])
@@ -474,7 +583,7 @@ func (c *compiler) buildUpdates() {
 			}
 			op, _ := graph.EncodeOp(n.Op) // every update op is registered
 			cost := n.Cost()
-			task := c.newTask(Task{Name: c.taskName(dev, "update/"+n.Inputs[0].Name), Kind: Compute, Phase: "update",
+			task := c.newTask(Task{Name: c.taskName(dev, "update/"+c.p.Registers[c.regOf[dev][n.Inputs[0].ID]].Name), Kind: Compute, Phase: "update",
 				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
 				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 			c.updates[dev] = append(c.updates[dev], task)
@@ -497,7 +606,7 @@ func (c *compiler) sizeSlots() {
 		if reg.Persistent || len(reg.Writers) == 0 || c.p.Tasks[reg.Writers[0]].InPlace || !c.p.Tasks[reg.Writers[0]].PerMicro {
 			continue
 		}
-		replica, stage := reg.Device/c.st.PP, reg.Device%c.st.PP
+		replica, stage := c.p.Replica(reg.Device), c.p.Stage(reg.Device)
 		mb := c.st.Micros(replica)
 		writerPhase := c.p.Tasks[reg.Writers[0]].Phase
 		for _, t := range readBy[i] {

@@ -23,7 +23,11 @@ type Plan struct {
 	// replica runs MB.
 	Shares    []int      `json:"replica_micro_batches,omitempty"`
 	DP        int        `json:"replicas"` // data-parallel replicas
-	PP        int        `json:"stages"`   // pipeline stages; device = replica·PP + stage
+	PP        int        `json:"stages"`   // pipeline stages
+	// TP is the tensor-parallel degree (absent: 1): every stage of every
+	// replica runs on TP devices. Device (replica·PP + stage)·TP + rank is
+	// the given rank of a stage's group (see Replica, Stage, TPRank).
+	TP        int        `json:"tensor_parallel,omitempty"`
 	Optimizer string     `json:"optimizer"`
 	Seed      uint64     `json:"seed"` // initial weights: see runtime.Store
 	Cluster   string     `json:"cluster"`
@@ -43,6 +47,18 @@ type Plan struct {
 
 	deps []Edge // derived once, see Deps
 }
+
+// TPDegree is the tensor-parallel degree, at least 1.
+func (p *Plan) TPDegree() int { return max(p.TP, 1) }
+
+// Replica is the data-parallel replica device d belongs to.
+func (p *Plan) Replica(d int) int { return d / p.TPDegree() / p.PP }
+
+// Stage is the pipeline stage device d runs.
+func (p *Plan) Stage(d int) int { return d / p.TPDegree() % p.PP }
+
+// TPRank is device d's rank in its tensor-parallel group.
+func (p *Plan) TPRank(d int) int { return d % p.TPDegree() }
 
 // split is the plan's division of an iteration's micro-batches over its
 // replicas, as a strategy states it.
@@ -72,15 +88,22 @@ func (p *Plan) FirstMicro(r int) int {
 // replica's register each): the replica's share of the batch, so that the
 // weighted sum of the replicas' mean gradients is the batch's mean
 // gradient. Nil when the replicas are even: the all-reduce is the plain
-// mean.
+// mean. All ones for a tensor-parallel sum (Task.Sum).
 func (p *Plan) AllReduceWeights(t *Task) []float64 {
+	if t.Sum {
+		w := make([]float64, len(t.Writes))
+		for i := range w {
+			w[i] = 1
+		}
+		return w
+	}
 	if p.Shares == nil {
 		return nil
 	}
 	w := make([]float64, len(t.Writes))
 	total := float64(p.TotalMicros())
 	for i, r := range t.Writes {
-		w[i] = float64(p.Micros(p.Registers[r].Device/p.PP)) / total
+		w[i] = float64(p.Micros(p.Replica(p.Registers[r].Device))) / total
 	}
 	return w
 }
@@ -119,7 +142,7 @@ const (
 	Input      TaskKind = "input"      // loads a micro-batch slice of the global inputs
 	Transfer   TaskKind = "transfer"   // copies a register to another device
 	Accumulate TaskKind = "accumulate" // acc = g/M (first micro-batch) or acc += g/M, M the replica's micro-batches
-	AllReduce  TaskKind = "allreduce"  // mean of a register over the data-parallel replicas, see Plan.AllReduceWeights
+	AllReduce  TaskKind = "allreduce"  // mean of a register over the data-parallel replicas, see Plan.AllReduceWeights; or a tensor-parallel sum (Task.Sum)
 )
 
 // ReadMode says which write of a register an input reads.
@@ -159,6 +182,10 @@ type Task struct {
 	// Writes are the registers written; InPlace marks read-modify-writes.
 	Writes  []int `json:"writes"`
 	InPlace bool  `json:"in_place,omitempty"`
+	// Sum marks the all-reduce of a tensor-parallel group (graph.TPSum),
+	// once per micro-batch: each member's write is the sum of all members'
+	// reads (Reads[i] and Writes[i] are member i's).
+	Sum bool `json:"sum,omitempty"`
 	// Offset is, for an Input task, the sample index of its micro-batch 0
 	// in the global batch.
 	Offset int `json:"offset,omitempty"`

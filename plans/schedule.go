@@ -29,7 +29,7 @@ func (c *compiler) order() {
 	for d := range c.p.Devices {
 		compute := &c.p.Streams[c.streams[d]["compute"]]
 		f, b := c.fwd[d], c.bwd[d]
-		for _, step := range c.schedule(d/c.st.PP, d%c.st.PP) {
+		for _, step := range c.schedule(c.p.Replica(d), c.p.Stage(d)) {
 			if step.forward {
 				compute.Order = append(compute.Order, block(f, step.micro)...)
 			} else {

@@ -20,7 +20,11 @@ const (
 // and the pipeline schedule.
 type Strategy struct {
 	DP, PP, MB int
-	Sched      Schedule
+	// TP is the tensor-parallel degree (Megatron-LM's layout, see
+	// graph.TPSum): each replica's stage runs on a group of TP devices that
+	// split its layers' weights. 0 means 1.
+	TP    int
+	Sched Schedule
 	// Shares, when set (one count per replica), splits the iteration's
 	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
 	// size, and MB is the largest share; mb=auto (AutoShares) has
@@ -61,7 +65,10 @@ const (
 )
 
 // Devices is the number of devices the strategy uses.
-func (s Strategy) Devices() int { return s.DP * s.PP }
+func (s Strategy) Devices() int { return s.DP * s.PP * s.TPDegree() }
+
+// TPDegree is the tensor-parallel degree, at least 1.
+func (s Strategy) TPDegree() int { return max(s.TP, 1) }
 
 // Micros is the number of micro-batches replica r runs per iteration.
 func (s Strategy) Micros(r int) int {
@@ -125,12 +132,15 @@ func FormatCounts(shares []int) string {
 }
 
 func (s Strategy) String() string {
-	if s.DP == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone {
+	if s.DP == 1 && s.TPDegree() == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone {
 		return "single"
 	}
 	var parts []string
 	if s.DP > 1 {
 		parts = append(parts, "dp="+strconv.Itoa(s.DP))
+	}
+	if s.TP > 1 {
+		parts = append(parts, "tp="+strconv.Itoa(s.TP))
 	}
 	if s.PP > 1 {
 		parts = append(parts, "pp="+strconv.Itoa(s.PP))
@@ -163,14 +173,14 @@ func (s Strategy) String() string {
 
 // unsupported are strategy keys of DESIGN §5 that the compiler does not
 // implement yet; they are rejected by name rather than as unknown.
-var unsupported = map[string]bool{"tp": true, "vpp": true, "zero": true, "sp": true}
+var unsupported = map[string]bool{"vpp": true, "zero": true, "sp": true}
 
 // maxCount bounds every count of a strategy, so that their products (the
 // devices, the firings) fit in an int.
 const maxCount = 1 << 20
 
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
-// compiler supports: "single", or comma-separated keys dp=D, pp=P, mb=M or
+// compiler supports: "single", or comma-separated keys dp=D, tp=T, pp=P, mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, and slots=N (cap register
 // slots).
@@ -208,7 +218,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		}
 		seen[k] = true
 		if unsupported[k] {
-			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, tp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 		switch {
 		case k == "sched":
@@ -272,6 +282,10 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		switch k {
 		case "dp":
 			s.DP = n
+		case "tp":
+			if n > 1 { // tp=1 is the zero value, as an omitted tp
+				s.TP = n
+			}
 		case "pp":
 			s.PP = n
 		case "mb":
@@ -281,7 +295,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {

@@ -478,6 +478,9 @@ func gpuSupported(p *plans.Plan) error {
 	if gpus > 1 {
 		return fmt.Errorf("runtime: the plan uses %d GPUs: plans over several GPUs are not supported yet (one GPU, with or without CPU devices)", gpus)
 	}
+	if p.TPDegree() > 1 {
+		return fmt.Errorf("runtime: the plan is tensor-parallel (tp=%d): tensor parallelism runs on CPU devices only so far", p.TPDegree())
+	}
 	if hasCPU {
 		for _, r := range p.Registers {
 			if r.Spec.DType.Size() == 2 {

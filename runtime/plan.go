@@ -68,6 +68,10 @@ type PlanRunner struct {
 	gpu       *gpuPlan // nil for plans of CPU devices only
 	rk        *ranked  // nil unless the run spans processes
 	lossTasks int      // loss firings per iteration
+	// counts says, by task, whether a loss task's firings make the
+	// iteration's loss: those of tensor-parallel rank 0 (the others
+	// compute the same values).
+	counts []bool
 	// widen scales the plan's arena offsets: a CPU device computes every
 	// float dtype in f32, so a plan with 2-byte registers runs in an arena
 	// laid out at twice its planned offsets and size, where each register
@@ -183,8 +187,11 @@ func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err
 			}
 		}
 	}
+	r.counts = make([]bool, len(p.Tasks))
 	for i := range p.Tasks {
-		if graph.IsLoss(r.ops[i]) && rk.local(p.Streams[p.Tasks[i].Streams[0]].Device) {
+		home := p.Streams[p.Tasks[i].Streams[0]].Device
+		r.counts[i] = graph.IsLoss(r.ops[i]) && p.TPRank(home) == 0
+		if r.counts[i] && rk.local(home) {
 			if t := &p.Tasks[i]; t.PerMicro {
 				r.lossTasks += p.Micros(t.Replica)
 			} else {
@@ -287,17 +294,21 @@ func (r *PlanRunner) slot(reg, k int) Buffer {
 }
 
 // Store returns a Store holding the current parameters and optimizer
-// state of replica 0 (copied), e.g. to evaluate the trained model. In a
-// multi-process run it holds those on this rank's devices.
+// state of replica 0 (copied), e.g. to evaluate the trained model. Under
+// tensor parallelism it holds each rank's parts and, assembled from them,
+// the whole tensors. In a multi-process run it holds those on this rank's
+// devices.
 func (r *PlanRunner) Store() (*Store, error) {
 	s := NewStore(r.p.Seed)
 	for i, reg := range r.p.Registers {
-		if reg.Persistent && reg.Device/r.p.PP == 0 && r.rk.local(reg.Device) {
+		if reg.Persistent && r.p.Replica(reg.Device) == 0 && r.rk.local(reg.Device) {
 			b, err := r.value(i)
 			if err != nil {
 				return nil, err
 			}
-			s.tensors[reg.Name] = &stored{spec: reg.Spec, buf: b}
+			if err := s.Put(Tensor{Name: reg.Name, Spec: reg.Spec, F: b.F, Shard: reg.Init.Shard}); err != nil {
+				return nil, err
+			}
 		}
 	}
 	return s, nil
@@ -307,7 +318,7 @@ func (r *PlanRunner) Store() (*Store, error) {
 // on the device of the given replica (and its stage), for inspection.
 func (r *PlanRunner) Param(name string, replica int) ([]float32, bool) {
 	for i, reg := range r.p.Registers {
-		if reg.Persistent && reg.Name == name && reg.Device/r.p.PP == replica {
+		if reg.Persistent && reg.Name == name && r.p.Replica(reg.Device) == replica {
 			b, err := r.value(i)
 			return b.F, err == nil
 		}
@@ -529,7 +540,7 @@ func (x *run) stream(order []int) error {
 			x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro),
 				Start: trace.Time(start), End: trace.Time(end)})
 			mean, report := 0.0, false
-			if graph.IsLoss(x.r.ops[fi.Task]) {
+			if x.r.counts[fi.Task] {
 				mean, report = x.addLoss(it, loss)
 			}
 			x.mu.Unlock()
@@ -654,6 +665,9 @@ func (x *run) fire(f, it int) (float64, error) {
 	dev := x.r.devs[p.Streams[x.r.homeOf(f)].Device]
 	reads := make([]Buffer, len(t.Reads))
 	for i, u := range t.Reads {
+		if x.r.devs[p.Registers[u.Reg].Device] == nil { // a tensor-parallel sum's read on another rank
+			continue
+		}
 		v, err := p.ReadVersion(u, it, fi.Micro)
 		if err != nil {
 			return 0, err
@@ -704,6 +718,13 @@ func (x *run) fire(f, it int) (float64, error) {
 			cpu.Axpy(dev.pool, scale, reads[0].F, writes[0].F)
 		}
 	case plans.AllReduce:
+		if t.Sum { // out of place: each member's write starts as its read
+			for i, w := range writes {
+				if w.F != nil {
+					cpu.Copy(dev.pool, reads[i].F, w.F)
+				}
+			}
+		}
 		if x.r.gpu != nil && x.r.gpu.hostRun[f] {
 			return 0, x.r.allReduceHost(t, it, fi.Micro, writes)
 		}

@@ -18,7 +18,17 @@ type Store struct {
 type stored struct {
 	spec graph.Spec
 	buf  Buffer
+	// shard, for a tensor-parallel part, says of which tensor. That tensor
+	// is assembled from its parts as they are stored: want is their
+	// number, seen the parts stored so far, and it is available once all
+	// are (want 0: a tensor stored whole).
+	shard *graph.Shard
+	want  int
+	seen  map[int]bool
 }
+
+// complete says whether a tensor holds its whole value.
+func (st *stored) complete() bool { return len(st.seen) == st.want }
 
 // NewStore returns an empty store whose tensors are initialized from seed.
 func NewStore(seed uint64) *Store { return &Store{seed: seed, tensors: map[string]*stored{}} }
@@ -42,8 +52,17 @@ func (s *Store) bind(t *graph.Tensor) (Buffer, error) {
 // initialize fills a persistent tensor from its initializer with a
 // generator seeded by the seed and the tensor's name, so a tensor's initial
 // value does not depend on what else the graph declares, nor on whether it
-// runs through an Executor or a plan.
+// runs through an Executor or a plan. A shard (graph.Shard) is its part of
+// the full tensor, initialized so.
 func initialize(seed uint64, name string, init graph.Init, v []float32) {
+	if sh := init.Shard; sh != nil {
+		full := make([]float32, sh.Full.NumElements())
+		whole := init
+		whole.Shard = nil
+		initialize(seed, sh.Of, whole, full)
+		graph.Take(sh, full, v)
+		return
+	}
 	h := fnv.New64a()
 	h.Write([]byte(name))
 	rng := rand.New(rand.NewPCG(seed, h.Sum64()))
@@ -65,20 +84,24 @@ func initialize(seed uint64, name string, init graph.Init, v []float32) {
 	}
 }
 
-// Get returns the values of a stored tensor (shared, not copied).
+// Get returns the values of a stored tensor (shared, not copied). A
+// tensor stored in tensor-parallel parts is there once all its parts are.
 func (s *Store) Get(name string) ([]float32, bool) {
 	st, ok := s.tensors[name]
-	if !ok {
+	if !ok || !st.complete() {
 		return nil, false
 	}
 	return st.buf.F, true
 }
 
-// Names lists the stored tensors, sorted.
+// Names lists the stored tensors, sorted: each tensor-parallel part, and
+// the tensor they make once all are there.
 func (s *Store) Names() []string {
 	names := make([]string, 0, len(s.tensors))
-	for n := range s.tensors {
-		names = append(names, n)
+	for n, st := range s.tensors {
+		if st.complete() {
+			names = append(names, n)
+		}
 	}
 	sort.Strings(names)
 	return names
@@ -89,25 +112,49 @@ type Tensor struct {
 	Name string
 	Spec graph.Spec
 	F    []float32
+	// Shard, for a tensor-parallel part, says of which tensor.
+	Shard *graph.Shard `json:",omitempty"`
 }
 
-// Tensors returns copies of the stored tensors, sorted by name.
+// Tensors returns copies of the stored tensors, sorted by name: the
+// tensor-parallel parts, not the tensors assembled from them (Put
+// assembles them again).
 func (s *Store) Tensors() []Tensor {
 	var ts []Tensor
 	for _, n := range s.Names() {
-		st := s.tensors[n]
-		ts = append(ts, Tensor{Name: n, Spec: st.spec, F: append([]float32(nil), st.buf.F...)})
+		if st := s.tensors[n]; st.want == 0 {
+			ts = append(ts, Tensor{Name: n, Spec: st.spec, F: append([]float32(nil), st.buf.F...), Shard: st.shard})
+		}
 	}
 	return ts
 }
 
-// Put stores the tensors, replacing any of the same names.
+// Put stores the tensors, replacing any of the same names. A
+// tensor-parallel part (Tensor.Shard) is also copied into its place in
+// the tensor it is part of.
 func (s *Store) Put(ts ...Tensor) error {
 	for _, t := range ts {
 		if n := t.Spec.Shape.NumElements(); n != len(t.F) {
 			return fmt.Errorf("runtime: tensor %s: %d values for %v", t.Name, len(t.F), t.Spec)
 		}
-		s.tensors[t.Name] = &stored{spec: t.Spec, buf: Buffer{F: append([]float32(nil), t.F...)}}
+		st := &stored{spec: t.Spec, buf: Buffer{F: append([]float32(nil), t.F...)}, shard: t.Shard}
+		if sh := t.Shard; sh != nil {
+			if err := sh.Check(); err != nil {
+				return fmt.Errorf("runtime: tensor %s: %w", t.Name, err)
+			}
+			if !sh.Shape().Equal(t.Spec.Shape) {
+				return fmt.Errorf("runtime: tensor %s is %v, part %d of %d of %s %v along axis %d", t.Name, t.Spec, sh.Part, sh.Parts, sh.Of, sh.Full, sh.Axis)
+			}
+			full, ok := s.tensors[sh.Of]
+			if !ok || full.want != sh.Parts || !full.spec.Shape.Equal(sh.Full) {
+				full = &stored{spec: graph.Spec{Shape: sh.Full.Clone(), DType: t.Spec.DType}, want: sh.Parts, seen: map[int]bool{}}
+				full.buf = newBuffer(full.spec)
+				s.tensors[sh.Of] = full
+			}
+			graph.Place(sh, st.buf.F, full.buf.F)
+			full.seen[sh.Part] = true
+		}
+		s.tensors[t.Name] = st
 	}
 	return nil
 }

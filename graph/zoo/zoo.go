@@ -56,6 +56,11 @@ type Config struct {
 	// DType is the dtype of the model's float tensors: f32 (the zero
 	// value means f32) or bf16.
 	DType graph.DType
+	// TP, when > 1, builds the graph one device of a tensor-parallel group
+	// of TP devices runs (Megatron-LM's layout; see graph.TPSum): the
+	// models that have such a layout split their layers' weights, the
+	// others refuse. 0 and 1 build the whole model.
+	TP int
 }
 
 // Model is a built model graph and its distinguished tensors.
@@ -83,6 +88,9 @@ type builder struct {
 	classes int
 	// build builds the forward graph from the input to the output.
 	build func(l *layers, x *graph.Tensor, cfg Config, sz sizes) *graph.Tensor
+	// tp, for a model with a tensor-parallel layout, names the sizes the
+	// group's size must divide; nil for a model without one.
+	tp func(sz sizes) map[string]int
 }
 
 type sizeOption struct {
@@ -99,7 +107,8 @@ type sizes map[string]int
 func fixedInput(s graph.Shape) func(sizes) graph.Shape { return func(sizes) graph.Shape { return s } }
 
 var models = map[string]builder{
-	"mlp":       {doc: "MNIST MLP: 784-256-256-10 with ReLU", input: fixedInput(graph.Shape{1, 28, 28}), classes: 10, build: buildMLP},
+	"mlp": {doc: "MNIST MLP: 784-256-256-10 with ReLU", input: fixedInput(graph.Shape{1, 28, 28}), classes: 10, build: buildMLP,
+		tp: func(sizes) map[string]int { return map[string]int{"the hidden width": 256} }},
 	"mnist-cnn": {doc: "MNIST CNN: two 3×3 conv+ReLU+max-pool, 3136-128-10", input: fixedInput(graph.Shape{1, 28, 28}), classes: 10, build: buildMNISTCNN},
 	"cifar-cnn": {doc: "CIFAR-10 CNN: two 3×3 conv+ReLU+max-pool, 4096-512-10, dropout 0.5", input: fixedInput(graph.Shape{3, 32, 32}), classes: 10, build: buildCIFARCNN},
 	"mlp3x4096": {
@@ -107,6 +116,7 @@ var models = map[string]builder{
 		sizes: []sizeOption{{name: "depth", def: 3}, {name: "width", def: 4096}},
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["width"]} },
 		build: buildDeepMLP,
+		tp:    func(sz sizes) map[string]int { return map[string]int{"width": sz["width"]} },
 	},
 	"gpt2s-blocks": {
 		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
@@ -114,6 +124,7 @@ var models = map[string]builder{
 			{name: "norm", choices: []string{"layer", "rms"}}},
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"], sz["hidden"]} },
 		build: buildTransformerBlocks,
+		tp:    func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
 	},
 }
 
@@ -239,6 +250,17 @@ func Build(name string, cfg Config) (*Model, error) {
 	if dtype != graph.F32 && dtype != graph.BF16 {
 		return nil, fmt.Errorf("zoo: %s: models are built in f32 or bf16, not %s", name, dtype)
 	}
+	tp := max(cfg.TP, 1)
+	if tp > 1 {
+		if b.tp == nil {
+			return nil, fmt.Errorf("zoo: %s has no tensor-parallel layout (tp=%d); models with one: %s", name, tp, strings.Join(TPModels(), ", "))
+		}
+		for what, n := range b.tp(sz) {
+			if n%tp != 0 {
+				return nil, fmt.Errorf("zoo: %s: tp=%d does not divide %s (%d)", name, tp, what, n)
+			}
+		}
+	}
 	g := graph.New()
 	m := &Model{Name: name, Graph: g}
 	input := append(graph.Shape{cfg.Batch}, b.input(sz)...)
@@ -248,7 +270,7 @@ func Build(name string, cfg Config) (*Model, error) {
 	} else {
 		m.Images = g.Input("x", input, dtype)
 	}
-	out := b.build(&layers{g: g, dtype: dtype}, m.Images, cfg, sz)
+	out := b.build(&layers{g: g, dtype: dtype, tp: tp}, m.Images, cfg, sz)
 	if b.classes > 0 {
 		m.Logits = out
 		m.Loss = g.SoftmaxCrossEntropy(out, m.Labels)
@@ -269,6 +291,7 @@ func Build(name string, cfg Config) (*Model, error) {
 type layers struct {
 	g     *graph.Graph
 	dtype graph.DType
+	tp    int // the tensor-parallel group's size (1: none)
 }
 
 // pytorchInit is the default initialization of nn.Linear and nn.Conv2d
@@ -316,10 +339,54 @@ func (l *layers) linear(name string, x *graph.Tensor, in, out int, act string) *
 func (l *layers) affine(wName, bName string, x *graph.Tensor, in, out int, wInit, bInit graph.Init, act string) *graph.Tensor {
 	w := l.param(wName, graph.Shape{out, in}, wInit)
 	b := l.param(bName, graph.Shape{out}, bInit)
+	return l.fc(x, w, b, act)
+}
+
+// fc is act(x·wᵀ + b).
+func (l *layers) fc(x, w, b *graph.Tensor, act string) *graph.Tensor {
 	if act == noAct || act == relu {
 		return l.g.Dense(x, w, b, act)
 	}
 	y := l.g.MatMul(x, w, false, true)
+	if y == nil {
+		return nil
+	}
+	return l.bias(y, b, len(y.Spec.Shape)-1, act)
+}
+
+// shard declares this device's part of a weight of the full shape that
+// tensor parallelism splits along axis (in blocks equal blocks, each split
+// over the group).
+func (l *layers) shard(name string, full graph.Shape, init graph.Init, axis, blocks int) *graph.Tensor {
+	init.Shard = &graph.Shard{Of: name, Full: full.Clone(), Axis: axis, Parts: l.tp, Blocks: blocks}
+	return l.param(name, init.Shard.Shape(), init)
+}
+
+// colAffine is affine made column-parallel (Megatron-LM): each device of
+// the tensor-parallel group computes out/TP of the outputs from the whole
+// input, with its rows of w and b. The outputs stay split: a rowAffine
+// must follow. blocks > 1 splits each of that many packed matrices (an
+// attention's q, k and v). Without tensor parallelism it is affine.
+func (l *layers) colAffine(wName, bName string, x *graph.Tensor, in, out int, wInit, bInit graph.Init, act string, blocks int) *graph.Tensor {
+	if l.tp == 1 {
+		return l.affine(wName, bName, x, in, out, wInit, bInit, act)
+	}
+	w := l.shard(wName, graph.Shape{out, in}, wInit, 0, blocks)
+	b := l.shard(bName, graph.Shape{out}, bInit, 0, blocks)
+	return l.fc(l.g.TPCopy(x), w, b, act)
+}
+
+// rowAffine is affine made row-parallel, after a colAffine: each device
+// multiplies its split input by its columns of w, the group sums the
+// partial products (TPSum), and every device adds the whole bias b and
+// act. Without tensor parallelism it is affine.
+func (l *layers) rowAffine(wName, bName string, x *graph.Tensor, in, out int, wInit, bInit graph.Init, act string) *graph.Tensor {
+	if l.tp == 1 {
+		return l.affine(wName, bName, x, in, out, wInit, bInit, act)
+	}
+	w := l.shard(wName, graph.Shape{out, in}, wInit, 1, 1)
+	b := l.param(bName, graph.Shape{out}, bInit)
+	y := l.g.TPSum(l.g.MatMul(x, w, false, true))
 	if y == nil {
 		return nil
 	}
@@ -349,8 +416,8 @@ func (l *layers) rmsNorm(name string, x *graph.Tensor, width int) *graph.Tensor 
 
 func buildMLP(l *layers, x *graph.Tensor, _ Config, _ sizes) *graph.Tensor {
 	h := l.g.Flatten(x)
-	h = l.linear("fc1", h, 784, 256, relu)
-	h = l.linear("fc2", h, 256, 256, relu)
+	h = l.colAffine("fc1.weight", "fc1.bias", h, 784, 256, pytorchInit(784), pytorchInit(784), relu, 1)
+	h = l.rowAffine("fc2.weight", "fc2.bias", h, 256, 256, pytorchInit(256), pytorchInit(256), relu)
 	return l.linear("fc3", h, 256, 10, noAct)
 }
 
@@ -376,12 +443,21 @@ func buildCIFARCNN(l *layers, x *graph.Tensor, cfg Config, _ sizes) *graph.Tenso
 // index: 0.weight, 0.bias, 2.weight, ….
 func buildDeepMLP(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
 	w, depth := sz["width"], sz["depth"]
+	init := pytorchInit(w)
 	for i := range depth {
 		act := relu
 		if i == depth-1 {
 			act = noAct
 		}
-		x = l.linear(strconv.Itoa(2*i), x, w, w, act)
+		name := strconv.Itoa(2 * i)
+		switch {
+		case i%2 == 0 && i+1 < depth: // a column-parallel layer and the row-parallel one after it
+			x = l.colAffine(name+".weight", name+".bias", x, w, w, init, init, act, 1)
+		case i%2 == 1:
+			x = l.rowAffine(name+".weight", name+".bias", x, w, w, init, init, act)
+		default:
+			x = l.linear(name, x, w, w, act)
+		}
 	}
 	return x
 }
@@ -406,15 +482,26 @@ func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *gra
 	for i := range sz["layers"] {
 		p := "layers." + strconv.Itoa(i) + "."
 		a := norm(p+"norm1", x, h)
-		a = l.affine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct)
-		a = l.g.Attention(a, heads, seq, false)
-		a = l.affine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros, noAct)
+		a = l.colAffine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct, 3)
+		a = l.g.Attention(a, heads/l.tp, seq, false)
+		a = l.rowAffine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros, noAct)
 		x = l.g.Add(x, a)
 		f := norm(p+"norm2", x, h)
-		f = l.linear(p+"linear1", f, h, 4*h, gelu)
-		x = l.g.Add(x, l.linear(p+"linear2", f, 4*h, h, noAct))
+		f = l.colAffine(p+"linear1.weight", p+"linear1.bias", f, h, 4*h, pytorchInit(h), pytorchInit(h), gelu, 1)
+		x = l.g.Add(x, l.rowAffine(p+"linear2.weight", p+"linear2.bias", f, 4*h, h, pytorchInit(4*h), pytorchInit(4*h), noAct))
 	}
 	return x
+}
+
+// TPModels lists the models that have a tensor-parallel layout, sorted.
+func TPModels() []string {
+	var names []string
+	for _, n := range Names() {
+		if models[n].tp != nil {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // Known reports whether name is a model of the zoo, with valid size

@@ -1,0 +1,175 @@
+package graph
+
+import (
+	"fmt"
+	"strconv"
+
+	"github.com/flowkit/flowkit/units"
+)
+
+// Tensor parallelism (Shoeybi et al., 2019, "Megatron-LM") splits a layer's
+// weight matrices over the devices of a tensor-parallel group, each device
+// computing with its part. A model built for a group of T devices is the
+// graph one device runs: its sharded weights have their local shapes, and
+// two ops mark where the group communicates (Megatron's f and g):
+//
+//   - TPCopy before a column-parallel layer: the identity going forward;
+//     going backward, its gradient is the TPSum of the devices' partial
+//     gradients.
+//   - TPSum after a row-parallel layer: every device's output is the sum
+//     of the group's partial outputs (an all-reduce); going backward, the
+//     gradient passes through unchanged.
+//
+// plans compiles TPSum into an all-reduce task over the group and TPCopy
+// into nothing: its output is its input's register.
+
+// Shard makes a persistent tensor one device's part of a larger tensor
+// that tensor parallelism splits: the full tensor Of, of shape Full, is
+// initialized as the Init says (seeded by Of's name, so every part comes
+// from the same full tensor as a model without tensor parallelism has) and
+// divided along Axis into Blocks equal blocks (several matrices packed in
+// one, as attention's q, k and v are; 1 otherwise), each cut into Parts
+// equal parts. The tensor is part Part of every block, concatenated.
+type Shard struct {
+	Of    string
+	Full  Shape
+	Axis  int
+	Parts int
+	Part  int
+	// Blocks is ≥ 1.
+	Blocks int
+}
+
+// Named returns the shard for a tensor of the same layout and part named
+// of (an optimizer's state of a sharded weight); nil for nil.
+func (s *Shard) Named(of string) *Shard {
+	if s == nil {
+		return nil
+	}
+	c := *s
+	c.Of = of
+	return &c
+}
+
+// Suffix is what a sharded tensor's register name ends in: the part of
+// the group, " [tp 1/2]".
+func (s *Shard) Suffix() string {
+	if s == nil {
+		return ""
+	}
+	return " [tp " + strconv.Itoa(s.Part) + "/" + strconv.Itoa(s.Parts) + "]"
+}
+
+// Shape is the shape of the part.
+func (s *Shard) Shape() Shape {
+	sh := s.Full.Clone()
+	sh[s.Axis] /= s.Parts
+	return sh
+}
+
+// Check reports whether the shard describes a part of its full tensor.
+func (s *Shard) Check() error {
+	switch {
+	case s.Axis < 0 || s.Axis >= len(s.Full):
+		return fmt.Errorf("graph: shard of %s: axis %d of %v", s.Of, s.Axis, s.Full)
+	case s.Parts < 1 || s.Part < 0 || s.Part >= s.Parts || s.Blocks < 1:
+		return fmt.Errorf("graph: shard of %s: part %d of %d, %d blocks", s.Of, s.Part, s.Parts, s.Blocks)
+	case s.Full[s.Axis]%(s.Blocks*s.Parts) != 0:
+		return fmt.Errorf("graph: shard of %s: axis %d of %v does not divide into %d blocks of %d parts", s.Of, s.Axis, s.Full, s.Blocks, s.Parts)
+	}
+	return nil
+}
+
+// Take copies the part out of the full tensor's values (row-major, Full
+// elements) into part (Shape elements).
+func Take[T any](s *Shard, full, part []T) {
+	s.each(func(f, p, n int) { copy(part[p:p+n], full[f:f+n]) })
+}
+
+// Place copies the part into its place in the full tensor's values, as
+// Take takes it.
+func Place[T any](s *Shard, part, full []T) {
+	s.each(func(f, p, n int) { copy(full[f:f+n], part[p:p+n]) })
+}
+
+// each calls f for every run of n contiguous values of the part: at f in
+// the full tensor and p in the part.
+func (s *Shard) each(f func(full, part, n int)) {
+	outer := s.Full[:s.Axis].NumElements()
+	inner := s.Full[s.Axis+1:].NumElements()
+	block := s.Full[s.Axis] / s.Blocks // rows of the axis per block
+	piece := block / s.Parts           // of which this part takes
+	n := 0
+	for o := range outer {
+		for b := range s.Blocks {
+			f((o*s.Full[s.Axis]+b*block+s.Part*piece)*inner, n, piece*inner)
+			n += piece * inner
+		}
+	}
+}
+
+// TPCopy is Megatron's f, entering a column-parallel layer: the identity,
+// whose gradient is summed over the tensor-parallel group.
+type TPCopy struct{}
+
+func (TPCopy) Type() string { return "tp_copy" }
+
+func (TPCopy) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("tp_copy", in, 1); err != nil {
+		return nil, err
+	}
+	return []Spec{{in[0].Shape.Clone(), in[0].DType}}, nil
+}
+
+func (TPCopy) Cost(in, out []Spec) Cost { return Cost{} }
+
+func (TPCopy) Signatures(in, out []Spec) []Signature { return []Signature{sig(1, B, B)} }
+
+func (TPCopy) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	return []*Tensor{g.TPSum(dy[0])}
+}
+
+// TPCopy marks x as entering a column-parallel layer.
+func (g *Graph) TPCopy(x *Tensor) *Tensor { return g.apply1(TPCopy{}, x) }
+
+// TPSum is Megatron's g, leaving a row-parallel layer: the sum of the
+// partial values the tensor-parallel group holds, which every member
+// receives; its gradient is the identity.
+type TPSum struct{}
+
+func (TPSum) Type() string { return "tp_sum" }
+
+func (TPSum) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("tp_sum", in, 1); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("tp_sum", in, 0); err != nil {
+		return nil, err
+	}
+	return []Spec{{in[0].Shape.Clone(), in[0].DType}}, nil
+}
+
+// Cost is the local work of an all-reduce: reading and writing the tensor
+// (the communication is the cost model's).
+func (TPSum) Cost(in, out []Spec) Cost {
+	return Cost{FLOPs: units.FLOPs(in[0].Shape.NumElements()), Bytes: bytesOf(in, out)}
+}
+
+func (TPSum) Signatures(in, out []Spec) []Signature { return []Signature{sig(1, B, P)} }
+
+func (TPSum) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	return []*Tensor{dy[0]}
+}
+
+// TPSum adds the sum of x over the tensor-parallel group.
+func (g *Graph) TPSum(x *Tensor) *Tensor { return g.apply1(TPSum{}, x) }
+
+// IsTP reports whether op is one of tensor parallelism's communication
+// marks, TPCopy or TPSum.
+func IsTP(op Op) bool {
+	switch op.(type) {
+	case TPCopy, TPSum:
+		return true
+	}
+	return false
+}

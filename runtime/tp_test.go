@@ -1,0 +1,96 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"testing"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/stretchr/testify/require"
+)
+
+// trainPlan compiles model under strategy on n one-core CPU devices and
+// runs it for iters iterations from seed 5, with SGD and momentum. (Adam
+// would make rounding noise a full step where a gradient is zero in exact
+// arithmetic, as an attention's key bias's is: its updates would differ
+// by more than rounding between two ways of summing.)
+func trainPlan(t *testing.T, model, strategy string, batch, n, iters int) (*plans.Plan, *PlanRunner, *RunResult) {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 5,
+		Optimizer: graph.SGD{LR: 0.05, Momentum: 0.9}, Devices: cpuDevices(n)})
+	require.NoError(t, err)
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	res, err := r.Run(context.Background(), iters, NewSyntheticFeeder(p.Images, 10, 64, 9))
+	require.NoError(t, err)
+	require.NoError(t, p.CheckTrace(res.Trace), "the measured trace obeys the plan")
+	return p, r, res
+}
+
+// Tensor parallelism computes what one device computes: the same losses
+// and, assembled from the parts, the same weights after training — for
+// every model with a tensor-parallel layout, alone and combined with data
+// and pipeline parallelism, micro-batches and recompute.
+func TestTensorParallelMatchesOneDevice(t *testing.T) {
+	const iters = 3
+	for _, model := range []string{"mlp", "mlp3x4096:depth=4,width=64", "gpt2s-blocks:layers=2,hidden=32,heads=4,seq=8"} {
+		batch := 8
+		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
+		refStore, err := ref.Store()
+		require.NoError(t, err)
+		for _, s := range []string{"tp=2", "tp=4", "dp=2,tp=2", "tp=2,pp=2,mb=2", "tp=2,pp=2,mb=4,sched=gpipe",
+			"dp=2,tp=2,pp=2,mb=2", "tp=2,mb=2,recompute=full", "tp=2,recompute=selective"} {
+			t.Run(fmt.Sprintf("%s/%s", model, s), func(t *testing.T) {
+				p, r, got := trainPlan(t, model, s, batch, 8, iters)
+				for it := range iters {
+					if d := math.Abs(got.Loss[it] - want.Loss[it]); d > 1e-5*math.Abs(want.Loss[it]) {
+						t.Errorf("iteration %d: loss %g, one device %g", it, got.Loss[it], want.Loss[it])
+					}
+				}
+				store, err := r.Store()
+				require.NoError(t, err)
+				shards := 0
+				for _, reg := range p.Registers {
+					if reg.Init.Shard != nil {
+						shards++
+					}
+				}
+				require.Positive(t, shards, "the plan splits some weights")
+				for _, name := range refStore.Names() {
+					w, _ := refStore.Get(name)
+					g, ok := store.Get(name)
+					if !ok {
+						t.Errorf("%s: not in the tensor-parallel store", name)
+						continue
+					}
+					if e := relDiff(g, w); e > 1e-4 {
+						t.Errorf("%s: relative difference %.3g from one device", name, e)
+					}
+				}
+			})
+		}
+	}
+}
+
+// A model without a tensor-parallel layout, or a group that does not
+// divide its layers, is refused at compile time with the reason.
+func TestTensorParallelRefused(t *testing.T) {
+	for _, tt := range []struct{ model, strategy, err string }{
+		{"mnist-cnn", "tp=2", "has no tensor-parallel layout"},
+		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8", "tp=3", "does not divide heads"},
+		{"mlp", "tp=2", "needs 2 devices"},
+	} {
+		st, err := plans.ParseStrategy(tt.strategy, 8)
+		require.NoError(t, err)
+		n := 8
+		if tt.err == "needs 2 devices" {
+			n = 1
+		}
+		_, err = plans.Compile(plans.Config{Model: tt.model, Batch: 8, Strategy: st, Seed: 5, Optimizer: graph.SGD{LR: 0.1}, Devices: cpuDevices(n)})
+		require.ErrorContains(t, err, tt.err, tt.model+" "+tt.strategy)
+	}
+}
