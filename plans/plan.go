@@ -21,9 +21,9 @@ type Plan struct {
 	// each replica runs per iteration (all of MicroBatch samples; replica r
 	// takes the batch's micro-batches FirstMicro(r) onwards). Absent, every
 	// replica runs MB.
-	Shares    []int      `json:"replica_micro_batches,omitempty"`
-	DP        int        `json:"replicas"` // data-parallel replicas
-	PP        int        `json:"stages"`   // pipeline stages
+	Shares []int `json:"replica_micro_batches,omitempty"`
+	DP     int   `json:"replicas"` // data-parallel replicas
+	PP     int   `json:"stages"`   // pipeline stages
 	// TP is the tensor-parallel degree (absent: 1): every stage of every
 	// replica runs on TP devices. Device (replica·PP + stage)·TP + rank is
 	// the given rank of a stage's group (see Replica, Stage, TPRank).

@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"slices"
@@ -189,18 +190,22 @@ func TestRanksMatchOneProcess(t *testing.T) {
 	cases := []struct {
 		strategy string
 		ranks    []int
+		model    string // default mnist-cnn
 	}{
-		{"dp=2", []int{0, 1}},
-		{"pp=2,mb=4,sched=1f1b", []int{0, 1}},
-		{"dp=2,pp=2,mb=2", []int{0, 0, 1, 1}}, // replicas on ranks: all-reduces cross
-		{"dp=2,pp=2,mb=2", []int{0, 1, 0, 1}}, // stages on ranks: transfers cross
-		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}}, // both, three ranks
-		{"dp=3,mb=2:1:1", []int{0, 1, 1}},     // uneven; one rank holds two replicas
-		{"pp=3,layers=1:2:1,mb=4", []int{2, 0, 1}},
+		{"dp=2", []int{0, 1}, ""},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}, ""},
+		{"dp=2,pp=2,mb=2", []int{0, 0, 1, 1}, ""}, // replicas on ranks: all-reduces cross
+		{"dp=2,pp=2,mb=2", []int{0, 1, 0, 1}, ""}, // stages on ranks: transfers cross
+		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}, ""}, // both, three ranks
+		{"dp=3,mb=2:1:1", []int{0, 1, 1}, ""},     // uneven; one rank holds two replicas
+		{"pp=3,layers=1:2:1,mb=4", []int{2, 0, 1}, ""},
+		{"tp=2,pp=2,mb=2", []int{0, 1, 0, 1}, "mlp"}, // tensor-parallel sums cross
+		{"dp=2,tp=2", []int{0, 0, 1, 1}, "mlp"},      // gradient all-reduces cross
 	}
 	for _, c := range cases {
-		t.Run(fmt.Sprintf("%s/%v", c.strategy, c.ranks), func(t *testing.T) {
-			p := compile(t, "mnist-cnn", c.strategy, 16)
+		model := cmp.Or(c.model, "mnist-cnn")
+		t.Run(fmt.Sprintf("%s/%s/%v", model, c.strategy, c.ranks), func(t *testing.T) {
+			p := compile(t, model, c.strategy, 16)
 			one, err := NewPlanRunner(p)
 			require.NoError(t, err)
 			feed := NewSyntheticFeeder(p.Images, 10, 64, 9)

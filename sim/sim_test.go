@@ -273,3 +273,53 @@ func compileOnCluster(t *testing.T, cluster, strategy string, batch, n int) (*pl
 	require.NoError(t, err)
 	return p, c
 }
+
+// A tensor-parallel group's sums are all-reduces over its GPUs, priced by
+// the communication model on the machine's links, and held on the
+// members' compute streams; the simulated trace obeys the plan.
+func TestTensorParallelComm(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	comm := cost.NewComm(c)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
+	const model = "gpt2s-blocks:layers=2,hidden=256,heads=4,seq=128"
+	compile := func(strategy string) *plans.Plan {
+		st, err := plans.ParseStrategy(strategy, 8)
+		require.NoError(t, err)
+		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: model, Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs, DType: graph.BF16})
+		require.NoError(t, err)
+		return p
+	}
+	single, p := compile("single"), compile("tp=4,mb=2")
+	sums := 0
+	for i, task := range p.Tasks {
+		if !task.Sum {
+			continue
+		}
+		sums++
+		var group []topology.DeviceID
+		for j, s := range task.Streams {
+			dev := p.Streams[s].Device
+			require.Equal(t, "compute", p.Streams[s].Name)
+			require.Equal(t, j, p.TPRank(dev))
+			require.Equal(t, p.Registers[task.Writes[j]].Device, dev)
+			require.Equal(t, p.Registers[task.Reads[j].Reg].Device, dev)
+			id, ok := c.DeviceByName(p.Devices[dev].Name)
+			require.True(t, ok)
+			group = append(group, id)
+		}
+		want, err := comm.AllReduce(group, task.Bytes, cost.Auto)
+		require.NoError(t, err)
+		got, err := m.Duration(p, i)
+		require.NoError(t, err)
+		require.Equal(t, want, got, task.Name)
+	}
+	require.Equal(t, 2*2*2, sums, "two sums per layer forward, two backward")
+	tr, err := Simulate(p, m, 3)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckTrace(tr))
+	// Each device holds a quarter of the split weights.
+	require.Less(t, p.Memory[0].Persistent, single.Memory[0].Persistent/2)
+}

@@ -121,29 +121,49 @@ func TestExecProcsBadInput(t *testing.T) {
 	}
 }
 
+// trainJSON runs flowrun train with args and --json and returns its
+// result.
+func trainJSON(t *testing.T, args ...string) map[string]any {
+	t.Helper()
+	var err error
+	out := captureStdout(t, func() {
+		cmd := newTrainCmd()
+		cmd.SetArgs(append(args, "--json"))
+		cmd.SetErr(io.Discard)
+		cmd.SetOut(io.Discard)
+		err = cmd.Execute()
+	})
+	require.NoError(t, err)
+	var res map[string]any
+	require.NoError(t, json.Unmarshal(out, &res))
+	return res
+}
+
 // Training on MNIST over two processes (each reading MNIST itself) gives
 // the weights of one process, hence its test accuracy.
 func TestTrainProcs(t *testing.T) {
 	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
-	train := func(args ...string) map[string]any {
-		var err error
-		out := captureStdout(t, func() {
-			cmd := newTrainCmd()
-			cmd.SetArgs(append([]string{"--strategy", "pp=2,mb=2", "--max-steps", "4", "--json"}, args...))
-			cmd.SetErr(io.Discard)
-			cmd.SetOut(io.Discard)
-			err = cmd.Execute()
-		})
-		require.NoError(t, err)
-		var res map[string]any
-		require.NoError(t, json.Unmarshal(out, &res))
-		return res
-	}
-	one := train()
-	two := train("--procs", "2")
+	one := trainJSON(t, "--strategy", "pp=2,mb=2", "--max-steps", "4")
+	two := trainJSON(t, "--strategy", "pp=2,mb=2", "--max-steps", "4", "--procs", "2")
 	require.Equal(t, one["train_loss"], two["train_loss"])
 	require.Equal(t, one["test_accuracy"], two["test_accuracy"])
 	require.Greater(t, two["test_accuracy"], 0.2, "four steps learn something")
+}
+
+// Tensor-parallel training computes what one device does, up to the order
+// of sums; the test accuracy is that of the weights assembled from the
+// parts, over one process or two.
+func TestTrainTensorParallel(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	args := []string{"--model", "mlp", "--max-steps", "20"}
+	one := trainJSON(t, args...)
+	tp := trainJSON(t, append(args, "--strategy", "tp=2")...)
+	two := trainJSON(t, append(args, "--strategy", "tp=2", "--procs", "2")...)
+	require.InEpsilon(t, one["train_loss"], tp["train_loss"], 1e-5)
+	require.InDelta(t, one["test_accuracy"], tp["test_accuracy"], 0.002)
+	require.Greater(t, tp["test_accuracy"], 0.5, "twenty steps learn something")
+	require.Equal(t, tp["train_loss"], two["train_loss"])
+	require.Equal(t, tp["test_accuracy"], two["test_accuracy"])
 }
 
 // calibrate link measures the transport between two real processes and

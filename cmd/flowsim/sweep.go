@@ -21,6 +21,7 @@ import (
 type sweepFlags struct {
 	planFlags
 	devices, maxMB, top int
+	maxTP               int
 	uneven              string
 	recompute           bool
 	shard               string
@@ -33,9 +34,12 @@ func newSweepCmd() *cobra.Command {
 		Short: "Rank the parallel strategies of a model on a cluster by simulated step time",
 		Long: `Enumerate the strategies that use --devices devices of the cluster (its
 first ones; default all; on a cluster of CPUs, such as local, --devices N
-divides the cores into N devices): every dp × pp = devices, micro-batches per
-replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for pipelines) that divide
-the batch, both schedules for pipelines. With --uneven (on by default when
+divides the cores into N devices): every tensor-parallel degree tp = 1, 2,
+4 … up to --max-tp for models that have a tensor-parallel layout (by
+default, as many as one machine of the sweep holds: Megatron-LM keeps a
+group on one machine's fast links), every dp × tp × pp = devices,
+micro-batches per replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for
+pipelines) that divide the batch, both schedules for pipelines. With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
 (see 'flowsim plan --help'); with --recompute, each also with
@@ -59,6 +63,7 @@ the one table the whole sweep would print.`,
 	f.register(fl, "the strategies")
 	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
+	fl.IntVar(&f.maxTP, "max-tp", -1, "the largest tensor-parallel degree tried (-1: the devices of one machine, for models with a tensor-parallel layout; 1: none)")
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
 	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models with attention (slower; may fit where it does not)")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
@@ -91,6 +96,7 @@ type sweepSettings struct {
 	Calib         string  `json:"calib,omitempty"`
 	Devices       int     `json:"devices"`
 	MaxMB         int     `json:"max_mb"`
+	MaxTP         int     `json:"max_tp,omitempty"`
 	Uneven        bool    `json:"uneven"`
 	Recompute     bool    `json:"recompute,omitempty"`
 	Strategies    int     `json:"strategies"` // in the whole sweep, over all shards
@@ -112,8 +118,8 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if err != nil {
 		return err
 	}
-	if f.maxMB < 1 || f.top < 0 || f.devices < 0 {
-		return fmt.Errorf("want --max-mb ≥ 1, --top ≥ 0 and --devices ≥ 0, got %d, %d and %d", f.maxMB, f.top, f.devices)
+	if f.maxMB < 1 || f.top < 0 || f.devices < 0 || f.maxTP < -1 || f.maxTP == 0 {
+		return fmt.Errorf("want --max-mb ≥ 1, --top ≥ 0, --devices ≥ 0 and --max-tp -1 or ≥ 1, got %d, %d, %d and %d", f.maxMB, f.top, f.devices, f.maxTP)
 	}
 	// The flags are checked by making the config of single; the sweep's
 	// config is that on n devices.
@@ -146,7 +152,18 @@ func runSweep(w io.Writer, f sweepFlags) error {
 			return err
 		}
 	}
-	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, Uneven: uneven, Recompute: recompute})
+	maxTP := f.maxTP
+	if maxTP < 0 {
+		maxTP = 1
+		if zoo.HasTP(f.model) {
+			perHost := map[string]int{}
+			for _, d := range cfg.Devices {
+				perHost[d.Host]++
+				maxTP = max(maxTP, perHost[d.Host])
+			}
+		}
+	}
+	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute})
 	if err != nil {
 		return err
 	}
@@ -162,7 +179,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	}
 	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
 		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
-		Calib: f.calib, Devices: n, MaxMB: f.maxMB, Uneven: uneven, Recompute: f.recompute, Strategies: len(strategies), Shards: shards}}
+		Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: f.recompute, Strategies: len(strategies), Shards: shards}}
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}

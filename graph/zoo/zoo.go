@@ -493,6 +493,12 @@ func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *gra
 	return x
 }
 
+// HasTP reports whether the named model has a tensor-parallel layout.
+func HasTP(name string) bool {
+	b, _, err := lookup(name)
+	return err == nil && b.tp != nil
+}
+
 // TPModels lists the models that have a tensor-parallel layout, sorted.
 func TPModels() []string {
 	var names []string

@@ -303,3 +303,64 @@ func TestSizeOptions(t *testing.T) {
 	_, err = ParseDType("f16")
 	require.ErrorContains(t, err, `not "f16"`)
 }
+
+// A tensor-parallel build is one device's part of the model: its sharded
+// weights are parts of the whole model's, the rest are whole, so that the
+// group holds every parameter once (the sharded ones) or on every device
+// (norms, the biases after a TPSum); every layer sums twice going forward.
+func TestTensorParallelBuild(t *testing.T) {
+	for _, tt := range []struct {
+		model string
+		tp    int
+		sums  int
+	}{
+		{"mlp", 2, 1},
+		{"mlp3x4096:depth=5,width=64", 4, 2},
+		{"gpt2s-blocks:layers=3,hidden=32,heads=4,seq=8", 2, 6},
+		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8,norm=rms", 4, 2},
+	} {
+		t.Run(tt.model, func(t *testing.T) {
+			whole, err := Build(tt.model, Config{Batch: 2})
+			require.NoError(t, err)
+			part, err := Build(tt.model, Config{Batch: 2, TP: tt.tp})
+			require.NoError(t, err)
+			params := map[string]*graph.Tensor{}
+			for _, p := range whole.Graph.Params() {
+				params[p.Name] = p
+			}
+			var got, want int
+			for _, p := range part.Graph.Params() {
+				w, ok := params[p.Name]
+				require.True(t, ok, "%s is a parameter of the whole model", p.Name)
+				if sh := p.Init.Shard; sh != nil {
+					require.NoError(t, sh.Check())
+					require.Equal(t, w.Spec.Shape, sh.Full, "%s is a part of the whole model's", p.Name)
+					require.Equal(t, sh.Shape(), p.Spec.Shape)
+					require.Equal(t, tt.tp, sh.Parts)
+					got += tt.tp * p.Spec.Shape.NumElements()
+				} else {
+					require.Equal(t, w.Spec, p.Spec, "%s is whole", p.Name)
+					got += p.Spec.Shape.NumElements()
+				}
+				want += w.Spec.Shape.NumElements()
+				w.Init.Shard = nil
+				init := p.Init
+				init.Shard = nil
+				require.Equal(t, w.Init, init, "%s is initialized as the whole model's", p.Name)
+			}
+			require.Equal(t, len(params), len(part.Graph.Params()))
+			require.Equal(t, want, got, "the group holds every parameter")
+			sums := 0
+			for _, n := range part.Graph.Nodes {
+				if _, ok := n.Op.(graph.TPSum); ok {
+					sums++
+				}
+			}
+			require.Equal(t, tt.sums, sums)
+		})
+	}
+	_, err := Build("mnist-cnn", Config{Batch: 2, TP: 2})
+	require.ErrorContains(t, err, "no tensor-parallel layout")
+	_, err = Build("mlp3x4096:width=64", Config{Batch: 2, TP: 3})
+	require.ErrorContains(t, err, "tp=3 does not divide width (64)")
+}

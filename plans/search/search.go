@@ -117,7 +117,7 @@ func Shares(cfg plans.Config, d sim.Durations, opts Options) (*Result, error) {
 	if len(cfg.Devices) < st.Devices() {
 		return nil, fmt.Errorf("search: %s needs %d devices, %d given", st, st.Devices(), len(cfg.Devices))
 	}
-	gs := groups(cfg.Devices, dp, st.PP)
+	gs := groups(cfg.Devices, dp, st.PP, st.TPDegree())
 	least := make([]int, len(gs)) // a micro-batch per replica
 	even := make([]int, len(gs))  // ParseStrategy's even split of mb=auto, by group
 	for i, g := range gs {
@@ -306,14 +306,14 @@ func step(p *plans.Plan, d sim.Durations) (time.Duration, error) {
 	return tr.StepTime(simWarmup)
 }
 
-// groups groups the replicas by their stages' device types, in order of
-// their first replica.
-func groups(devs []plans.Device, dp, pp int) []Group {
+// groups groups the replicas by their stages' device types (those of
+// tensor-parallel rank 0), in order of their first replica.
+func groups(devs []plans.Device, dp, pp, tp int) []Group {
 	var gs []Group
 	for r := range dp {
 		types := make([]string, pp)
 		for s := range pp {
-			types[s] = devs[r*pp+s].Type
+			types[s] = devs[(r*pp+s)*tp].Type
 		}
 		key := strings.Join(types, "+")
 		i := slices.IndexFunc(gs, func(g Group) bool { return g.Devices == key })

@@ -13,8 +13,12 @@ import (
 
 // Space bounds the strategies a sweep enumerates.
 type Space struct {
-	// Devices is the number of devices every strategy uses: dp·pp.
+	// Devices is the number of devices every strategy uses: dp·tp·pp.
 	Devices int
+	// MaxTP bounds the tensor-parallel degrees tried: the powers of two up
+	// to it that divide Devices (0 or 1: none). Megatron-LM keeps a group
+	// within a machine's fast links; flowsim sweep bounds it so.
+	MaxTP int
 	// MaxMB bounds the micro-batches per replica tried: the powers of two
 	// up to it, and pp, 2·pp, 4·pp … up to it for pipelines.
 	MaxMB int
@@ -28,7 +32,8 @@ type Space struct {
 }
 
 // Strategies enumerates the strategies of a sweep of a global batch, in a
-// fixed order: every dp × pp = Devices, every micro-batch count that
+// fixed order: every tp (see MaxTP), every dp × pp = Devices/tp, every
+// micro-batch count that
 // divides the batch, and for pipelines both schedules. A replica's
 // micro-batches may be fewer than its stages (the pipeline then idles);
 // the simulator prices that.
@@ -37,11 +42,23 @@ func Strategies(batch int, sp Space) ([]plans.Strategy, error) {
 		return nil, fmt.Errorf("search: a sweep needs devices, micro-batches and a batch ≥ 1, got %d, %d and %d", sp.Devices, sp.MaxMB, batch)
 	}
 	var out []plans.Strategy
-	for dp := 1; dp <= sp.Devices; dp++ {
-		if sp.Devices%dp != 0 {
+	for tp := 1; tp == 1 || tp <= sp.MaxTP; tp *= 2 {
+		if sp.Devices%tp == 0 {
+			out = append(out, strategies(batch, sp, tp)...)
+		}
+	}
+	return out, nil
+}
+
+// strategies enumerates those of one tensor-parallel degree.
+func strategies(batch int, sp Space, tp int) []plans.Strategy {
+	var out []plans.Strategy
+	n := sp.Devices / tp
+	for dp := 1; dp <= n; dp++ {
+		if n%dp != 0 {
 			continue
 		}
-		pp := sp.Devices / dp
+		pp := n / dp
 		for _, mb := range microCounts(pp, sp.MaxMB) {
 			if batch%(dp*mb) != 0 {
 				continue
@@ -52,6 +69,9 @@ func Strategies(batch int, sp Space) ([]plans.Strategy, error) {
 			}
 			for _, sched := range scheds {
 				st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: sched}
+				if tp > 1 {
+					st.TP = tp
+				}
 				out = append(out, st)
 				for _, mode := range sp.Recompute {
 					re := st
@@ -71,7 +91,7 @@ func Strategies(batch int, sp Space) ([]plans.Strategy, error) {
 			}
 		}
 	}
-	return out, nil
+	return out
 }
 
 // microCounts are the micro-batch counts a sweep tries for pp stages.
