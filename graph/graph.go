@@ -82,6 +82,9 @@ type Node struct {
 	// Origin is, for a backward node, the forward node whose gradient rule
 	// added it (placement puts the two on the same device).
 	Origin *Node
+	// LayerStart marks a forward node that starts a layer, as the model's
+	// builder declared (see StartLayer).
+	LayerStart bool
 }
 
 // Cost is the node's work.
@@ -102,6 +105,7 @@ type Graph struct {
 
 	phase  Phase
 	origin *Node          // forward node whose gradient is being built
+	layer  bool           // the next node starts a layer
 	names  map[string]int // node names taken
 	tnames map[string]int // tensor names taken
 	err    error
@@ -186,6 +190,12 @@ func (g *Graph) persistent(name string, spec Spec, init Init, kind TensorKind) *
 	return t
 }
 
+// StartLayer declares that the next node added starts a layer of the
+// model: the unit pipeline stages are cut at and recomputation works by
+// (plans.Strategy.Layers). A graph without any declared layer has one at
+// every node reading a weight matrix or filter.
+func (g *Graph) StartLayer() { g.layer = true }
+
 // Apply adds a node applying op to inputs and returns its outputs, or nil
 // after recording an error (see Err).
 func (g *Graph) Apply(op Op, inputs ...*Tensor) []*Tensor {
@@ -205,7 +215,9 @@ func (g *Graph) Apply(op Op, inputs ...*Tensor) []*Tensor {
 		g.fail(err)
 		return nil
 	}
-	n := &Node{ID: len(g.Nodes), Name: unique(g.names, op.Type()), Op: op, Phase: g.phase, Inputs: inputs, Origin: g.origin}
+	n := &Node{ID: len(g.Nodes), Name: unique(g.names, op.Type()), Op: op, Phase: g.phase, Inputs: inputs, Origin: g.origin,
+		LayerStart: g.layer && g.phase == Forward}
+	g.layer = false
 	for i, s := range out {
 		name := n.Name
 		if len(out) > 1 {

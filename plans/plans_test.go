@@ -125,8 +125,8 @@ func TestParseAutoShares(t *testing.T) {
 	}
 }
 
-// A pipeline cut by hand: stage s takes the next layers[s] layers (a layer
-// starts at each op reading a weight matrix or filter), whatever their
+// A pipeline cut by hand: stage s takes the next layers[s] layers (in a
+// CNN, a layer starts at each op reading a weight matrix or filter), whatever their
 // FLOPs; layers=auto is left to plans/search.
 func TestCompileLayers(t *testing.T) {
 	n, err := Layers("mnist-cnn")
@@ -160,6 +160,22 @@ func TestCompileLayers(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Compile(Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0)})
 	require.ErrorContains(t, err, "plans/search")
+}
+
+// A transformer block is one layer, as its builder declares: stages hold
+// whole blocks, each block's weights on one stage.
+func TestCompileLayersBlocks(t *testing.T) {
+	const model = "gpt2s-blocks:layers=3,hidden=16,heads=2,seq=4"
+	n, err := Layers(model)
+	require.NoError(t, err)
+	require.Equal(t, 3, n)
+	p := mustCompile(t, model, "pp=3,layers=1:1:1,mb=3", 6)
+	for _, task := range p.Tasks {
+		if task.Phase == "update" {
+			block := strings.TrimPrefix(task.Name[strings.Index(task.Name, "update/"):], "update/layers.")
+			require.Equal(t, string(rune('0'+task.Stage)), block[:1], task.Name)
+		}
+	}
 }
 
 // Recomputation: each layer's forward ops run again, into registers of

@@ -11,7 +11,7 @@ import (
 
 // placeStages assigns every node of a training graph to one of pp pipeline
 // stages and returns the stage by node ID. The forward pass is cut at layer
-// boundaries (a layer starts at a node reading a weight matrix or filter):
+// boundaries (see layerStarts):
 // by layers, when given, stage s taking the next layers[s]; else so as to
 // minimize the largest stage's forward FLOPs. A backward node goes with the
 // forward node it differentiates, an update with its weight.
@@ -83,10 +83,19 @@ func forwardNodes(g *graph.Graph) []*graph.Node {
 }
 
 // layerStarts are the positions in the forward pass where a layer other
-// than the first starts: at a node reading a weight matrix or filter (not a
-// bias).
+// than the first starts: where the model's builder declared one
+// (graph.StartLayer), else at a node reading a weight matrix or filter (not
+// a bias).
 func layerStarts(fwd []*graph.Node) []int {
 	var starts []int
+	if slices.ContainsFunc(fwd, func(n *graph.Node) bool { return n.LayerStart }) {
+		for i, n := range fwd {
+			if i > 0 && n.LayerStart {
+				starts = append(starts, i)
+			}
+		}
+		return starts
+	}
 	for i, n := range fwd {
 		if i == 0 {
 			continue

@@ -35,8 +35,9 @@ type Strategy struct {
 	// Shares (or MB) holds the even split it starts from.
 	AutoShares bool
 	// Layers, when set (one count per stage), cuts the pipeline by hand:
-	// stage s takes the next Layers[s] layers of the model, a layer
-	// starting at each op that reads a weight matrix or filter. Unset,
+	// stage s takes the next Layers[s] layers of the model: its
+	// transformer blocks, or for the other models each op that reads a
+	// weight matrix or filter (see graph.StartLayer). Unset,
 	// stages are cut to balance their forward FLOPs, which suits equal
 	// devices only.
 	Layers []int

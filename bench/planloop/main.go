@@ -22,6 +22,7 @@ import (
 
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/sim"
@@ -70,7 +71,7 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 		return err
 	}
 	var cs []*config
-	for _, m := range strings.Split(models, ",") {
+	for _, m := range zoo.SplitNames(models) {
 		for _, bs := range strings.Split(batches, ",") {
 			var batch int
 			if _, err := fmt.Sscan(bs, &batch); err != nil {

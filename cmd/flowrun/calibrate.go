@@ -47,7 +47,9 @@ dp=2 and pp=2 plans on this machine and taking each task's mean time in
 place (with the cache state and neighbours it has in a real run). Kernels are
 priced from one-device plans (running alone); the data-parallel plans give how
 much kernels slow down while another device of the host is busy (shared
-caches and memory bandwidth), which the simulator applies. Then
+caches and memory bandwidth), which the simulator applies. Models with a
+tensor-parallel layout also run tp=2 plans: their sums, and their kernels on
+split weights (priced at their tp=2 time less that slowdown). Then
 fit the cost model per op kind: launch overhead + max(FLOPs / (peak·eff_c),
 bytes / (bandwidth·eff_m)) with efficiencies that saturate with the size of
 the work. Every fit is tested on a quarter of the shapes held out of it, and
@@ -65,7 +67,7 @@ count ("cpu/2"), and loads on any machine.`,
 	fl.StringVar(&f.device, "device", "cpu", "device to calibrate: cpu, or cuda[:N] (measures the tasks of the --plans files where they run)")
 	fl.StringSliceVar(&f.plans, "plans", nil, "with --device cuda: plan files (globs allowed) whose tasks are measured, on every device they use")
 	fl.IntSliceVar(&f.workers, "workers", nil, "worker counts (cores per device) to calibrate (default: 1 and all cores)")
-	fl.StringSliceVar(&f.models, "models", []string{"mnist-cnn", "mlp"}, "zoo models whose tasks are measured")
+	fl.StringArrayVar(&f.models, "models", []string{"mnist-cnn,mlp"}, "zoo models whose tasks are measured, comma-separated, with their size options (mlp,gpt2s-blocks:layers=2,seq=64)")
 	fl.IntSliceVar(&f.batches, "batches", []int{4, 8, 16, 32, 64, 128, 256}, "micro-batch sizes measured")
 	fl.IntVar(&f.iters, "iters", 8, "iterations each calibration plan runs (the first two untimed; the mean is kept)")
 	fl.IntVar(&f.rounds, "rounds", 5, "times every calibration plan runs, in rounds (the median of the rounds is kept)")
@@ -95,6 +97,11 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return fmt.Errorf("--workers: %d is not a positive count", w)
 		}
 	}
+	var models []string
+	for _, list := range f.models {
+		models = append(models, zoo.SplitNames(list)...)
+	}
+	f.models = models
 	for _, m := range f.models {
 		if !zoo.Known(m) {
 			return fmt.Errorf("--models: unknown model %q (known: %s)", m, strings.Join(zoo.Names(), ", "))
@@ -129,10 +136,7 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		if err != nil {
 			return err
 		}
-		if len(m.slowdowns) > 0 {
-			sort.Float64s(m.slowdowns)
-			dc.Contention = max(0, m.slowdowns[len(m.slowdowns)/2])
-		}
+		dc.Contention = m.contention
 		host, _ := os.Hostname()
 		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
 			host, w, time.Now().UTC().Format("2006-01-02"), len(m.alone)+len(m.comm), time.Since(start).Seconds(), len(m.slowdowns))
@@ -201,19 +205,23 @@ type measured struct {
 	// slowdowns are, for kernels of data-parallel plans (two devices
 	// running the same kernels at once), time / time alone − 1.
 	slowdowns []float64
+	// contention is their median (0 without any).
+	contention float64
 }
 
 // measure runs the calibration plans on devices of w workers: one-device
 // plans for the kernels alone (one and two micro-batches, for
 // accumulation), and, where two devices fit the cores, dp=2 for all-reduces
-// and for the kernels' slowdown when both devices are busy, and pp=2 for
-// transfers.
+// and for the kernels' slowdown when both devices are busy, pp=2 for
+// transfers, and tp=2 for models with a tensor-parallel layout: its sums,
+// and its kernels on split weights, which never run alone: they are priced
+// at their tp=2 time less the contention.
 func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) (*measured, error) {
 	dev := plans.Device{Type: "cpu", Workers: w}
 	type job struct {
 		p       *plans.Plan
 		devices int
-		dp      bool
+		dp, tp  bool
 	}
 	var jobs []job
 	for _, model := range f.models {
@@ -228,6 +236,9 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 				strategies = append(strategies,
 					plans.Strategy{DP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB},
 					plans.Strategy{DP: 1, PP: 2, MB: 2, Sched: plans.OneFOneB})
+				if zoo.HasTP(model) {
+					strategies = append(strategies, plans.Strategy{DP: 1, TP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB})
+				}
 			}
 			for _, s := range strategies {
 				devs := make([]plans.Device, s.Devices())
@@ -243,7 +254,7 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 				if err != nil {
 					return nil, err
 				}
-				jobs = append(jobs, job{p: p, devices: s.Devices(), dp: s.DP > 1})
+				jobs = append(jobs, job{p: p, devices: s.Devices(), dp: s.DP > 1, tp: s.TP > 1})
 			}
 		}
 	}
@@ -251,7 +262,7 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 	// that a slow spell of a shared machine does not skew one shape.
 	progress := newProgressBar(f.rounds*len(jobs), fmt.Sprintf("calibrating %d worker(s)", w))
 	m := &measured{}
-	var corun []cost.Sample
+	var corun, split []cost.Sample
 	for i := range f.rounds * len(jobs) {
 		j := jobs[i%len(jobs)]
 		got, err := bench.Measure(cmd.Context(), j.p)
@@ -267,6 +278,8 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 				m.comm = append(m.comm, s.Sample)
 			case j.dp:
 				corun = append(corun, s.Sample)
+			case j.tp:
+				split = append(split, s.Sample)
 			}
 		}
 		progress(i + 1)
@@ -277,6 +290,16 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		// little about memory-system contention.
 		if t, ok := alone[key]; ok && t > 100*time.Microsecond {
 			m.slowdowns = append(m.slowdowns, float64(co[key])/float64(t)-1)
+		}
+	}
+	if len(m.slowdowns) > 0 {
+		sort.Float64s(m.slowdowns)
+		m.contention = max(0, m.slowdowns[len(m.slowdowns)/2])
+	}
+	for _, s := range split {
+		if _, ok := alone[fmt.Sprint(s.Work.Kind, s.Work.Shape)]; !ok {
+			s.Time = time.Duration(float64(s.Time) / (1 + m.contention))
+			m.alone = append(m.alone, s)
 		}
 	}
 	return m, nil

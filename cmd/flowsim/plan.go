@@ -42,16 +42,21 @@ slots and an offset in its device's arena. The plan is rejected if it can
 deadlock (register slots too few for the schedule) or overflows a device's
 memory, with the tasks or the device named.
 
-Strategies: single | dp=D | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and their
-combinations (dp=2,pp=2); recompute=full recomputes each layer's forward
+Strategies: single | dp=D | tp=T | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and
+their combinations (dp=2,tp=2,pp=2). tp=T is tensor parallelism after
+Megatron-LM, for the models with such a layout (mlp, mlp3x4096,
+gpt2s-blocks): each stage of each replica runs on T devices, which split its
+layers' weight matrices (column- then row-parallel pairs; attention by heads)
+and sum their partial results, an all-reduce per pair going forward and
+another going backward; device (replica·pp + stage)·tp + rank. recompute=full recomputes each layer's forward
 pass before its backward pass instead of keeping its activations, and
 recompute=selective only its attention; slots=N caps every register's slot
 count.
 Work over unequal devices may be split unevenly. Data parallelism: mb=3:1
 gives each replica's micro-batches (the micro-batch size is the batch over
-their sum). Pipelines: layers=3:1 gives each stage's layers (a layer starts
-at each op reading a weight matrix or filter; by default stages balance
-forward FLOPs). mb=auto (with mbs=S; or mb=auto:N for N micro-batches) or
+their sum). Pipelines: layers=3:1 gives each stage's layers (a transformer
+block, or, in the other models, each op reading a weight matrix or filter;
+by default stages balance forward FLOPs). mb=auto (with mbs=S; or mb=auto:N for N micro-batches) or
 layers=auto lets the simulator
 choose: every split of the batch's micro-batches of S samples over the
 replicas (replicas on the same device types sharing equally), or every cut
@@ -66,6 +71,7 @@ A model name may carry size options (see graph/zoo), e.g.
 gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16. --dtype sets the dtype of
 every float tensor of the model; memory is planned at its size.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy pp=2,mb=4,sched=1f1b --batch 64 -o plan.json
+  flowsim plan --model gpt2s-blocks --dtype bf16 --cluster dgx-a100 --strategy dp=2,tp=4,mb=2 --batch 16 -o plan.json
   flowsim plan --model mnist-cnn --cluster h200-host --strategy dp=2,mbs=8,mb=auto --batch 64 -o plan.json
   flowsim plan --model mnist-cnn --cluster h200-host --strategy pp=2,mb=2,layers=auto -o plan.json
   flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster dgx-h100`,

@@ -36,7 +36,8 @@ func TestPlanBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"plan", "--model", "gpt-9"}, `unknown model "gpt-9"`},
-		{[]string{"plan", "--strategy", "tp=2"}, "tp is not supported"},
+		{[]string{"plan", "--strategy", "tp=2"}, "mnist-cnn has no tensor-parallel layout"},
+		{[]string{"plan", "--strategy", "zero=1"}, "zero is not supported"},
 		{[]string{"plan", "--strategy", "dp=3"}, "infeasible"},
 		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
 		{[]string{"plan", "--strategy", "pp=2,mb=4,sched=gpipe,slots=1"}, "deadlock"},

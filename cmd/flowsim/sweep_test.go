@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -68,6 +69,37 @@ func TestSweepAndMerge(t *testing.T) {
 	require.ErrorContains(t, err, "not the --json output of flowsim sweep")
 }
 
+// A sweep of a model with a tensor-parallel layout tries tp = 2, 4 … up
+// to the devices of one machine, or --max-tp; a model without one never.
+func TestSweepTensorParallel(t *testing.T) {
+	for _, tt := range []struct {
+		model string
+		args  []string
+		tps   []int
+	}{
+		{"mlp", nil, []int{2, 4}},
+		{"mlp", []string{"--max-tp", "2"}, []int{2}},
+		{"mnist-cnn", nil, nil},
+	} {
+		out, err := run(t, append([]string{"sweep", "--model", tt.model, "--cluster", "local", "--devices", "4", "--oversubscribe",
+			"--batch", "8", "--max-mb", "1", "--json"}, tt.args...)...)
+		require.NoError(t, err)
+		var file sweepFile
+		require.NoError(t, json.Unmarshal([]byte(out), &file))
+		var tps []int
+		for _, e := range file.Entries {
+			require.Empty(t, e.Error, e.Asked)
+			st, err := plans.ParseStrategy(e.Asked, 8)
+			require.NoError(t, err)
+			if st.TP > 1 && !slices.Contains(tps, st.TP) {
+				tps = append(tps, st.TP)
+			}
+		}
+		slices.Sort(tps)
+		require.Equal(t, tt.tps, tps, "%s %v", tt.model, tt.args)
+	}
+}
+
 // --recompute tries full recomputation, and selective where there is
 // attention to recompute.
 func TestSweepRecompute(t *testing.T) {
@@ -79,7 +111,7 @@ func TestSweepRecompute(t *testing.T) {
 		{"gpt2s-blocks:layers=2,hidden=32,heads=2,seq=16", []string{"recompute=selective", "recompute=full"}},
 	} {
 		out, err := run(t, "sweep", "--model", tt.model, "--cluster", "local", "--devices", "2", "--batch", "8",
-			"--max-mb", "1", "--recompute", "--json")
+			"--max-mb", "1", "--max-tp", "1", "--recompute", "--json")
 		require.NoError(t, err)
 		var file sweepFile
 		require.NoError(t, json.Unmarshal([]byte(out), &file))

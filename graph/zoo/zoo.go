@@ -481,6 +481,7 @@ func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *gra
 	}
 	for i := range sz["layers"] {
 		p := "layers." + strconv.Itoa(i) + "."
+		l.g.StartLayer() // a block is a layer, as Megatron-LM's stages and recomputation take it
 		a := norm(p+"norm1", x, h)
 		a = l.colAffine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct, 3)
 		a = l.g.Attention(a, heads/l.tp, seq, false)
@@ -491,6 +492,23 @@ func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *gra
 		x = l.g.Add(x, l.rowAffine(p+"linear2.weight", p+"linear2.bias", f, 4*h, h, pytorchInit(4*h), pytorchInit(4*h), noAct))
 	}
 	return x
+}
+
+// SplitNames splits a comma-separated list of model names, keeping each
+// name's size options with it: "mlp,gpt2s-blocks:layers=2,heads=4" is mlp
+// and gpt2s-blocks:layers=2,heads=4 (a part holding "=" but no ":"
+// continues the name before it).
+func SplitNames(list string) []string {
+	var names []string
+	for _, part := range strings.Split(list, ",") {
+		part = strings.TrimSpace(part)
+		if n := len(names); n > 0 && strings.Contains(part, "=") && !strings.Contains(part, ":") && strings.Contains(names[n-1], ":") {
+			names[n-1] += "," + part
+			continue
+		}
+		names = append(names, part)
+	}
+	return names
 }
 
 // HasTP reports whether the named model has a tensor-parallel layout.

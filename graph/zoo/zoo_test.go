@@ -364,3 +364,11 @@ func TestTensorParallelBuild(t *testing.T) {
 	_, err = Build("mlp3x4096:width=64", Config{Batch: 2, TP: 3})
 	require.ErrorContains(t, err, "tp=3 does not divide width (64)")
 }
+
+func TestSplitNames(t *testing.T) {
+	require.Equal(t, []string{"mlp", "gpt2s-blocks:layers=2,heads=4", "mnist-cnn", "mlp3x4096:width=64"},
+		SplitNames("mlp, gpt2s-blocks:layers=2,heads=4,mnist-cnn,mlp3x4096:width=64"))
+	require.Equal(t, []string{"mlp3x4096:width=64", "gpt2s-blocks:layers=2,seq=8"}, SplitNames("mlp3x4096:width=64,gpt2s-blocks:layers=2,seq=8"))
+	require.Equal(t, []string{"mlp"}, SplitNames("mlp"))
+	require.Equal(t, []string{"a=b", "mlp"}, SplitNames("a=b,mlp"), "a stray option is left to fail as a name")
+}
