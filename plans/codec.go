@@ -203,19 +203,21 @@ func (p *Plan) checkCompute(t *Task) error {
 }
 
 // checkInput checks that input task t, whose registers are in range, writes
-// one micro-batch of the global batch's images or labels, from within the
+// one micro-batch of the global batch's inputs or labels, from within the
 // batch: what a feeder fills.
 func (p *Plan) checkInput(t *Task) error {
 	if len(t.Writes) != 1 {
 		return fmt.Errorf("an input writes one register, not %d", len(t.Writes))
 	}
 	spec := p.Registers[t.Writes[0]].Spec
-	sample := p.Images.Shape.NumElements() / p.Batch
-	if spec.DType == graph.I32 {
-		sample = 1 // labels
+	images := graph.Spec{Shape: append(graph.Shape{p.MicroBatch}, p.Images.Shape[1:]...), DType: p.Images.DType}
+	same := func(a, b graph.Spec) bool { return a.DType == b.DType && slices.Equal(a.Shape, b.Shape) }
+	ok := len(p.Images.Shape) > 0 && same(spec, images)
+	if len(p.Labels.Shape) == 1 && p.Labels.Shape[0]%p.Batch == 0 {
+		ok = ok || same(spec, graph.Spec{Shape: graph.Shape{p.Labels.Shape[0] / p.Batch * p.MicroBatch}, DType: p.Labels.DType})
 	}
-	if len(spec.Shape) == 0 || spec.Shape[0] != p.MicroBatch || spec.Shape.NumElements() != p.MicroBatch*sample {
-		return fmt.Errorf("writes %v, not a micro-batch of %d samples of %d values", spec, p.MicroBatch, sample)
+	if !ok {
+		return fmt.Errorf("writes %v, not a micro-batch of %d samples of the inputs %v or labels %v", spec, p.MicroBatch, p.Images, p.Labels)
 	}
 	if mb := p.Micros(t.Replica); t.Offset < 0 || t.Offset+mb*p.MicroBatch > p.Batch {
 		return fmt.Errorf("offset %d: its %d micro-batches of %d run past the batch of %d", t.Offset, mb, p.MicroBatch, p.Batch)

@@ -72,10 +72,13 @@ func Compile(cfg Config) (*Plan, error) {
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
-	if m.Labels != nil {
-		c.p.Labels = graph.Spec{Shape: graph.Shape{cfg.Batch}, DType: m.Labels.Spec.DType}
+	if m.Labels != nil { // one label per sample, or per position of a language model's sequence
+		c.p.Labels = graph.Spec{Shape: graph.Shape{cfg.Batch * (m.Labels.Spec.Shape[0] / micro)}, DType: m.Labels.Spec.DType}
 	}
 	if err := c.build(); err != nil {
+		return nil, err
+	}
+	if err := checkPlannable(c.p); err != nil {
 		return nil, err
 	}
 	if _, err := c.p.Deps(); err != nil {

@@ -19,6 +19,9 @@ func planMemory(p *Plan) error {
 	if err != nil {
 		return err
 	}
+	if err := checkPlannable(p); err != nil {
+		return err
+	}
 	reach := newReachability(len(p.Firings), edges)
 
 	touch := make([][]int, len(p.Registers))   // firings reading or writing
@@ -112,6 +115,26 @@ func planMemory(p *Plan) error {
 }
 
 func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align }
+
+// maxReachability bounds the reachability bitset of a plan's memory
+// planning, which grows as the square of its firings: 4 GiB is about
+// 90,000 firings.
+const maxReachability = 4 << 30
+
+// checkPlannable refuses a plan too large for memory planning.
+func checkPlannable(p *Plan) error {
+	if need := reachabilityBytes(len(p.Firings)); need > maxReachability {
+		return fmt.Errorf("%w: %d firings per iteration: planning their memory needs %v for the order of every pair of firings (at most %v): "+
+			"plans list every firing (not compact per DESIGN §4.2 yet); fewer micro-batches, layers or devices fit",
+			ErrInfeasible, len(p.Firings), need, units.Bytes(maxReachability))
+	}
+	return nil
+}
+
+// reachabilityBytes is the size of the bitset over n firings.
+func reachabilityBytes(n int) units.Bytes {
+	return units.Bytes(2*n) * units.Bytes((2*n+63)/64) * 8
+}
 
 // reachability answers "does firing a of iteration i finish before firing
 // b of iteration i (within) or of iteration i+1 (next) starts", over two

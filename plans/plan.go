@@ -48,6 +48,20 @@ type Plan struct {
 	deps []Edge // derived once, see Deps
 }
 
+// DType is the dtype of the model's float tensors: its inputs', unless
+// they are token ids, else its first float register's.
+func (p *Plan) DType() graph.DType {
+	if p.Images.DType.IsFloat() {
+		return p.Images.DType
+	}
+	for _, r := range p.Registers {
+		if r.Spec.DType.IsFloat() {
+			return r.Spec.DType
+		}
+	}
+	return p.Images.DType
+}
+
 // TPDegree is the tensor-parallel degree, at least 1.
 func (p *Plan) TPDegree() int { return max(p.TP, 1) }
 

@@ -615,3 +615,12 @@ func TestBF16HalvesMemory(t *testing.T) {
 		require.Equal(t, "f32", cnn.Work(i).DType, "%s: labels are i32, their input task f32", task.Name)
 	}
 }
+
+// A plan too large to plan its memory is refused with its size, before
+// its edges are derived, not run out of memory.
+func TestCompileTooManyFirings(t *testing.T) {
+	require.NoError(t, checkPlannable(&Plan{Firings: make([]Firing, 90_000)}))
+	err := checkPlannable(&Plan{Firings: make([]Firing, 100_000)})
+	require.ErrorIs(t, err, ErrInfeasible)
+	require.ErrorContains(t, err, "100000 firings per iteration")
+}

@@ -96,6 +96,24 @@ func TestRMSNormGradientsMatchFiniteDifferences(t *testing.T) {
 	})
 }
 
+// The same check through a whole GPT of the zoo: embeddings, causal
+// blocks, the head and the cross-entropy over every position.
+func TestGPTGradientsMatchFiniteDifferences(t *testing.T) {
+	m, err := zoo.Build("gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7", zoo.Config{Batch: 2})
+	require.NoError(t, err)
+	for _, p := range m.Graph.Params() {
+		p.Init = graph.Init{Kind: graph.Uniform, Scale: 0.5} // larger than GPT's 0.02, for the differences to show
+	}
+	checkGradients(t, m.Graph, m.Loss, func(ex *Executor, rng *rand.Rand) {
+		for i := range ex.Buffer(m.Images).I {
+			ex.Buffer(m.Images).I[i] = int32(rng.IntN(7))
+		}
+		for i := range ex.Buffer(m.Labels).I {
+			ex.Buffer(m.Labels).I[i] = int32(rng.IntN(7))
+		}
+	})
+}
+
 // checkGradients compares, for every parameter of g and three random
 // directions, the backward pass's directional derivative of loss with
 // central finite differences; feed fills the inputs.

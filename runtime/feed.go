@@ -13,17 +13,27 @@ import (
 // feeding costs a copy, and sample g of iteration i is the same however the
 // batch is split over devices. Inputs are standard normal (as torch.randn
 // draws them), labels uniform over the classes; a model without labels
-// just never asks for them.
+// just never asks for them. A language model's samples are token ids
+// uniform over the vocabulary (classes), its labels each position's next
+// token (the last position's drawn too).
 type SyntheticFeeder struct {
 	batch  int
-	sample int // floats per input sample
+	sample int // values per input sample
 	images []float32
-	labels []int32 // one per sample of the pool
+	tokens []int32 // for a language model, instead of images
+	labels []int32 // per sample of the pool: one, or a language model's sample values
+}
+
+// TokenFeeder is a Feeder that also feeds a language model's token ids
+// (an i32 input), n samples from sample from of iteration iter's batch.
+type TokenFeeder interface {
+	Feeder
+	FeedTokens(iter, from, n int, tokens []int32) error
 }
 
 var (
-	_ Feeder = (*SyntheticFeeder)(nil)
-	_ Feeder = (*MNISTFeeder)(nil)
+	_ TokenFeeder = (*SyntheticFeeder)(nil)
+	_ Feeder      = (*MNISTFeeder)(nil)
 )
 
 // syntheticPoolMax caps a synthetic feeder's pool, in floats (256 MiB): a
@@ -38,6 +48,21 @@ func NewSyntheticFeeder(images graph.Spec, classes, poolSize int, seed uint64) *
 	rng := rand.New(rand.NewPCG(seed, 0x5eed))
 	s := &SyntheticFeeder{batch: images.Shape[0], sample: images.Shape.NumElements() / images.Shape[0]}
 	poolSize = min(poolSize, max(s.batch, syntheticPoolMax/s.sample))
+	if images.DType == graph.I32 {
+		s.tokens = make([]int32, poolSize*s.sample)
+		s.labels = make([]int32, poolSize*s.sample)
+		for i := range s.tokens {
+			s.tokens[i] = int32(rng.IntN(classes))
+		}
+		for i := range s.labels {
+			if (i+1)%s.sample != 0 {
+				s.labels[i] = s.tokens[i+1]
+			} else {
+				s.labels[i] = int32(rng.IntN(classes))
+			}
+		}
+		return s
+	}
 	s.images = make([]float32, poolSize*s.sample)
 	for i := range s.images {
 		s.images[i] = float32(rng.NormFloat64())
@@ -49,16 +74,36 @@ func NewSyntheticFeeder(images graph.Spec, classes, poolSize int, seed uint64) *
 	return s
 }
 
+// FeedTokens implements TokenFeeder.
+func (s *SyntheticFeeder) FeedTokens(iter, from, n int, tokens []int32) error {
+	if s.tokens == nil {
+		return fmt.Errorf("runtime: the synthetic feeder was made for %d float values per sample, not token ids", s.sample)
+	}
+	pool := len(s.tokens) / s.sample
+	for k := range n {
+		g := (iter*s.batch + from + k) % pool
+		copy(tokens[k*s.sample:(k+1)*s.sample], s.tokens[g*s.sample:(g+1)*s.sample])
+	}
+	return nil
+}
+
 // Feed implements Feeder.
 func (s *SyntheticFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
-	pool := len(s.labels)
+	if images != nil && s.images == nil {
+		return fmt.Errorf("runtime: the synthetic feeder was made for token ids, not float inputs")
+	}
+	per := 1 // labels per sample
+	if s.tokens != nil {
+		per = s.sample
+	}
+	pool := len(s.labels) / per
 	for k := range n {
 		g := (iter*s.batch + from + k) % pool
 		if images != nil {
 			copy(images[k*s.sample:(k+1)*s.sample], s.images[g*s.sample:(g+1)*s.sample])
 		}
 		if labels != nil {
-			labels[k] = s.labels[g]
+			copy(labels[k*per:(k+1)*per], s.labels[g*per:(g+1)*per])
 		}
 	}
 	return nil

@@ -478,6 +478,9 @@ func gpuSupported(p *plans.Plan) error {
 	if gpus > 1 {
 		return fmt.Errorf("runtime: the plan uses %d GPUs: plans over several GPUs are not supported yet (one GPU, with or without CPU devices)", gpus)
 	}
+	if !p.Images.DType.IsFloat() {
+		return fmt.Errorf("runtime: the plan's input is %v token ids: language models are not fed on GPUs yet (they run on CPU devices)", p.Images)
+	}
 	if p.TPDegree() > 1 {
 		return fmt.Errorf("runtime: the plan is tensor-parallel (tp=%d): tensor parallelism runs on CPU devices only so far", p.TPDegree())
 	}

@@ -72,6 +72,8 @@ type PlanRunner struct {
 	// iteration's loss: those of tensor-parallel rank 0 (the others
 	// compute the same values).
 	counts []bool
+	// tokens says, by task, whether an input task feeds token ids.
+	tokens []bool
 	// widen scales the plan's arena offsets: a CPU device computes every
 	// float dtype in f32, so a plan with 2-byte registers runs in an arena
 	// laid out at twice its planned offsets and size, where each register
@@ -188,9 +190,14 @@ func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err
 		}
 	}
 	r.counts = make([]bool, len(p.Tasks))
+	r.tokens = make([]bool, len(p.Tasks))
 	for i := range p.Tasks {
 		home := p.Streams[p.Tasks[i].Streams[0]].Device
 		r.counts[i] = graph.IsLoss(r.ops[i]) && p.TPRank(home) == 0
+		if t := &p.Tasks[i]; t.Kind == plans.Input {
+			spec := p.Registers[t.Writes[0]].Spec
+			r.tokens[i] = spec.DType == graph.I32 && len(spec.Shape) > 1 // labels are one axis
+		}
 		if r.counts[i] && rk.local(home) {
 			if t := &p.Tasks[i]; t.PerMicro {
 				r.lossTasks += p.Micros(t.Replica)
@@ -697,6 +704,13 @@ func (x *run) fire(f, it int) (float64, error) {
 	case plans.Input:
 		b := writes[0]
 		from := t.Offset + fi.Micro*p.MicroBatch
+		if x.r.tokens[t.ID] {
+			tf, ok := x.feed.(TokenFeeder)
+			if !ok {
+				return 0, fmt.Errorf("the plan's input is token ids; feeder %T feeds images", x.feed)
+			}
+			return 0, tf.FeedTokens(it, from, p.MicroBatch, b.I)
+		}
 		return 0, x.feed.Feed(it, from, p.MicroBatch, b.F, b.I)
 	case plans.Transfer:
 		if !x.r.rk.local(p.Registers[t.Writes[0]].Device) {

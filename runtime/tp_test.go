@@ -37,7 +37,8 @@ func trainPlan(t *testing.T, model, strategy string, batch, n, iters int) (*plan
 // and pipeline parallelism, micro-batches and recompute.
 func TestTensorParallelMatchesOneDevice(t *testing.T) {
 	const iters = 3
-	for _, model := range []string{"mlp", "mlp3x4096:depth=4,width=64", "gpt2s-blocks:layers=2,hidden=32,heads=4,seq=8"} {
+	for _, model := range []string{"mlp", "mlp3x4096:depth=4,width=64", "gpt2s-blocks:layers=2,hidden=32,heads=4,seq=8",
+		"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"} {
 		batch := 8
 		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
 		refStore, err := ref.Store()

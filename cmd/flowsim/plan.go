@@ -280,7 +280,7 @@ func planJSON(w io.Writer, p *plans.Plan, path string, found *search.Result) err
 		peak[p.Devices[m.Device].Name] = int64(m.Peak)
 	}
 	out := map[string]any{
-		"plan": path, "model": p.Model, "dtype": p.Images.DType.String(), "strategy": p.Strategy, "batch": p.Batch, "micro_batch": p.MicroBatch,
+		"plan": path, "model": p.Model, "dtype": p.DType().String(), "strategy": p.Strategy, "batch": p.Batch, "micro_batch": p.MicroBatch,
 		"micro_batches": p.MB, "replica_micro_batches": p.Shares, "devices": len(p.Devices), "tasks": len(p.Tasks), "firings": len(p.Firings),
 		"registers": len(p.Registers), "streams": len(p.Streams), "edges": len(edges), "peak_mem_bytes": peak,
 	}
@@ -309,7 +309,7 @@ func summarizePlan(w io.Writer, p *plans.Plan) {
 		split = fmt.Sprintf("%d micro-batches of %d, %s per replica", p.TotalMicros(), p.MicroBatch, plans.FormatCounts(p.Shares))
 	}
 	fmt.Fprintf(w, "plan: %s (%s), %s, batch %d (%s), %s on %s\n",
-		p.Model, p.Images.DType, p.Strategy, p.Batch, split, p.Optimizer, p.Cluster)
+		p.Model, p.DType(), p.Strategy, p.Batch, split, p.Optimizer, p.Cluster)
 	fmt.Fprintf(w, "  %d tasks, %d firings per iteration, %d registers, %d streams, %d dependency edges\n",
 		len(p.Tasks), len(p.Firings), len(p.Registers), len(p.Streams), len(edges))
 	for _, m := range p.Memory {

@@ -86,6 +86,10 @@ type builder struct {
 	// and ends in the softmax cross-entropy. 0 for a model whose loss is
 	// the mean square of its output.
 	classes int
+	// tokens marks a language model: its input is token ids (i32,
+	// [N, seq]), its labels the next token at every position ([N·seq]),
+	// its logits [N·seq, vocab], and classes is the vocab size option.
+	tokens bool
 	// build builds the forward graph from the input to the output.
 	build func(l *layers, x *graph.Tensor, cfg Config, sz sizes) *graph.Tensor
 	// tp, for a model with a tensor-parallel layout, names the sizes the
@@ -118,6 +122,24 @@ var models = map[string]builder{
 		build: buildDeepMLP,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"width": sz["width"]} },
 	},
+	"gpt": {
+		doc:   "GPT language model: token and position embeddings, causal pre-norm blocks, final norm, untied head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default)",
+		sizes: gptSizes(12, 768, 12, 1024),
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT,
+		tp: func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
+	},
+	"gpt3-1.3b": {
+		doc:   "GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048",
+		sizes: gptSizes(24, 2048, 16, 2048),
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT,
+		tp: func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
+	},
+	"gpt3-175b": {
+		doc:   "GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048",
+		sizes: gptSizes(96, 12288, 96, 2048),
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT,
+		tp: func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
+	},
 	"gpt2s-blocks": {
 		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
 		sizes: []sizeOption{{name: "layers", def: 12}, {name: "hidden", def: 768}, {name: "heads", def: 12}, {name: "seq", def: 1024},
@@ -126,6 +148,13 @@ var models = map[string]builder{
 		build: buildTransformerBlocks,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
 	},
+}
+
+// gptSizes are a GPT's size options with the given defaults and GPT-2's
+// vocabulary.
+func gptSizes(layers, hidden, heads, seq int) []sizeOption {
+	return []sizeOption{{name: "layers", def: layers}, {name: "hidden", def: hidden}, {name: "heads", def: heads},
+		{name: "seq", def: seq}, {name: "vocab", def: 50257}}
 }
 
 // Names lists the models Build knows, sorted (without size options).
@@ -154,14 +183,21 @@ func InputShape(name string) (graph.Shape, error) {
 	return b.input(sz).Clone(), nil
 }
 
-// Classes returns a classifier's number of classes, or 0 for a model
-// without labels.
+// Classes returns a classifier's number of classes (a language model's
+// vocabulary), or 0 for a model without labels.
 func Classes(name string) (int, error) {
-	b, _, err := lookup(name)
+	b, sz, err := lookup(name)
 	if err != nil {
 		return 0, err
 	}
-	return b.classes, nil
+	return b.classCount(sz), nil
+}
+
+func (b builder) classCount(sz sizes) int {
+	if b.tokens {
+		return sz["vocab"]
+	}
+	return b.classes
 }
 
 func unknown(name string) error {
@@ -264,14 +300,20 @@ func Build(name string, cfg Config) (*Model, error) {
 	g := graph.New()
 	m := &Model{Name: name, Graph: g}
 	input := append(graph.Shape{cfg.Batch}, b.input(sz)...)
-	if b.classes > 0 {
+	classes, rows := b.classCount(sz), cfg.Batch // rows of logits and labels
+	switch {
+	case b.tokens:
+		rows *= sz["seq"]
+		m.Images = g.Input("tokens", input, graph.I32)
+		m.Labels = g.Input("labels", graph.Shape{rows}, graph.I32)
+	case classes > 0:
 		m.Images = g.Input("images", input, dtype)
-		m.Labels = g.Input("labels", graph.Shape{cfg.Batch}, graph.I32)
-	} else {
+		m.Labels = g.Input("labels", graph.Shape{rows}, graph.I32)
+	default:
 		m.Images = g.Input("x", input, dtype)
 	}
 	out := b.build(&layers{g: g, dtype: dtype, tp: tp}, m.Images, cfg, sz)
-	if b.classes > 0 {
+	if classes > 0 {
 		m.Logits = out
 		m.Loss = g.SoftmaxCrossEntropy(out, m.Labels)
 	} else {
@@ -280,8 +322,8 @@ func Build(name string, cfg Config) (*Model, error) {
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("zoo: %s: %w", name, err)
 	}
-	if got := out.Spec.Shape; b.classes > 0 && !got.Equal(graph.Shape{cfg.Batch, b.classes}) {
-		return nil, fmt.Errorf("zoo: %s: logits are %v, want [%d,%d]", name, got, cfg.Batch, b.classes)
+	if got := out.Spec.Shape; classes > 0 && !got.Equal(graph.Shape{rows, classes}) {
+		return nil, fmt.Errorf("zoo: %s: logits are %v, want [%d,%d]", name, got, rows, classes)
 	}
 	return m, nil
 }
@@ -473,25 +515,57 @@ func buildDeepMLP(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor 
 // norm=rms the norms are nn.RMSNorm(hidden, eps=1e-5), as in LLaMA-style
 // blocks.
 func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
-	h, heads, seq := sz["hidden"], sz["heads"], sz["seq"]
-	zeros := graph.Init{Kind: graph.Zeros}
 	norm := l.layerNorm
 	if sz["norm"] == 1 {
 		norm = l.rmsNorm
 	}
 	for i := range sz["layers"] {
-		p := "layers." + strconv.Itoa(i) + "."
-		l.g.StartLayer() // a block is a layer, as Megatron-LM's stages and recomputation take it
-		a := norm(p+"norm1", x, h)
-		a = l.colAffine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct, 3)
-		a = l.g.Attention(a, heads/l.tp, seq, false)
-		a = l.rowAffine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros, noAct)
-		x = l.g.Add(x, a)
-		f := norm(p+"norm2", x, h)
-		f = l.colAffine(p+"linear1.weight", p+"linear1.bias", f, h, 4*h, pytorchInit(h), pytorchInit(h), gelu, 1)
-		x = l.g.Add(x, l.rowAffine(p+"linear2.weight", p+"linear2.bias", f, 4*h, h, pytorchInit(4*h), pytorchInit(4*h), noAct))
+		x = l.block("layers."+strconv.Itoa(i)+".", x, sz, norm, false)
 	}
 	return x
+}
+
+// block is one pre-norm transformer block, parameters named from prefix p
+// as nn.TransformerEncoderLayer names them: x += OutProj(Attention(
+// InProj(norm1(x)))), x += Linear2(GELU(Linear1(norm2(x)))). Under tensor
+// parallelism the projections are column- then row-parallel, attention
+// split by heads.
+func (l *layers) block(p string, x *graph.Tensor, sz sizes, norm func(string, *graph.Tensor, int) *graph.Tensor, causal bool) *graph.Tensor {
+	h, heads, seq := sz["hidden"], sz["heads"], sz["seq"]
+	zeros := graph.Init{Kind: graph.Zeros}
+	l.g.StartLayer() // a block is a layer, as Megatron-LM's stages and recomputation take it
+	a := norm(p+"norm1", x, h)
+	a = l.colAffine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct, 3)
+	a = l.g.Attention(a, heads/l.tp, seq, causal)
+	a = l.rowAffine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros, noAct)
+	x = l.g.Add(x, a)
+	f := norm(p+"norm2", x, h)
+	f = l.colAffine(p+"linear1.weight", p+"linear1.bias", f, h, 4*h, pytorchInit(h), pytorchInit(h), gelu, 1)
+	x = l.g.Add(x, l.rowAffine(p+"linear2.weight", p+"linear2.bias", f, 4*h, h, pytorchInit(4*h), pytorchInit(4*h), noAct))
+	return x
+}
+
+// buildGPT is a GPT language model (Radford et al., 2019): token and
+// learned position embeddings, causal pre-norm blocks (see block), a final
+// LayerNorm and a linear head over the vocabulary. The head is its own
+// weight, not the token embedding's (GPT-NeoX and LLaMA untie them too), so
+// that a pipeline's last stage holds it: the model has V·h more parameters
+// than GPT-2's tied count. Embeddings are initialized normal with standard
+// deviation 0.02, as GPT-2 does. Under tensor parallelism the blocks are
+// split; the embeddings and the head are whole on every device.
+func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
+	h, seq, vocab := sz["hidden"], sz["seq"], sz["vocab"]
+	emb := graph.Init{Kind: graph.Normal, Scale: 0.02}
+	n := tokens.Spec.Shape[0]
+	x := l.g.Embedding(l.param("wte.weight", graph.Shape{vocab, h}, emb), tokens) // [n, seq, h]
+	pos := l.g.Reshape(l.param("wpe.weight", graph.Shape{seq, h}, emb), graph.Shape{seq * h})
+	x = l.g.Reshape(l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, seq * h}), pos, 1), graph.Shape{n, seq, h})
+	for i := range sz["layers"] {
+		x = l.block("h."+strconv.Itoa(i)+".", x, sz, l.layerNorm, true)
+	}
+	x = l.layerNorm("ln_f", x, h)
+	w := l.param("lm_head.weight", graph.Shape{vocab, h}, emb)
+	return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), w, false, true)
 }
 
 // SplitNames splits a comma-separated list of model names, keeping each

@@ -166,6 +166,10 @@ func TestWorkloadParamCounts(t *testing.T) {
 		{"gpt2s-blocks", 12 * perLayer},              // 85,054,464
 		{"mlp3x4096:depth=2,width=8", 2 * (8*8 + 8)}, // sizes from the name
 		{"gpt2s-blocks:layers=2,hidden=16,heads=4,seq=8", 2 * (12*16*16 + 13*16)},
+		// GPT-2 small's 124,439,808 (tied), plus the untied head.
+		{"gpt", 124_439_808 + 50257*768},
+		{"gpt3-175b", gptParams(96, 12288, 2048, 50257)},
+		{"gpt3-1.3b", gptParams(24, 2048, 2048, 50257)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.model, func(t *testing.T) {
@@ -176,6 +180,14 @@ func TestWorkloadParamCounts(t *testing.T) {
 			}
 		})
 	}
+}
+
+// gptParams is DESIGN §4.1's GPT parameter count, 12·l·h²·(1 + 13/(12h) +
+// (V+s)/(12·l·h)), plus what it leaves out: the final norm (2h) and the
+// untied head (V·h).
+func gptParams(l, h, s, v int) int {
+	formula := 12 * float64(l) * float64(h) * float64(h) * (1 + 13/(12*float64(h)) + float64(v+s)/(12*float64(l)*float64(h)))
+	return int(math.Round(formula)) + 2*h + v*h
 }
 
 // A training step's FLOPs agree with the usual formulas: three times the
@@ -192,6 +204,11 @@ func TestWorkloadTrainingFLOPs(t *testing.T) {
 	}{
 		{"mlp3x4096", 4096, 3 * 2 * 3 * math.Pow(4096, 3), 8.0 / 9, 0.002},
 		{"gpt2s-blocks", 8, 3 * (24*8*1024*768*768*12 + 4*8*1024*1024*768*12.0), 1, 0.03},
+		// DESIGN §4.1's 72·B·s·l·h²·(1 + s/(6h) + V/(12·l·h)) (Narayanan et
+		// al., 2021), which counts attention's products whole, as the
+		// Attention op's cost does for causal attention too.
+		{"gpt3-175b", 1, gptFLOPs(1, 2048, 96, 12288, 50257), 1, 0.03},
+		{"gpt", 8, gptFLOPs(8, 1024, 12, 768, 50257), 1, 0.03},
 	}
 	for _, tt := range tests {
 		t.Run(tt.model, func(t *testing.T) {
@@ -205,6 +222,10 @@ func TestWorkloadTrainingFLOPs(t *testing.T) {
 			}
 		})
 	}
+}
+
+func gptFLOPs(b, s, l, h, v float64) float64 {
+	return 72 * b * s * l * h * h * (1 + s/(6*h) + v/(12*l*h))
 }
 
 // Every float tensor takes the model's dtype, except the f32 loss and the
