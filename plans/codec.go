@@ -149,6 +149,11 @@ func (p *Plan) check() error {
 				return bad("tasks", i, "%s: %v", t.Name, err)
 			}
 		}
+		if t.Kind == AllReduce {
+			if err := p.checkAllReduce(&t); err != nil {
+				return bad("tasks", i, "%s: %v", t.Name, err)
+			}
+		}
 		if t.Kind == Compute {
 			if t.Op == nil {
 				return bad("tasks", i, "compute task %s has no op", t.Name)
@@ -167,6 +172,49 @@ func (p *Plan) check() error {
 				return bad("registers", i, "writer %d out of range", w)
 			}
 		}
+		if sh := r.Init.Shard; sh != nil {
+			if err := sh.Check(); err != nil {
+				return bad("registers", i, "%s: %v", r.Name, err)
+			}
+			if !r.Persistent || sh.Parts != p.TPDegree() || sh.Part != p.TPRank(r.Device) || !sh.Shape().Equal(r.Spec.Shape) {
+				return bad("registers", i, "%s (%v on device %d) is not part %d of %d of %s %v: a persistent part of the tensor-parallel rank of its device",
+					r.Name, r.Spec, r.Device, sh.Part, sh.Parts, sh.Of, sh.Full)
+			}
+		}
+	}
+	return nil
+}
+
+// checkAllReduce checks that all-reduce task t, whose registers are in
+// range, reduces registers of one float spec on distinct devices, and that
+// a tensor-parallel sum reads, on each member, a register of that spec.
+func (p *Plan) checkAllReduce(t *Task) error {
+	if len(t.Writes) == 0 {
+		return fmt.Errorf("an all-reduce writes its members' registers, none given")
+	}
+	spec := p.Registers[t.Writes[0]].Spec
+	seen := map[int]bool{}
+	for j, w := range t.Writes {
+		reg := &p.Registers[w]
+		if !spec.DType.IsFloat() || reg.Spec.DType != spec.DType || !reg.Spec.Shape.Equal(spec.Shape) {
+			return fmt.Errorf("reduces %s %v with %v: want one float spec", reg.Name, reg.Spec, spec)
+		}
+		if seen[reg.Device] {
+			return fmt.Errorf("writes two registers on device %d", reg.Device)
+		}
+		seen[reg.Device] = true
+		if t.Sum {
+			if len(t.Reads) != len(t.Writes) {
+				return fmt.Errorf("a tensor-parallel sum reads one register per member: %d reads, %d writes", len(t.Reads), len(t.Writes))
+			}
+			in := &p.Registers[t.Reads[j].Reg]
+			if in.Device != reg.Device || in.Spec.DType != spec.DType || !in.Spec.Shape.Equal(spec.Shape) {
+				return fmt.Errorf("member %d reads %s %v on device %d into %s %v on device %d", j, in.Name, in.Spec, in.Device, reg.Name, reg.Spec, reg.Device)
+			}
+		}
+	}
+	if !t.Sum && len(t.Reads) > 0 {
+		return fmt.Errorf("a replicas' all-reduce works in place: it reads no other register")
 	}
 	return nil
 }

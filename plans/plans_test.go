@@ -517,6 +517,51 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 	}
 }
 
+// A tensor-parallel plan whose sums or parts disagree with its devices is
+// rejected when read: a kernel would run past a register, or a device
+// initialize another's part.
+func TestDecodeRejectsBadTensorParallel(t *testing.T) {
+	st, err := ParseStrategy("tp=2", 4)
+	require.NoError(t, err)
+	good, err := Compile(Config{Model: "mlp", Batch: 4, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+	require.NoError(t, err)
+	sum, shard := -1, -1
+	for i, tk := range good.Tasks {
+		if tk.Sum && sum < 0 {
+			sum = i
+		}
+	}
+	for i, r := range good.Registers {
+		if r.Init.Shard != nil && shard < 0 {
+			shard = i
+		}
+	}
+	require.True(t, sum >= 0 && shard >= 0)
+	for _, c := range []struct {
+		name, want string
+		edit       func(p *Plan)
+	}{
+		{"sum reads", "member 0 reads", func(p *Plan) { p.Tasks[sum].Reads[0] = p.Tasks[sum].Reads[1] }},
+		{"sum arity", "one register per member", func(p *Plan) { p.Tasks[sum].Reads = p.Tasks[sum].Reads[:1] }},
+		{"sum writes", "writes two registers on device", func(p *Plan) { p.Tasks[sum].Writes[1] = p.Tasks[sum].Writes[0] }},
+		{"part", "is not part 1 of 2", func(p *Plan) { p.Registers[shard].Init.Shard.Part = 1 }},
+		{"parts", "does not divide", func(p *Plan) { p.Registers[shard].Init.Shard.Parts = 1 << 19 }},
+		{"degree", "tensor_parallel", func(p *Plan) { p.TP = 4 }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var b bytes.Buffer
+			require.NoError(t, Encode(&b, good))
+			p, err := Decode(&b)
+			require.NoError(t, err)
+			c.edit(p)
+			b.Reset()
+			require.NoError(t, Encode(&b, p))
+			_, err = Decode(&b)
+			require.ErrorContains(t, err, c.want)
+		})
+	}
+}
+
 func FuzzDecode(f *testing.F) {
 	for _, c := range []struct {
 		model, strategy string
@@ -528,6 +573,8 @@ func FuzzDecode(f *testing.F) {
 		// one-layer model alone and over uneven replicas.
 		{"mlp3x4096:depth=1,width=2", "single", 3},
 		{"mlp3x4096:depth=1,width=2", "dp=2,mb=1:2", 3},
+		{"mlp3x4096:depth=2,width=2", "tp=2", 2},
+		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=3", "single", 1},
 	} {
 		st, _ := ParseStrategy(c.strategy, c.batch)
 		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -88,6 +89,23 @@ func TestExecProcs(t *testing.T) {
 			require.InDeltaSlice(t, one.Loss, got.Loss, 1e-9)
 			require.Greater(t, got.Meas, 0.0)
 		})
+	}
+}
+
+// A tensor-parallel language model runs from its plan file, in one
+// process or over two (its sums crossing), with the same losses; its
+// predicted step comes with it.
+func TestExecLanguageModelTensorParallel(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	path := writeCPUPlan(t, "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64", "tp=2", 4, 2)
+	one, err := execJSON(t, path, "--iters", "3", "--warmup", "1", "--compare")
+	require.NoError(t, err)
+	require.Greater(t, one.Pred, 0.0)
+	two, err := execJSON(t, path, "--iters", "3", "--warmup", "1", "--procs", "2")
+	require.NoError(t, err)
+	require.InDeltaSlice(t, one.Loss, two.Loss, 1e-9)
+	for _, l := range one.Loss {
+		require.InDelta(t, math.Log(64), l, 1, "next-token loss near log(vocab) at the start")
 	}
 }
 
