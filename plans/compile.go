@@ -376,17 +376,7 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	}
 	var writes []int
 	for _, out := range n.Outputs {
-		regName := c.taskName(dev, out.Name)
-		if re != nil {
-			regName += "@recompute"
-		}
-		reg := c.newRegister(dev, regName, out.Spec)
-		if re != nil {
-			re[dev][out.ID] = reg
-		} else {
-			c.regOf[dev][out.ID] = reg
-		}
-		writes = append(writes, reg)
+		writes = append(writes, c.output(dev, out, re))
 	}
 	op, err := graph.EncodeOp(n.Op)
 	if err != nil {
@@ -396,12 +386,34 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	task := c.newTask(Task{Name: c.taskName(dev, name), Kind: Compute, Phase: phase.String(),
 		Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
+	c.toBlock(dev, phase, task)
+	return nil
+}
+
+// output adds the register of tensor t written on device dev: of the
+// forward pass, or of its recomputation (re).
+func (c *compiler) output(dev int, t *graph.Tensor, re []map[int]int) int {
+	name := c.taskName(dev, t.Name)
+	if re != nil {
+		name += "@recompute"
+	}
+	reg := c.newRegister(dev, name, t.Spec)
+	if re != nil {
+		re[dev][t.ID] = reg
+	} else {
+		c.regOf[dev][t.ID] = reg
+	}
+	return reg
+}
+
+// toBlock adds a task to device dev's forward or backward micro-batch
+// block.
+func (c *compiler) toBlock(dev int, phase graph.Phase, task int) {
 	if phase == graph.Backward {
 		c.bwd[dev] = append(c.bwd[dev], task)
 	} else {
 		c.fwd[dev] = append(c.fwd[dev], task)
 	}
-	return nil
 }
 
 // addTPSum adds the all-reduce of TPSum node n over the tensor-parallel
@@ -425,16 +437,7 @@ func (c *compiler) addTPSum(n *graph.Node, replica int, name string, phase graph
 		if err != nil {
 			return err
 		}
-		regName := c.taskName(dev, out.Name)
-		if re != nil {
-			regName += "@recompute"
-		}
-		w := c.newRegister(dev, regName, out.Spec)
-		if re != nil {
-			re[dev][out.ID] = w
-		} else {
-			c.regOf[dev][out.ID] = w
-		}
+		w := c.output(dev, out, re)
 		task.Reads = append(task.Reads, Use{Reg: reg, Mode: ReadMicro})
 		task.Writes = append(task.Writes, w)
 		task.Streams = append(task.Streams, c.stream(dev, "compute"))
@@ -442,11 +445,7 @@ func (c *compiler) addTPSum(n *graph.Node, replica int, name string, phase graph
 	}
 	id := c.newTask(task)
 	for _, dev := range devs {
-		if phase == graph.Backward {
-			c.bwd[dev] = append(c.bwd[dev], id)
-		} else {
-			c.fwd[dev] = append(c.fwd[dev], id)
-		}
+		c.toBlock(dev, phase, id)
 	}
 	return nil
 }

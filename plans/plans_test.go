@@ -503,17 +503,7 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 		{"register", "not a micro-batch of 4 samples", func(p *Plan) { p.Tasks[input].Writes = []int{p.Tasks[len(p.Tasks)-1].Writes[0]} }},
 		{"compute", "conv2d: writes f32[4,32,28,28] into register images, which holds f32[4,1,28,28]", func(p *Plan) { p.Tasks[input+2].Writes = p.Tasks[input].Writes }},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			var b bytes.Buffer
-			require.NoError(t, Encode(&b, good))
-			p, err := Decode(&b)
-			require.NoError(t, err)
-			c.edit(p)
-			b.Reset()
-			require.NoError(t, Encode(&b, p))
-			_, err = Decode(&b)
-			require.ErrorContains(t, err, c.want)
-		})
+		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, good, c.edit, c.want) })
 	}
 }
 
@@ -548,18 +538,23 @@ func TestDecodeRejectsBadTensorParallel(t *testing.T) {
 		{"parts", "does not divide", func(p *Plan) { p.Registers[shard].Init.Shard.Parts = 1 << 19 }},
 		{"degree", "tensor_parallel", func(p *Plan) { p.TP = 4 }},
 	} {
-		t.Run(c.name, func(t *testing.T) {
-			var b bytes.Buffer
-			require.NoError(t, Encode(&b, good))
-			p, err := Decode(&b)
-			require.NoError(t, err)
-			c.edit(p)
-			b.Reset()
-			require.NoError(t, Encode(&b, p))
-			_, err = Decode(&b)
-			require.ErrorContains(t, err, c.want)
-		})
+		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, good, c.edit, c.want) })
 	}
+}
+
+// requireDecodeRejects edits a copy of good, writes it and checks that
+// reading it fails with want.
+func requireDecodeRejects(t *testing.T, good *Plan, edit func(*Plan), want string) {
+	t.Helper()
+	var b bytes.Buffer
+	require.NoError(t, Encode(&b, good))
+	p, err := Decode(&b)
+	require.NoError(t, err)
+	edit(p)
+	b.Reset()
+	require.NoError(t, Encode(&b, p))
+	_, err = Decode(&b)
+	require.ErrorContains(t, err, want)
 }
 
 func FuzzDecode(f *testing.F) {
