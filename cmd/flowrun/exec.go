@@ -43,7 +43,8 @@ dependency edges allow — on a GPU, enqueueing them on a CUDA stream with
 events for the edges between streams. A plan whose devices are all GPUs is
 captured once as a CUDA graph and replayed every iteration (--eager: enqueue
 every iteration instead). Inputs are synthetic (random samples of the plan's
-shapes; on a GPU gathered from a pool resident in its memory).
+shapes; on a GPU gathered from a pool resident in its memory; for a language
+model, random token ids, each position labeled with the next).
 
 With --procs N the plan runs in N processes of this host (this one and N−1
 'flowrun worker' processes it starts), each running the streams of its

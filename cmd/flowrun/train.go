@@ -150,7 +150,7 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
 	}
 	if s, _ := zoo.InputShape(f.model); !s.Equal(graph.Shape{1, 28, 28}) {
-		return fmt.Errorf("model %s takes %v images; flowrun train has MNIST only (models: %s)", f.model, s, strings.Join(mnistModels(), ", "))
+		return fmt.Errorf("model %s takes inputs of shape %v, not MNIST's images; flowrun train has MNIST only (models: %s); 'flowrun exec' runs any model's plan on synthetic inputs", f.model, s, strings.Join(mnistModels(), ", "))
 	}
 	return nil
 }
