@@ -38,6 +38,9 @@ func NewStore(seed uint64) *Store { return &Store{seed: seed, tensors: map[strin
 // spec.
 func (s *Store) bind(t *graph.Tensor) (Buffer, error) {
 	if st, ok := s.tensors[t.Name]; ok {
+		if !st.complete() {
+			return Buffer{}, fmt.Errorf("runtime: tensor %s: the store has %d of its %d tensor-parallel parts", t.Name, len(st.seen), st.want)
+		}
 		if !st.spec.Shape.Equal(t.Spec.Shape) {
 			return Buffer{}, fmt.Errorf("runtime: tensor %s is %v in the store, %v in the graph", t.Name, st.spec, t.Spec)
 		}

@@ -95,3 +95,32 @@ func TestTensorParallelRefused(t *testing.T) {
 		require.ErrorContains(t, err, tt.err, tt.model+" "+tt.strategy)
 	}
 }
+
+// A store assembles a tensor from its tensor-parallel parts, in any order
+// and from any process, and offers it only once every part is there.
+func TestStoreAssemblesParts(t *testing.T) {
+	full := graph.Shape{4, 2}
+	part := func(k int, v ...float32) Tensor {
+		sh := &graph.Shard{Of: "w", Full: full, Axis: 0, Blocks: 2, Parts: 2, Part: k}
+		return Tensor{Name: "w" + sh.Suffix(), Spec: graph.Spec{Shape: sh.Shape(), DType: graph.F32}, F: v, Shard: sh}
+	}
+	s := NewStore(1)
+	require.NoError(t, s.Put(part(1, 3, 4, 7, 8)))
+	_, ok := s.Get("w")
+	require.False(t, ok, "half of w")
+	_, err := s.bind(&graph.Tensor{Name: "w", Spec: graph.Spec{Shape: full, DType: graph.F32}})
+	require.ErrorContains(t, err, "1 of its 2 tensor-parallel parts")
+	require.NoError(t, s.Put(part(0, 1, 2, 5, 6)))
+	w, ok := s.Get("w")
+	require.True(t, ok)
+	require.Equal(t, []float32{1, 2, 3, 4, 5, 6, 7, 8}, w, "blocks of rows: part 0 takes the first half of each")
+	moved := NewStore(1)
+	require.NoError(t, moved.Put(s.Tensors()...))
+	w2, ok := moved.Get("w")
+	require.True(t, ok)
+	require.Equal(t, w, w2, "the parts travel, the whole is assembled again")
+	bad := part(0, 1, 2, 5, 6)
+	bad.Spec.Shape = graph.Shape{4, 2}
+	bad.F = make([]float32, 8)
+	require.ErrorContains(t, moved.Put(bad), "part 0 of 2")
+}
