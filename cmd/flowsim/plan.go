@@ -45,7 +45,7 @@ memory, with the tasks or the device named.
 Strategies: single | dp=D | tp=T | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and
 their combinations (dp=2,tp=2,pp=2). tp=T is tensor parallelism after
 Megatron-LM, for the models with such a layout (mlp, mlp3x4096,
-gpt2s-blocks): each stage of each replica runs on T devices, which split its
+gpt2s-blocks, the GPTs): each stage of each replica runs on T devices, which split its
 layers' weight matrices (column- then row-parallel pairs; attention by heads)
 and sum their partial results, an all-reduce per pair going forward and
 another going backward; device (replica·pp + stage)·tp + rank. recompute=full recomputes each layer's forward
