@@ -57,6 +57,42 @@ func planMemory(p *Plan) error {
 		return true
 	}
 
+	// A one-slot register written several times an iteration (a backward
+	// temporary, once per micro-batch) holds each write only from that
+	// write to its last read: two such registers may share bytes when
+	// every pair of those lives is ordered, though the registers' whole
+	// spans overlap.
+	versions := p.versionTouches()
+	disjoint := func(a, b int) bool {
+		va, vb := versions[a], versions[b]
+		if va == nil || vb == nil {
+			return ordered(a, b) || ordered(b, a)
+		}
+		all := func(xs []int, ok func(int) bool) bool {
+			for _, x := range xs {
+				if !ok(x) {
+					return false
+				}
+			}
+			return true
+		}
+		for _, ta := range va {
+			for _, tb := range vb {
+				wa, wb := ta[0], tb[0]
+				before := all(ta, func(x int) bool { return reach.within(x, wb) })
+				after := all(tb, func(y int) bool { return reach.within(y, wa) })
+				if !before && !after {
+					return false
+				}
+				// and each before the other's write of the next iteration
+				if !all(ta, func(x int) bool { return reach.next(x, wb) }) || !all(tb, func(y int) bool { return reach.next(y, wa) }) {
+					return false
+				}
+			}
+		}
+		return true
+	}
+
 	p.Memory = make([]Memory, len(p.Devices))
 	for d := range p.Devices {
 		var persistent, shared []int
@@ -88,7 +124,7 @@ func planMemory(p *Plan) error {
 			size := roundUp(p.Registers[r].Bytes())
 			var busy [][2]units.Bytes
 			for _, q := range placed {
-				if !ordered(r, q) && !ordered(q, r) {
+				if !disjoint(r, q) {
 					o := p.Registers[q].Offset
 					busy = append(busy, [2]units.Bytes{o, o + roundUp(p.Registers[q].Bytes())})
 				}
@@ -112,6 +148,45 @@ func planMemory(p *Plan) error {
 		}
 	}
 	return nil
+}
+
+// versionTouches returns, for every one-slot register written more than
+// once an iteration and read only within the iteration of each write, the
+// firings touching each write: its writer first, then its readers. Other
+// registers get nil: the memory planner takes their whole span.
+func (p *Plan) versionTouches() [][][]int {
+	firingOf := p.firingIndex()
+	out := make([][][]int, len(p.Registers))
+	skip := make([]bool, len(p.Registers))
+	for r := range p.Registers {
+		reg := &p.Registers[r]
+		if reg.Persistent || reg.Slots != 1 || p.WritesPerIteration(r) < 2 {
+			skip[r] = true
+			continue
+		}
+		for _, w := range reg.Writers {
+			skip[r] = skip[r] || p.Tasks[w].InPlace
+		}
+		if !skip[r] {
+			for _, f := range p.writes(r, firingOf) {
+				out[r] = append(out[r], []int{f})
+			}
+		}
+	}
+	for f, fi := range p.Firings {
+		for _, u := range p.Tasks[fi.Task].Reads {
+			if skip[u.Reg] {
+				continue
+			}
+			d, k, err := p.readIndex(u, fi.Micro)
+			if err != nil || d != 0 || k < 0 {
+				skip[u.Reg], out[u.Reg] = true, nil
+				continue
+			}
+			out[u.Reg][k] = append(out[u.Reg][k], f)
+		}
+	}
+	return out
 }
 
 func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align }

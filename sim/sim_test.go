@@ -323,3 +323,38 @@ func TestTensorParallelComm(t *testing.T) {
 	// Each device holds a quarter of the split weights.
 	require.Less(t, p.Memory[0].Persistent, single.Memory[0].Persistent/2)
 }
+
+// A one-slot register written once per micro-batch holds each write only
+// until its last read, so two such registers (backward temporaries) share
+// bytes though each is written through the whole backward pass; the
+// simulated trace shows them never live at once (CheckTrace checks every
+// version's life against the memory plan).
+func TestMemoryReusesPerWrite(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
+	for _, strategy := range []string{"pp=2,mb=4,sched=1f1b", "pp=2,mb=4,sched=gpipe", "tp=2,mb=3"} {
+		st, err := plans.ParseStrategy(strategy, 12)
+		require.NoError(t, err)
+		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=128", Batch: 12, Strategy: st,
+			Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs, DType: graph.BF16})
+		require.NoError(t, err)
+		shared := 0
+		for i := range p.Registers {
+			a := &p.Registers[i]
+			for j := range i {
+				b := &p.Registers[j]
+				if a.Device == b.Device && a.Slots == 1 && b.Slots == 1 && p.WritesPerIteration(i) > 1 && p.WritesPerIteration(j) > 1 &&
+					a.Offset < b.Offset+b.Bytes() && b.Offset < a.Offset+a.Bytes() {
+					shared++
+				}
+			}
+		}
+		require.Positive(t, shared, "%s: registers written per micro-batch share bytes", strategy)
+		tr, err := Simulate(p, m, 3)
+		require.NoError(t, err)
+		require.NoError(t, p.CheckTrace(tr), strategy)
+	}
+}
