@@ -7,7 +7,10 @@
 // output, computed in f32 (out.float().pow(2).mean()). Parameters are named
 // and initialized as PyTorch's modules name and initialize them (see
 // pytorchInit and xavierInit), so results are comparable with a PyTorch
-// reference.
+// reference. The GPT language models (gpt, gpt3-1.3b, gpt3-175b) take
+// token ids (i32, [N, seq]) and the next token at every position as
+// labels, and end in the mean cross-entropy over all positions (see
+// buildGPT).
 //
 // Every float tensor of a model — input, parameters, activations,
 // gradients and optimizer state — has the dtype of Config.DType (f32 by
@@ -27,11 +30,22 @@
 //
 //   - mlp3x4096: depth (Linear layers, 3) and width (4096);
 //   - gpt2s-blocks: layers (12), hidden (768), heads (12), seq (1024) and
-//     norm (layer, or rms for RMSNorm).
+//     norm (layer, or rms for RMSNorm);
+//   - gpt, gpt3-1.3b, gpt3-175b: layers, hidden, heads, seq and vocab
+//     (50257), defaulting to GPT-2 small's 12, 768, 12, 1024, GPT-3 XL's
+//     24, 2048, 16, 2048 (the GPT-3 paper lists 24 heads of 128, which do
+//     not make 2048; 16 heads of 128 do) and GPT-3's 96, 12288, 96, 2048.
 //
 // "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16" is a small transformer
 // for tests. The name, options included, is the model's name everywhere:
 // in a plan, on a command line.
+//
+// # Tensor parallelism
+//
+// Config.TP > 1 builds what one device of a tensor-parallel group runs, for
+// the models with a layout (TPModels): Megatron-LM's column- then
+// row-parallel pairs, attention split by heads, marked by graph.TPCopy and
+// graph.TPSum; a split weight carries its graph.Shard.
 package zoo
 
 import (
