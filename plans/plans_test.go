@@ -169,6 +169,9 @@ func TestCompileLayersBlocks(t *testing.T) {
 	n, err := Layers(model)
 	require.NoError(t, err)
 	require.Equal(t, 3, n)
+	n, err = Layers("gpt:layers=3,hidden=16,heads=2,seq=4,vocab=8")
+	require.NoError(t, err)
+	require.Equal(t, 3, n, "the embeddings go with the first block, the head with the last")
 	p := mustCompile(t, model, "pp=3,layers=1:1:1,mb=3", 6)
 	for _, task := range p.Tasks {
 		if task.Phase == "update" {

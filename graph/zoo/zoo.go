@@ -534,6 +534,7 @@ func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *gra
 		norm = l.rmsNorm
 	}
 	for i := range sz["layers"] {
+		l.g.StartLayer() // a block is a layer, as Megatron-LM's stages and recomputation take it
 		x = l.block("layers."+strconv.Itoa(i)+".", x, sz, norm, false)
 	}
 	return x
@@ -547,7 +548,6 @@ func buildTransformerBlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *gra
 func (l *layers) block(p string, x *graph.Tensor, sz sizes, norm func(string, *graph.Tensor, int) *graph.Tensor, causal bool) *graph.Tensor {
 	h, heads, seq := sz["hidden"], sz["heads"], sz["seq"]
 	zeros := graph.Init{Kind: graph.Zeros}
-	l.g.StartLayer() // a block is a layer, as Megatron-LM's stages and recomputation take it
 	a := norm(p+"norm1", x, h)
 	a = l.colAffine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct, 3)
 	a = l.g.Attention(a, heads/l.tp, seq, causal)
@@ -575,6 +575,9 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 	pos := l.g.Reshape(l.param("wpe.weight", graph.Shape{seq, h}, emb), graph.Shape{seq * h})
 	x = l.g.Reshape(l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, seq * h}), pos, 1), graph.Shape{n, seq, h})
 	for i := range sz["layers"] {
+		if i > 0 { // the embeddings go with the first block, the head with the last
+			l.g.StartLayer()
+		}
 		x = l.block("h."+strconv.Itoa(i)+".", x, sz, l.layerNorm, true)
 	}
 	x = l.layerNorm("ln_f", x, h)
