@@ -21,6 +21,8 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		LayerNorm{Eps: 1e-5}, LayerNormGrad{}, RMSNorm{Eps: 1e-6}, RMSNormGrad{}, Embedding{}, EmbeddingGrad{Table: Shape{10, 4}},
 		Attention{Heads: 12, Seq: 1024, Causal: true}, AttentionGrad{Heads: 4, Seq: 16}, MeanSquare{}, MeanSquareGrad{},
 		SGDUpdate{LR: 0.1}, MomentumUpdate{LR: 0.01, Momentum: 0.9}, AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+		VocabEmbedding{Rows: 8, Lo: 16}, VocabEmbeddingGrad{Table: Shape{8, 4}, Lo: 8}, VocabStats{Width: 8, Lo: 8, Part: 1, Parts: 2},
+		VocabStatsGrad{Width: 8, Lo: 0, Part: 0, Parts: 2}, VocabLoss{}, VocabLossGrad{},
 	}
 	require.Len(t, ops, len(OpTypes()), "every registered op is tested")
 	for _, op := range ops {

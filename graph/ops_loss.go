@@ -6,7 +6,7 @@ import "github.com/flowkit/flowkit/units"
 // mean over the batch that a runtime reports for each iteration.
 func IsLoss(op Op) bool {
 	switch op.(type) {
-	case SoftmaxCrossEntropy, MeanSquare:
+	case SoftmaxCrossEntropy, MeanSquare, VocabLoss:
 		return true
 	}
 	return false

@@ -378,7 +378,11 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	for _, out := range n.Outputs {
 		writes = append(writes, c.output(dev, out, re))
 	}
-	op, err := graph.EncodeOp(n.Op)
+	var kernel graph.Op = n.Op
+	if rd, ok := kernel.(graph.RankDependent); ok { // the device's part of a split vocabulary
+		kernel = rd.ForRank(c.tp)
+	}
+	op, err := graph.EncodeOp(kernel)
 	if err != nil {
 		return err
 	}

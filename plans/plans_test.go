@@ -573,6 +573,7 @@ func FuzzDecode(f *testing.F) {
 		{"mlp3x4096:depth=1,width=2", "dp=2,mb=1:2", 3},
 		{"mlp3x4096:depth=2,width=2", "tp=2", 2},
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=3", "single", 1},
+		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2", 1},
 	} {
 		st, _ := ParseStrategy(c.strategy, c.batch)
 		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})

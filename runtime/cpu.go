@@ -170,6 +170,21 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 		return cpu.Embedding(p, x(0), in[1].I, y(0), v, dim)
 	case graph.EmbeddingGrad:
 		return cpu.EmbeddingBackward(p, in[0].I, x(1), y(0), op.Table[0], op.Table[1])
+	case graph.VocabEmbedding:
+		v, dim := matrix(shape(0))
+		cpu.EmbeddingPart(p, x(0), in[1].I, y(0), op.Lo, v, dim)
+	case graph.VocabEmbeddingGrad:
+		cpu.EmbeddingPartBackward(p, in[0].I, x(1), y(0), op.Lo, op.Table[0], op.Table[1])
+	case graph.VocabStats:
+		return cpu.VocabStats(p, x(0), in[1].I, y(0), shape(0)[0], op.Width, op.Lo, op.Part, op.Parts)
+	case graph.VocabStatsGrad:
+		return cpu.VocabStatsBackward(p, x(0), in[1].I, x(2), y(0), shape(0)[0], op.Width, op.Lo, op.Part, op.Parts)
+	case graph.VocabLoss:
+		s := shape(0)
+		y(0)[0] = cpu.VocabLoss(x(0), s[1], s[0])
+	case graph.VocabLossGrad:
+		s := shape(0)
+		cpu.VocabLossBackward(x(0), x(1)[0], y(0), s[1], s[0])
 	case graph.SGDUpdate:
 		cpu.SGDUpdate(p, x(0), x(1), op.LR, op.WeightDecay)
 	case graph.MomentumUpdate:

@@ -109,6 +109,9 @@ type builder struct {
 	// tp, for a model with a tensor-parallel layout, names the sizes the
 	// group's size must divide; nil for a model without one.
 	tp func(sz sizes) map[string]int
+	// loss, if set, replaces a classifier's softmax cross-entropy of the
+	// logits build returns.
+	loss func(l *layers, logits, labels *graph.Tensor) *graph.Tensor
 }
 
 type sizeOption struct {
@@ -139,20 +142,20 @@ var models = map[string]builder{
 	"gpt": {
 		doc:   "GPT language model: token and position embeddings, causal pre-norm blocks, final norm, untied head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default)",
 		sizes: gptSizes(12, 768, 12, 1024),
-		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT,
-		tp: func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
+		tp: gptTP,
 	},
 	"gpt3-1.3b": {
 		doc:   "GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048",
 		sizes: gptSizes(24, 2048, 16, 2048),
-		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT,
-		tp: func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
+		tp: gptTP,
 	},
 	"gpt3-175b": {
 		doc:   "GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048",
 		sizes: gptSizes(96, 12288, 96, 2048),
-		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT,
-		tp: func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
+		tp: gptTP,
 	},
 	"gpt2s-blocks": {
 		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
@@ -162,6 +165,13 @@ var models = map[string]builder{
 		build: buildTransformerBlocks,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
 	},
+}
+
+// gptTP is what a GPT's tensor-parallel group must divide: its heads, and
+// its vocabulary, which the group splits (pad it, as Megatron-LM does:
+// vocab=50304 for GPT-2's 50257).
+func gptTP(sz sizes) map[string]int {
+	return map[string]int{"heads": sz["heads"], "vocab": sz["vocab"]}
 }
 
 // gptSizes are a GPT's size options with the given defaults and GPT-2's
@@ -307,7 +317,11 @@ func Build(name string, cfg Config) (*Model, error) {
 		}
 		for what, n := range b.tp(sz) {
 			if n%tp != 0 {
-				return nil, fmt.Errorf("zoo: %s: tp=%d does not divide %s (%d)", name, tp, what, n)
+				hint := ""
+				if what == "vocab" {
+					hint = "; the group splits the vocabulary: pad it to a multiple, as Megatron-LM does (50257 → vocab=50304)"
+				}
+				return nil, fmt.Errorf("zoo: %s: tp=%d does not divide %s (%d)%s", name, tp, what, n, hint)
 			}
 		}
 	}
@@ -326,17 +340,22 @@ func Build(name string, cfg Config) (*Model, error) {
 	default:
 		m.Images = g.Input("x", input, dtype)
 	}
-	out := b.build(&layers{g: g, dtype: dtype, tp: tp}, m.Images, cfg, sz)
-	if classes > 0 {
+	l := &layers{g: g, dtype: dtype, tp: tp}
+	out := b.build(l, m.Images, cfg, sz)
+	switch {
+	case classes > 0 && b.loss != nil:
+		m.Logits = out
+		m.Loss = b.loss(l, out, m.Labels)
+	case classes > 0:
 		m.Logits = out
 		m.Loss = g.SoftmaxCrossEntropy(out, m.Labels)
-	} else {
+	default:
 		m.Loss = g.MeanSquare(out)
 	}
 	if err := g.Err(); err != nil {
 		return nil, fmt.Errorf("zoo: %s: %w", name, err)
 	}
-	if got := out.Spec.Shape; classes > 0 && !got.Equal(graph.Shape{rows, classes}) {
+	if got := out.Spec.Shape; classes > 0 && !got.Equal(graph.Shape{rows, classes / tp}) && !got.Equal(graph.Shape{rows, classes}) {
 		return nil, fmt.Errorf("zoo: %s: logits are %v, want [%d,%d]", name, got, rows, classes)
 	}
 	return m, nil
@@ -566,12 +585,19 @@ func (l *layers) block(p string, x *graph.Tensor, sz sizes, norm func(string, *g
 // that a pipeline's last stage holds it: the model has V·h more parameters
 // than GPT-2's tied count. Embeddings are initialized normal with standard
 // deviation 0.02, as GPT-2 does. Under tensor parallelism the blocks are
-// split; the embeddings and the head are whole on every device.
+// split, and so are the token embedding and the head by rows of the
+// vocabulary (Megatron-LM's vocab-parallel layers); the position
+// embedding is whole on every device.
 func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
 	h, seq, vocab := sz["hidden"], sz["seq"], sz["vocab"]
 	emb := graph.Init{Kind: graph.Normal, Scale: 0.02}
 	n := tokens.Spec.Shape[0]
-	x := l.g.Embedding(l.param("wte.weight", graph.Shape{vocab, h}, emb), tokens) // [n, seq, h]
+	var x *graph.Tensor // [n, seq, h]
+	if l.tp == 1 {
+		x = l.g.Embedding(l.param("wte.weight", graph.Shape{vocab, h}, emb), tokens)
+	} else { // each device looks up its rows of the vocabulary, the group sums
+		x = l.g.TPSum(l.g.VocabEmbedding(l.shard("wte.weight", graph.Shape{vocab, h}, emb, 0, 1), tokens))
+	}
 	pos := l.g.Reshape(l.param("wpe.weight", graph.Shape{seq, h}, emb), graph.Shape{seq * h})
 	x = l.g.Reshape(l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, seq * h}), pos, 1), graph.Shape{n, seq, h})
 	for i := range sz["layers"] {
@@ -581,8 +607,22 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 		x = l.block("h."+strconv.Itoa(i)+".", x, sz, l.layerNorm, true)
 	}
 	x = l.layerNorm("ln_f", x, h)
-	w := l.param("lm_head.weight", graph.Shape{vocab, h}, emb)
-	return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), w, false, true)
+	x = l.g.Reshape(x, graph.Shape{n * seq, h})
+	if l.tp == 1 {
+		return l.g.MatMul(x, l.param("lm_head.weight", graph.Shape{vocab, h}, emb), false, true)
+	}
+	// Each device computes its columns of the logits (see gptLoss).
+	return l.g.MatMul(l.g.TPCopy(x), l.shard("lm_head.weight", graph.Shape{vocab, h}, emb, 0, 1), false, true)
+}
+
+// gptLoss is a GPT's mean cross-entropy: the softmax cross-entropy of the
+// logits, or, under tensor parallelism, Megatron-LM's vocab-parallel one:
+// each device's statistics of its columns, summed over the group.
+func gptLoss(l *layers, logits, labels *graph.Tensor) *graph.Tensor {
+	if l.tp == 1 {
+		return l.g.SoftmaxCrossEntropy(logits, labels)
+	}
+	return l.g.VocabLoss(l.g.TPSum(l.g.VocabStats(logits, labels, l.tp)))
 }
 
 // SplitNames splits a comma-separated list of model names, keeping each

@@ -393,3 +393,20 @@ func TestSplitNames(t *testing.T) {
 	require.Equal(t, []string{"mlp"}, SplitNames("mlp"))
 	require.Equal(t, []string{"a=b", "mlp"}, SplitNames("a=b,mlp"), "a stray option is left to fail as a name")
 }
+
+// A GPT's tensor-parallel group splits its vocabulary too: one that does
+// not divide is refused with the padding that would.
+func TestGPTVocabParallel(t *testing.T) {
+	_, err := Build("gpt:layers=1,hidden=16,heads=4,seq=4,vocab=50257", Config{Batch: 1, TP: 2})
+	require.ErrorContains(t, err, "tp=2 does not divide vocab (50257); the group splits the vocabulary")
+	m, err := Build("gpt:layers=1,hidden=16,heads=4,seq=4,vocab=64", Config{Batch: 2, TP: 4})
+	require.NoError(t, err)
+	require.Equal(t, graph.Shape{8, 16}, m.Logits.Spec.Shape, "each device's columns of the logits")
+	for _, p := range m.Graph.Params() {
+		if p.Name == "wte.weight" || p.Name == "lm_head.weight" {
+			require.Equal(t, graph.Shape{16, 16}, p.Spec.Shape, p.Name)
+		}
+	}
+	_, ok := m.Loss.Producer.Op.(graph.VocabLoss)
+	require.True(t, ok)
+}
