@@ -7,24 +7,6 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// ceRef is the mean softmax cross-entropy of logits [rows, v] in float64.
-func ceRef(x []float64, labels []int32, rows, v int) float64 {
-	var total float64
-	for t := range rows {
-		row := x[t*v : (t+1)*v]
-		m := math.Inf(-1)
-		for _, xi := range row {
-			m = math.Max(m, xi)
-		}
-		var s float64
-		for _, xi := range row {
-			s += math.Exp(xi - m)
-		}
-		total += m + math.Log(s) - row[labels[t]]
-	}
-	return total / float64(rows)
-}
-
 // A vocabulary split in parts gives the whole cross-entropy and its
 // gradient: the parts' stats summed, the loss and each part's gradient
 // match the float64 reference and its central differences.
@@ -36,8 +18,8 @@ func TestVocabCrossEntropy(t *testing.T) {
 		x[i] *= 4 // spread, for the maxima to matter
 	}
 	labels := []int32{0, 11, 5, 6, 3}
-	want := ceRef(to64(x), labels, rows, v)
-	grad := centralDiff(func(x []float64) float64 { return ceRef(x, labels, rows, v) }, to64(x), 1e-6)
+	want := crossEntropyRef(to64(x), labels, rows, v)
+	grad := centralDiff(func(x []float64) float64 { return crossEntropyRef(x, labels, rows, v) }, to64(x), 1e-6)
 	p := NewPool(2)
 	for _, parts := range []int{1, 2, 3, 4} {
 		w := v / parts
