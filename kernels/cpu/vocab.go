@@ -65,14 +65,8 @@ func VocabStats(p *Pool, logits []float32, labels []int32, stats []float32, rows
 	p.For(rows, rowGrain(v), func(a, b int) {
 		for t := a; t < b; t++ {
 			x := logits[t*v : (t+1)*v]
-			m := x[0]
-			for _, xi := range x {
-				m = max(m, xi)
-			}
-			var s float64
-			for _, xi := range x {
-				s += math.Exp(float64(xi - m))
-			}
+			m := maxOf(x)
+			s := sumExp(x, m)
 			var z float32
 			if j := int(labels[t]) - lo; j >= 0 && j < v {
 				z = x[j]
@@ -145,13 +139,10 @@ func VocabStatsBackward(p *Pool, logits []float32, labels []int32, dstats, dlogi
 	p.For(rows, rowGrain(v), func(a, b int) {
 		for t := a; t < b; t++ {
 			x, dx := logits[t*v:(t+1)*v], dlogits[t*v:(t+1)*v]
-			m := x[0]
-			for _, xi := range x {
-				m = max(m, xi)
-			}
-			ds := float64(in[t*3+1])
-			for j, xi := range x {
-				dx[j] = float32(ds * math.Exp(float64(xi-m)))
+			expInto(x, dx, maxOf(x))
+			ds := in[t*3+1]
+			for j := range dx {
+				dx[j] *= ds
 			}
 			if j := int(labels[t]) - lo; j >= 0 && j < v {
 				dx[j] += in[t*3+2]
