@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# A small GPT language model on this machine's CPU, predicted against
+# measured: calibrates the cost model on the GPT's own tasks (its
+# vocab-parallel embedding, statistics and loss under tp=2 included), then
+# runs bench/planloop on it under single, dp=2, tp=2 and a pipeline.
+# Writes results/tp-gpt-cpu/{calib.json,calibrate-output.txt,table.md,results.json}.
+#
+#	bash bench/tp/gpt.sh        # about 10 minutes on 2 cores
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+out=results/tp-gpt-cpu
+model="gpt:layers=2,hidden=256,heads=8,seq=64,vocab=4096"
+mkdir -p bin "$out"
+CGO_ENABLED=0 go build -o bin/flowrun ./cmd/flowrun
+bin/flowrun calibrate --models "$model" --batches 4,8,16 -o "$out/calib.json" | tee "$out/calibrate-output.txt"
+go run ./bench/planloop --calib "$out/calib.json" --models "$model" --batches 16 \
+	--strategies "single;dp=2;tp=2;pp=2,mb=2" --runs "${RUNS:-3}" --out "$out"
