@@ -1,8 +1,9 @@
 package plans
 
 import (
+	"cmp"
 	"fmt"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -143,19 +144,12 @@ func (p *Plan) Deps() ([]Edge, error) {
 		return p.deps, nil
 	}
 	firingOf := p.firingIndex()
-	type key struct{ from, to, delta int }
-	why := map[key]string{} // the rule behind each edge, for messages
-	var edges []Edge
-	add := func(from, to, delta int, reason string) {
+	var edges []ruled
+	add := func(from, to, delta int, why rule, ref int) {
 		if from == to && delta == 0 {
 			return
 		}
-		k := key{from, to, delta}
-		if _, ok := why[k]; ok {
-			return
-		}
-		why[k] = reason
-		edges = append(edges, Edge{From: from, To: to, Delta: delta})
+		edges = append(edges, ruled{Edge{From: from, To: to, Delta: delta}, why, ref})
 	}
 
 	wseq := make([][]int, len(p.Registers))
@@ -179,7 +173,7 @@ func (p *Plan) Deps() ([]Edge, error) {
 				continue
 			}
 			readers[u.Reg][k] = append(readers[u.Reg][k], reader{f, d})
-			add(wseq[u.Reg][k], f, d, "reads "+p.Registers[u.Reg].Name)
+			add(wseq[u.Reg][k], f, d, reads, u.Reg)
 		}
 		if t.InPlace {
 			for _, r := range t.Writes {
@@ -189,7 +183,7 @@ func (p *Plan) Deps() ([]Edge, error) {
 					d, prev = 1, len(wseq[r])-1
 				}
 				readers[r][prev] = append(readers[r][prev], reader{f, d})
-				add(wseq[r][prev], f, d, "updates "+p.Registers[r].Name)
+				add(wseq[r][prev], f, d, updates, r)
 			}
 		}
 	}
@@ -208,40 +202,77 @@ func (p *Plan) Deps() ([]Edge, error) {
 					return nil, fmt.Errorf("plans: register %s on %s: %d slot(s) are too few: %s would overwrite a version %s reads in a later iteration",
 						reg.Name, p.Devices[reg.Device].Name, reg.Slots, p.FiringName(f), p.FiringName(rd.f))
 				}
-				add(rd.f, f, delta, fmt.Sprintf("frees a slot of %s (%d slots)", reg.Name, reg.Slots))
+				add(rd.f, f, delta, frees, r)
 			}
 		}
 	}
-	for _, s := range p.Streams {
+	for si, s := range p.Streams {
 		for i, f := range s.Order {
 			if i > 0 {
-				add(s.Order[i-1], f, 0, "follows on stream "+p.streamName(s))
+				add(s.Order[i-1], f, 0, follows, si)
 			}
 		}
 		if n := len(s.Order); n > 0 {
-			add(s.Order[n-1], s.Order[0], 1, "next iteration on stream "+p.streamName(s))
+			add(s.Order[n-1], s.Order[0], 1, wraps, si)
 		}
 	}
-	sort.Slice(edges, func(i, j int) bool {
-		a, b := edges[i], edges[j]
-		if a.To != b.To {
-			return a.To < b.To
-		}
-		if a.From != b.From {
-			return a.From < b.From
-		}
-		return a.Delta < b.Delta
+	// Sorted by target, one edge per (from, to, delta): the first rule
+	// that asked for it names it.
+	slices.SortStableFunc(edges, func(a, b ruled) int {
+		return cmp.Or(cmp.Compare(a.To, b.To), cmp.Compare(a.From, b.From), cmp.Compare(a.Delta, b.Delta))
 	})
-	if cycle := p.findCycle(edges); cycle != nil {
+	edges = slices.CompactFunc(edges, func(a, b ruled) bool { return a.Edge == b.Edge })
+	plain := make([]Edge, len(edges))
+	for i, e := range edges {
+		plain[i] = e.Edge
+	}
+	if cycle := p.findCycle(plain); cycle != nil {
+		why := map[Edge]string{}
+		for _, e := range edges {
+			why[e.Edge] = p.ruleText(e.why, e.ref)
+		}
 		var b strings.Builder
 		for i, f := range cycle {
 			next := cycle[(i+1)%len(cycle)]
-			fmt.Fprintf(&b, "\n  %s waits for %s: it %s", p.FiringName(next), p.FiringName(f), why[key{f, next, 0}])
+			fmt.Fprintf(&b, "\n  %s waits for %s: it %s", p.FiringName(next), p.FiringName(f), why[Edge{From: f, To: next}])
 		}
 		return nil, fmt.Errorf("%w: a cycle of %d firings within one iteration:%s", ErrDeadlock, len(cycle), b.String())
 	}
-	p.deps = edges
-	return edges, nil
+	p.deps = plain
+	return plain, nil
+}
+
+// rule is why an edge exists, for deadlock messages.
+type rule uint8
+
+const (
+	reads   rule = iota // the target reads the source's write (ref: register)
+	updates             // the target updates the source's write in place (register)
+	frees               // the source's read frees the slot the target writes (register)
+	follows             // the target follows the source on a stream (stream)
+	wraps               // the next iteration of a stream starts after this one (stream)
+)
+
+// ruled is an edge with its rule.
+type ruled struct {
+	Edge
+	why rule
+	ref int
+}
+
+func (p *Plan) ruleText(why rule, ref int) string {
+	switch why {
+	case reads:
+		return "reads " + p.Registers[ref].Name
+	case updates:
+		return "updates " + p.Registers[ref].Name
+	case frees:
+		return fmt.Sprintf("frees a slot of %s (%d slots)", p.Registers[ref].Name, p.Registers[ref].Slots)
+	case follows:
+		return "follows on stream " + p.streamName(p.Streams[ref])
+	default:
+		return "next iteration on stream " + p.streamName(p.Streams[ref])
+	}
 }
 
 func (p *Plan) streamName(s Stream) string { return p.Devices[s.Device].Name + "/" + s.Name }

@@ -22,10 +22,7 @@ func planMemory(p *Plan) error {
 	if err := checkPlannable(p); err != nil {
 		return err
 	}
-	reach := newReachability(len(p.Firings), edges)
-
-	touch := make([][]int, len(p.Registers))   // firings reading or writing
-	writers := make([][]int, len(p.Registers)) // firings writing
+	touch := make([][]int, len(p.Registers)) // firings reading or writing
 	for f, fi := range p.Firings {
 		t := &p.Tasks[fi.Task]
 		for _, u := range t.Reads {
@@ -33,65 +30,10 @@ func planMemory(p *Plan) error {
 		}
 		for _, r := range t.Writes {
 			touch[r] = append(touch[r], f)
-			writers[r] = append(writers[r], f)
 		}
 	}
-	// before(a, b): everything touching a in iteration i finishes before b
-	// is first written in iteration i, and everything touching b finishes
-	// before a is written again in iteration i+1.
-	ordered := func(a, b int) bool {
-		for _, x := range touch[a] {
-			for _, w := range writers[b] {
-				if !reach.within(x, w) {
-					return false
-				}
-			}
-		}
-		for _, y := range touch[b] {
-			for _, w := range writers[a] {
-				if !reach.next(y, w) {
-					return false
-				}
-			}
-		}
-		return true
-	}
-
-	// A one-slot register written several times an iteration (a backward
-	// temporary, once per micro-batch) holds each write only from that
-	// write to its last read: two such registers may share bytes when
-	// every pair of those lives is ordered, though the registers' whole
-	// spans overlap.
 	versions := p.versionTouches()
-	disjoint := func(a, b int) bool {
-		va, vb := versions[a], versions[b]
-		if va == nil || vb == nil {
-			return ordered(a, b) || ordered(b, a)
-		}
-		all := func(xs []int, ok func(int) bool) bool {
-			for _, x := range xs {
-				if !ok(x) {
-					return false
-				}
-			}
-			return true
-		}
-		for _, ta := range va {
-			for _, tb := range vb {
-				wa, wb := ta[0], tb[0]
-				before := all(ta, func(x int) bool { return reach.within(x, wb) })
-				after := all(tb, func(y int) bool { return reach.within(y, wa) })
-				if !before && !after {
-					return false
-				}
-				// and each before the other's write of the next iteration
-				if !all(ta, func(x int) bool { return reach.next(x, wb) }) || !all(tb, func(y int) bool { return reach.next(y, wa) }) {
-					return false
-				}
-			}
-		}
-		return true
-	}
+	lives := newLifetimes(p, edges, touch, versions)
 
 	p.Memory = make([]Memory, len(p.Devices))
 	for d := range p.Devices {
@@ -124,7 +66,7 @@ func planMemory(p *Plan) error {
 			size := roundUp(p.Registers[r].Bytes())
 			var busy [][2]units.Bytes
 			for _, q := range placed {
-				if !disjoint(r, q) {
+				if !lives.disjoint(r, q) {
 					o := p.Registers[q].Offset
 					busy = append(busy, [2]units.Bytes{o, o + roundUp(p.Registers[q].Bytes())})
 				}
@@ -191,69 +133,20 @@ func (p *Plan) versionTouches() [][][]int {
 
 func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align }
 
-// maxReachability bounds the reachability bitset of a plan's memory
-// planning, which grows as the square of its firings: 4 GiB is about
-// 90,000 firings.
-const maxReachability = 4 << 30
+// maxFirings bounds the firings of a plan whose memory is planned: the
+// vector clocks of lifetimes.go take 2·firings·(at most 16) int32s per
+// pass, 1.3 GiB at this size.
+const maxFirings = 10_000_000
 
 // checkPlannable refuses a plan too large for memory planning.
 func checkPlannable(p *Plan) error {
-	if need := reachabilityBytes(len(p.Firings)); need > maxReachability {
-		return fmt.Errorf("%w: %d firings per iteration: planning their memory needs %v for the order of every pair of firings (at most %v): "+
+	if n := len(p.Firings); n > maxFirings {
+		return fmt.Errorf("%w: %d firings per iteration, at most %d are planned: "+
 			"plans list every firing (not compact per DESIGN §4.2 yet); fewer micro-batches, layers or devices fit",
-			ErrInfeasible, len(p.Firings), need, units.Bytes(maxReachability))
+			ErrInfeasible, n, maxFirings)
 	}
 	return nil
 }
-
-// reachabilityBytes is the size of the bitset over n firings.
-func reachabilityBytes(n int) units.Bytes {
-	return units.Bytes(2*n) * units.Bytes((2*n+63)/64) * 8
-}
-
-// reachability answers "does firing a of iteration i finish before firing
-// b of iteration i (within) or of iteration i+1 (next) starts", over two
-// unrolled iterations of the dependency edges.
-type reachability struct {
-	n     int
-	words int
-	from  [][]uint64 // bitset of nodes reachable from each node; node f+n is firing f of the next iteration
-}
-
-func newReachability(n int, edges []Edge) *reachability {
-	r := &reachability{n: n, words: (2*n + 63) / 64}
-	succ := make([][]int, 2*n)
-	link := func(a, b int) { succ[a] = append(succ[a], b) }
-	for _, e := range edges {
-		switch e.Delta {
-		case 0:
-			link(e.From, e.To)
-			link(e.From+n, e.To+n)
-		case 1:
-			link(e.From, e.To+n)
-		}
-	}
-	order := topoOrder(succ) // the plan has no same-iteration cycle: Deps checked
-	r.from = make([][]uint64, 2*n)
-	for i := len(order) - 1; i >= 0; i-- {
-		v := order[i]
-		set := make([]uint64, r.words)
-		for _, w := range succ[v] {
-			set[w/64] |= 1 << (w % 64)
-			for k, x := range r.from[w] {
-				set[k] |= x
-			}
-		}
-		r.from[v] = set
-	}
-	return r
-}
-
-func (r *reachability) has(a, b int) bool { return r.from[a][b/64]&(1<<(b%64)) != 0 }
-
-func (r *reachability) within(a, b int) bool { return a != b && r.has(a, b) }
-
-func (r *reachability) next(a, b int) bool { return r.has(a, b+r.n) }
 
 // topoOrder returns the nodes of an acyclic graph, given by successor
 // lists, in an order where every edge points forward (Kahn's algorithm);

@@ -1,0 +1,343 @@
+package plans
+
+import "slices"
+
+// This file decides which registers of a device may share bytes: those
+// whose lifetimes are ordered in every execution the dependency edges
+// allow. It answers "does firing x finish before firing w starts" with
+// vector clocks over streams rather than a reachability matrix.
+//
+// Every stream runs its firings one at a time, so the firings of one
+// stream form a chain. For a firing v, clock(v)[s] is the last position on
+// stream s of a firing that finishes before v starts (−1 if none). A
+// firing x at position i of its stream s then finishes before v starts
+// exactly when clock(v)[s] ≥ i: x precedes every later firing of its
+// stream. Clocks are computed over two unrolled iterations (positions of
+// the second are offset by the stream's length), so that "x of iteration
+// i finishes before w of iteration i+1 starts" is answered too.
+//
+// A device's registers are touched only by firings on a few streams (its
+// own, and the transfers that reach it), so clocks are kept only for
+// those streams, a few devices per pass over the edges: the memory is
+// 2·firings·columns int32s, not firings².
+
+// spot is where a firing runs: a position on a stream.
+type spot struct{ stream, pos int32 }
+
+// maxColumns bounds the streams tracked by one pass.
+const maxColumns = 16
+
+// clock is a vector clock over a pass's tracked streams.
+type clock []int32
+
+// le reports whether every tracked position of a is at most b's.
+func (a clock) le(b clock) bool {
+	for i, x := range a {
+		if x > b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+// life summarizes a set of firings touching a register (or one write of
+// it): the last position it touches on each tracked stream, and the
+// clocks of its first write in this and the next iteration.
+type life struct {
+	last       clock // of every touching firing
+	write      clock // min over the writers (all of them, for a whole register)
+	writeNext  clock // the same, in the next iteration
+	hasWriters bool
+}
+
+// before reports whether everything touching a finishes before b is
+// written, in the same iteration.
+func (a *life) before(b *life) bool { return !b.hasWriters || a.last.le(b.write) }
+
+// beforeNext reports whether everything touching a finishes before b is
+// written in the next iteration.
+func (a *life) beforeNext(b *life) bool { return !b.hasWriters || a.last.le(b.writeNext) }
+
+// lifetimes holds, for every non-persistent register, its whole span and,
+// for a one-slot register written several times an iteration, each
+// write's span (see Plan.versionTouches).
+type lifetimes struct {
+	whole    []*life
+	versions [][]*life
+}
+
+// disjoint reports whether registers a and b (of one device) are never
+// live at once.
+//
+// Whole spans: everything touching a finishes before b is first written
+// in an iteration, and everything touching b finishes before a is first
+// written in the next (or the other way round).
+//
+// Versions: a one-slot register's writes form a chain (write k+1 waits
+// for every read of write k), so with a_i and b_j the writes of a and b,
+// "b_j before a_i" holds for a prefix of j that grows with i. Every pair
+// is ordered when, for each i, a_i comes before the first b_j not before
+// it: two pointers, not every pair. Across iterations it is enough that
+// the last write of each is done before the other's first write of the
+// next iteration.
+func (l *lifetimes) disjoint(a, b int) bool {
+	va, vb := l.versions[a], l.versions[b]
+	if va == nil || vb == nil {
+		wa, wb := l.whole[a], l.whole[b]
+		return wa.before(wb) && wb.beforeNext(wa) || wb.before(wa) && wa.beforeNext(wb)
+	}
+	j := 0
+	for _, ai := range va {
+		for j < len(vb) && vb[j].before(ai) {
+			j++
+		}
+		if j < len(vb) && !ai.before(vb[j]) {
+			return false
+		}
+	}
+	return va[len(va)-1].beforeNext(vb[0]) && vb[len(vb)-1].beforeNext(va[0])
+}
+
+// newLifetimes computes every register's lifetimes from the plan's edges.
+// touch lists each register's firings; versions are Plan.versionTouches.
+func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lifetimes {
+	n := len(p.Firings)
+	l := &lifetimes{whole: make([]*life, len(p.Registers)), versions: make([][]*life, len(p.Registers))}
+
+	// Where each firing runs: a transfer or an all-reduce is on a stream
+	// of every device it occupies. A register's firings are placed by
+	// their stream on its device where they have one, so that a device's
+	// registers need few streams' clocks.
+	spots := make([][]spot, n)
+	for s, st := range p.Streams {
+		for i, f := range st.Order {
+			spots[f] = append(spots[f], spot{int32(s), int32(i)})
+		}
+	}
+	place := func(f, dev int) spot {
+		for _, sp := range spots[f] {
+			if p.Streams[sp.stream].Device == dev {
+				return sp
+			}
+		}
+		return spots[f][0] // every firing is on a stream: the compiler orders each
+	}
+	// The streams each device's registers are touched from.
+	need := make([][]int, len(p.Devices))
+	for r, fs := range touch {
+		reg := &p.Registers[r]
+		if reg.Persistent {
+			continue
+		}
+		for _, f := range fs {
+			if s := int(place(f, reg.Device).stream); !slices.Contains(need[reg.Device], s) {
+				need[reg.Device] = append(need[reg.Device], s)
+			}
+		}
+	}
+
+	g := newUnrolled(p, edges)
+	for d := 0; d < len(p.Devices); {
+		// A pass: as many devices as fit in maxColumns tracked streams
+		// (at least one).
+		var cols []int
+		first := d
+		for ; d < len(p.Devices); d++ {
+			union := slices.Clone(cols)
+			for _, s := range need[d] {
+				if !slices.Contains(union, s) {
+					union = append(union, s)
+				}
+			}
+			if d > first && len(union) > maxColumns {
+				break
+			}
+			cols = union
+		}
+		clocks := g.clocks(p, cols, spots)
+		col := make(map[int32]int, len(cols))
+		for c, s := range cols {
+			col[int32(s)] = c
+		}
+		// A register's life is kept over its device's streams only.
+		keep := make([][]int, len(p.Devices))
+		for dd := first; dd < d; dd++ {
+			for _, s := range need[dd] {
+				keep[dd] = append(keep[dd], col[int32(s)])
+			}
+		}
+		summarize := func(dev int, fs []int, writers []int) *life {
+			cs := keep[dev]
+			project := func(c clock) clock {
+				out := make(clock, len(cs))
+				for i, k := range cs {
+					out[i] = c[k]
+				}
+				return out
+			}
+			last := make(clock, len(cols))
+			for c := range last {
+				last[c] = -1
+			}
+			for _, f := range fs {
+				sp := place(f, dev)
+				c := col[sp.stream]
+				last[c] = max(last[c], sp.pos)
+			}
+			lf := &life{last: project(last)}
+			for _, w := range writers {
+				at, next := project(clocks.before(w)), project(clocks.before(w+n))
+				if !lf.hasWriters {
+					lf.write, lf.writeNext, lf.hasWriters = at, next, true
+					continue
+				}
+				for c := range at {
+					lf.write[c] = min(lf.write[c], at[c])
+					lf.writeNext[c] = min(lf.writeNext[c], next[c])
+				}
+			}
+			return lf
+		}
+		for r := range p.Registers {
+			reg := &p.Registers[r]
+			if reg.Persistent || reg.Device < first || reg.Device >= d {
+				continue
+			}
+			var writers []int
+			for _, f := range touch[r] {
+				if slices.Contains(p.Tasks[p.Firings[f].Task].Writes, r) {
+					writers = append(writers, f)
+				}
+			}
+			l.whole[r] = summarize(reg.Device, touch[r], writers)
+			for _, v := range versions[r] {
+				l.versions[r] = append(l.versions[r], summarize(reg.Device, v, v[:1]))
+			}
+			// disjoint relies on the writes forming a chain; without one
+			// the register is taken whole.
+			for k := 1; k < len(l.versions[r]); k++ {
+				if !l.versions[r][k-1].before(l.versions[r][k]) {
+					l.versions[r] = nil
+					break
+				}
+			}
+		}
+	}
+	return l
+}
+
+// unrolled is the dependency graph over two iterations (node f+n is
+// firing f of the next one), numbered in a topological order: node v has
+// rank rank[v], and every edge goes from a lower rank to a higher one.
+// Clock tables are laid out by rank, so that a pass walks them in order
+// and most predecessors (the previous firing of the same stream) are near.
+type unrolled struct {
+	n     int
+	order []int32 // rank → node
+	rank  []int32 // node → rank
+	start []int32 // predecessors of rank i: pred[start[i]:start[i+1]], as ranks
+	pred  []int32
+}
+
+func newUnrolled(p *Plan, edges []Edge) *unrolled {
+	n := len(p.Firings)
+	type arc struct{ from, to int }
+	var arcs []arc
+	for _, e := range edges {
+		switch e.Delta {
+		case 0:
+			arcs = append(arcs, arc{e.From, e.To}, arc{e.From + n, e.To + n})
+		case 1:
+			arcs = append(arcs, arc{e.From, e.To + n})
+		}
+	}
+	succ := make([][]int, 2*n)
+	for _, a := range arcs {
+		succ[a.from] = append(succ[a.from], a.to)
+	}
+	g := &unrolled{n: n, rank: make([]int32, 2*n), start: make([]int32, 2*n+1), pred: make([]int32, len(arcs))}
+	for i, v := range topoOrder(succ) { // the plan has no same-iteration cycle: Deps checked
+		g.order = append(g.order, int32(v))
+		g.rank[v] = int32(i)
+	}
+	for _, a := range arcs {
+		g.start[g.rank[a.to]+1]++
+	}
+	for i := range 2 * n {
+		g.start[i+1] += g.start[i]
+	}
+	fill := slices.Clone(g.start[:2*n])
+	for _, a := range arcs {
+		to := g.rank[a.to]
+		g.pred[fill[to]] = g.rank[a.from]
+		fill[to]++
+	}
+	return g
+}
+
+// clockTable holds one pass's clocks by rank, each including the node's
+// own positions: the clock of everything up to and including the node.
+type clockTable struct {
+	g     *unrolled
+	width int
+	upto  []int32
+}
+
+func (t *clockTable) row(i int32) clock { return t.upto[int(i)*t.width : (int(i)+1)*t.width] }
+
+// before returns node v's clock: the positions of the firings that finish
+// before it starts (its predecessors' clocks merged).
+func (t *clockTable) before(v int) clock {
+	at := make(clock, t.width)
+	for c := range at {
+		at[c] = -1
+	}
+	i := t.g.rank[v]
+	for _, u := range t.g.pred[t.g.start[i]:t.g.start[i+1]] {
+		for c, x := range t.row(u) {
+			at[c] = max(at[c], x)
+		}
+	}
+	return at
+}
+
+// clocks computes every node's clock over the tracked streams cols, given
+// where each firing sits on which stream (spots).
+func (g *unrolled) clocks(p *Plan, cols []int, spots [][]spot) *clockTable {
+	w := len(cols)
+	t := &clockTable{g: g, width: w, upto: make([]int32, 2*g.n*w)}
+	col := make([]int32, len(p.Streams))
+	for s := range col {
+		col[s] = -1
+	}
+	length := make([]int32, w)
+	for c, s := range cols {
+		col[s] = int32(c)
+		length[c] = int32(len(p.Streams[s].Order))
+	}
+	for i, v := range g.order {
+		at := t.row(int32(i))
+		for c := range at {
+			at[c] = -1
+		}
+		for _, u := range g.pred[g.start[i]:g.start[i+1]] {
+			for c, x := range t.row(u) {
+				at[c] = max(at[c], x)
+			}
+		}
+		f, second := int(v), int(v) >= g.n
+		if second {
+			f -= g.n
+		}
+		for _, sp := range spots[f] {
+			if c := col[sp.stream]; c >= 0 {
+				x := sp.pos
+				if second {
+					x += length[c]
+				}
+				at[c] = max(at[c], x)
+			}
+		}
+	}
+	return t
+}

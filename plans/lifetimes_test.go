@@ -1,0 +1,143 @@
+package plans
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The vector clocks decide exactly what a reachability matrix over two
+// unrolled iterations decides, pair by pair of every device's registers,
+// over plans with pipelines, replicas, tensor-parallel groups, GPipe and
+// recompute (where backward temporaries are written once per micro-batch).
+func TestLifetimesMatchReachability(t *testing.T) {
+	for _, c := range []struct {
+		model, strategy string
+		batch           int
+	}{
+		{"mnist-cnn", "single", 8},
+		{"mnist-cnn", "dp=2,pp=2,mb=4", 16},
+		{"mnist-cnn", "pp=2,mb=3,sched=gpipe", 6},
+		{"mlp", "dp=2,mb=2:1", 6},
+		{"mlp3x4096:width=64", "tp=2,pp=2,mb=3", 6},
+		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "pp=2,mb=4,recompute=full", 8},
+		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "tp=2,mb=3,recompute=selective", 6},
+		{"gpt2s-blocks:layers=4,hidden=32,heads=2,seq=8", "pp=2,mb=4,sched=gpipe,recompute=full", 8},
+	} {
+		p := mustCompile(t, c.model, c.strategy, c.batch)
+		edges, err := p.Deps()
+		require.NoError(t, err)
+		touch := make([][]int, len(p.Registers))
+		writers := make([][]int, len(p.Registers))
+		for f, fi := range p.Firings {
+			task := &p.Tasks[fi.Task]
+			for _, u := range task.Reads {
+				touch[u.Reg] = append(touch[u.Reg], f)
+			}
+			for _, r := range task.Writes {
+				touch[r] = append(touch[r], f)
+				writers[r] = append(writers[r], f)
+			}
+		}
+		versions := p.versionTouches()
+		lives := newLifetimes(p, edges, touch, versions)
+		reach := newReachability(len(p.Firings), edges)
+		all := func(xs []int, ok func(int) bool) bool {
+			for _, x := range xs {
+				if !ok(x) {
+					return false
+				}
+			}
+			return true
+		}
+		ordered := func(a, b int) bool {
+			return all(touch[a], func(x int) bool { return all(writers[b], func(w int) bool { return reach.within(x, w) }) }) &&
+				all(touch[b], func(y int) bool { return all(writers[a], func(w int) bool { return reach.next(y, w) }) })
+		}
+		want := func(a, b int) bool {
+			va, vb := lives.versions[a], lives.versions[b] // versions the clocks found chained
+			if va == nil || vb == nil {
+				return ordered(a, b) || ordered(b, a)
+			}
+			for _, ta := range versions[a] {
+				for _, tb := range versions[b] {
+					wa, wb := ta[0], tb[0]
+					if !all(ta, func(x int) bool { return reach.within(x, wb) }) && !all(tb, func(y int) bool { return reach.within(y, wa) }) {
+						return false
+					}
+					if !all(ta, func(x int) bool { return reach.next(x, wb) }) || !all(tb, func(y int) bool { return reach.next(y, wa) }) {
+						return false
+					}
+				}
+			}
+			return true
+		}
+		pairs, sharing, chained := 0, 0, 0
+		for a := range p.Registers {
+			if p.Registers[a].Persistent {
+				continue
+			}
+			if versions[a] != nil {
+				require.NotNil(t, lives.versions[a], "%s %s: %s: one-slot writes form a chain", c.model, c.strategy, p.Registers[a].Name)
+				chained++
+			}
+			for b := range a {
+				if p.Registers[b].Persistent || p.Registers[b].Device != p.Registers[a].Device {
+					continue
+				}
+				w := want(a, b)
+				require.Equal(t, w, lives.disjoint(a, b), "%s %s: %s and %s", c.model, c.strategy, p.Registers[a].Name, p.Registers[b].Name)
+				require.Equal(t, w, lives.disjoint(b, a))
+				pairs++
+				if w {
+					sharing++
+				}
+			}
+		}
+		require.Positive(t, sharing, "%s %s", c.model, c.strategy)
+		require.Less(t, sharing, pairs, "%s %s", c.model, c.strategy)
+		t.Logf("%s %s: %d pairs, %d may share; %d registers by write", c.model, c.strategy, pairs, sharing, chained)
+	}
+}
+
+// reachability answers "does firing a of iteration i finish before firing
+// b of iteration i (within) or of iteration i+1 (next) starts" with a
+// bit matrix over two unrolled iterations: the reference the clocks are
+// checked against (it was the planner's until plans outgrew n² bits).
+type reachability struct {
+	n    int
+	from [][]uint64 // node f+n is firing f of the next iteration
+}
+
+func newReachability(n int, edges []Edge) *reachability {
+	r := &reachability{n: n}
+	words := (2*n + 63) / 64
+	succ := make([][]int, 2*n)
+	for _, e := range edges {
+		switch e.Delta {
+		case 0:
+			succ[e.From] = append(succ[e.From], e.To)
+			succ[e.From+n] = append(succ[e.From+n], e.To+n)
+		case 1:
+			succ[e.From] = append(succ[e.From], e.To+n)
+		}
+	}
+	order := topoOrder(succ)
+	r.from = make([][]uint64, 2*n)
+	for i := len(order) - 1; i >= 0; i-- {
+		v := order[i]
+		set := make([]uint64, words)
+		for _, w := range succ[v] {
+			set[w/64] |= 1 << (w % 64)
+			for k, x := range r.from[w] {
+				set[k] |= x
+			}
+		}
+		r.from[v] = set
+	}
+	return r
+}
+
+func (r *reachability) has(a, b int) bool    { return r.from[a][b/64]&(1<<(b%64)) != 0 }
+func (r *reachability) within(a, b int) bool { return a != b && r.has(a, b) }
+func (r *reachability) next(a, b int) bool   { return r.has(a, b+r.n) }
