@@ -164,11 +164,109 @@ func (TPSum) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 // TPSum adds the sum of x over the tensor-parallel group.
 func (g *Graph) TPSum(x *Tensor) *Tensor { return g.apply1(TPSum{}, x) }
 
+// Sequence parallelism (Korthikanti et al., 2022) splits, along the
+// sequence, the activations between a row-parallel layer and the next
+// column-parallel one (residual adds, layer norms), which tensor
+// parallelism would hold whole on every device. Two marks replace TPCopy
+// and TPSum there:
+//
+//   - TPGather before a column-parallel layer: every device receives the
+//     group's parts concatenated along Axis (an all-gather); its gradient
+//     is the TPScatter of the devices' partial gradients.
+//   - TPScatter after a row-parallel layer: each device receives its part
+//     along Axis of the sum of the group's partial outputs (a
+//     reduce-scatter); its gradient is the TPGather of the parts.
+//
+// The communication volume equals TPSum's (an all-reduce is a
+// reduce-scatter then an all-gather), and the work between them is split.
+
+// TPGather is sequence parallelism's g: the concatenation along Axis of
+// the Parts devices' tensors, which every device receives.
+type TPGather struct{ Axis, Parts int }
+
+func (TPGather) Type() string { return "tp_gather" }
+
+func (o TPGather) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("tp_gather", in, 1); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("tp_gather", in, 0); err != nil {
+		return nil, err
+	}
+	sh := in[0].Shape
+	if o.Axis < 0 || o.Axis >= len(sh) || o.Parts < 1 {
+		return nil, fmt.Errorf("graph: tp_gather: axis %d of %v, %d parts", o.Axis, sh, o.Parts)
+	}
+	out := sh.Clone()
+	out[o.Axis] *= o.Parts
+	return []Spec{{out, in[0].DType}}, nil
+}
+
+// Cost is the local work of an all-gather: writing the whole tensor.
+func (TPGather) Cost(in, out []Spec) Cost { return Cost{Bytes: bytesOf(in, out)} }
+
+func (TPGather) Signatures(in, out []Spec) []Signature { return []Signature{sig(1, B, B)} }
+
+func (o TPGather) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	return []*Tensor{g.TPScatter(dy[0], o.Axis, o.Parts)}
+}
+
+// TPGather gathers x's parts over a group of parts devices along axis.
+func (g *Graph) TPGather(x *Tensor, axis, parts int) *Tensor {
+	return g.apply1(TPGather{Axis: axis, Parts: parts}, x)
+}
+
+// TPScatter is sequence parallelism's ḡ: the sum of the Parts devices'
+// partial tensors, of which each device receives its part along Axis.
+type TPScatter struct{ Axis, Parts int }
+
+func (TPScatter) Type() string { return "tp_scatter" }
+
+func (o TPScatter) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("tp_scatter", in, 1); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("tp_scatter", in, 0); err != nil {
+		return nil, err
+	}
+	sh := in[0].Shape
+	if o.Axis < 0 || o.Axis >= len(sh) || o.Parts < 1 || sh[o.Axis]%o.Parts != 0 {
+		return nil, fmt.Errorf("graph: tp_scatter: axis %d of %v does not split into %d parts", o.Axis, sh, o.Parts)
+	}
+	out := sh.Clone()
+	out[o.Axis] /= o.Parts
+	return []Spec{{out, in[0].DType}}, nil
+}
+
+// Cost is the local work of a reduce-scatter: reading the whole tensor and
+// summing into the part.
+func (TPScatter) Cost(in, out []Spec) Cost {
+	return Cost{FLOPs: units.FLOPs(in[0].Shape.NumElements()), Bytes: bytesOf(in, out)}
+}
+
+func (TPScatter) Signatures(in, out []Spec) []Signature { return []Signature{sig(1, B, P)} }
+
+func (o TPScatter) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	return []*Tensor{g.TPGather(dy[0], o.Axis, o.Parts)}
+}
+
+// TPScatter sums x over a group of parts devices, each keeping its part
+// along axis.
+func (g *Graph) TPScatter(x *Tensor, axis, parts int) *Tensor {
+	return g.apply1(TPScatter{Axis: axis, Parts: parts}, x)
+}
+
+// SeqShard is the shard of part of a tensor of shape full split into parts
+// along axis: how TPGather places and TPScatter takes each device's part.
+func SeqShard(full Shape, axis, parts, part int) *Shard {
+	return &Shard{Of: "sequence", Full: full, Axis: axis, Parts: parts, Part: part, Blocks: 1}
+}
+
 // IsTP reports whether op is one of tensor parallelism's communication
-// marks, TPCopy or TPSum.
+// marks: TPCopy, TPSum, TPGather or TPScatter.
 func IsTP(op Op) bool {
 	switch op.(type) {
-	case TPCopy, TPSum:
+	case TPCopy, TPSum, TPGather, TPScatter:
 		return true
 	}
 	return false

@@ -154,6 +154,11 @@ func (p *Plan) check() error {
 				return bad("tasks", i, "%s: %v", t.Name, err)
 			}
 		}
+		if t.Kind == AllGather || t.Kind == ReduceScatter {
+			if err := p.checkSplit(&t); err != nil {
+				return bad("tasks", i, "%s: %v", t.Name, err)
+			}
+		}
 		if t.Kind == Compute {
 			if t.Op == nil {
 				return bad("tasks", i, "compute task %s has no op", t.Name)
@@ -215,6 +220,44 @@ func (p *Plan) checkAllReduce(t *Task) error {
 	}
 	if !t.Sum && len(t.Reads) > 0 {
 		return fmt.Errorf("a replicas' all-reduce works in place: it reads no other register")
+	}
+	return nil
+}
+
+// checkSplit checks that an all-gather or reduce-scatter task t, whose
+// registers are in range, has one member per tensor-parallel rank, each
+// reading and writing a register of one float dtype on its own device,
+// the writes (gather) or the reads (scatter) being the others along Axis
+// times the group.
+func (p *Plan) checkSplit(t *Task) error {
+	n := len(t.Writes)
+	if n != p.TPDegree() || len(t.Reads) != n || len(t.Streams) != n {
+		return fmt.Errorf("a tensor-parallel %s has one read, write and stream per member of tp=%d: %d, %d and %d given", t.Kind, p.TPDegree(), len(t.Reads), n, len(t.Streams))
+	}
+	in, out := p.Registers[t.Reads[0].Reg].Spec, p.Registers[t.Writes[0]].Spec
+	part, whole := in, out
+	if t.Kind == ReduceScatter {
+		part, whole = out, in
+	}
+	if t.Axis < 0 || t.Axis >= len(part.Shape) || len(whole.Shape) != len(part.Shape) {
+		return fmt.Errorf("axis %d of %v and %v", t.Axis, in.Shape, out.Shape)
+	}
+	want := part.Shape.Clone()
+	want[t.Axis] *= n
+	if !in.DType.IsFloat() || in.DType != out.DType || !whole.Shape.Equal(want) {
+		return fmt.Errorf("%s %v into %v along axis %d over %d members: want float parts of %v", t.Kind, in, out, t.Axis, n, want)
+	}
+	seen := map[int]bool{}
+	for j := range n {
+		r, w := &p.Registers[t.Reads[j].Reg], &p.Registers[t.Writes[j]]
+		if r.Device != w.Device || seen[w.Device] || p.Streams[t.Streams[j]].Device != w.Device {
+			return fmt.Errorf("member %d reads %s on device %d and writes %s on device %d, on a stream of device %d: want its own device, one per member",
+				j, r.Name, r.Device, w.Name, w.Device, p.Streams[t.Streams[j]].Device)
+		}
+		seen[w.Device] = true
+		if !r.Spec.Shape.Equal(in.Shape) || r.Spec.DType != in.DType || !w.Spec.Shape.Equal(out.Shape) || w.Spec.DType != out.DType {
+			return fmt.Errorf("member %d reads %s %v and writes %s %v: want %v and %v like member 0", j, r.Name, r.Spec, w.Name, w.Spec, in, out)
+		}
 	}
 	return nil
 }

@@ -54,7 +54,7 @@ func Compile(cfg Config) (*Plan, error) {
 		return nil, fmt.Errorf("plans: no optimizer")
 	}
 	micro := cfg.Batch / st.TotalMicros()
-	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed, DType: cfg.DType, TP: st.TP})
+	m, err := zoo.Build(cfg.Model, zoo.Config{Batch: micro, Train: true, Seed: cfg.Seed, DType: cfg.DType, TP: st.TP, SP: st.SP})
 	if err != nil {
 		return nil, err
 	}
@@ -76,9 +76,6 @@ func Compile(cfg Config) (*Plan, error) {
 		c.p.Labels = graph.Spec{Shape: graph.Shape{cfg.Batch * (m.Labels.Spec.Shape[0] / micro)}, DType: m.Labels.Spec.DType}
 	}
 	if err := c.build(); err != nil {
-		return nil, err
-	}
-	if err := checkPlannable(c.p); err != nil {
 		return nil, err
 	}
 	if _, err := c.p.Deps(); err != nil {
@@ -208,6 +205,9 @@ func (c *compiler) build() error {
 	}
 	c.buildUpdates()
 	c.sizeSlots()
+	if err := checkPlannable(c.p); err != nil {
+		return err
+	}
 	c.order()
 	return nil
 }
@@ -356,9 +356,9 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 			c.regOf[dev][n.Outputs[0].ID] = reg
 		}
 		return nil
-	case graph.TPSum:
+	case graph.TPSum, graph.TPGather, graph.TPScatter:
 		if c.tp == c.st.TPDegree()-1 { // every member's input is there
-			return c.addTPSum(n, replica, name, phase, re)
+			return c.addTPCollective(n, replica, name, phase, re)
 		}
 		return nil
 	}
@@ -369,7 +369,7 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 			return err
 		}
 		mode := ReadMicro
-		if in.Persistent() {
+		if c.p.Registers[reg].Persistent { // a weight, possibly through a TPCopy (sequence parallelism's replicated weights)
 			mode = ReadPrev
 		}
 		reads = append(reads, Use{Reg: reg, Mode: mode})
@@ -420,19 +420,34 @@ func (c *compiler) toBlock(dev int, phase graph.Phase, task int) {
 	}
 }
 
-// addTPSum adds the all-reduce of TPSum node n over the tensor-parallel
-// group of a replica's stage: once per micro-batch, each member's write
-// is the sum of the members' reads. It runs on the members' compute
-// streams, as Megatron-LM's all-reduces hold up the compute they sit
-// between.
-func (c *compiler) addTPSum(n *graph.Node, replica int, name string, phase graph.Phase, re []map[int]int) error {
+// addTPCollective adds the collective of a tensor-parallel mark n over
+// the group of a replica's stage, once per micro-batch: TPSum's all-reduce
+// (each member's write is the sum of the members' reads), TPGather's
+// all-gather and TPScatter's reduce-scatter. It runs on the members'
+// compute streams, as Megatron-LM's collectives hold up the compute they
+// sit between. Its size is the whole tensor's, as the cost model prices
+// collectives.
+func (c *compiler) addTPCollective(n *graph.Node, replica int, name string, phase graph.Phase, re []map[int]int) error {
 	in, out := n.Inputs[0], n.Outputs[0]
 	tp := c.st.TPDegree()
-	task := Task{Name: c.taskName(c.device(replica, c.stage[n.ID])-c.tp, name) + fmt.Sprintf(" [tp ×%d]", tp), Kind: AllReduce, Sum: true,
-		Phase: phase.String(), Stage: c.stage[n.ID], Replica: replica, PerMicro: true,
-		FLOPs: units.FLOPs(out.Spec.Shape.NumElements() * tp), Bytes: out.Spec.Bytes(),
-		Key: fmt.Sprintf("allreduce(%d,%d)", tp, out.Spec.Bytes()), Shape: []int{tp, out.Spec.Shape.NumElements()},
-		Family: fmt.Sprintf("allreduce(%d,%s)", tp, batchless(out.Spec))}
+	task := Task{Phase: phase.String(), Stage: c.stage[n.ID], Replica: replica, PerMicro: true}
+	whole := out.Spec // the unsplit tensor
+	switch op := n.Op.(type) {
+	case graph.TPSum:
+		task.Kind, task.Sum = AllReduce, true
+		task.FLOPs = units.FLOPs(out.Spec.Shape.NumElements() * tp)
+	case graph.TPGather:
+		task.Kind, task.Axis = AllGather, op.Axis
+	case graph.TPScatter:
+		task.Kind, task.Axis = ReduceScatter, op.Axis
+		whole = in.Spec
+		task.FLOPs = units.FLOPs(in.Spec.Shape.NumElements() * tp)
+	}
+	task.Name = c.taskName(c.device(replica, c.stage[n.ID])-c.tp, name) + fmt.Sprintf(" [tp ×%d]", tp)
+	task.Bytes = whole.Bytes()
+	task.Key = fmt.Sprintf("%s(%d,%d)", task.Kind, tp, whole.Bytes())
+	task.Shape = []int{tp, whole.Shape.NumElements()}
+	task.Family = fmt.Sprintf("%s(%d,%s)", task.Kind, tp, batchless(whole))
 	defer func(t int) { c.tp = t }(c.tp)
 	var devs []int
 	for c.tp = range tp {

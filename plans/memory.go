@@ -138,9 +138,10 @@ func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align
 // pass, 1.3 GiB at this size.
 const maxFirings = 10_000_000
 
-// checkPlannable refuses a plan too large for memory planning.
+// checkPlannable refuses a plan too large for memory planning, by the
+// firings its tasks make (so before they are listed).
 func checkPlannable(p *Plan) error {
-	if n := len(p.Firings); n > maxFirings {
+	if n := p.firingCount(); n > maxFirings {
 		return fmt.Errorf("%w: %d firings per iteration, at most %d are planned: "+
 			"plans list every firing (not compact per DESIGN §4.2 yet); fewer micro-batches, layers or devices fit",
 			ErrInfeasible, n, maxFirings)

@@ -157,7 +157,20 @@ const (
 	Transfer   TaskKind = "transfer"   // copies a register to another device
 	Accumulate TaskKind = "accumulate" // acc = g/M (first micro-batch) or acc += g/M, M the replica's micro-batches
 	AllReduce  TaskKind = "allreduce"  // mean of a register over the data-parallel replicas, see Plan.AllReduceWeights; or a tensor-parallel sum (Task.Sum)
+	// AllGather is a tensor-parallel group's all-gather under sequence
+	// parallelism (graph.TPGather): each member's write is the members'
+	// reads concatenated along Task.Axis.
+	AllGather TaskKind = "allgather"
+	// ReduceScatter is a tensor-parallel group's reduce-scatter under
+	// sequence parallelism (graph.TPScatter): member i's write is part i
+	// along Task.Axis of the sum of the members' reads.
+	ReduceScatter TaskKind = "reducescatter"
 )
+
+// Collective reports whether tasks of kind k communicate among a group,
+// each member on one stream of its device (Task.Streams[i] is member i's):
+// AllReduce, AllGather and ReduceScatter.
+func (k TaskKind) Collective() bool { return k == AllReduce || k == AllGather || k == ReduceScatter }
 
 // ReadMode says which write of a register an input reads.
 type ReadMode string
@@ -200,6 +213,9 @@ type Task struct {
 	// once per micro-batch: each member's write is the sum of all members'
 	// reads (Reads[i] and Writes[i] are member i's).
 	Sum bool `json:"sum,omitempty"`
+	// Axis is the axis an AllGather concatenates along and a
+	// ReduceScatter splits.
+	Axis int `json:"axis,omitempty"`
 	// Offset is, for an Input task, the sample index of its micro-batch 0
 	// in the global batch.
 	Offset int `json:"offset,omitempty"`

@@ -37,6 +37,10 @@ func TestParseStrategy(t *testing.T) {
 		err  string
 	}{
 		{"dp=2,mb=3:1", Strategy{DP: 2, PP: 1, MB: 3, Sched: OneFOneB, Shares: []int{3, 1}}, ""},
+		{"tp=2,sp=on", Strategy{DP: 1, PP: 1, MB: 1, TP: 2, SP: true, Sched: OneFOneB}, ""},
+		{"tp=2,sp=off", Strategy{DP: 1, PP: 1, MB: 1, TP: 2, Sched: OneFOneB}, ""},
+		{"sp=on", Strategy{}, "it needs tp ≥ 2"},
+		{"tp=2,sp=yes", Strategy{}, "sp=yes: want on or off"},
 		{"dp=3,pp=2,mb=1:2:1,sched=gpipe", Strategy{DP: 3, PP: 2, MB: 2, Sched: GPipe, Shares: []int{1, 2, 1}}, ""},
 		{"dp=2,mb=2:2", Strategy{DP: 2, PP: 1, MB: 2, Sched: OneFOneB}, ""}, // even shares are uniform
 		{"dp=2,mb=3:1:1", Strategy{}, "3 counts for dp=2"},
@@ -545,6 +549,39 @@ func TestDecodeRejectsBadTensorParallel(t *testing.T) {
 	}
 }
 
+// A sequence-parallel plan's all-gathers and reduce-scatters are checked
+// on reading: one member per rank, on its own device, parts along the
+// axis.
+func TestDecodeRejectsBadSequenceParallel(t *testing.T) {
+	st, err := ParseStrategy("tp=2,sp=on", 2)
+	require.NoError(t, err)
+	good, err := Compile(Config{Model: "gpt:layers=1,hidden=8,heads=2,seq=4,vocab=8", Batch: 2, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+	require.NoError(t, err)
+	gather, scatter := -1, -1
+	for i, tk := range good.Tasks {
+		switch {
+		case tk.Kind == AllGather && gather < 0:
+			gather = i
+		case tk.Kind == ReduceScatter && scatter < 0:
+			scatter = i
+		}
+	}
+	require.True(t, gather >= 0 && scatter >= 0)
+	for _, c := range []struct {
+		name, want string
+		edit       func(p *Plan)
+	}{
+		{"axis", "axis 7", func(p *Plan) { p.Tasks[gather].Axis = 7 }},
+		{"other axis", "want float parts", func(p *Plan) { p.Tasks[scatter].Axis = 2 }},
+		{"arity", "one read, write and stream per member of tp=2", func(p *Plan) { p.Tasks[gather].Reads = p.Tasks[gather].Reads[:1] }},
+		{"member device", "want its own device", func(p *Plan) { p.Tasks[scatter].Reads[0] = p.Tasks[scatter].Reads[1] }},
+		{"stream", "want its own device", func(p *Plan) { p.Tasks[gather].Streams[0] = p.Tasks[gather].Streams[1] }},
+		{"kind", "want float parts", func(p *Plan) { p.Tasks[gather].Kind = ReduceScatter }},
+	} {
+		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, good, c.edit, c.want) })
+	}
+}
+
 // requireDecodeRejects edits a copy of good, writes it and checks that
 // reading it fails with want.
 func requireDecodeRejects(t *testing.T, good *Plan, edit func(*Plan), want string) {
@@ -574,6 +611,7 @@ func FuzzDecode(f *testing.F) {
 		{"mlp3x4096:depth=2,width=2", "tp=2", 2},
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=3", "single", 1},
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2", 1},
+		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2,sp=on", 1},
 	} {
 		st, _ := ParseStrategy(c.strategy, c.batch)
 		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
@@ -665,8 +703,10 @@ func TestBF16HalvesMemory(t *testing.T) {
 // A plan too large to plan its memory is refused with its size, before
 // its edges are derived, not run out of memory.
 func TestCompileTooManyFirings(t *testing.T) {
-	require.NoError(t, checkPlannable(&Plan{Firings: make([]Firing, maxFirings)}))
-	err := checkPlannable(&Plan{Firings: make([]Firing, maxFirings+1)})
+	p := &Plan{MB: maxFirings / 2, DP: 1, Tasks: []Task{{PerMicro: true}, {PerMicro: true}}}
+	require.NoError(t, checkPlannable(p))
+	p.Tasks = append(p.Tasks, Task{})
+	err := checkPlannable(p)
 	require.ErrorIs(t, err, ErrInfeasible)
 	require.ErrorContains(t, err, "10000001 firings per iteration")
 }

@@ -23,7 +23,12 @@ type Strategy struct {
 	// TP is the tensor-parallel degree (Megatron-LM's layout, see
 	// graph.TPSum): each replica's stage runs on a group of TP devices that
 	// split its layers' weights. 0 means 1.
-	TP    int
+	TP int
+	// SP adds sequence parallelism to tensor parallelism (sp=on;
+	// Korthikanti et al., 2022, see graph.TPGather): the activations
+	// between a group's tensor-parallel layers are split along the
+	// sequence, each sum becoming a reduce-scatter and an all-gather.
+	SP    bool
 	Sched Schedule
 	// Shares, when set (one count per replica), splits the iteration's
 	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
@@ -143,6 +148,9 @@ func (s Strategy) String() string {
 	if s.TP > 1 {
 		parts = append(parts, "tp="+strconv.Itoa(s.TP))
 	}
+	if s.SP {
+		parts = append(parts, "sp=on")
+	}
 	if s.PP > 1 {
 		parts = append(parts, "pp="+strconv.Itoa(s.PP))
 	}
@@ -174,14 +182,14 @@ func (s Strategy) String() string {
 
 // unsupported are strategy keys of DESIGN §5 that the compiler does not
 // implement yet; they are rejected by name rather than as unknown.
-var unsupported = map[string]bool{"vpp": true, "zero": true, "sp": true}
+var unsupported = map[string]bool{"vpp": true, "zero": true}
 
 // maxCount bounds every count of a strategy, so that their products (the
 // devices, the firings) fit in an int.
 const maxCount = 1 << 20
 
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
-// compiler supports: "single", or comma-separated keys dp=D, tp=T, pp=P, mb=M or
+// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, and slots=N (cap register
 // slots).
@@ -219,7 +227,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		}
 		seen[k] = true
 		if unsupported[k] {
-			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, tp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, tp, sp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 		switch {
 		case k == "sched":
@@ -238,6 +246,16 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				s.Recompute = RecomputeNone
 			default:
 				return s, fmt.Errorf("plans: strategy %q: recompute=%s: want none, selective or full", str, v)
+			}
+			continue
+		case k == "sp":
+			switch v {
+			case "on":
+				s.SP = true
+			case "off":
+				s.SP = false
+			default:
+				return s, fmt.Errorf("plans: strategy %q: sp=%s: want on or off", str, v)
 			}
 			continue
 		case k == "mb" && v == "auto":
@@ -296,10 +314,12 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {
+	case s.SP && s.TP < 2:
+		return s, fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str)
 	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:
 		return s, fmt.Errorf("plans: strategy %q: layers cuts a pipeline: it needs pp ≥ 2", str)
 	case s.Layers != nil && len(s.Layers) != s.PP:

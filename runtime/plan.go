@@ -743,13 +743,52 @@ func (x *run) fire(f, it int) (float64, error) {
 			return 0, x.r.allReduceHost(t, it, fi.Micro, writes)
 		}
 		if x.rr != nil && len(x.r.rk.active[f]) > 1 {
-			return 0, x.allReduceRanks(t, f, it, writes)
+			return 0, x.allReduceRanks(t, f, it, reads, writes)
 		}
 		allReduce(dev.pool, writes, p.AllReduceWeights(t))
+	case plans.AllGather, plans.ReduceScatter:
+		if x.rr != nil && len(x.r.rk.active[f]) > 1 {
+			return 0, x.allReduceRanks(t, f, it, reads, writes)
+		}
+		return 0, splitCollective(dev.pool, p, t, reads, writes)
 	default:
 		return 0, fmt.Errorf("unknown task kind %q", t.Kind)
 	}
 	return 0, nil
+}
+
+// splitCollective runs a tensor-parallel all-gather or reduce-scatter:
+// ins are the members' reads, outs their writes (nil for a member on
+// another rank, which computes its own). Sums add the members in order,
+// so every member and every run gets the same bits.
+func splitCollective(pool *cpu.Pool, p *plans.Plan, t *plans.Task, ins, outs []Buffer) error {
+	n := len(t.Writes)
+	for i, in := range ins {
+		if in.F == nil {
+			return fmt.Errorf("runtime: %s lacks member %d's %s", t.Name, i, p.Registers[t.Reads[i].Reg].Name)
+		}
+	}
+	for i, out := range outs {
+		if out.F == nil {
+			continue
+		}
+		switch t.Kind {
+		case plans.AllGather:
+			whole := p.Registers[t.Writes[i]].Spec.Shape
+			for j, in := range ins {
+				graph.Place(graph.SeqShard(whole, t.Axis, n, j), in.F, out.F)
+			}
+		case plans.ReduceScatter:
+			part := graph.SeqShard(p.Registers[t.Reads[i].Reg].Spec.Shape, t.Axis, n, i)
+			graph.Take(part, ins[0].F, out.F)
+			tmp := make([]float32, len(out.F))
+			for _, in := range ins[1:] {
+				graph.Take(part, in.F, tmp)
+				cpu.Add(pool, out.F, tmp, out.F)
+			}
+		}
+	}
+	return nil
 }
 
 // allReduce replaces every buffer by the mean of all, or with weights (see

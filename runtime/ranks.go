@@ -116,7 +116,7 @@ func (rk *ranked) derive(p *plans.Plan, edges []plans.Edge) {
 				rk.notify[f] = []int{dst}
 				rk.addSub(f, dst, src) // the acknowledgement
 			}
-		case plans.AllReduce:
+		case plans.AllReduce, plans.AllGather, plans.ReduceScatter:
 			var on []int
 			for _, w := range t.Writes {
 				k := rk.ranks[p.Registers[w].Device]
@@ -145,7 +145,7 @@ func (rk *ranked) derive(p *plans.Plan, edges []plans.Edge) {
 		for _, k := range rk.active[e.To] {
 			switch {
 			case slices.Contains(rk.perform[e.From], k):
-			case len(rk.active[e.To]) > 1 && p.Tasks[p.Firings[e.To].Task].Kind == plans.AllReduce &&
+			case len(rk.active[e.To]) > 1 && p.Tasks[p.Firings[e.To].Task].Kind.Collective() &&
 				slices.ContainsFunc(rk.perform[e.From], func(j int) bool { return slices.Contains(rk.active[e.To], j) }):
 				continue // another part waits for it
 			default:
@@ -301,12 +301,20 @@ func (x *run) await(cond func() bool) error {
 	return nil
 }
 
-// allReduceRanks runs this rank's part of an all-reduce over several
-// ranks: it sends its replicas' registers to the other ranks, receives
-// theirs, and sums them all in replica order into its own.
-func (x *run) allReduceRanks(t *plans.Task, f, it int, writes []Buffer) error {
+// allReduceRanks runs this rank's part of a collective over several
+// ranks: it sends its members' registers to the other ranks, receives
+// theirs, and combines them all in member order into its own: for an
+// all-reduce the registers written (each a copy of its read, for a
+// tensor-parallel sum), for an all-gather or a reduce-scatter the
+// registers read.
+func (x *run) allReduceRanks(t *plans.Task, f, it int, reads, writes []Buffer) error {
 	p := x.r.p
 	rk := x.r.rk
+	split := t.Kind != plans.AllReduce
+	send, sizeOf := writes, func(i int) int { return p.Registers[t.Writes[i]].Spec.Shape.NumElements() }
+	if split {
+		send, sizeOf = reads, func(i int) int { return p.Registers[t.Reads[i].Reg].Spec.Shape.NumElements() }
+	}
 	var dev *CPU
 	for i, w := range t.Writes {
 		d := p.Registers[w].Device
@@ -318,7 +326,7 @@ func (x *run) allReduceRanks(t *plans.Task, f, it int, writes []Buffer) error {
 			if k == rk.me {
 				continue
 			}
-			m := &Message{Run: x.rr.id, From: rk.me, Kind: MsgPart, Firing: f, Iter: it, Reg: w, F: writes[i].F}
+			m := &Message{Run: x.rr.id, From: rk.me, Kind: MsgPart, Firing: f, Iter: it, Reg: w, F: send[i].F}
 			if err := rk.link.Send(k, m); err != nil {
 				return fmt.Errorf("sending to rank %d: %w", k, err)
 			}
@@ -332,15 +340,15 @@ func (x *run) allReduceRanks(t *plans.Task, f, it int, writes []Buffer) error {
 	got := x.rr.parts[key]
 	delete(x.rr.parts, key)
 	x.mu.Unlock()
-	bufs := slices.Clone(writes)
+	bufs := slices.Clone(send)
 	for _, m := range got {
 		i := slices.Index(t.Writes, m.Reg)
 		if i < 0 || rk.local(p.Registers[m.Reg].Device) || bufs[i].F != nil {
 			return fmt.Errorf("runtime: rank %d sent register %d for %s, not one of its parts", m.From, m.Reg, p.FiringName(f))
 		}
-		if len(m.F) != p.Registers[m.Reg].Spec.Shape.NumElements() {
+		if len(m.F) != sizeOf(i) {
 			return fmt.Errorf("runtime: rank %d sent %d values of %s for %s, which has %d",
-				m.From, len(m.F), p.Registers[m.Reg].Name, p.FiringName(f), p.Registers[m.Reg].Spec.Shape.NumElements())
+				m.From, len(m.F), p.Registers[m.Reg].Name, p.FiringName(f), sizeOf(i))
 		}
 		bufs[i] = Buffer{F: m.F}
 	}
@@ -348,6 +356,9 @@ func (x *run) allReduceRanks(t *plans.Task, f, it int, writes []Buffer) error {
 		if b.F == nil {
 			return fmt.Errorf("runtime: %s lacks %s", p.FiringName(f), p.Registers[t.Writes[i]].Name)
 		}
+	}
+	if split {
+		return splitCollective(dev.pool, p, t, bufs, writes)
 	}
 	allReduce(dev.pool, bufs, p.AllReduceWeights(t))
 	return nil
@@ -408,7 +419,7 @@ func MergeRanks(p *plans.Plan, parts []*RankResult, offsets []time.Duration) (*R
 			case !ok:
 				at[id] = &e
 				order = append(order, id)
-			case p.Tasks[e.Task].Kind == plans.AllReduce:
+			case p.Tasks[e.Task].Kind.Collective():
 				prev.Start = max(prev.Start, e.Start)
 				prev.End = min(prev.End, e.End)
 			default:

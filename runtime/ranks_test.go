@@ -199,8 +199,9 @@ func TestRanksMatchOneProcess(t *testing.T) {
 		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}, ""}, // both, three ranks
 		{"dp=3,mb=2:1:1", []int{0, 1, 1}, ""},     // uneven; one rank holds two replicas
 		{"pp=3,layers=1:2:1,mb=4", []int{2, 0, 1}, ""},
-		{"tp=2,pp=2,mb=2", []int{0, 1, 0, 1}, "mlp"}, // tensor-parallel sums cross
-		{"dp=2,tp=2", []int{0, 0, 1, 1}, "mlp"},      // gradient all-reduces cross
+		{"tp=2,pp=2,mb=2", []int{0, 1, 0, 1}, "mlp"},                                                 // tensor-parallel sums cross
+		{"dp=2,tp=2", []int{0, 0, 1, 1}, "mlp"},                                                      // gradient all-reduces cross
+		{"tp=2,sp=on,pp=2,mb=2", []int{0, 1, 1, 0}, "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"}, // all-gathers and reduce-scatters cross
 	}
 	for _, c := range cases {
 		model := cmp.Or(c.model, "mnist-cnn")

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/stretchr/testify/require"
 )
@@ -43,8 +44,13 @@ func TestTensorParallelMatchesOneDevice(t *testing.T) {
 		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
 		refStore, err := ref.Store()
 		require.NoError(t, err)
-		for _, s := range []string{"tp=2", "tp=4", "dp=2,tp=2", "tp=2,pp=2,mb=2", "tp=2,pp=2,mb=4,sched=gpipe",
-			"dp=2,tp=2,pp=2,mb=2", "tp=2,mb=2,recompute=full", "tp=2,recompute=selective"} {
+		strategies := []string{"tp=2", "tp=4", "dp=2,tp=2", "tp=2,pp=2,mb=2", "tp=2,pp=2,mb=4,sched=gpipe",
+			"dp=2,tp=2,pp=2,mb=2", "tp=2,mb=2,recompute=full", "tp=2,recompute=selective"}
+		if zoo.HasSP(model) { // sequence parallelism: the same losses and weights again
+			strategies = append(strategies, "tp=2,sp=on", "tp=4,sp=on", "dp=2,tp=2,sp=on", "tp=2,sp=on,pp=2,mb=2",
+				"tp=2,sp=on,mb=2,recompute=full", "tp=2,sp=on,recompute=selective")
+		}
+		for _, s := range strategies {
 			t.Run(fmt.Sprintf("%s/%s", model, s), func(t *testing.T) {
 				p, r, got := trainPlan(t, model, s, batch, 8, iters)
 				for it := range iters {

@@ -40,12 +40,12 @@ func (m CostModel) Duration(p *plans.Plan, t int) (time.Duration, error) {
 	return m.Compute.Time(spec, p.Work(t))
 }
 
-// comm prices a transfer or an all-reduce between accelerators, or between
+// comm prices a transfer or a collective between accelerators, or between
 // hosts, with the communication model; ok is false when that does not
 // apply.
 func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.Duration, ok bool, err error) {
 	task := &p.Tasks[t]
-	if m.Comm == nil || (task.Kind != plans.Transfer && task.Kind != plans.AllReduce) ||
+	if m.Comm == nil || (task.Kind != plans.Transfer && !task.Kind.Collective()) ||
 		(home.Class == topology.CPU && oneHost(p, task)) {
 		return 0, false, nil
 	}
@@ -67,7 +67,17 @@ func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.
 			}
 			group = append(group, g)
 		}
-		d, err = m.Comm.AllReduce(group, task.Bytes, cost.Auto)
+		op := cost.OpAllReduce
+		switch task.Kind {
+		case plans.AllGather:
+			op = cost.OpAllGather
+		case plans.ReduceScatter:
+			op = cost.OpReduceScatter
+		}
+		var e cost.Estimate
+		if e, err = m.Comm.Collective(op, group, task.Bytes, cost.Auto); err == nil {
+			d = e.Time
+		}
 	}
 	return d, true, err
 }

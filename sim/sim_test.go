@@ -358,3 +358,57 @@ func TestMemoryReusesPerWrite(t *testing.T) {
 		require.NoError(t, p.CheckTrace(tr), strategy)
 	}
 }
+
+// Under sequence parallelism a GPT block's sums become reduce-scatters and
+// all-gathers of the same whole-tensor size, priced as the communication
+// model prices those collectives: each half an all-reduce's volume. The
+// activations between them are split, so a device's peak memory falls,
+// and the simulated trace obeys the plan.
+func TestSequenceParallelComm(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	comm := cost.NewComm(c)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
+	const model = "gpt:layers=2,hidden=256,heads=4,seq=128,vocab=1024"
+	compile := func(strategy string) *plans.Plan {
+		st, err := plans.ParseStrategy(strategy, 8)
+		require.NoError(t, err)
+		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: model, Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs, DType: graph.BF16})
+		require.NoError(t, err)
+		return p
+	}
+	tp, sp := compile("tp=4,mb=2,recompute=selective"), compile("tp=4,sp=on,mb=2,recompute=selective")
+	kinds := map[plans.TaskKind]int{}
+	for i, task := range sp.Tasks {
+		op := map[plans.TaskKind]cost.Op{plans.AllGather: cost.OpAllGather, plans.ReduceScatter: cost.OpReduceScatter}
+		o, ok := op[task.Kind]
+		if !ok {
+			continue
+		}
+		kinds[task.Kind]++
+		var group []topology.DeviceID
+		for _, s := range task.Streams {
+			id, ok := c.DeviceByName(sp.Devices[sp.Streams[s].Device].Name)
+			require.True(t, ok)
+			group = append(group, id)
+		}
+		want, err := comm.Collective(o, group, task.Bytes, cost.Auto)
+		require.NoError(t, err)
+		got, err := m.Duration(sp, i)
+		require.NoError(t, err)
+		require.Equal(t, want.Time, got, task.Name)
+		whole, err := comm.AllReduce(group, task.Bytes, cost.Auto)
+		require.NoError(t, err)
+		require.Less(t, got, whole, "%s: half an all-reduce", task.Name)
+	}
+	// Per layer and direction, 2 of each; the embedding's scatter and the
+	// head's gather forward, and their duals backward.
+	require.Equal(t, map[plans.TaskKind]int{plans.AllGather: 2*2*2 + 2, plans.ReduceScatter: 2*2*2 + 2}, kinds)
+	tr, err := Simulate(sp, m, 3)
+	require.NoError(t, err)
+	require.NoError(t, sp.CheckTrace(tr))
+	require.Less(t, sp.Memory[0].Peak-sp.Memory[0].Persistent, tp.Memory[0].Peak-tp.Memory[0].Persistent, "split activations take less memory")
+	t.Logf("activation memory per device: tp %v, tp+sp %v", tp.Memory[0].Peak-tp.Memory[0].Persistent, sp.Memory[0].Peak-sp.Memory[0].Persistent)
+}

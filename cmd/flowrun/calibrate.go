@@ -270,7 +270,7 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 			return nil, err
 		}
 		for _, s := range got {
-			comm := s.Work.Kind == string(plans.Transfer) || s.Work.Kind == string(plans.AllReduce)
+			comm := s.Work.Kind == string(plans.Transfer) || plans.TaskKind(s.Work.Kind).Collective()
 			switch {
 			case j.devices == 1:
 				m.alone = append(m.alone, s.Sample)

@@ -37,7 +37,8 @@ first ones; default all; on a cluster of CPUs, such as local, --devices N
 divides the cores into N devices): every tensor-parallel degree tp = 1, 2,
 4 … up to --max-tp for models that have a tensor-parallel layout (by
 default, as many as one machine of the sweep holds: Megatron-LM keeps a
-group on one machine's fast links), every dp × tp × pp = devices,
+group on one machine's fast links), and for the GPTs each tp > 1 also with
+sequence parallelism (sp=on), every dp × tp × pp = devices,
 micro-batches per replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for
 pipelines) that divide the batch, both schedules for pipelines. With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
@@ -163,7 +164,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 			}
 		}
 	}
-	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute})
+	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute, SP: zoo.HasSP(f.model)})
 	if err != nil {
 		return err
 	}

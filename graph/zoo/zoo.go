@@ -75,6 +75,11 @@ type Config struct {
 	// models that have such a layout split their layers' weights, the
 	// others refuse. 0 and 1 build the whole model.
 	TP int
+	// SP, with TP > 1, adds sequence parallelism (Korthikanti et al.,
+	// 2022; see graph.TPGather): the activations between the
+	// tensor-parallel layers (residual adds, layer norms) are split along
+	// the sequence over the group. The GPTs have it.
+	SP bool
 }
 
 // Model is a built model graph and its distinguished tensors.
@@ -109,6 +114,8 @@ type builder struct {
 	// tp, for a model with a tensor-parallel layout, names the sizes the
 	// group's size must divide; nil for a model without one.
 	tp func(sz sizes) map[string]int
+	// sp marks a layout with sequence parallelism (Config.SP).
+	sp bool
 	// loss, if set, replaces a classifier's softmax cross-entropy of the
 	// logits build returns.
 	loss func(l *layers, logits, labels *graph.Tensor) *graph.Tensor
@@ -143,19 +150,19 @@ var models = map[string]builder{
 		doc:   "GPT language model: token and position embeddings, causal pre-norm blocks, final norm, untied head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default)",
 		sizes: gptSizes(12, 768, 12, 1024),
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
-		tp: gptTP,
+		tp: gptTP, sp: true,
 	},
 	"gpt3-1.3b": {
 		doc:   "GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048",
 		sizes: gptSizes(24, 2048, 16, 2048),
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
-		tp: gptTP,
+		tp: gptTP, sp: true,
 	},
 	"gpt3-175b": {
 		doc:   "GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048",
 		sizes: gptSizes(96, 12288, 96, 2048),
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
-		tp: gptTP,
+		tp: gptTP, sp: true,
 	},
 	"gpt2s-blocks": {
 		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
@@ -325,6 +332,16 @@ func Build(name string, cfg Config) (*Model, error) {
 			}
 		}
 	}
+	if cfg.SP {
+		switch {
+		case tp < 2:
+			return nil, fmt.Errorf("zoo: %s: sequence parallelism splits the sequence over a tensor-parallel group: it needs tp ≥ 2", name)
+		case !b.sp:
+			return nil, fmt.Errorf("zoo: %s has no sequence-parallel layout; models with one: %s", name, strings.Join(SPModels(), ", "))
+		case sz["seq"]%tp != 0:
+			return nil, fmt.Errorf("zoo: %s: tp=%d does not divide seq (%d), which sequence parallelism splits", name, tp, sz["seq"])
+		}
+	}
 	g := graph.New()
 	m := &Model{Name: name, Graph: g}
 	input := append(graph.Shape{cfg.Batch}, b.input(sz)...)
@@ -340,7 +357,7 @@ func Build(name string, cfg Config) (*Model, error) {
 	default:
 		m.Images = g.Input("x", input, dtype)
 	}
-	l := &layers{g: g, dtype: dtype, tp: tp}
+	l := &layers{g: g, dtype: dtype, tp: tp, sp: cfg.SP}
 	out := b.build(l, m.Images, cfg, sz)
 	switch {
 	case classes > 0 && b.loss != nil:
@@ -366,7 +383,22 @@ func Build(name string, cfg Config) (*Model, error) {
 type layers struct {
 	g     *graph.Graph
 	dtype graph.DType
-	tp    int // the tensor-parallel group's size (1: none)
+	tp    int  // the tensor-parallel group's size (1: none)
+	sp    bool // activations outside the tensor-parallel layers are split along axis 1, the sequence
+}
+
+// seqAxis is the axis of [n, seq, hidden] activations that sequence
+// parallelism splits.
+const seqAxis = 1
+
+// replicated returns a weight a device applies to its part of the
+// sequence: under sequence parallelism its gradient is partial, summed
+// over the group (TPCopy); otherwise the weight itself.
+func (l *layers) replicated(w *graph.Tensor) *graph.Tensor {
+	if l.sp {
+		return l.g.TPCopy(w)
+	}
+	return w
 }
 
 // pytorchInit is the default initialization of nn.Linear and nn.Conv2d
@@ -448,6 +480,9 @@ func (l *layers) colAffine(wName, bName string, x *graph.Tensor, in, out int, wI
 	}
 	w := l.shard(wName, graph.Shape{out, in}, wInit, 0, blocks)
 	b := l.shard(bName, graph.Shape{out}, bInit, 0, blocks)
+	if l.sp { // every device needs the whole sequence
+		return l.fc(l.g.TPGather(x, seqAxis, l.tp), w, b, act)
+	}
 	return l.fc(l.g.TPCopy(x), w, b, act)
 }
 
@@ -460,8 +495,13 @@ func (l *layers) rowAffine(wName, bName string, x *graph.Tensor, in, out int, wI
 		return l.affine(wName, bName, x, in, out, wInit, bInit, act)
 	}
 	w := l.shard(wName, graph.Shape{out, in}, wInit, 1, 1)
-	b := l.param(bName, graph.Shape{out}, bInit)
-	y := l.g.TPSum(l.g.MatMul(x, w, false, true))
+	b := l.replicated(l.param(bName, graph.Shape{out}, bInit))
+	var y *graph.Tensor
+	if l.sp { // each device keeps its part of the sequence of the sum
+		y = l.g.TPScatter(l.g.MatMul(x, w, false, true), seqAxis, l.tp)
+	} else {
+		y = l.g.TPSum(l.g.MatMul(x, w, false, true))
+	}
 	if y == nil {
 		return nil
 	}
@@ -478,14 +518,14 @@ func (l *layers) bias(x, b *graph.Tensor, axis int, act string) *graph.Tensor {
 
 // layerNorm is nn.LayerNorm(width) (eps 1e-5, weight 1, bias 0) named name.
 func (l *layers) layerNorm(name string, x *graph.Tensor, width int) *graph.Tensor {
-	w := l.param(name+".weight", graph.Shape{width}, graph.Init{Kind: graph.Ones})
-	b := l.param(name+".bias", graph.Shape{width}, graph.Init{Kind: graph.Zeros})
+	w := l.replicated(l.param(name+".weight", graph.Shape{width}, graph.Init{Kind: graph.Ones}))
+	b := l.replicated(l.param(name+".bias", graph.Shape{width}, graph.Init{Kind: graph.Zeros}))
 	return l.g.LayerNorm(x, w, b, 1e-5)
 }
 
 // rmsNorm is nn.RMSNorm(width, eps=1e-5) (weight 1) named name.
 func (l *layers) rmsNorm(name string, x *graph.Tensor, width int) *graph.Tensor {
-	w := l.param(name+".weight", graph.Shape{width}, graph.Init{Kind: graph.Ones})
+	w := l.replicated(l.param(name+".weight", graph.Shape{width}, graph.Init{Kind: graph.Ones}))
 	return l.g.RMSNorm(x, w, 1e-5)
 }
 
@@ -592,14 +632,22 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 	h, seq, vocab := sz["hidden"], sz["seq"], sz["vocab"]
 	emb := graph.Init{Kind: graph.Normal, Scale: 0.02}
 	n := tokens.Spec.Shape[0]
-	var x *graph.Tensor // [n, seq, h]
-	if l.tp == 1 {
+	var x *graph.Tensor   // [n, seq, h]; [n, seq/tp, h] under sequence parallelism
+	var pos *graph.Tensor // [seq, h]; this device's positions' rows under sequence parallelism
+	switch {
+	case l.tp == 1:
 		x = l.g.Embedding(l.param("wte.weight", graph.Shape{vocab, h}, emb), tokens)
-	} else { // each device looks up its rows of the vocabulary, the group sums
+	case l.sp: // the group sums the lookups, each device keeping its positions
+		x = l.g.TPScatter(l.g.VocabEmbedding(l.shard("wte.weight", graph.Shape{vocab, h}, emb, 0, 1), tokens), seqAxis, l.tp)
+		pos = l.shard("wpe.weight", graph.Shape{seq, h}, emb, 0, 1)
+	default: // each device looks up its rows of the vocabulary, the group sums
 		x = l.g.TPSum(l.g.VocabEmbedding(l.shard("wte.weight", graph.Shape{vocab, h}, emb, 0, 1), tokens))
 	}
-	pos := l.g.Reshape(l.param("wpe.weight", graph.Shape{seq, h}, emb), graph.Shape{seq * h})
-	x = l.g.Reshape(l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, seq * h}), pos, 1), graph.Shape{n, seq, h})
+	if pos == nil {
+		pos = l.param("wpe.weight", graph.Shape{seq, h}, emb)
+	}
+	local := pos.Spec.Shape[0] // positions on this device
+	x = l.g.Reshape(l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, local * h}), l.g.Reshape(pos, graph.Shape{local * h}), 1), graph.Shape{n, local, h})
 	for i := range sz["layers"] {
 		if i > 0 { // the embeddings go with the first block, the head with the last
 			l.g.StartLayer()
@@ -607,12 +655,17 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 		x = l.block("h."+strconv.Itoa(i)+".", x, sz, l.layerNorm, true)
 	}
 	x = l.layerNorm("ln_f", x, h)
-	x = l.g.Reshape(x, graph.Shape{n * seq, h})
 	if l.tp == 1 {
-		return l.g.MatMul(x, l.param("lm_head.weight", graph.Shape{vocab, h}, emb), false, true)
+		return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), l.param("lm_head.weight", graph.Shape{vocab, h}, emb), false, true)
 	}
-	// Each device computes its columns of the logits (see gptLoss).
-	return l.g.MatMul(l.g.TPCopy(x), l.shard("lm_head.weight", graph.Shape{vocab, h}, emb, 0, 1), false, true)
+	// Each device computes its columns of the logits (see gptLoss), from
+	// the whole sequence.
+	if l.sp {
+		x = l.g.TPGather(x, seqAxis, l.tp)
+	} else {
+		x = l.g.TPCopy(x)
+	}
+	return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), l.shard("lm_head.weight", graph.Shape{vocab, h}, emb, 0, 1), false, true)
 }
 
 // gptLoss is a GPT's mean cross-entropy: the softmax cross-entropy of the
@@ -646,6 +699,23 @@ func SplitNames(list string) []string {
 func HasTP(name string) bool {
 	b, _, err := lookup(name)
 	return err == nil && b.tp != nil
+}
+
+// HasSP reports whether the named model has a sequence-parallel layout.
+func HasSP(name string) bool {
+	b, _, err := lookup(name)
+	return err == nil && b.sp
+}
+
+// SPModels lists the models that have a sequence-parallel layout, sorted.
+func SPModels() []string {
+	var names []string
+	for _, n := range Names() {
+		if models[n].sp {
+			names = append(names, n)
+		}
+	}
+	return names
 }
 
 // TPModels lists the models that have a tensor-parallel layout, sorted.

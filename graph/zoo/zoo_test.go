@@ -410,3 +410,49 @@ func TestGPTVocabParallel(t *testing.T) {
 	_, ok := m.Loss.Producer.Op.(graph.VocabLoss)
 	require.True(t, ok)
 }
+
+// A GPT under sequence parallelism: its sums become reduce-scatters and
+// all-gathers along the sequence, its position embedding is split by
+// positions, and every replicated weight (layer norms, biases after a
+// scatter) passes a TPCopy so that its partial gradients are summed. Models
+// without the layout, and sequences the group does not divide, are refused.
+func TestSequenceParallelBuild(t *testing.T) {
+	const model = "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"
+	m, err := Build(model, Config{Batch: 2, TP: 4, SP: true})
+	require.NoError(t, err)
+	count := map[string]int{}
+	copied := map[string]bool{}
+	for _, n := range m.Graph.Nodes {
+		count[n.Op.Type()]++
+		if _, ok := n.Op.(graph.TPCopy); ok && n.Inputs[0].Persistent() {
+			copied[n.Inputs[0].Name] = true
+		}
+	}
+	// Per block two gathers (before the column-parallel layers) and two
+	// scatters (after the row-parallel ones); the embedding scatters, the
+	// head gathers; the vocabulary statistics are still summed.
+	require.Equal(t, 2*2+1, count["tp_gather"])
+	require.Equal(t, 2*2+1, count["tp_scatter"])
+	require.Equal(t, 1, count["tp_sum"])
+	for _, p := range m.Graph.Params() {
+		switch {
+		case p.Name == "wpe.weight":
+			require.Equal(t, graph.Shape{2, 32}, p.Spec.Shape, "two of the eight positions")
+			require.Equal(t, 0, p.Init.Shard.Axis)
+		case p.Init.Shard == nil:
+			require.True(t, copied[p.Name], "%s is replicated: its gradient must be summed", p.Name)
+		}
+	}
+	for _, bad := range []struct {
+		model string
+		cfg   Config
+		err   string
+	}{
+		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8", Config{Batch: 2, TP: 2, SP: true}, "no sequence-parallel layout; models with one: gpt, gpt3-1.3b, gpt3-175b"},
+		{"gpt:layers=1,hidden=32,heads=4,seq=6,vocab=64", Config{Batch: 2, TP: 4, SP: true}, "tp=4 does not divide"},
+		{model, Config{Batch: 2, SP: true}, "needs tp ≥ 2"},
+	} {
+		_, err := Build(bad.model, bad.cfg)
+		require.ErrorContains(t, err, bad.err)
+	}
+}

@@ -29,6 +29,9 @@ type Space struct {
 	// Recompute adds each strategy with each of these recompute modes:
 	// slower, but it may fit where the strategy does not.
 	Recompute []plans.Recompute
+	// SP adds each tensor-parallel strategy with sequence parallelism
+	// (sp=on), for models with that layout.
+	SP bool
 }
 
 // Strategies enumerates the strategies of a sweep of a global batch, in a
@@ -69,14 +72,23 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 			}
 			for _, sched := range scheds {
 				st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: sched}
+				variants := []plans.Strategy{st}
 				if tp > 1 {
 					st.TP = tp
+					variants[0] = st
+					if sp.SP {
+						seq := st
+						seq.SP = true
+						variants = append(variants, seq)
+					}
 				}
-				out = append(out, st)
-				for _, mode := range sp.Recompute {
-					re := st
-					re.Recompute = mode
-					out = append(out, re)
+				for _, v := range variants {
+					out = append(out, v)
+					for _, mode := range sp.Recompute {
+						re := v
+						re.Recompute = mode
+						out = append(out, re)
+					}
 				}
 				if sp.Uneven && dp > 1 && sched == plans.OneFOneB {
 					auto := st
