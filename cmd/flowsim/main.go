@@ -17,7 +17,7 @@ func newRoot() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTopoCmd(), newPlanCmd(), newSimulateCmd(), newSweepCmd())
+	root.AddCommand(newTopoCmd(), newPlanCmd(), newSimulateCmd(), newSweepCmd(), newReproduceCmd())
 	return root
 }
 

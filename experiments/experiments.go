@@ -1,0 +1,174 @@
+// Package experiments holds published tables for flowsim reproduce to
+// simulate, row by row, on the paper's hardware model (DESIGN §4.8). Each
+// experiment is a folder with an experiment.yaml: the paper, its cluster,
+// and for each row the model, batch and strategy with the published
+// figures.
+package experiments
+
+import (
+	"bytes"
+	"embed"
+	"errors"
+	"fmt"
+	"io/fs"
+	"maps"
+	"path"
+	"slices"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+//go:embed */experiment.yaml
+var files embed.FS
+
+// ErrUnknown is returned for a name that is no experiment.
+var ErrUnknown = errors.New("experiments: unknown experiment")
+
+// Experiment is one published table.
+type Experiment struct {
+	Name      string   `yaml:"-"` // the folder
+	Title     string   `yaml:"title"`
+	Source    string   `yaml:"source"` // the paper, and where in it the figures are
+	Notes     string   `yaml:"notes"`
+	Metric    string   `yaml:"metric"`    // what the figures are; so far "iteration time (s)"
+	DType     string   `yaml:"dtype"`     // of the models' float tensors
+	Optimizer string   `yaml:"optimizer"` // sgd or adam
+	Cluster   string   `yaml:"cluster"`   // a preset, sized to each row's devices as NAMExK
+	Columns   []Column `yaml:"columns"`
+	Rows      []Row    `yaml:"rows"`
+}
+
+// Column is one published variant of every row: its strategy options are
+// appended to the row's.
+type Column struct {
+	Name     string `yaml:"name"`
+	Strategy string `yaml:"strategy"`
+}
+
+// Row is one configuration of the table.
+type Row struct {
+	Name     string               `yaml:"name"`
+	Model    string               `yaml:"model"`    // a zoo name with size options
+	Batch    int                  `yaml:"batch"`    // global
+	Strategy string               `yaml:"strategy"` // the degrees; a column adds the rest
+	Paper    map[string]Published `yaml:"paper"`    // by column name
+	Line     int                  `yaml:"-"`        // in the experiment file, for messages
+}
+
+// Published is a row's figure in one column.
+type Published struct {
+	Seconds float64 `yaml:"seconds"`
+	MFU     float64 `yaml:"mfu"` // model FLOPs utilization, if the paper gives it
+}
+
+// StrategyIn is the strategy string of a row in a column.
+func (r Row) StrategyIn(c Column) string {
+	if c.Strategy == "" {
+		return r.Strategy
+	}
+	return r.Strategy + "," + c.Strategy
+}
+
+// Names lists the experiments.
+func Names() []string {
+	entries, _ := fs.ReadDir(files, ".")
+	var names []string
+	for _, e := range entries {
+		if e.IsDir() {
+			names = append(names, e.Name())
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Load returns a built-in experiment.
+func Load(name string) (*Experiment, error) {
+	data, err := files.ReadFile(path.Join(name, "experiment.yaml"))
+	if err != nil || strings.ContainsAny(name, "/\\.") {
+		return nil, fmt.Errorf("%w %q (experiments: %s)", ErrUnknown, name, strings.Join(Names(), ", "))
+	}
+	return Parse(path.Join("experiments", name, "experiment.yaml"), name, data)
+}
+
+// Parse reads an experiment file; errors name the file and line.
+func Parse(file, name string, data []byte) (*Experiment, error) {
+	fail := func(line int, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s", file, line, fmt.Sprintf(format, args...))
+	}
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil, fail(max(doc.Line, 1), "want a mapping of title, source, cluster, columns and rows")
+	}
+	top := doc.Content[0]
+	var e Experiment
+	strict := yaml.NewDecoder(bytes.NewReader(data))
+	strict.KnownFields(true)
+	if err := strict.Decode(&e); err != nil {
+		return nil, fmt.Errorf("%s: %w", file, err)
+	}
+	e.Name = name
+	for _, f := range []struct{ key, val string }{
+		{"title", e.Title}, {"source", e.Source}, {"metric", e.Metric}, {"cluster", e.Cluster}, {"optimizer", e.Optimizer},
+	} {
+		if strings.TrimSpace(f.val) == "" {
+			return nil, fail(top.Line, "%s: missing", f.key)
+		}
+	}
+	if len(e.Columns) == 0 || len(e.Rows) == 0 {
+		return nil, fail(top.Line, "want at least one column and one row")
+	}
+	cols := map[string]bool{}
+	for i, c := range e.Columns {
+		if c.Name == "" || cols[c.Name] {
+			return nil, fail(child(top, "columns", i).Line, "columns[%d]: a name, unique, is required", i)
+		}
+		cols[c.Name] = true
+	}
+	seen := map[string]bool{}
+	for i := range e.Rows {
+		r := &e.Rows[i]
+		r.Line = child(top, "rows", i).Line
+		where := fmt.Sprintf("rows[%d] (%s)", i, r.Name)
+		switch {
+		case r.Name == "" || seen[r.Name]:
+			return nil, fail(r.Line, "rows[%d]: a name, unique, is required", i)
+		case r.Model == "":
+			return nil, fail(r.Line, "%s: model: missing", where)
+		case r.Batch < 1:
+			return nil, fail(r.Line, "%s: batch: want ≥ 1, got %d", where, r.Batch)
+		case r.Strategy == "":
+			return nil, fail(r.Line, "%s: strategy: missing", where)
+		case len(r.Paper) == 0:
+			return nil, fail(r.Line, "%s: paper: no published figure", where)
+		}
+		seen[r.Name] = true
+		for col, p := range r.Paper {
+			if !cols[col] {
+				return nil, fail(r.Line, "%s: paper: %q is no column (columns: %s)", where, col, strings.Join(slices.Sorted(maps.Keys(cols)), ", "))
+			}
+			if !(p.Seconds > 0) || p.MFU < 0 || p.MFU > 1 {
+				return nil, fail(r.Line, "%s: paper: %s: want seconds > 0 and 0 ≤ mfu ≤ 1, got %g and %g", where, col, p.Seconds, p.MFU)
+			}
+		}
+	}
+	return &e, nil
+}
+
+// child returns item i of the sequence under key in a mapping node (the
+// mapping itself if there is none), for line numbers.
+func child(m *yaml.Node, key string, i int) *yaml.Node {
+	for k := 0; k+1 < len(m.Content); k += 2 {
+		if m.Content[k].Value == key {
+			if seq := m.Content[k+1]; seq.Kind == yaml.SequenceNode && i < len(seq.Content) {
+				return seq.Content[i]
+			}
+		}
+	}
+	return m
+}
