@@ -61,14 +61,14 @@ func Compile(cfg Config) (*Plan, error) {
 	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
 		return nil, err
 	}
-	stage, err := placeStages(m.Graph, m.Loss, st.PP, st.Layers)
+	stage, err := placeStages(m.Graph, m.Loss, st.ModelStages(), st.Layers)
 	if err != nil {
 		return nil, err
 	}
 	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
-		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, TP: st.TP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
@@ -101,7 +101,7 @@ type compiler struct {
 	reOf     []map[int]int    // tensor ID → register of its recomputation on that device
 	copyOf   []map[int]int    // tensor ID → register of its copy received on that device
 	streams  []map[string]int // stream name → stream index
-	fwd, bwd [][]int          // device → the tasks of a forward (backward) micro-batch block, in order
+	fwd, bwd [][][]int        // device → its stage's chunk (see chunk) → the tasks of a forward (backward) micro-batch block, in order
 	accOf    []map[int]int    // grad tensor ID → accumulator register
 	updates  [][]int          // device → update tasks in order
 	colls    [][]int          // device → all-reduce tasks in order
@@ -109,10 +109,15 @@ type compiler struct {
 }
 
 // device is the device of a replica's stage in the tensor-parallel rank
-// being built, c.tp.
+// being built, c.tp. Under an interleaved schedule (vpp=V) the model is
+// cut into pp·V stages, and pipeline rank s runs stages s, s+pp, … (its
+// chunks 0, 1, …).
 func (c *compiler) device(replica, stage int) int {
-	return (replica*c.st.PP+stage)*c.st.TPDegree() + c.tp
+	return (replica*c.st.PP+stage%c.st.PP)*c.st.TPDegree() + c.tp
 }
+
+// chunk is which of its device's chunks a model stage is.
+func (c *compiler) chunk(stage int) int { return stage / c.st.PP }
 
 // eachTP calls f with c.tp set to each tensor-parallel rank in turn.
 func (c *compiler) eachTP(f func() error) error {
@@ -125,14 +130,23 @@ func (c *compiler) eachTP(f func() error) error {
 	return nil
 }
 
-// inflight is the number of micro-batches whose activations a stage of a
-// replica holds at once under the schedule.
+// inflight is the number of micro-batches whose activations a model stage
+// of a replica holds at once under the schedule: the most forward blocks
+// of it run before their backward blocks.
 func (c *compiler) inflight(replica, stage int) int {
-	mb := c.st.Micros(replica)
-	if c.st.Sched == GPipe {
-		return mb
+	held, most := 0, 0
+	for _, st := range c.schedule(replica, stage%c.st.PP) {
+		if st.chunk != c.chunk(stage) {
+			continue
+		}
+		if st.forward {
+			held++
+		} else {
+			held--
+		}
+		most = max(most, held)
 	}
-	return min(c.st.PP-stage, mb)
+	return most
 }
 
 func (c *compiler) stream(dev int, name string) int {
@@ -184,8 +198,8 @@ func (c *compiler) build() error {
 	c.reOf = make([]map[int]int, n)
 	c.copyOf = make([]map[int]int, n)
 	c.streams = make([]map[string]int, n)
-	c.fwd = make([][]int, n)
-	c.bwd = make([][]int, n)
+	c.fwd = make([][][]int, n)
+	c.bwd = make([][][]int, n)
 	c.accOf = make([]map[int]int, n)
 	c.updates = make([][]int, n)
 	c.colls = make([][]int, n)
@@ -193,6 +207,7 @@ func (c *compiler) build() error {
 	for d := range n {
 		c.regOf[d], c.reOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[string]int{}
 		c.accOf[d] = map[int]int{}
+		c.fwd[d], c.bwd[d] = make([][]int, c.st.VirtualStages()), make([][]int, c.st.VirtualStages())
 		c.stream(d, "compute")
 	}
 	for r := range c.st.DP {
@@ -309,15 +324,28 @@ func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
 		for _, dev := range c.readersDevices(replica, in, consumers) {
 			reg := c.newRegister(dev, in.Name, in.Spec)
 			c.regOf[dev][in.ID] = reg
+			stage := c.firstStage(replica, dev, in, consumers)
 			task := c.newTask(Task{Name: c.taskName(dev, "input/"+in.Name), Kind: Input, Phase: "input",
-				Stage: c.p.Stage(dev), Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+				Stage: stage, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 				Writes: []int{reg}, Offset: c.p.FirstMicro(replica) * c.p.MicroBatch,
 				Bytes: in.Spec.Bytes(), Key: "input(" + in.Spec.String() + ")", Shape: in.Spec.Shape.Clone(),
 				Family: "input(" + batchless(in.Spec) + ")"})
-			c.fwd[dev] = append(c.fwd[dev], task)
+			c.toBlock(dev, stage, graph.Forward, task)
 		}
 	}
 	return nil
+}
+
+// firstStage is the first model stage on device dev of a replica whose
+// nodes read t.
+func (c *compiler) firstStage(replica, dev int, t *graph.Tensor, consumers [][]*graph.Node) int {
+	first := -1
+	for _, n := range consumers[t.ID] {
+		if s := c.stage[n.ID]; c.device(replica, s) == dev && (first < 0 || s < first) {
+			first = s
+		}
+	}
+	return first
 }
 
 // recomputes reports whether forward node n is recomputed: under
@@ -390,7 +418,7 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	task := c.newTask(Task{Name: c.taskName(dev, name), Kind: Compute, Phase: phase.String(),
 		Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
-	c.toBlock(dev, phase, task)
+	c.toBlock(dev, c.stage[n.ID], phase, task)
 	return nil
 }
 
@@ -410,13 +438,14 @@ func (c *compiler) output(dev int, t *graph.Tensor, re []map[int]int) int {
 	return reg
 }
 
-// toBlock adds a task to device dev's forward or backward micro-batch
-// block.
-func (c *compiler) toBlock(dev int, phase graph.Phase, task int) {
+// toBlock adds a task of a model stage to device dev's forward or
+// backward micro-batch block of that stage.
+func (c *compiler) toBlock(dev, stage int, phase graph.Phase, task int) {
+	k := c.chunk(stage)
 	if phase == graph.Backward {
-		c.bwd[dev] = append(c.bwd[dev], task)
+		c.bwd[dev][k] = append(c.bwd[dev][k], task)
 	} else {
-		c.fwd[dev] = append(c.fwd[dev], task)
+		c.fwd[dev][k] = append(c.fwd[dev][k], task)
 	}
 }
 
@@ -464,7 +493,7 @@ func (c *compiler) addTPCollective(n *graph.Node, replica int, name string, phas
 	}
 	id := c.newTask(task)
 	for _, dev := range devs {
-		c.toBlock(dev, phase, id)
+		c.toBlock(dev, c.stage[n.ID], phase, id)
 	}
 	return nil
 }
@@ -506,7 +535,7 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 	c.copyOf[dev][t.ID] = dst
 	from := c.p.Registers[srcReg].Writers[0]
 	task := c.newTask(Task{Name: c.taskName(src, "send/"+t.Name+">"+c.p.Devices[dev].Name), Kind: Transfer, Phase: "comm",
-		Stage: c.p.Stage(src), Replica: replica, PerMicro: true,
+		Stage: c.stage[t.Producer.ID], Replica: replica, PerMicro: true,
 		Streams: []int{c.commStream(src, "p2p>"+c.p.Devices[dev].Name)},
 		Reads:   []Use{{Reg: srcReg, Mode: ReadMicro}}, Writes: []int{dst},
 		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes()), Shape: []int{int(t.Spec.Bytes())},
@@ -518,7 +547,7 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 // gradReg returns the register holding the whole iteration's gradient of a
 // weight on a device: the gradient itself for one micro-batch, else an
 // accumulator fed by an Accumulate task per micro-batch.
-func (c *compiler) gradReg(dev int, grad *graph.Tensor, replica int) int {
+func (c *compiler) gradReg(dev, stage int, grad *graph.Tensor, replica int) int {
 	reg := c.regOf[dev][grad.ID]
 	if c.st.Micros(replica) == 1 {
 		return reg
@@ -530,10 +559,10 @@ func (c *compiler) gradReg(dev int, grad *graph.Tensor, replica int) int {
 	c.accOf[dev][grad.ID] = acc
 	n := grad.Spec.Shape.NumElements()
 	task := c.newTask(Task{Name: c.p.Registers[reg].Name + ".accumulate", Kind: Accumulate, Phase: "backward",
-		Stage: c.p.Stage(dev), Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+		Stage: stage, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Reads: []Use{{Reg: reg, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: true,
 		FLOPs: units.FLOPs(2 * n), Bytes: 3 * grad.Spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
-	c.bwd[dev] = append(c.bwd[dev], task)
+	c.toBlock(dev, stage, graph.Backward, task)
 	return acc
 }
 
@@ -565,7 +594,7 @@ func (c *compiler) buildAllReducesTP() {
 		var regs, streams []int
 		for r := range c.st.DP {
 			dev := c.device(r, s)
-			regs = append(regs, c.gradReg(dev, grad, r))
+			regs = append(regs, c.gradReg(dev, s, grad, r))
 			streams = append(streams, c.commStream(dev, "coll"))
 		}
 		b := grad.Spec.Bytes()
@@ -599,7 +628,7 @@ func (c *compiler) buildUpdatesTP() {
 					reads = append(reads, Use{Reg: c.regOf[dev][in.ID], Mode: ReadPrev})
 					writes = append(writes, c.regOf[dev][in.ID])
 				} else {
-					reads = append(reads, Use{Reg: c.gradReg(dev, in, r), Mode: ReadFinal})
+					reads = append(reads, Use{Reg: c.gradReg(dev, c.stage[n.ID], in, r), Mode: ReadFinal})
 				}
 			}
 			op, _ := graph.EncodeOp(n.Op) // every update op is registered
@@ -627,7 +656,7 @@ func (c *compiler) sizeSlots() {
 		if reg.Persistent || len(reg.Writers) == 0 || c.p.Tasks[reg.Writers[0]].InPlace || !c.p.Tasks[reg.Writers[0]].PerMicro {
 			continue
 		}
-		replica, stage := c.p.Replica(reg.Device), c.p.Stage(reg.Device)
+		replica := c.p.Replica(reg.Device)
 		mb := c.st.Micros(replica)
 		writerPhase := c.p.Tasks[reg.Writers[0]].Phase
 		for _, t := range readBy[i] {
@@ -636,7 +665,7 @@ func (c *compiler) sizeSlots() {
 			case rt.Kind == Transfer:
 				reg.Slots = max(reg.Slots, min(2, mb))
 			case rt.Phase == "backward" && writerPhase != "backward":
-				reg.Slots = max(reg.Slots, c.inflight(replica, stage))
+				reg.Slots = max(reg.Slots, c.inflight(replica, rt.Stage))
 			}
 		}
 		if c.st.MaxSlots > 0 {

@@ -22,8 +22,9 @@ type Plan struct {
 	// takes the batch's micro-batches FirstMicro(r) onwards). Absent, every
 	// replica runs MB.
 	Shares []int `json:"replica_micro_batches,omitempty"`
-	DP     int   `json:"replicas"` // data-parallel replicas
-	PP     int   `json:"stages"`   // pipeline stages
+	DP     int   `json:"replicas"`                 // data-parallel replicas
+	PP     int   `json:"stages"`                   // pipeline stages
+	VPP    int   `json:"virtual_stages,omitempty"` // model stages per pipeline stage under an interleaved schedule (Strategy.VPP)
 	// TP is the tensor-parallel degree (absent: 1): every stage of every
 	// replica runs on TP devices. Device (replica·PP + stage)·TP + rank is
 	// the given rank of a stage's group (see Replica, Stage, TPRank).

@@ -41,6 +41,8 @@ func TestParseStrategy(t *testing.T) {
 		{"tp=2,sp=off", Strategy{DP: 1, PP: 1, MB: 1, TP: 2, Sched: OneFOneB}, ""},
 		{"sp=on", Strategy{}, "it needs tp ≥ 2"},
 		{"tp=2,sp=yes", Strategy{}, "sp=yes: want on or off"},
+		{"pp=2,vpp=2,mb=4", Strategy{DP: 1, PP: 2, VPP: 2, MB: 4, Sched: OneFOneB}, ""},
+		{"pp=2,vpp=1,mb=4", Strategy{DP: 1, PP: 2, MB: 4, Sched: OneFOneB}, ""},
 		{"dp=3,pp=2,mb=1:2:1,sched=gpipe", Strategy{DP: 3, PP: 2, MB: 2, Sched: GPipe, Shares: []int{1, 2, 1}}, ""},
 		{"dp=2,mb=2:2", Strategy{DP: 2, PP: 1, MB: 2, Sched: OneFOneB}, ""}, // even shares are uniform
 		{"dp=2,mb=3:1:1", Strategy{}, "3 counts for dp=2"},
@@ -709,4 +711,70 @@ func TestCompileTooManyFirings(t *testing.T) {
 	err := checkPlannable(p)
 	require.ErrorIs(t, err, ErrInfeasible)
 	require.ErrorContains(t, err, "10000001 firings per iteration")
+}
+
+// Megatron-LM's interleaved 1F1B schedule, for every pipeline rank: each
+// (chunk, micro-batch) runs forward once and backward once, backward after
+// forward; a chunk's micro-batches go forward and backward in order; the
+// warm-up is 2·(pp−rank−1) + (v−1)·pp forwards; and compiled plans over
+// such pipelines cannot deadlock.
+func TestInterleavedSchedule(t *testing.T) {
+	for pp := 2; pp <= 4; pp++ {
+		for v := 2; v <= 3; v++ {
+			for mb := pp; mb <= 3*pp; mb += pp {
+				for r := range pp {
+					s := interleaved(pp, v, r, mb)
+					require.Len(t, s, 2*mb*v)
+					fwd, bwd := map[[2]int]int{}, map[[2]int]int{}
+					next := [2][]int{make([]int, v), make([]int, v)} // next micro-batch per chunk, forward and backward
+					warm := 0
+					for i, st := range s {
+						k := [2]int{st.chunk, st.micro}
+						dir := 0
+						if !st.forward {
+							dir = 1
+						}
+						require.Equal(t, next[dir][st.chunk], st.micro, "pp=%d v=%d mb=%d rank %d step %d: in order", pp, v, mb, r, i)
+						next[dir][st.chunk]++
+						if st.forward {
+							fwd[k] = i
+							if len(bwd) == 0 {
+								warm++
+							}
+						} else {
+							f, ok := fwd[k]
+							require.True(t, ok && f < i, "backward of %v after its forward", k)
+							bwd[k] = i
+						}
+					}
+					require.Len(t, fwd, mb*v)
+					require.Len(t, bwd, mb*v)
+					want := min(2*(pp-r-1)+(v-1)*pp, mb*v) // the warm-up
+					if want < mb*v {
+						want++ // and the steady state's first forward
+					}
+					require.Equal(t, want, warm, "forwards before the first backward: pp=%d v=%d mb=%d rank %d", pp, v, mb, r)
+				}
+			}
+		}
+	}
+	for _, s := range []string{"pp=2,vpp=2,mb=2", "pp=2,vpp=3,mb=4", "pp=3,vpp=2,mb=6", "pp=4,vpp=3,mb=8", "dp=2,pp=2,vpp=2,mb=4,recompute=full", "tp=2,pp=2,vpp=2,mb=2"} {
+		st, err := ParseStrategy(s, 24)
+		require.NoError(t, err)
+		_, err = Compile(Config{Model: "gpt2s-blocks:layers=12,hidden=16,heads=2,seq=4", Batch: 24, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(8, 0)})
+		require.NoError(t, err, s)
+	}
+	for _, bad := range []struct{ s, err string }{
+		{"pp=2,vpp=2,mb=3", "mb=3 is not a multiple of pp"},
+		{"vpp=2", "it needs pp ≥ 2"},
+		{"pp=2,vpp=2,mb=2,sched=gpipe", "sched=1f1b"},
+		{"pp=2,vpp=2,layers=3:1,mb=2", "stages cut evenly"},
+	} {
+		_, err := ParseStrategy(bad.s, 24)
+		require.ErrorContains(t, err, bad.err, bad.s)
+	}
+	st, err := ParseStrategy("pp=4,vpp=4,mb=4", 24)
+	require.NoError(t, err)
+	_, err = Compile(Config{Model: "gpt2s-blocks:layers=12,hidden=16,heads=2,seq=4", Batch: 24, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(8, 0)})
+	require.ErrorContains(t, err, "needs 15 layer boundaries")
 }

@@ -31,9 +31,9 @@ func (c *compiler) order() {
 		f, b := c.fwd[d], c.bwd[d]
 		for _, step := range c.schedule(c.p.Replica(d), c.p.Stage(d)) {
 			if step.forward {
-				compute.Order = append(compute.Order, block(f, step.micro)...)
+				compute.Order = append(compute.Order, block(f[step.chunk], step.micro)...)
 			} else {
-				compute.Order = append(compute.Order, block(b, step.micro)...)
+				compute.Order = append(compute.Order, block(b[step.chunk], step.micro)...)
 			}
 		}
 		// All-reduces in the order gradients become ready (on the stream
@@ -74,31 +74,65 @@ func (c *compiler) order() {
 type step struct {
 	forward bool
 	micro   int
+	chunk   int // of the device's stages (interleaved schedules)
 }
 
 // schedule is the order of forward and backward micro-batch blocks on a
-// pipeline stage of a replica.
+// pipeline stage (a device's rank in the pipeline) of a replica.
 func (c *compiler) schedule(replica, stage int) []step {
 	mb := c.st.Micros(replica)
+	if v := c.st.VirtualStages(); v > 1 {
+		return interleaved(c.st.PP, v, stage, mb)
+	}
 	var s []step
 	if c.st.Sched == GPipe {
 		for m := range mb {
-			s = append(s, step{true, m})
+			s = append(s, step{true, m, 0})
 		}
 		for m := range mb {
-			s = append(s, step{false, m})
+			s = append(s, step{false, m, 0})
 		}
 		return s
 	}
 	warm := min(c.st.PP-stage-1, mb)
 	for m := range warm {
-		s = append(s, step{true, m})
+		s = append(s, step{true, m, 0})
 	}
 	for m := range mb - warm {
-		s = append(s, step{true, warm + m}, step{false, m})
+		s = append(s, step{true, warm + m, 0}, step{false, m, 0})
 	}
 	for m := mb - warm; m < mb; m++ {
-		s = append(s, step{false, m})
+		s = append(s, step{false, m, 0})
 	}
 	return slices.Clip(s)
+}
+
+// interleaved is Megatron-LM's interleaved 1F1B schedule (Narayanan et
+// al., 2021) for pipeline rank r of pp, each holding v chunks (model
+// stages r, r+pp, …), over mb micro-batches (a multiple of pp): forward
+// blocks go pp micro-batches through chunk 0, then the same pp through
+// chunk 1, …, then the next pp; backward blocks likewise from the last
+// chunk down. Rank r runs 2·(pp−r−1) + (v−1)·pp forwards to warm up, then
+// alternates one forward and one backward, then drains.
+func interleaved(pp, v, r, mb int) []step {
+	total := mb * v
+	at := func(k int, forward bool) step {
+		chunk := k / pp % v
+		if !forward {
+			chunk = v - 1 - chunk
+		}
+		return step{forward, k/(pp*v)*pp + k%pp, chunk}
+	}
+	warm := min(2*(pp-r-1)+(v-1)*pp, total)
+	var s []step
+	for k := range warm {
+		s = append(s, at(k, true))
+	}
+	for k := range total - warm {
+		s = append(s, at(warm+k, true), at(k, false))
+	}
+	for k := total - warm; k < total; k++ {
+		s = append(s, at(k, false))
+	}
+	return s
 }

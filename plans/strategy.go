@@ -28,7 +28,13 @@ type Strategy struct {
 	// Korthikanti et al., 2022, see graph.TPGather): the activations
 	// between a group's tensor-parallel layers are split along the
 	// sequence, each sum becoming a reduce-scatter and an all-gather.
-	SP    bool
+	SP bool
+	// VPP is the number of model stages each pipeline rank runs under
+	// Megatron-LM's interleaved 1F1B schedule (vpp=V; Narayanan et al.,
+	// 2021): the model is cut into PP·VPP stages, rank s running stages
+	// s, s+PP, …, which shrinks the pipeline's bubble by VPP for VPP times
+	// the transfers. 0 means 1, no interleaving.
+	VPP   int
 	Sched Schedule
 	// Shares, when set (one count per replica), splits the iteration's
 	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
@@ -72,6 +78,12 @@ const (
 
 // Devices is the number of devices the strategy uses.
 func (s Strategy) Devices() int { return s.DP * s.PP * s.TPDegree() }
+
+// VirtualStages is the model stages per pipeline rank, at least 1.
+func (s Strategy) VirtualStages() int { return max(s.VPP, 1) }
+
+// ModelStages is the number of stages the model is cut into: PP·VPP.
+func (s Strategy) ModelStages() int { return s.PP * s.VirtualStages() }
 
 // TPDegree is the tensor-parallel degree, at least 1.
 func (s Strategy) TPDegree() int { return max(s.TP, 1) }
@@ -154,6 +166,9 @@ func (s Strategy) String() string {
 	if s.PP > 1 {
 		parts = append(parts, "pp="+strconv.Itoa(s.PP))
 	}
+	if s.VPP > 1 {
+		parts = append(parts, "vpp="+strconv.Itoa(s.VPP))
+	}
 	switch {
 	case s.AutoLayers:
 		parts = append(parts, "layers=auto")
@@ -182,14 +197,14 @@ func (s Strategy) String() string {
 
 // unsupported are strategy keys of DESIGN §5 that the compiler does not
 // implement yet; they are rejected by name rather than as unknown.
-var unsupported = map[string]bool{"vpp": true, "zero": true}
+var unsupported = map[string]bool{"zero": true}
 
 // maxCount bounds every count of a strategy, so that their products (the
 // devices, the firings) fit in an int.
 const maxCount = 1 << 20
 
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
-// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, mb=M or
+// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, and slots=N (cap register
 // slots).
@@ -227,7 +242,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		}
 		seen[k] = true
 		if unsupported[k] {
-			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, tp, sp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, tp, sp, pp, vpp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 		switch {
 		case k == "sched":
@@ -307,6 +322,10 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			}
 		case "pp":
 			s.PP = n
+		case "vpp":
+			if n > 1 { // vpp=1 is no interleaving, as an omitted vpp
+				s.VPP = n
+			}
 		case "mb":
 			s.MB = n
 		case "mbs":
@@ -314,12 +333,14 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {
 	case s.SP && s.TP < 2:
 		return s, fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str)
+	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):
+		return s, fmt.Errorf("plans: strategy %q: vpp interleaves the stages of a pipeline: it needs pp ≥ 2, sched=1f1b, stages cut evenly and the same micro-batches per replica", str)
 	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:
 		return s, fmt.Errorf("plans: strategy %q: layers cuts a pipeline: it needs pp ≥ 2", str)
 	case s.Layers != nil && len(s.Layers) != s.PP:
@@ -363,6 +384,9 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			return s, fmt.Errorf("plans: strategy %q: batch %d does not split into dp=%d replicas of micro-batches of %d", str, batch, s.DP, mbs)
 		}
 		s.MB = batch / (s.DP * mbs)
+	}
+	if s.VPP > 1 && s.MB%s.PP != 0 {
+		return s, fmt.Errorf("plans: strategy %q: vpp=%d sends micro-batches through the stages pp=%d at a time: mb=%d is not a multiple of pp", str, s.VPP, s.PP, s.MB)
 	}
 	return s, nil
 }

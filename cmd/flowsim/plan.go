@@ -42,7 +42,7 @@ slots and an offset in its device's arena. The plan is rejected if it can
 deadlock (register slots too few for the schedule) or overflows a device's
 memory, with the tasks or the device named.
 
-Strategies: single | dp=D | tp=T[,sp=on] | pp=P[,mb=M|mbs=S][,sched=1f1b|gpipe] and
+Strategies: single | dp=D | tp=T[,sp=on] | pp=P[,vpp=V][,mb=M|mbs=S][,sched=1f1b|gpipe] and
 their combinations (dp=2,tp=2,pp=2). tp=T is tensor parallelism after
 Megatron-LM, for the models with such a layout (mlp, mlp3x4096,
 gpt2s-blocks, the GPTs): each stage of each replica runs on T devices, which split its
@@ -51,7 +51,10 @@ and sum their partial results, an all-reduce per pair going forward and
 another going backward; device (replica·pp + stage)·tp + rank. sp=on adds
 sequence parallelism to tp (the GPTs): the activations between those pairs
 are split along the sequence, each all-reduce becoming a reduce-scatter and
-an all-gather. recompute=full recomputes each layer's forward
+an all-gather. vpp=V interleaves pipeline stages (Megatron-LM's interleaved
+1F1B): the model is cut into pp·V stages, device rank s running stages s,
+s+pp, …, which shrinks the bubble by V for V times the transfers; mb must
+be a multiple of pp. recompute=full recomputes each layer's forward
 pass before its backward pass instead of keeping its activations, and
 recompute=selective only its attention; slots=N caps every register's slot
 count.

@@ -40,7 +40,9 @@ default, as many as one machine of the sweep holds: Megatron-LM keeps a
 group on one machine's fast links), and for the GPTs each tp > 1 also with
 sequence parallelism (sp=on), every dp × tp × pp = devices,
 micro-batches per replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for
-pipelines) that divide the batch, both schedules for pipelines. With --uneven (on by default when
+pipelines) that divide the batch, both schedules for pipelines, and 1F1B
+pipelines whose micro-batches are a multiple of their stages also
+interleaved (vpp=2). With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
 (see 'flowsim plan --help'); with --recompute, each also with
@@ -164,7 +166,8 @@ func runSweep(w io.Writer, f sweepFlags) error {
 			}
 		}
 	}
-	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute, SP: zoo.HasSP(f.model)})
+	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute,
+		SP: zoo.HasSP(f.model), Interleave: true})
 	if err != nil {
 		return err
 	}

@@ -32,6 +32,10 @@ type Space struct {
 	// SP adds each tensor-parallel strategy with sequence parallelism
 	// (sp=on), for models with that layout.
 	SP bool
+	// Interleave adds each 1F1B pipeline whose micro-batches are a
+	// multiple of its stages with the interleaved schedule of two model
+	// stages per device (vpp=2).
+	Interleave bool
 }
 
 // Strategies enumerates the strategies of a sweep of a global batch, in a
@@ -72,14 +76,19 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 			}
 			for _, sched := range scheds {
 				st := plans.Strategy{DP: dp, PP: pp, MB: mb, Sched: sched}
-				variants := []plans.Strategy{st}
 				if tp > 1 {
 					st.TP = tp
-					variants[0] = st
-					if sp.SP {
-						seq := st
-						seq.SP = true
-						variants = append(variants, seq)
+				}
+				variants := []plans.Strategy{st}
+				if sp.SP && tp > 1 {
+					seq := st
+					seq.SP = true
+					variants = append(variants, seq)
+				}
+				if sp.Interleave && pp > 1 && mb%pp == 0 && sched == plans.OneFOneB {
+					for _, v := range slices.Clone(variants) {
+						v.VPP = 2
+						variants = append(variants, v)
 					}
 				}
 				for _, v := range variants {
