@@ -70,6 +70,9 @@ func (p *Plan) check() error {
 		return fmt.Errorf("plans: want positive micro_batches, micro_batch, replicas and stages, tensor_parallel ≥ 0, and replicas×stages×tensor_parallel devices; got %d, %d, %d, %d, %d and %d",
 			p.MB, p.MicroBatch, p.DP, p.PP, p.TP, len(p.Devices))
 	}
+	if p.Zero < 0 || p.Zero > 1 || (p.Zero > 0 && p.DP < 2) || p.VPP < 0 || p.VPP > maxCount {
+		return fmt.Errorf("plans: zero %d and virtual_stages %d: want zero 0, or 1 with replicas ≥ 2, and virtual_stages ≥ 0", p.Zero, p.VPP)
+	}
 	if p.Shares != nil {
 		if len(p.Shares) != p.DP || slices.Min(p.Shares) < 1 || slices.Max(p.Shares) > maxCount || slices.Max(p.Shares) != p.MB {
 			return fmt.Errorf("plans: replica_micro_batches %v: want one count in [1, %d] per replica (%d), the largest micro_batches (%d)",
@@ -181,10 +184,15 @@ func (p *Plan) check() error {
 			if err := sh.Check(); err != nil {
 				return bad("registers", i, "%s: %v", r.Name, err)
 			}
-			if !r.Persistent || sh.Parts != p.TPDegree() || sh.Part != p.TPRank(r.Device) || !sh.Shape().Equal(r.Spec.Shape) {
-				return bad("registers", i, "%s (%v on device %d) is not part %d of %d of %s %v: a persistent part of the tensor-parallel rank of its device",
+			tp := sh.Parts == p.TPDegree() && sh.Part == p.TPRank(r.Device)
+			zero := p.Zero > 0 && sh.Parts == p.DP && sh.Part == p.Replica(r.Device) && sh.Axis == 0
+			if !r.Persistent || !(tp || zero) || !sh.Shape().Equal(r.Spec.Shape) {
+				return bad("registers", i, "%s (%v on device %d) is not part %d of %d of %s %v: a persistent part of the tensor-parallel rank (or, under ZeRO, the replica) of its device",
 					r.Name, r.Spec, r.Device, sh.Part, sh.Parts, sh.Of, sh.Full)
 			}
+		}
+		if r.Master && (r.Init.Shard == nil || p.Zero == 0) {
+			return bad("registers", i, "%s is a ZeRO master part without a shard or zero stage", r.Name)
 		}
 	}
 	return nil
@@ -231,8 +239,15 @@ func (p *Plan) checkAllReduce(t *Task) error {
 // times the group.
 func (p *Plan) checkSplit(t *Task) error {
 	n := len(t.Writes)
-	if n != p.TPDegree() || len(t.Reads) != n || len(t.Streams) != n {
-		return fmt.Errorf("a tensor-parallel %s has one read, write and stream per member of tp=%d: %d, %d and %d given", t.Kind, p.TPDegree(), len(t.Reads), n, len(t.Streams))
+	group, what := p.TPDegree(), "tp"
+	if !t.Sum { // ZeRO's, over the replicas
+		group, what = p.DP, "dp"
+		if p.Zero == 0 {
+			return fmt.Errorf("a %s over the replicas (no sum) is ZeRO's: the plan has zero=0", t.Kind)
+		}
+	}
+	if n != group || len(t.Reads) != n || len(t.Streams) != n {
+		return fmt.Errorf("a %s has one read, write and stream per member of %s=%d: %d, %d and %d given", t.Kind, what, group, len(t.Reads), n, len(t.Streams))
 	}
 	in, out := p.Registers[t.Reads[0].Reg].Spec, p.Registers[t.Writes[0]].Spec
 	part, whole := in, out

@@ -68,7 +68,7 @@ func Compile(cfg Config) (*Plan, error) {
 	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
-		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Zero: st.Zero, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
@@ -104,7 +104,11 @@ type compiler struct {
 	fwd, bwd [][][]int        // device → its stage's chunk (see chunk) → the tasks of a forward (backward) micro-batch block, in order
 	accOf    []map[int]int    // grad tensor ID → accumulator register
 	updates  [][]int          // device → update tasks in order
-	colls    [][]int          // device → all-reduce tasks in order
+	colls    [][]int          // device → all-reduce (or ZeRO reduce-scatter) tasks in order
+	gathers  [][]int          // device → ZeRO's all-gathers of updated weights, in order
+	zero     map[int]int      // under ZeRO: weight or optimizer state tensor ID → the weight's ID, for those split
+	masterOf []map[int]int    // weight ID → the register of the device's part of it (ZeRO)
+	partOf   []map[int]int    // grad ID → the register of the device's part of the reduced gradient (ZeRO)
 	xfers    map[[2]int][]int // (src task, dst device) → transfer tasks
 }
 
@@ -203,10 +207,13 @@ func (c *compiler) build() error {
 	c.accOf = make([]map[int]int, n)
 	c.updates = make([][]int, n)
 	c.colls = make([][]int, n)
+	c.gathers = make([][]int, n)
+	c.masterOf, c.partOf = make([]map[int]int, n), make([]map[int]int, n)
+	c.zero = c.zeroSplit()
 	c.xfers = map[[2]int][]int{}
 	for d := range n {
 		c.regOf[d], c.reOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[string]int{}
-		c.accOf[d] = map[int]int{}
+		c.accOf[d], c.masterOf[d], c.partOf[d] = map[int]int{}, map[int]int{}, map[int]int{}
 		c.fwd[d], c.bwd[d] = make([][]int, c.st.VirtualStages()), make([][]int, c.st.VirtualStages())
 		c.stream(d, "compute")
 	}
@@ -312,10 +319,18 @@ func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
 			init.Shard = init.Shard.Named(init.Shard.Of)
 			init.Shard.Part = c.tp
 		}
+		w, split := c.zero[t.ID]
+		if split && w != t.ID { // optimizer state: only this replica's part
+			c.regOf[dev][t.ID] = c.zeroPart(dev, replica, t, false)
+			continue
+		}
 		reg := c.newRegister(dev, t.Name+init.Shard.Suffix(), t.Spec)
 		c.p.Registers[reg].Persistent = true
 		c.p.Registers[reg].Init = init
 		c.regOf[dev][t.ID] = reg
+		if split { // the weight: whole for the forward and backward passes, a part to update
+			c.masterOf[dev][t.ID] = c.zeroPart(dev, replica, t, true)
+		}
 	}
 	for _, in := range []*graph.Tensor{c.model.Images, c.model.Labels} {
 		if in == nil { // a model without labels
@@ -334,6 +349,41 @@ func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
 		}
 	}
 	return nil
+}
+
+// zeroSplit returns, under ZeRO, the weights whose optimizer state the
+// replicas split and those states, each mapped to its weight: every
+// weight whose first axis the replicas divide (the others are all-reduced
+// and updated whole on every replica).
+func (c *compiler) zeroSplit() map[int]int {
+	if c.st.Zero == 0 {
+		return nil
+	}
+	split := map[int]int{}
+	for _, n := range c.updateNodes() {
+		w := n.Inputs[0]
+		if sh := w.Spec.Shape; len(sh) == 0 || sh[0]%c.st.DP != 0 {
+			continue
+		}
+		for _, i := range n.Op.(graph.Mutator).Mutates() {
+			split[n.Inputs[i].ID] = w.ID
+		}
+	}
+	return split
+}
+
+// zeroPart adds the persistent register of replica's part of tensor t on
+// device dev: its first axis split over the replicas. A weight's part
+// (master) is a copy of its whole's, which the store leaves out.
+func (c *compiler) zeroPart(dev, replica int, t *graph.Tensor, master bool) int {
+	sh := &graph.Shard{Of: t.Name, Full: t.Spec.Shape.Clone(), Axis: 0, Parts: c.st.DP, Part: replica, Blocks: 1}
+	init := t.Init
+	init.Shard = sh
+	reg := c.newRegister(dev, fmt.Sprintf("%s [zero %d/%d]", t.Name, replica, c.st.DP), graph.Spec{Shape: sh.Shape(), DType: t.Spec.DType})
+	c.p.Registers[reg].Persistent = true
+	c.p.Registers[reg].Init = init
+	c.p.Registers[reg].Master = master
+	return reg
 }
 
 // firstStage is the first model stage on device dev of a replica whose
@@ -466,9 +516,9 @@ func (c *compiler) addTPCollective(n *graph.Node, replica int, name string, phas
 		task.Kind, task.Sum = AllReduce, true
 		task.FLOPs = units.FLOPs(out.Spec.Shape.NumElements() * tp)
 	case graph.TPGather:
-		task.Kind, task.Axis = AllGather, op.Axis
+		task.Kind, task.Sum, task.Axis = AllGather, true, op.Axis
 	case graph.TPScatter:
-		task.Kind, task.Axis = ReduceScatter, op.Axis
+		task.Kind, task.Sum, task.Axis = ReduceScatter, true, op.Axis
 		whole = in.Spec
 		task.FLOPs = units.FLOPs(in.Spec.Shape.NumElements() * tp)
 	}
@@ -591,6 +641,10 @@ func (c *compiler) buildAllReducesTP() {
 	for _, n := range c.updateNodes() {
 		grad := n.Inputs[1]
 		s := c.stage[n.ID]
+		if _, ok := c.zero[n.Inputs[0].ID]; ok {
+			c.addZeroScatter(n, grad, s)
+			continue
+		}
 		var regs, streams []int
 		for r := range c.st.DP {
 			dev := c.device(r, s)
@@ -609,6 +663,50 @@ func (c *compiler) buildAllReducesTP() {
 	}
 }
 
+// addZeroScatter adds ZeRO's reduce-scatter of a weight's gradient over
+// the replicas: each gets its part of the (weighted) mean, on its coll
+// stream, once the iteration's gradient is whole.
+func (c *compiler) addZeroScatter(n *graph.Node, grad *graph.Tensor, s int) {
+	part := grad.Spec.Shape.Clone()
+	part[0] /= c.st.DP
+	b := grad.Spec.Bytes()
+	task := Task{Name: "reducescatter/" + c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, Kind: ReduceScatter, Phase: "comm",
+		Stage: s, Replica: -1, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
+		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}}
+	for r := range c.st.DP {
+		dev := c.device(r, s)
+		out := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, r, c.st.DP)), graph.Spec{Shape: part, DType: grad.Spec.DType})
+		c.partOf[dev][grad.ID] = out
+		task.Reads = append(task.Reads, Use{Reg: c.gradReg(dev, s, grad, r), Mode: ReadFinal})
+		task.Writes = append(task.Writes, out)
+		task.Streams = append(task.Streams, c.commStream(dev, "coll"))
+	}
+	id := c.newTask(task)
+	for r := range c.st.DP {
+		dev := c.device(r, s)
+		c.colls[dev] = append(c.colls[dev], id)
+	}
+}
+
+// addZeroGather adds ZeRO's all-gather of an updated weight: every
+// replica's part into every replica's whole, on the coll streams.
+func (c *compiler) addZeroGather(w *graph.Tensor, s int) {
+	b := w.Spec.Bytes()
+	task := Task{Name: "allgather/" + c.p.Registers[c.regOf[c.device(0, s)][w.ID]].Name, Kind: AllGather, Phase: "comm",
+		Stage: s, Replica: -1, Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}}
+	for r := range c.st.DP {
+		dev := c.device(r, s)
+		task.Reads = append(task.Reads, Use{Reg: c.masterOf[dev][w.ID], Mode: ReadFinal})
+		task.Writes = append(task.Writes, c.regOf[dev][w.ID])
+		task.Streams = append(task.Streams, c.commStream(dev, "coll"))
+	}
+	id := c.newTask(task)
+	for r := range c.st.DP {
+		dev := c.device(r, s)
+		c.gathers[dev] = append(c.gathers[dev], id)
+	}
+}
+
 // buildUpdates adds the optimizer's update tasks on every device.
 func (c *compiler) buildUpdates() {
 	c.eachTP(func() error { c.buildUpdatesTP(); return nil })
@@ -623,11 +721,19 @@ func (c *compiler) buildUpdatesTP() {
 			var reads []Use
 			var writes []int
 			mutated := n.Op.(graph.Mutator).Mutates()
+			_, split := c.zero[n.Inputs[0].ID] // ZeRO: the replica's parts of the weight, its state and its gradient
 			for i, in := range n.Inputs {
-				if slices.Contains(mutated, i) {
-					reads = append(reads, Use{Reg: c.regOf[dev][in.ID], Mode: ReadPrev})
-					writes = append(writes, c.regOf[dev][in.ID])
-				} else {
+				switch {
+				case slices.Contains(mutated, i):
+					reg := c.regOf[dev][in.ID]
+					if m, ok := c.masterOf[dev][in.ID]; ok && split {
+						reg = m
+					}
+					reads = append(reads, Use{Reg: reg, Mode: ReadPrev})
+					writes = append(writes, reg)
+				case split:
+					reads = append(reads, Use{Reg: c.partOf[dev][in.ID], Mode: ReadFinal})
+				default:
 					reads = append(reads, Use{Reg: c.gradReg(dev, c.stage[n.ID], in, r), Mode: ReadFinal})
 				}
 			}
@@ -637,6 +743,11 @@ func (c *compiler) buildUpdatesTP() {
 				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
 				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 			c.updates[dev] = append(c.updates[dev], task)
+		}
+	}
+	for _, n := range c.updateNodes() {
+		if _, ok := c.zero[n.Inputs[0].ID]; ok {
+			c.addZeroGather(n.Inputs[0], c.stage[n.ID])
 		}
 	}
 }

@@ -25,6 +25,7 @@ type Plan struct {
 	DP     int   `json:"replicas"`                 // data-parallel replicas
 	PP     int   `json:"stages"`                   // pipeline stages
 	VPP    int   `json:"virtual_stages,omitempty"` // model stages per pipeline stage under an interleaved schedule (Strategy.VPP)
+	Zero   int   `json:"zero,omitempty"`           // ZeRO stage (Strategy.Zero)
 	// TP is the tensor-parallel degree (absent: 1): every stage of every
 	// replica runs on TP devices. Device (replica·PP + stage)·TP + rank is
 	// the given rank of a stage's group (see Replica, Stage, TPRank).
@@ -210,9 +211,14 @@ type Task struct {
 	// Writes are the registers written; InPlace marks read-modify-writes.
 	Writes  []int `json:"writes"`
 	InPlace bool  `json:"in_place,omitempty"`
-	// Sum marks the all-reduce of a tensor-parallel group (graph.TPSum),
-	// once per micro-batch: each member's write is the sum of all members'
-	// reads (Reads[i] and Writes[i] are member i's).
+	// Sum marks a tensor-parallel group's collective, once per
+	// micro-batch, which adds the members' values: the all-reduce of
+	// graph.TPSum (each member's write is the sum of all members' reads;
+	// Reads[i] and Writes[i] are member i's), and sequence parallelism's
+	// all-gathers and reduce-scatters. Without it a collective is over the
+	// data-parallel replicas, once per iteration, and reduces to their
+	// (weighted) mean (see AllReduceWeights): the gradient all-reduces, and
+	// ZeRO's reduce-scatters and all-gathers.
 	Sum bool `json:"sum,omitempty"`
 	// Axis is the axis an AllGather concatenates along and a
 	// ReduceScatter splits.
@@ -246,6 +252,10 @@ type Register struct {
 	// iterations and are initialized from Init.
 	Persistent bool       `json:"persistent,omitempty"`
 	Init       graph.Init `json:"init"`
+	// Master marks, under ZeRO, a replica's part of a weight that it also
+	// holds whole (updated in the part, gathered into the whole): a copy,
+	// which the whole stands for in a store.
+	Master bool `json:"master,omitempty"`
 	// Writers are the tasks writing the register, in the order their
 	// writes happen within an iteration.
 	Writers []int `json:"writers"`

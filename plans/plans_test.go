@@ -3,6 +3,7 @@ package plans
 import (
 	"bytes"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -42,6 +43,10 @@ func TestParseStrategy(t *testing.T) {
 		{"sp=on", Strategy{}, "it needs tp ≥ 2"},
 		{"tp=2,sp=yes", Strategy{}, "sp=yes: want on or off"},
 		{"pp=2,vpp=2,mb=4", Strategy{DP: 1, PP: 2, VPP: 2, MB: 4, Sched: OneFOneB}, ""},
+		{"dp=2,zero=1", Strategy{DP: 2, PP: 1, MB: 1, Zero: 1, Sched: OneFOneB}, ""},
+		{"dp=2,zero=2", Strategy{}, "zero=2 is not supported by this compiler yet"},
+		{"zero=1", Strategy{}, "it needs dp ≥ 2"},
+		{"dp=2,tp=2,zero=1", Strategy{}, "so far, no tp"},
 		{"pp=2,vpp=1,mb=4", Strategy{DP: 1, PP: 2, MB: 4, Sched: OneFOneB}, ""},
 		{"dp=3,pp=2,mb=1:2:1,sched=gpipe", Strategy{DP: 3, PP: 2, MB: 2, Sched: GPipe, Shares: []int{1, 2, 1}}, ""},
 		{"dp=2,mb=2:2", Strategy{DP: 2, PP: 1, MB: 2, Sched: OneFOneB}, ""}, // even shares are uniform
@@ -77,7 +82,6 @@ func TestParseStrategy(t *testing.T) {
 		{"tp=2", Strategy{DP: 1, TP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"dp=2,tp=4,pp=2,mb=4", Strategy{DP: 2, TP: 4, PP: 2, MB: 4, Sched: OneFOneB}, ""},
 		{"tp=1", Strategy{DP: 1, PP: 1, MB: 1, Sched: OneFOneB}, ""},
-		{"zero=1", Strategy{}, "zero is not supported"},
 		{"sched=interleaved", Strategy{}, "gpipe or 1f1b"},
 		{"warp=9", Strategy{}, `unknown key "warp"`},
 		{"pp2", Strategy{}, "not key=value"},
@@ -777,4 +781,51 @@ func TestInterleavedSchedule(t *testing.T) {
 	require.NoError(t, err)
 	_, err = Compile(Config{Model: "gpt2s-blocks:layers=12,hidden=16,heads=2,seq=4", Batch: 24, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(8, 0)})
 	require.ErrorContains(t, err, "needs 15 layer boundaries")
+}
+
+// ZeRO stage 1 splits each weight's optimizer state over the replicas
+// where they divide its first axis: a reduce-scatter of the gradient, an
+// update of the replica's part, an all-gather of the weight, per weight
+// and iteration; the others keep their all-reduce. With Adam a device then
+// holds W + W/D + 2W/D instead of 3W of the split weights.
+func TestZeroSplitsOptimizerState(t *testing.T) {
+	compile := func(strategy string) *Plan {
+		st, err := ParseStrategy(strategy, 8)
+		require.NoError(t, err)
+		p, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs(4, 0)})
+		require.NoError(t, err)
+		return p
+	}
+	plain, zero, four := compile("dp=2"), compile("dp=2,zero=1"), compile("dp=4,zero=1")
+	kinds := func(p *Plan) map[TaskKind]int {
+		k := map[TaskKind]int{}
+		for _, t := range p.Tasks {
+			k[t.Kind]++
+		}
+		return k
+	}
+	// mlp has 6 weights; dp=4 does not divide the 10 outputs of the last
+	// layer's weight and bias.
+	require.Equal(t, 6, kinds(plain)[AllReduce])
+	require.Equal(t, map[TaskKind]int{AllReduce: 0, ReduceScatter: 6, AllGather: 6}, map[TaskKind]int{AllReduce: kinds(zero)[AllReduce], ReduceScatter: kinds(zero)[ReduceScatter], AllGather: kinds(zero)[AllGather]})
+	require.Equal(t, map[TaskKind]int{AllReduce: 2, ReduceScatter: 4, AllGather: 4}, map[TaskKind]int{AllReduce: kinds(four)[AllReduce], ReduceScatter: kinds(four)[ReduceScatter], AllGather: kinds(four)[AllGather]})
+	ratio := float64(zero.Memory[0].Persistent) / float64(plain.Memory[0].Persistent)
+	require.InDelta(t, (1+3.0/2)/3, ratio, 0.01, "persistent memory of a replica: %v against %v", zero.Memory[0].Persistent, plain.Memory[0].Persistent)
+	var b bytes.Buffer
+	require.NoError(t, Encode(&b, zero))
+	_, err := Decode(&b)
+	require.NoError(t, err, "a ZeRO plan reads back")
+	gather := slices.IndexFunc(zero.Tasks, func(t Task) bool { return t.Kind == AllGather })
+	master := slices.IndexFunc(zero.Registers, func(r Register) bool { return r.Master })
+	for _, c := range []struct {
+		name, want string
+		edit       func(p *Plan)
+	}{
+		{"stage", "zero 2 and virtual_stages 0", func(p *Plan) { p.Zero = 2 }},
+		{"no zero", "is ZeRO's: the plan has zero=0", func(p *Plan) { p.Zero = 0 }},
+		{"members", "one read, write and stream per member of dp=2", func(p *Plan) { p.Tasks[gather].Reads = p.Tasks[gather].Reads[:1] }},
+		{"part", "is not part 1 of 2", func(p *Plan) { p.Registers[master].Init.Shard.Part = 1 }},
+	} {
+		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, zero, c.edit, c.want) })
+	}
 }

@@ -46,6 +46,14 @@ func (c *compiler) order() {
 			}
 		}
 		compute.Order = append(compute.Order, block(c.updates[d], -1)...)
+		// ZeRO's all-gathers of the updated weights follow the updates.
+		for _, t := range c.gathers[d] {
+			for _, s := range c.p.Tasks[t].Streams {
+				if c.p.Streams[s].Device == d {
+					c.p.Streams[s].Order = append(c.p.Streams[s].Order, idx[[2]int{t, -1}])
+				}
+			}
+		}
 	}
 	// Transfers follow their data: on the sending device, right after the
 	// firing that produced it (on its compute stream, for a CPU), or in that

@@ -34,7 +34,13 @@ type Strategy struct {
 	// 2021): the model is cut into PP·VPP stages, rank s running stages
 	// s, s+PP, …, which shrinks the pipeline's bubble by VPP for VPP times
 	// the transfers. 0 means 1, no interleaving.
-	VPP   int
+	VPP int
+	// Zero is the ZeRO stage (Rajbhandari et al., 2020): with 1, each of
+	// the DP replicas keeps the optimizer state of 1/DP of every weight
+	// (split along its first axis, where DP divides it), reduce-scatters
+	// the gradients instead of all-reducing them, updates its part and
+	// all-gathers the updated weight. 0: none.
+	Zero  int
 	Sched Schedule
 	// Shares, when set (one count per replica), splits the iteration's
 	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
@@ -169,6 +175,9 @@ func (s Strategy) String() string {
 	if s.VPP > 1 {
 		parts = append(parts, "vpp="+strconv.Itoa(s.VPP))
 	}
+	if s.Zero > 0 {
+		parts = append(parts, "zero="+strconv.Itoa(s.Zero))
+	}
 	switch {
 	case s.AutoLayers:
 		parts = append(parts, "layers=auto")
@@ -195,16 +204,12 @@ func (s Strategy) String() string {
 	return strings.Join(parts, ",")
 }
 
-// unsupported are strategy keys of DESIGN §5 that the compiler does not
-// implement yet; they are rejected by name rather than as unknown.
-var unsupported = map[string]bool{"zero": true}
-
 // maxCount bounds every count of a strategy, so that their products (the
 // devices, the firings) fit in an int.
 const maxCount = 1 << 20
 
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
-// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), mb=M or
+// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), zero=0|1, mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, and slots=N (cap register
 // slots).
@@ -241,9 +246,6 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			return s, fmt.Errorf("plans: strategy %q: %s given twice", str, k)
 		}
 		seen[k] = true
-		if unsupported[k] {
-			return s, fmt.Errorf("plans: strategy %q: %s is not supported by this compiler yet (supported: dp, tp, sp, pp, vpp, mb, mbs, layers, sched, recompute, slots)", str, k)
-		}
 		switch {
 		case k == "sched":
 			switch Schedule(v) {
@@ -271,6 +273,18 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				s.SP = false
 			default:
 				return s, fmt.Errorf("plans: strategy %q: sp=%s: want on or off", str, v)
+			}
+			continue
+		case k == "zero":
+			switch v {
+			case "0":
+				s.Zero = 0
+			case "1":
+				s.Zero = 1
+			case "2", "3":
+				return s, fmt.Errorf("plans: strategy %q: zero=%s is not supported by this compiler yet (zero=0 or 1)", str, v)
+			default:
+				return s, fmt.Errorf("plans: strategy %q: zero=%s: want 0 or 1", str, v)
 			}
 			continue
 		case k == "mb" && v == "auto":
@@ -333,12 +347,14 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, mb, mbs, layers, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {
 	case s.SP && s.TP < 2:
 		return s, fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str)
+	case s.Zero > 0 && (s.DP < 2 || s.TP > 1):
+		return s, fmt.Errorf("plans: strategy %q: zero=1 splits optimizer state over data-parallel replicas: it needs dp ≥ 2 (and, so far, no tp)", str)
 	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):
 		return s, fmt.Errorf("plans: strategy %q: vpp interleaves the stages of a pipeline: it needs pp ≥ 2, sched=1f1b, stages cut evenly and the same micro-batches per replica", str)
 	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:

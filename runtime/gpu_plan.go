@@ -484,6 +484,9 @@ func gpuSupported(p *plans.Plan) error {
 	if p.TPDegree() > 1 {
 		return fmt.Errorf("runtime: the plan is tensor-parallel (tp=%d): tensor parallelism runs on CPU devices only so far", p.TPDegree())
 	}
+	if p.Zero > 0 {
+		return fmt.Errorf("runtime: the plan splits optimizer state over its replicas (zero=%d): ZeRO runs on CPU devices only so far", p.Zero)
+	}
 	if hasCPU {
 		for _, r := range p.Registers {
 			if r.Spec.DType.Size() == 2 {

@@ -308,7 +308,11 @@ func (r *PlanRunner) slot(reg, k int) Buffer {
 func (r *PlanRunner) Store() (*Store, error) {
 	s := NewStore(r.p.Seed)
 	for i, reg := range r.p.Registers {
-		if reg.Persistent && r.p.Replica(reg.Device) == 0 && r.rk.local(reg.Device) {
+		// Replica 0's weights and state, and under ZeRO every replica's
+		// part of the state (not the parts of the weights, which replica
+		// 0 holds whole).
+		zeroPart := reg.Init.Shard != nil && r.p.Zero > 0 && !reg.Master
+		if reg.Persistent && !reg.Master && (r.p.Replica(reg.Device) == 0 || zeroPart) && r.rk.local(reg.Device) {
 			b, err := r.value(i)
 			if err != nil {
 				return nil, err
@@ -757,10 +761,12 @@ func (x *run) fire(f, it int) (float64, error) {
 	return 0, nil
 }
 
-// splitCollective runs a tensor-parallel all-gather or reduce-scatter:
-// ins are the members' reads, outs their writes (nil for a member on
-// another rank, which computes its own). Sums add the members in order,
-// so every member and every run gets the same bits.
+// splitCollective runs an all-gather or a reduce-scatter, of a
+// tensor-parallel group (a sum) or of ZeRO over the replicas (a mean, as
+// the gradient all-reduce's): ins are the members' reads, outs their
+// writes (nil for a member on another rank, which computes its own). Sums
+// add the members in order, so every member and every run gets the same
+// bits.
 func splitCollective(pool *cpu.Pool, p *plans.Plan, t *plans.Task, ins, outs []Buffer) error {
 	n := len(t.Writes)
 	for i, in := range ins {
@@ -782,9 +788,20 @@ func splitCollective(pool *cpu.Pool, p *plans.Plan, t *plans.Task, ins, outs []B
 			part := graph.SeqShard(p.Registers[t.Reads[i].Reg].Spec.Shape, t.Axis, n, i)
 			graph.Take(part, ins[0].F, out.F)
 			tmp := make([]float32, len(out.F))
-			for _, in := range ins[1:] {
+			weights := p.AllReduceWeights(t) // ZeRO's: the replicas' weighted mean; a group's sum: ones
+			if weights != nil {
+				cpu.Scale(pool, float32(weights[0]), out.F, out.F)
+			}
+			for j, in := range ins[1:] {
 				graph.Take(part, in.F, tmp)
-				cpu.Add(pool, out.F, tmp, out.F)
+				if weights != nil {
+					cpu.Axpy(pool, float32(weights[j+1]), tmp, out.F)
+				} else {
+					cpu.Add(pool, out.F, tmp, out.F)
+				}
+			}
+			if weights == nil {
+				cpu.Scale(pool, 1/float32(n), out.F, out.F)
 			}
 		}
 	}

@@ -202,7 +202,8 @@ func TestRanksMatchOneProcess(t *testing.T) {
 		{"tp=2,pp=2,mb=2", []int{0, 1, 0, 1}, "mlp"},                                                 // tensor-parallel sums cross
 		{"dp=2,tp=2", []int{0, 0, 1, 1}, "mlp"},                                                      // gradient all-reduces cross
 		{"tp=2,sp=on,pp=2,mb=2", []int{0, 1, 1, 0}, "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"}, // all-gathers and reduce-scatters cross
-		{"pp=2,vpp=2,mb=4", []int{0, 1}, ""},                                                         // interleaved: transfers cross both ways
+		{"pp=2,vpp=2,mb=4", []int{0, 1}, ""},
+		{"dp=2,mb=2,zero=1", []int{0, 1}, ""}, // ZeRO's reduce-scatters and all-gathers cross                                                         // interleaved: transfers cross both ways
 	}
 	for _, c := range cases {
 		model := cmp.Or(c.model, "mnist-cnn")

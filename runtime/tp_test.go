@@ -130,3 +130,47 @@ func TestStoreAssemblesParts(t *testing.T) {
 	bad.F = make([]float32, 8)
 	require.ErrorContains(t, moved.Put(bad), "part 0 of 2")
 }
+
+// ZeRO stage 1 computes what one device computes: the same losses, the
+// same weights on every replica, and, assembled from the replicas' parts,
+// the same optimizer state — where the replicas divide a weight's first
+// axis (mlp's 10-way output layer stays whole under dp=4), with uneven
+// replicas, pipelines and across two processes' ranks.
+func TestZeroMatchesOneDevice(t *testing.T) {
+	const iters, batch = 3, 8
+	_, ref, want := trainPlan(t, "mlp", "single", batch, 1, iters)
+	refStore, err := ref.Store()
+	require.NoError(t, err)
+	for _, s := range []string{"dp=2,zero=1", "dp=4,zero=1", "dp=2,mb=3:1,zero=1", "dp=2,pp=2,mb=2,zero=1"} {
+		t.Run(s, func(t *testing.T) {
+			p, r, got := trainPlan(t, "mlp", s, batch, 8, iters)
+			for it := range iters {
+				require.InDelta(t, want.Loss[it], got.Loss[it], 1e-5*want.Loss[it], "iteration %d", it)
+			}
+			parts, masters := 0, 0
+			for _, reg := range p.Registers {
+				if reg.Init.Shard != nil {
+					parts++
+				}
+				if reg.Master {
+					masters++
+				}
+			}
+			require.Positive(t, masters, "some weights are updated in parts")
+			require.Greater(t, parts, masters, "and their momentum is split")
+			store, err := r.Store()
+			require.NoError(t, err)
+			for _, name := range refStore.Names() {
+				w, _ := refStore.Get(name)
+				g, ok := store.Get(name)
+				require.True(t, ok, "%s: in the store, assembled from the replicas' parts", name)
+				require.Less(t, relDiff(g, w), 1e-5, name)
+			}
+			for _, name := range []string{"fc1.weight", "fc3.bias"} {
+				w0, _ := r.Param(name, 0)
+				w1, _ := r.Param(name, 1)
+				require.Equal(t, w0, w1, "%s: every replica holds the gathered weight", name)
+			}
+		})
+	}
+}

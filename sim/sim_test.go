@@ -446,3 +446,58 @@ func TestInterleavedBubble(t *testing.T) {
 		t.Logf("vpp=%d: %.3f of 1F1B's step (bubble model %.3f)", v, got, want)
 	}
 }
+
+// ZeRO's reduce-scatters and all-gathers run over the replicas, priced as
+// the communication model prices those collectives on the cluster's
+// routes; together they move what the all-reduce did, so the simulated
+// step stays within a few percent while the replicas' persistent memory
+// falls.
+func TestZeroComm(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	comm := cost.NewComm(c)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
+	compile := func(strategy string) (*plans.Plan, time.Duration) {
+		st, err := plans.ParseStrategy(strategy, 16)
+		require.NoError(t, err)
+		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: "gpt2s-blocks:layers=2", Batch: 16, Strategy: st, Cluster: c.Name, Devices: devs, DType: graph.BF16,
+			Optimizer: graph.Adam{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}})
+		require.NoError(t, err)
+		tr, err := Simulate(p, m, 3)
+		require.NoError(t, err)
+		require.NoError(t, p.CheckTrace(tr))
+		d, err := tr.StepTime(1)
+		require.NoError(t, err)
+		return p, d
+	}
+	plain, plainStep := compile("dp=8")
+	zero, zeroStep := compile("dp=8,zero=1")
+	ops := map[plans.TaskKind]cost.Op{plans.AllGather: cost.OpAllGather, plans.ReduceScatter: cost.OpReduceScatter}
+	n := 0
+	for i, task := range zero.Tasks {
+		o, ok := ops[task.Kind]
+		if !ok {
+			continue
+		}
+		n++
+		require.False(t, task.Sum)
+		var group []topology.DeviceID
+		for _, s := range task.Streams {
+			require.Equal(t, "coll", zero.Streams[s].Name)
+			id, _ := c.DeviceByName(zero.Devices[zero.Streams[s].Device].Name)
+			group = append(group, id)
+		}
+		require.Len(t, group, 8)
+		want, err := comm.Collective(o, group, task.Bytes, cost.Auto)
+		require.NoError(t, err)
+		got, err := m.Duration(zero, i)
+		require.NoError(t, err)
+		require.Equal(t, want.Time, got, task.Name)
+	}
+	require.Positive(t, n)
+	require.InDelta(t, 1, float64(zeroStep)/float64(plainStep), 0.05, "step %v with ZeRO, %v without", zeroStep, plainStep)
+	require.Less(t, zero.Memory[0].Persistent, plain.Memory[0].Persistent*6/10, "Adam's state in eighths")
+	t.Logf("step %v → %v; persistent memory %v → %v", plainStep, zeroStep, plain.Memory[0].Persistent, zero.Memory[0].Persistent)
+}

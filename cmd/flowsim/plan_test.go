@@ -37,7 +37,7 @@ func TestPlanBadInput(t *testing.T) {
 	}{
 		{[]string{"plan", "--model", "gpt-9"}, `unknown model "gpt-9"`},
 		{[]string{"plan", "--strategy", "tp=2"}, "mnist-cnn has no tensor-parallel layout"},
-		{[]string{"plan", "--strategy", "zero=1"}, "zero is not supported"},
+		{[]string{"plan", "--strategy", "dp=2,zero=3"}, "zero=3 is not supported by this compiler yet"},
 		{[]string{"plan", "--strategy", "dp=3"}, "infeasible"},
 		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
 		{[]string{"plan", "--strategy", "pp=2,mb=4,sched=gpipe,slots=1"}, "deadlock"},

@@ -42,7 +42,8 @@ sequence parallelism (sp=on), every dp × tp × pp = devices,
 micro-batches per replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for
 pipelines) that divide the batch, both schedules for pipelines, and 1F1B
 pipelines whose micro-batches are a multiple of their stages also
-interleaved (vpp=2). With --uneven (on by default when
+interleaved (vpp=2), and data-parallel strategies without tp also with
+ZeRO stage 1 (zero=1). With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
 (see 'flowsim plan --help'); with --recompute, each also with
@@ -167,7 +168,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 		}
 	}
 	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute,
-		SP: zoo.HasSP(f.model), Interleave: true})
+		SP: zoo.HasSP(f.model), Interleave: true, Zero: true})
 	if err != nil {
 		return err
 	}

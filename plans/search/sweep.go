@@ -36,6 +36,10 @@ type Space struct {
 	// multiple of its stages with the interleaved schedule of two model
 	// stages per device (vpp=2).
 	Interleave bool
+	// Zero adds each data-parallel strategy without tensor parallelism
+	// with ZeRO stage 1 (zero=1): the optimizer state split over the
+	// replicas, for the memory it saves.
+	Zero bool
 }
 
 // Strategies enumerates the strategies of a sweep of a global batch, in a
@@ -88,6 +92,12 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 				if sp.Interleave && pp > 1 && mb%pp == 0 && sched == plans.OneFOneB {
 					for _, v := range slices.Clone(variants) {
 						v.VPP = 2
+						variants = append(variants, v)
+					}
+				}
+				if sp.Zero && dp > 1 && tp == 1 {
+					for _, v := range slices.Clone(variants) {
+						v.Zero = 1
 						variants = append(variants, v)
 					}
 				}
