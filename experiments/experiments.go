@@ -12,7 +12,9 @@ import (
 	"fmt"
 	"io/fs"
 	"maps"
+	"os"
 	"path"
+	"path/filepath"
 	"slices"
 	"strings"
 
@@ -32,7 +34,7 @@ type Experiment struct {
 	Source    string   `yaml:"source"` // the paper, and where in it the figures are
 	Notes     string   `yaml:"notes"`
 	Metric    string   `yaml:"metric"`    // what the figures are; so far "iteration time (s)"
-	DType     string   `yaml:"dtype"`     // of the models' float tensors
+	DType     string   `yaml:"dtype"`     // of the models' float tensors: f32 (the default) or bf16
 	Optimizer string   `yaml:"optimizer"` // sgd or adam
 	Cluster   string   `yaml:"cluster"`   // a preset, sized to each row's devices as NAMExK
 	Columns   []Column `yaml:"columns"`
@@ -92,6 +94,16 @@ func Load(name string) (*Experiment, error) {
 	return Parse(path.Join("experiments", name, "experiment.yaml"), name, data)
 }
 
+// LoadFile reads an experiment from a YAML file of one's own, named by the
+// file's name without its extension.
+func LoadFile(file string) (*Experiment, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, err
+	}
+	return Parse(file, strings.TrimSuffix(filepath.Base(file), filepath.Ext(file)), data)
+}
+
 // Parse reads an experiment file; errors name the file and line.
 func Parse(file, name string, data []byte) (*Experiment, error) {
 	fail := func(line int, format string, args ...any) error {
@@ -113,6 +125,9 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	e.Name = name
+	if e.DType == "" {
+		e.DType = "f32"
+	}
 	for _, f := range []struct{ key, val string }{
 		{"title", e.Title}, {"source", e.Source}, {"metric", e.Metric}, {"cluster", e.Cluster}, {"optimizer", e.Optimizer},
 	} {

@@ -70,6 +70,9 @@ func (p *Plan) check() error {
 		return fmt.Errorf("plans: want positive micro_batches, micro_batch, replicas and stages, tensor_parallel ≥ 0, and replicas×stages×tensor_parallel devices; got %d, %d, %d, %d, %d and %d",
 			p.MB, p.MicroBatch, p.DP, p.PP, p.TP, len(p.Devices))
 	}
+	if p.SharedTP && p.TPDegree() < 2 {
+		return fmt.Errorf("plans: tp_shared lists tensor-parallel rank 0 for all ranks: it needs tensor_parallel ≥ 2, got %d", p.TP)
+	}
 	if p.Zero < 0 || p.Zero > 1 || (p.Zero > 0 && p.DP < 2) || p.VPP < 0 || p.VPP > maxCount {
 		return fmt.Errorf("plans: zero %d and virtual_stages %d: want zero 0, or 1 with replicas ≥ 2, and virtual_stages ≥ 0", p.Zero, p.VPP)
 	}
@@ -239,14 +242,18 @@ func (p *Plan) checkAllReduce(t *Task) error {
 // times the group.
 func (p *Plan) checkSplit(t *Task) error {
 	n := len(t.Writes)
-	group, what := p.TPDegree(), "tp"
+	group, what := p.TPDegree(), "tp" // the parts of the whole
+	members := group                  // the plan lists
+	if p.SharedTP {
+		members, what = 1, "tp (rank 0 listed, tp_shared)"
+	}
 	if !t.Sum { // ZeRO's, over the replicas
-		group, what = p.DP, "dp"
+		group, members, what = p.DP, p.DP, "dp"
 		if p.Zero == 0 {
 			return fmt.Errorf("a %s over the replicas (no sum) is ZeRO's: the plan has zero=0", t.Kind)
 		}
 	}
-	if n != group || len(t.Reads) != n || len(t.Streams) != n {
+	if n != members || len(t.Reads) != n || len(t.Streams) != n {
 		return fmt.Errorf("a %s has one read, write and stream per member of %s=%d: %d, %d and %d given", t.Kind, what, group, len(t.Reads), n, len(t.Streams))
 	}
 	in, out := p.Registers[t.Reads[0].Reg].Spec, p.Registers[t.Writes[0]].Spec
@@ -258,9 +265,9 @@ func (p *Plan) checkSplit(t *Task) error {
 		return fmt.Errorf("axis %d of %v and %v", t.Axis, in.Shape, out.Shape)
 	}
 	want := part.Shape.Clone()
-	want[t.Axis] *= n
+	want[t.Axis] *= group
 	if !in.DType.IsFloat() || in.DType != out.DType || !whole.Shape.Equal(want) {
-		return fmt.Errorf("%s %v into %v along axis %d over %d members: want float parts of %v", t.Kind, in, out, t.Axis, n, want)
+		return fmt.Errorf("%s %v into %v along axis %d over %d members: want float parts of %v", t.Kind, in, out, t.Axis, group, want)
 	}
 	seen := map[int]bool{}
 	for j := range n {

@@ -22,6 +22,11 @@ type Config struct {
 	DType     graph.DType // of the model's float tensors (zero: f32)
 	Cluster   string      // name, recorded in the plan
 	Devices   []Device    // available devices; the plan takes the first DP·PP
+	// SharedTP compiles tensor-parallel rank 0 only, for the simulator:
+	// every rank of a group runs the same tasks on the same shapes, so the
+	// plan lists one rank's (Plan.SharedTP), T times smaller. The runtime
+	// does not execute such a plan.
+	SharedTP bool
 }
 
 // Compile turns a model, a strategy and devices into a plan: it places the
@@ -68,7 +73,7 @@ func Compile(cfg Config) (*Plan, error) {
 	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
-		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Zero: st.Zero, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Zero: st.Zero, SharedTP: cfg.SharedTP && st.TP > 1, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
@@ -123,10 +128,19 @@ func (c *compiler) device(replica, stage int) int {
 // chunk is which of its device's chunks a model stage is.
 func (c *compiler) chunk(stage int) int { return stage / c.st.PP }
 
+// ranks is the number of tensor-parallel ranks compiled: one under
+// Config.SharedTP, else all.
+func (c *compiler) ranks() int {
+	if c.cfg.SharedTP {
+		return 1
+	}
+	return c.st.TPDegree()
+}
+
 // eachTP calls f with c.tp set to each tensor-parallel rank in turn.
 func (c *compiler) eachTP(f func() error) error {
 	defer func() { c.tp = 0 }()
-	for c.tp = range c.st.TPDegree() {
+	for c.tp = range c.ranks() {
 		if err := f(); err != nil {
 			return err
 		}
@@ -215,7 +229,9 @@ func (c *compiler) build() error {
 		c.regOf[d], c.reOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[string]int{}
 		c.accOf[d], c.masterOf[d], c.partOf[d] = map[int]int{}, map[int]int{}, map[int]int{}
 		c.fwd[d], c.bwd[d] = make([][]int, c.st.VirtualStages()), make([][]int, c.st.VirtualStages())
-		c.stream(d, "compute")
+		if c.p.TPRank(d) < c.ranks() {
+			c.stream(d, "compute")
+		}
 	}
 	for r := range c.st.DP {
 		if err := c.buildReplica(r); err != nil {
@@ -435,7 +451,7 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 		}
 		return nil
 	case graph.TPSum, graph.TPGather, graph.TPScatter:
-		if c.tp == c.st.TPDegree()-1 { // every member's input is there
+		if c.tp == c.ranks()-1 { // every member's input is there
 			return c.addTPCollective(n, replica, name, phase, re)
 		}
 		return nil
@@ -529,7 +545,7 @@ func (c *compiler) addTPCollective(n *graph.Node, replica int, name string, phas
 	task.Family = fmt.Sprintf("%s(%d,%s)", task.Kind, tp, batchless(whole))
 	defer func(t int) { c.tp = t }(c.tp)
 	var devs []int
-	for c.tp = range tp {
+	for c.tp = range c.ranks() {
 		dev := c.device(replica, c.stage[n.ID])
 		reg, err := c.readable(dev, in, replica)
 		if err != nil {

@@ -84,6 +84,11 @@ func planMemory(p *Plan) error {
 			peak = max(peak, at+size)
 		}
 		p.Memory[d] = Memory{Device: d, Peak: peak, Persistent: base, Unshared: unshared}
+		if p.SharedTP && p.TPRank(d) > 0 { // the same as its group's rank 0, which the plan lists
+			p.Memory[d] = p.Memory[d-p.TPRank(d)]
+			p.Memory[d].Device = d
+			continue
+		}
 		if capacity := p.Devices[d].Memory; capacity > 0 && peak > capacity {
 			return fmt.Errorf("%w: device %s needs %v, has %v (over by %v; %v of it parameters and optimizer state)",
 				ErrOutOfMemory, p.Devices[d].Name, peak, capacity, peak-capacity, base)

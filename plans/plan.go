@@ -26,6 +26,11 @@ type Plan struct {
 	PP     int   `json:"stages"`                   // pipeline stages
 	VPP    int   `json:"virtual_stages,omitempty"` // model stages per pipeline stage under an interleaved schedule (Strategy.VPP)
 	Zero   int   `json:"zero,omitempty"`           // ZeRO stage (Strategy.Zero)
+	// SharedTP says the plan lists the tasks, registers and streams of
+	// tensor-parallel rank 0 only, which every rank of its group runs
+	// alike (Config.SharedTP): for the simulator, which prices each group
+	// collective over the whole group; the runtime refuses it.
+	SharedTP bool `json:"tp_shared,omitempty"`
 	// TP is the tensor-parallel degree (absent: 1): every stage of every
 	// replica runs on TP devices. Device (replica·PP + stage)·TP + rank is
 	// the given rank of a stage's group (see Replica, Stage, TPRank).

@@ -618,9 +618,13 @@ func FuzzDecode(f *testing.F) {
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=3", "single", 1},
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2", 1},
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2,sp=on", 1},
+		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2,sp=on,shared", 1},
+		{"mlp3x4096:depth=2,width=2", "dp=2,zero=1", 2},
+		{"mlp3x4096:depth=4,width=2", "pp=2,vpp=2,mb=2", 2},
 	} {
-		st, _ := ParseStrategy(c.strategy, c.batch)
-		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
+		strategy, shared := strings.CutSuffix(c.strategy, ",shared")
+		st, _ := ParseStrategy(strategy, c.batch)
+		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0), SharedTP: shared})
 		if err != nil {
 			f.Fatal(err)
 		}

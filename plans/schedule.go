@@ -27,7 +27,11 @@ func (c *compiler) order() {
 		return fs
 	}
 	for d := range c.p.Devices {
-		compute := &c.p.Streams[c.streams[d]["compute"]]
+		cs, ok := c.streams[d]["compute"]
+		if !ok { // a tensor-parallel rank the plan leaves out (Config.SharedTP)
+			continue
+		}
+		compute := &c.p.Streams[cs]
 		f, b := c.fwd[d], c.bwd[d]
 		for _, step := range c.schedule(c.p.Replica(d), c.p.Stage(d)) {
 			if step.forward {
@@ -59,7 +63,11 @@ func (c *compiler) order() {
 	// firing that produced it (on its compute stream, for a CPU), or in that
 	// order on a stream of their own.
 	for d := range c.p.Devices {
-		compute := &c.p.Streams[c.streams[d]["compute"]]
+		cs, ok := c.streams[d]["compute"]
+		if !ok {
+			continue
+		}
+		compute := &c.p.Streams[cs]
 		var order []int
 		for _, f := range compute.Order {
 			order = append(order, f)
@@ -67,7 +75,7 @@ func (c *compiler) order() {
 			for dst := range c.p.Devices {
 				for _, x := range c.xfers[[2]int{fi.Task, dst}] {
 					xf := idx[[2]int{x, fi.Micro}]
-					if s := c.p.Tasks[x].Streams[0]; s == c.streams[d]["compute"] {
+					if s := c.p.Tasks[x].Streams[0]; s == cs {
 						order = append(order, xf)
 					} else {
 						c.p.Streams[s].Order = append(c.p.Streams[s].Order, xf)

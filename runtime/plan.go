@@ -104,6 +104,9 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 // newPlanRunnerOn prepares the devices of p that are this process's: all,
 // or with rk those of its rank.
 func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err error) {
+	if p.SharedTP {
+		return nil, fmt.Errorf("runtime: the plan lists tensor-parallel rank 0 only (tp_shared, compiled for the simulator with --shared-tp): compile it without that to run it")
+	}
 	edges, err := p.Deps()
 	if err != nil {
 		return nil, err

@@ -139,6 +139,17 @@ func (failingFeeder) Feed(int, int, int, []float32, []int32) error {
 
 // Plans the GPU runtime cannot run yet are refused before any GPU is
 // touched: several GPUs, and bf16 on a GPU and CPUs together.
+// A plan listing one tensor-parallel rank for all (compiled for the
+// simulator) is refused with what to do instead.
+func TestPlanSharedTPRefused(t *testing.T) {
+	st, err := plans.ParseStrategy("tp=2", 8)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: cpuDevices(2), SharedTP: true})
+	require.NoError(t, err)
+	_, err = NewPlanRunner(p)
+	require.ErrorContains(t, err, "lists tensor-parallel rank 0 only")
+}
+
 func TestPlanForGPUsRefused(t *testing.T) {
 	st, err := plans.ParseStrategy("dp=2", 8)
 	require.NoError(t, err)

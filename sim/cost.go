@@ -61,11 +61,20 @@ func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.
 	default:
 		var group []topology.DeviceID
 		for _, s := range task.Streams {
-			g, ok := id(p.Streams[s].Device)
-			if !ok {
-				return 0, false, nil
+			members := []int{p.Streams[s].Device}
+			if p.SharedTP && task.Sum { // rank 0 stands for its group: price the collective over all of it
+				members = members[:0]
+				for r := range p.TPDegree() {
+					members = append(members, p.Streams[s].Device+r)
+				}
 			}
-			group = append(group, g)
+			for _, d := range members {
+				g, ok := id(d)
+				if !ok {
+					return 0, false, nil
+				}
+				group = append(group, g)
+			}
 		}
 		op := cost.OpAllReduce
 		switch task.Kind {

@@ -501,3 +501,47 @@ func TestZeroComm(t *testing.T) {
 	require.Less(t, zero.Memory[0].Persistent, plain.Memory[0].Persistent*6/10, "Adam's state in eighths")
 	t.Logf("step %v → %v; persistent memory %v → %v", plainStep, zeroStep, plain.Memory[0].Persistent, zero.Memory[0].Persistent)
 }
+
+// A plan that lists tensor-parallel rank 0 only (Config.SharedTP) simulates
+// to the step its whole plan does, with every device's memory, for
+// tensor, sequence, pipeline and data parallelism within a machine and
+// across two — T times fewer firings.
+func TestSharedTPMatchesWholePlan(t *testing.T) {
+	for _, c := range []struct{ cluster, strategy string }{
+		{"dgx-a100", "tp=4,sp=on,mb=2,recompute=selective"},
+		{"dgx-a100", "dp=2,tp=2,pp=2,mb=2"},
+		{"dgx-a100x2", "tp=4,sp=on,pp=4,mb=8,recompute=full"},
+		{"dgx-a100x2", "dp=2,tp=8,mb=2"},
+	} {
+		cl, err := topology.Resolve(c.cluster)
+		require.NoError(t, err)
+		m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cl)}
+		st, err := plans.ParseStrategy(c.strategy, 16)
+		require.NoError(t, err)
+		devs, err := plans.DevicesFromCluster(cl, st.Devices(), false)
+		require.NoError(t, err)
+		run := func(shared bool) (*plans.Plan, time.Duration) {
+			p, err := plans.Compile(plans.Config{Model: "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", Batch: 16, Strategy: st,
+				Optimizer: graph.SGD{LR: 0.1}, Cluster: cl.Name, Devices: devs, DType: graph.BF16, SharedTP: shared})
+			require.NoError(t, err)
+			tr, err := Simulate(p, m, 3)
+			require.NoError(t, err)
+			require.NoError(t, p.CheckTrace(tr))
+			d, err := tr.StepTime(1)
+			require.NoError(t, err)
+			return p, d
+		}
+		whole, want := run(false)
+		shared, got := run(true)
+		require.True(t, shared.SharedTP)
+		sums := 0 // a group's collective is one firing either way
+		for _, f := range shared.Firings {
+			if shared.Tasks[f.Task].Sum {
+				sums++
+			}
+		}
+		require.Equal(t, len(whole.Firings), st.TPDegree()*(len(shared.Firings)-sums)+sums, c.strategy)
+		require.Equal(t, want, got, "%s on %s", c.strategy, c.cluster)
+		require.Equal(t, whole.Memory, shared.Memory, c.strategy)
+	}
+}

@@ -31,7 +31,7 @@ type reproduceFlags struct {
 func newReproduceCmd() *cobra.Command {
 	var f reproduceFlags
 	cmd := &cobra.Command{
-		Use:   "reproduce EXPERIMENT",
+		Use:   "reproduce EXPERIMENT|FILE.yaml",
 		Short: "Simulate each row of a published table and compare with the paper",
 		Long: `Simulate each row of a published table on the paper's hardware model and
 print paper against simulated, with the error. Each row is compiled into a
@@ -43,7 +43,12 @@ bars) and summary.json. A cell that cannot be simulated (a strategy option
 not built yet, a plan too large) is reported with its reason, and the
 command then exits non-zero; --rows and --columns choose the cells.
 
-Experiments (folders under experiments/, built in): ` + strings.Join(experiments.Names(), ", ") + `.`,
+Each cell is compiled with one rank of every tensor-parallel group standing
+for all (see 'flowsim plan --shared-tp'): the ranks run alike, so the plan
+is tp times smaller and simulates to the same step.
+
+Experiments (folders under experiments/, built in): ` + strings.Join(experiments.Names(), ", ") + `;
+or a YAML file of one's own in their format (experiments/*/experiment.yaml).`,
 		Example: `  flowsim reproduce korthikanti2022 --rows 22B,175B --columns "full recompute"
   flowsim reproduce korthikanti2022 --out /tmp/k22 --json`,
 		Args: cobra.ExactArgs(1),
@@ -99,10 +104,17 @@ func runReproduce(w, log io.Writer, name string, f reproduceFlags) error {
 	if f.iters < 1 || f.warmup < 0 || f.warmup >= f.iters {
 		return fmt.Errorf("want --iters ≥ 1 and 0 ≤ --warmup < --iters, got %d and %d", f.iters, f.warmup)
 	}
-	e, err := experiments.Load(name)
+	var e *experiments.Experiment
+	var err error
+	if strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml") {
+		e, err = experiments.LoadFile(name)
+	} else {
+		e, err = experiments.Load(name)
+	}
 	if err != nil {
 		return err
 	}
+	name = e.Name
 	rows, err := choose(e.Rows, f.rows, "row", func(r experiments.Row) string { return r.Name })
 	if err != nil {
 		return err
@@ -221,7 +233,9 @@ func simulateCell(c *cell, e *experiments.Experiment, base *topology.Cluster, f 
 		return err
 	}
 	start := time.Now()
-	p, err := plans.Compile(plans.Config{Model: c.Model, Batch: c.Batch, Strategy: st, Optimizer: opt, DType: dtype, Cluster: cluster.Name, Devices: devs})
+	// One rank of each tensor-parallel group stands for all (the ranks run
+	// alike): plans tp times smaller, with the same simulated step.
+	p, err := plans.Compile(plans.Config{Model: c.Model, Batch: c.Batch, Strategy: st, Optimizer: opt, DType: dtype, Cluster: cluster.Name, Devices: devs, SharedTP: true})
 	if err != nil {
 		return err
 	}

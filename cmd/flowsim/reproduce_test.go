@@ -14,7 +14,7 @@ import (
 // selective recompute and sequence parallelism: compiled, simulated plans
 // on 8 modeled A100s, each within 10% of the paper's iteration time,
 // written as a table, a plot and a summary. A cell that cannot be
-// simulated (the 1T row: a plan too large to list) is reported with its
+// simulated (in an experiment file of one's own) is reported with its
 // reason, the files are still written, and the command fails.
 func TestReproduce(t *testing.T) {
 	dir := t.TempDir()
@@ -41,10 +41,26 @@ func TestReproduce(t *testing.T) {
 		require.Positive(t, st.Size())
 	}
 
-	out, err = run(t, "reproduce", "korthikanti2022", "--rows", "1T", "--columns", "full recompute", "--out", dir)
-	require.ErrorContains(t, err, "1 of 1 cells not simulated")
-	require.Contains(t, out, "not simulated: plans: infeasible strategy: 28867112 firings per iteration")
+	// An experiment file of one's own, with a cell that cannot compile.
+	own := filepath.Join(dir, "mine.yaml")
+	require.NoError(t, os.WriteFile(own, []byte(`title: a table of mine
+source: nowhere
+metric: iteration time (s)
+optimizer: sgd
+cluster: dgx-a100
+columns:
+  - {name: plain, strategy: "mb=2"}
+rows:
+  - {name: fits, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "tp=2", paper: {plain: {seconds: 0.001}}}
+  - {name: odd, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "tp=3", paper: {plain: {seconds: 0.001}}}
+`), 0o644))
+	out, err = run(t, "reproduce", own, "--out", dir)
+	require.ErrorContains(t, err, "1 of 2 cells not simulated")
+	require.Contains(t, out, "| fits | plain | tp=2,mb=2 | 2 | 4 | 0.00 |")
+	require.Contains(t, out, "not simulated: zoo: gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256: tp=3 does not divide")
 	require.FileExists(t, filepath.Join(dir, "table.md"))
+	_, err = run(t, "reproduce", filepath.Join(dir, "none.yaml"))
+	require.ErrorContains(t, err, "none.yaml: no such file")
 
 	_, err = run(t, "reproduce", "korthikanti2022", "--rows", "3B")
 	require.ErrorContains(t, err, `no row "3B" (rows: 22B, 175B, 530B, 1T)`)

@@ -101,7 +101,7 @@ func TestSweepTensorParallel(t *testing.T) {
 }
 
 // --recompute tries full recomputation, and selective where there is
-// attention to recompute.
+// attention to recompute; data parallelism is tried with ZeRO too.
 func TestSweepRecompute(t *testing.T) {
 	for _, tt := range []struct {
 		model string
@@ -116,7 +116,7 @@ func TestSweepRecompute(t *testing.T) {
 		var file sweepFile
 		require.NoError(t, json.Unmarshal([]byte(out), &file))
 		require.True(t, file.Recompute)
-		require.Equal(t, 2*(1+len(tt.modes)), len(file.Entries), "dp=2 and pp=2, each plain and with each mode")
+		require.Equal(t, 3*(1+len(tt.modes)), len(file.Entries), "dp=2 (with and without ZeRO) and pp=2, each plain and with each mode")
 		for _, mode := range tt.modes {
 			n := 0
 			for _, e := range file.Entries {
@@ -124,7 +124,7 @@ func TestSweepRecompute(t *testing.T) {
 					n++
 				}
 			}
-			require.Equal(t, 2, n, "%s: %s", tt.model, mode)
+			require.Equal(t, 3, n, "%s: %s", tt.model, mode)
 		}
 	}
 }
