@@ -285,13 +285,7 @@ func TestTensorParallelComm(t *testing.T) {
 	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
 	const model = "gpt2s-blocks:layers=2,hidden=256,heads=4,seq=128"
 	compile := func(strategy string) *plans.Plan {
-		st, err := plans.ParseStrategy(strategy, 8)
-		require.NoError(t, err)
-		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
-		require.NoError(t, err)
-		p, err := plans.Compile(plans.Config{Model: model, Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs, DType: graph.BF16})
-		require.NoError(t, err)
-		return p
+		return compileBF16(t, c, model, strategy, 8, graph.SGD{LR: 0.1}, false)
 	}
 	single, p := compile("single"), compile("tp=4,mb=2")
 	sums := 0
@@ -372,13 +366,7 @@ func TestSequenceParallelComm(t *testing.T) {
 	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
 	const model = "gpt:layers=2,hidden=256,heads=4,seq=128,vocab=1024"
 	compile := func(strategy string) *plans.Plan {
-		st, err := plans.ParseStrategy(strategy, 8)
-		require.NoError(t, err)
-		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
-		require.NoError(t, err)
-		p, err := plans.Compile(plans.Config{Model: model, Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs, DType: graph.BF16})
-		require.NoError(t, err)
-		return p
+		return compileBF16(t, c, model, strategy, 8, graph.SGD{LR: 0.1}, false)
 	}
 	tp, sp := compile("tp=4,mb=2,recompute=selective"), compile("tp=4,sp=on,mb=2,recompute=selective")
 	kinds := map[plans.TaskKind]int{}
@@ -424,18 +412,7 @@ func TestInterleavedBubble(t *testing.T) {
 	require.NoError(t, err)
 	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
 	step := func(strategy string) time.Duration {
-		st, err := plans.ParseStrategy(strategy, 32)
-		require.NoError(t, err)
-		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
-		require.NoError(t, err)
-		p, err := plans.Compile(plans.Config{Model: "gpt2s-blocks:layers=12", Batch: 32, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: c.Name, Devices: devs, DType: graph.BF16})
-		require.NoError(t, err)
-		tr, err := Simulate(p, m, 3)
-		require.NoError(t, err)
-		require.NoError(t, p.CheckTrace(tr))
-		d, err := tr.StepTime(1)
-		require.NoError(t, err)
-		return d
+		return stepOf(t, compileBF16(t, c, "gpt2s-blocks:layers=12", strategy, 32, graph.SGD{LR: 0.1}, false), m)
 	}
 	const pp, mb = 4, 4
 	plain := step("pp=4,mb=4")
@@ -458,19 +435,8 @@ func TestZeroComm(t *testing.T) {
 	comm := cost.NewComm(c)
 	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
 	compile := func(strategy string) (*plans.Plan, time.Duration) {
-		st, err := plans.ParseStrategy(strategy, 16)
-		require.NoError(t, err)
-		devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
-		require.NoError(t, err)
-		p, err := plans.Compile(plans.Config{Model: "gpt2s-blocks:layers=2", Batch: 16, Strategy: st, Cluster: c.Name, Devices: devs, DType: graph.BF16,
-			Optimizer: graph.Adam{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}})
-		require.NoError(t, err)
-		tr, err := Simulate(p, m, 3)
-		require.NoError(t, err)
-		require.NoError(t, p.CheckTrace(tr))
-		d, err := tr.StepTime(1)
-		require.NoError(t, err)
-		return p, d
+		p := compileBF16(t, c, "gpt2s-blocks:layers=2", strategy, 16, graph.Adam{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, false)
+		return p, stepOf(t, p, m)
 	}
 	plain, plainStep := compile("dp=8")
 	zero, zeroStep := compile("dp=8,zero=1")
@@ -516,20 +482,9 @@ func TestSharedTPMatchesWholePlan(t *testing.T) {
 		cl, err := topology.Resolve(c.cluster)
 		require.NoError(t, err)
 		m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cl)}
-		st, err := plans.ParseStrategy(c.strategy, 16)
-		require.NoError(t, err)
-		devs, err := plans.DevicesFromCluster(cl, st.Devices(), false)
-		require.NoError(t, err)
 		run := func(shared bool) (*plans.Plan, time.Duration) {
-			p, err := plans.Compile(plans.Config{Model: "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", Batch: 16, Strategy: st,
-				Optimizer: graph.SGD{LR: 0.1}, Cluster: cl.Name, Devices: devs, DType: graph.BF16, SharedTP: shared})
-			require.NoError(t, err)
-			tr, err := Simulate(p, m, 3)
-			require.NoError(t, err)
-			require.NoError(t, p.CheckTrace(tr))
-			d, err := tr.StepTime(1)
-			require.NoError(t, err)
-			return p, d
+			p := compileBF16(t, cl, "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", c.strategy, 16, graph.SGD{LR: 0.1}, shared)
+			return p, stepOf(t, p, m)
 		}
 		whole, want := run(false)
 		shared, got := run(true)
@@ -540,8 +495,33 @@ func TestSharedTPMatchesWholePlan(t *testing.T) {
 				sums++
 			}
 		}
-		require.Equal(t, len(whole.Firings), st.TPDegree()*(len(shared.Firings)-sums)+sums, c.strategy)
+		require.Equal(t, len(whole.Firings), whole.TPDegree()*(len(shared.Firings)-sums)+sums, c.strategy)
 		require.Equal(t, want, got, "%s on %s", c.strategy, c.cluster)
 		require.Equal(t, whole.Memory, shared.Memory, c.strategy)
 	}
+}
+
+// compileBF16 compiles model under strategy, in bf16, on the first devices
+// of cluster c.
+func compileBF16(t *testing.T, c *topology.Cluster, model, strategy string, batch int, opt graph.Optimizer, sharedTP bool) *plans.Plan {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Optimizer: opt, Cluster: c.Name, Devices: devs, DType: graph.BF16, SharedTP: sharedTP})
+	require.NoError(t, err, strategy)
+	return p
+}
+
+// stepOf simulates three iterations of p, checks the trace against the
+// plan and returns the step time after the first.
+func stepOf(t *testing.T, p *plans.Plan, m CostModel) time.Duration {
+	t.Helper()
+	tr, err := Simulate(p, m, 3)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckTrace(tr))
+	d, err := tr.StepTime(1)
+	require.NoError(t, err)
+	return d
 }
