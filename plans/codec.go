@@ -73,6 +73,9 @@ func (p *Plan) check() error {
 	if p.SharedTP && p.TPDegree() < 2 {
 		return fmt.Errorf("plans: tp_shared lists tensor-parallel rank 0 for all ranks: it needs tensor_parallel ≥ 2, got %d", p.TP)
 	}
+	if p.SharedDP && (p.DP < 2 || p.Shares != nil) {
+		return fmt.Errorf("plans: dp_shared lists replica 0 for all replicas: it needs replicas ≥ 2 with even micro-batches, got %d and %v", p.DP, p.Shares)
+	}
 	if p.Zero < 0 || p.Zero > 1 || (p.Zero > 0 && p.DP < 2) || p.VPP < 0 || p.VPP > maxCount {
 		return fmt.Errorf("plans: zero %d and virtual_stages %d: want zero 0, or 1 with replicas ≥ 2, and virtual_stages ≥ 0", p.Zero, p.VPP)
 	}
@@ -249,6 +252,9 @@ func (p *Plan) checkSplit(t *Task) error {
 	}
 	if !t.Sum { // ZeRO's, over the replicas
 		group, members, what = p.DP, p.DP, "dp"
+		if p.SharedDP {
+			members, what = 1, "dp (replica 0 listed, dp_shared)"
+		}
 		if p.Zero == 0 {
 			return fmt.Errorf("a %s over the replicas (no sum) is ZeRO's: the plan has zero=0", t.Kind)
 		}

@@ -27,6 +27,10 @@ type Config struct {
 	// plan lists one rank's (Plan.SharedTP), T times smaller. The runtime
 	// does not execute such a plan.
 	SharedTP bool
+	// SharedDP compiles data-parallel replica 0 only, likewise: with even
+	// micro-batches on replicas of the same device types, every replica
+	// runs the same tasks (Plan.SharedDP).
+	SharedDP bool
 }
 
 // Compile turns a model, a strategy and devices into a plan: it places the
@@ -73,9 +77,12 @@ func Compile(cfg Config) (*Plan, error) {
 	c := &compiler{cfg: cfg, st: st, g: m.Graph, stage: stage, model: m}
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
-		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Zero: st.Zero, SharedTP: cfg.SharedTP && st.TP > 1, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
+		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Zero: st.Zero, SharedTP: cfg.SharedTP && st.TP > 1, SharedDP: cfg.SharedDP && st.DP > 1, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
 		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
+	}
+	if err := checkSharedDP(c.p, st); err != nil {
+		return nil, err
 	}
 	if m.Labels != nil { // one label per sample, or per position of a language model's sequence
 		c.p.Labels = graph.Spec{Shape: graph.Shape{cfg.Batch * (m.Labels.Spec.Shape[0] / micro)}, DType: m.Labels.Spec.DType}
@@ -135,6 +142,34 @@ func (c *compiler) ranks() int {
 		return 1
 	}
 	return c.st.TPDegree()
+}
+
+// checkSharedDP refuses to list one replica for all where the replicas
+// differ: uneven micro-batches, or devices of other types.
+func checkSharedDP(p *Plan, st Strategy) error {
+	if !p.SharedDP {
+		return nil
+	}
+	if st.Shares != nil || st.AutoShares {
+		return fmt.Errorf("%w: replica 0 cannot stand for replicas with uneven micro-batches (%s)", ErrInfeasible, st)
+	}
+	per := len(p.Devices) / st.DP
+	for d, dev := range p.Devices {
+		if ref := p.Devices[d%per]; dev.Type != ref.Type || dev.Workers != ref.Workers {
+			return fmt.Errorf("%w: replica 0 cannot stand for the others: device %s is %s (%d workers), its counterpart %s %s (%d)",
+				ErrInfeasible, dev.Name, dev.Type, dev.Workers, ref.Name, ref.Type, ref.Workers)
+		}
+	}
+	return nil
+}
+
+// replicas is the number of data-parallel replicas compiled: one under
+// Config.SharedDP, else all.
+func (c *compiler) replicas() int {
+	if c.p.SharedDP {
+		return 1
+	}
+	return c.st.DP
 }
 
 // eachTP calls f with c.tp set to each tensor-parallel rank in turn.
@@ -229,11 +264,11 @@ func (c *compiler) build() error {
 		c.regOf[d], c.reOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[string]int{}
 		c.accOf[d], c.masterOf[d], c.partOf[d] = map[int]int{}, map[int]int{}, map[int]int{}
 		c.fwd[d], c.bwd[d] = make([][]int, c.st.VirtualStages()), make([][]int, c.st.VirtualStages())
-		if c.p.TPRank(d) < c.ranks() {
+		if c.p.TPRank(d) < c.ranks() && c.p.Replica(d) < c.replicas() {
 			c.stream(d, "compute")
 		}
 	}
-	for r := range c.st.DP {
+	for r := range c.replicas() {
 		if err := c.buildReplica(r); err != nil {
 			return err
 		}
@@ -662,7 +697,7 @@ func (c *compiler) buildAllReducesTP() {
 			continue
 		}
 		var regs, streams []int
-		for r := range c.st.DP {
+		for r := range c.replicas() {
 			dev := c.device(r, s)
 			regs = append(regs, c.gradReg(dev, s, grad, r))
 			streams = append(streams, c.commStream(dev, "coll"))
@@ -672,7 +707,7 @@ func (c *compiler) buildAllReducesTP() {
 			Stage: s, Replica: -1, PerMicro: false, Streams: streams,
 			Writes: regs, InPlace: true, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 			Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}})
-		for r := range c.st.DP {
+		for r := range c.replicas() {
 			dev := c.device(r, s)
 			c.colls[dev] = append(c.colls[dev], task)
 		}
@@ -689,7 +724,7 @@ func (c *compiler) addZeroScatter(n *graph.Node, grad *graph.Tensor, s int) {
 	task := Task{Name: "reducescatter/" + c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, Kind: ReduceScatter, Phase: "comm",
 		Stage: s, Replica: -1, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}}
-	for r := range c.st.DP {
+	for r := range c.replicas() {
 		dev := c.device(r, s)
 		out := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, r, c.st.DP)), graph.Spec{Shape: part, DType: grad.Spec.DType})
 		c.partOf[dev][grad.ID] = out
@@ -698,7 +733,7 @@ func (c *compiler) addZeroScatter(n *graph.Node, grad *graph.Tensor, s int) {
 		task.Streams = append(task.Streams, c.commStream(dev, "coll"))
 	}
 	id := c.newTask(task)
-	for r := range c.st.DP {
+	for r := range c.replicas() {
 		dev := c.device(r, s)
 		c.colls[dev] = append(c.colls[dev], id)
 	}
@@ -710,14 +745,14 @@ func (c *compiler) addZeroGather(w *graph.Tensor, s int) {
 	b := w.Spec.Bytes()
 	task := Task{Name: "allgather/" + c.p.Registers[c.regOf[c.device(0, s)][w.ID]].Name, Kind: AllGather, Phase: "comm",
 		Stage: s, Replica: -1, Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}}
-	for r := range c.st.DP {
+	for r := range c.replicas() {
 		dev := c.device(r, s)
 		task.Reads = append(task.Reads, Use{Reg: c.masterOf[dev][w.ID], Mode: ReadFinal})
 		task.Writes = append(task.Writes, c.regOf[dev][w.ID])
 		task.Streams = append(task.Streams, c.commStream(dev, "coll"))
 	}
 	id := c.newTask(task)
-	for r := range c.st.DP {
+	for r := range c.replicas() {
 		dev := c.device(r, s)
 		c.gathers[dev] = append(c.gathers[dev], id)
 	}
@@ -729,7 +764,7 @@ func (c *compiler) buildUpdates() {
 }
 
 func (c *compiler) buildUpdatesTP() {
-	for r := range c.st.DP {
+	for r := range c.replicas() {
 		for _, n := range c.updateNodes() {
 			dev := c.device(r, c.stage[n.ID])
 			// Reads are the op's inputs in order: the weight and its state,

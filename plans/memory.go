@@ -84,8 +84,8 @@ func planMemory(p *Plan) error {
 			peak = max(peak, at+size)
 		}
 		p.Memory[d] = Memory{Device: d, Peak: peak, Persistent: base, Unshared: unshared}
-		if p.SharedTP && p.TPRank(d) > 0 { // the same as its group's rank 0, which the plan lists
-			p.Memory[d] = p.Memory[d-p.TPRank(d)]
+		if src := p.Listed(d); src != d { // the same as the device the plan lists for it
+			p.Memory[d] = p.Memory[src]
 			p.Memory[d].Device = d
 			continue
 		}

@@ -31,6 +31,10 @@ type Plan struct {
 	// alike (Config.SharedTP): for the simulator, which prices each group
 	// collective over the whole group; the runtime refuses it.
 	SharedTP bool `json:"tp_shared,omitempty"`
+	// SharedDP says the plan lists data-parallel replica 0 only, which
+	// every replica runs alike (Config.SharedDP); collectives over the
+	// replicas are priced over all of them.
+	SharedDP bool `json:"dp_shared,omitempty"`
 	// TP is the tensor-parallel degree (absent: 1): every stage of every
 	// replica runs on TP devices. Device (replica·PP + stage)·TP + rank is
 	// the given rank of a stage's group (see Replica, Stage, TPRank).
@@ -77,6 +81,18 @@ func (p *Plan) Replica(d int) int { return d / p.TPDegree() / p.PP }
 
 // Stage is the pipeline stage device d runs.
 func (p *Plan) Stage(d int) int { return d / p.TPDegree() % p.PP }
+
+// Listed returns the device whose tasks device d runs: d itself, or under
+// SharedTP and SharedDP its counterpart of rank 0 and replica 0.
+func (p *Plan) Listed(d int) int {
+	if p.SharedDP {
+		d -= p.Replica(d) * p.PP * p.TPDegree()
+	}
+	if p.SharedTP {
+		d -= p.TPRank(d)
+	}
+	return d
+}
 
 // TPRank is device d's rank in its tensor-parallel group.
 func (p *Plan) TPRank(d int) int { return d % p.TPDegree() }

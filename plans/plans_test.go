@@ -833,3 +833,34 @@ func TestZeroSplitsOptimizerState(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, zero, c.edit, c.want) })
 	}
 }
+
+// A plan may list one replica for all (Config.SharedDP) only where they run
+// alike: even micro-batches on devices of the same types; such plans read
+// back, and their other devices' memory is the listed one's.
+func TestSharedDP(t *testing.T) {
+	compile := func(strategy string, d []Device) (*Plan, error) {
+		st, err := ParseStrategy(strategy, 8)
+		require.NoError(t, err)
+		return Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: d, SharedDP: true})
+	}
+	p, err := compile("dp=4,mb=2", devs(4, 0))
+	require.NoError(t, err)
+	require.True(t, p.SharedDP)
+	for _, s := range p.Streams {
+		require.Zero(t, p.Replica(s.Device), "only replica 0's streams")
+	}
+	for d := range p.Devices {
+		require.Equal(t, p.Memory[0].Peak, p.Memory[d].Peak)
+	}
+	var b bytes.Buffer
+	require.NoError(t, Encode(&b, p))
+	_, err = Decode(&b)
+	require.NoError(t, err)
+	requireDecodeRejects(t, p, func(p *Plan) { p.DP = 1; p.Devices = p.Devices[:1]; p.Memory = p.Memory[:1] }, "dp_shared lists replica 0")
+	_, err = compile("dp=2,mb=3:1", devs(2, 0))
+	require.ErrorContains(t, err, "uneven micro-batches")
+	mixed := devs(2, 0)
+	mixed[1].Workers = 2
+	_, err = compile("dp=2", mixed)
+	require.ErrorContains(t, err, "cannot stand for the others: device cpu1 is cpu (2 workers)")
+}

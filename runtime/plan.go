@@ -104,8 +104,8 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 // newPlanRunnerOn prepares the devices of p that are this process's: all,
 // or with rk those of its rank.
 func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err error) {
-	if p.SharedTP {
-		return nil, fmt.Errorf("runtime: the plan lists tensor-parallel rank 0 only (tp_shared, compiled for the simulator with --shared-tp): compile it without that to run it")
+	if p.SharedTP || p.SharedDP {
+		return nil, fmt.Errorf("runtime: the plan lists tensor-parallel rank 0 or data-parallel replica 0 only (tp_shared, dp_shared: compiled for the simulator with --shared-tp or --shared-dp): compile it without those to run it")
 	}
 	edges, err := p.Deps()
 	if err != nil {

@@ -147,7 +147,7 @@ func TestPlanSharedTPRefused(t *testing.T) {
 	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: cpuDevices(2), SharedTP: true})
 	require.NoError(t, err)
 	_, err = NewPlanRunner(p)
-	require.ErrorContains(t, err, "lists tensor-parallel rank 0 only")
+	require.ErrorContains(t, err, "lists tensor-parallel rank 0 or data-parallel replica 0 only")
 }
 
 func TestPlanForGPUsRefused(t *testing.T) {

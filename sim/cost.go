@@ -62,10 +62,16 @@ func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.
 		var group []topology.DeviceID
 		for _, s := range task.Streams {
 			members := []int{p.Streams[s].Device}
-			if p.SharedTP && task.Sum { // rank 0 stands for its group: price the collective over all of it
+			switch { // a listed device stands for its group: price the collective over all of it
+			case p.SharedTP && task.Sum:
 				members = members[:0]
 				for r := range p.TPDegree() {
 					members = append(members, p.Streams[s].Device+r)
+				}
+			case p.SharedDP && !task.Sum:
+				members = members[:0]
+				for r := range p.DP {
+					members = append(members, p.Streams[s].Device+r*p.PP*p.TPDegree())
 				}
 			}
 			for _, d := range members {

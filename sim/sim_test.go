@@ -468,36 +468,43 @@ func TestZeroComm(t *testing.T) {
 	t.Logf("step %v → %v; persistent memory %v → %v", plainStep, zeroStep, plain.Memory[0].Persistent, zero.Memory[0].Persistent)
 }
 
-// A plan that lists tensor-parallel rank 0 only (Config.SharedTP) simulates
-// to the step its whole plan does, with every device's memory, for
-// tensor, sequence, pipeline and data parallelism within a machine and
-// across two — T times fewer firings.
-func TestSharedTPMatchesWholePlan(t *testing.T) {
+// A plan that lists tensor-parallel rank 0 only (Config.SharedTP), or
+// data-parallel replica 0 only (SharedDP), or both, simulates to the step
+// its whole plan does, with every device's memory, for tensor, sequence,
+// pipeline and data parallelism and ZeRO, within a machine and across two
+// — with tp·dp times fewer firings but for the group collectives.
+func TestSharedRanksMatchWholePlan(t *testing.T) {
 	for _, c := range []struct{ cluster, strategy string }{
 		{"dgx-a100", "tp=4,sp=on,mb=2,recompute=selective"},
 		{"dgx-a100", "dp=2,tp=2,pp=2,mb=2"},
 		{"dgx-a100x2", "tp=4,sp=on,pp=4,mb=8,recompute=full"},
 		{"dgx-a100x2", "dp=2,tp=8,mb=2"},
+		{"dgx-a100x2", "dp=4,tp=2,pp=2,mb=4,sched=gpipe"},
+		{"dgx-a100x2", "dp=8,pp=2,mb=2,zero=1"},
 	} {
 		cl, err := topology.Resolve(c.cluster)
 		require.NoError(t, err)
 		m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cl)}
-		run := func(shared bool) (*plans.Plan, time.Duration) {
-			p := compileBF16(t, cl, "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", c.strategy, 16, graph.SGD{LR: 0.1}, shared)
+		run := func(tp, dp bool) (*plans.Plan, time.Duration) {
+			p := compileOn(t, cl, "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", c.strategy, 16, graph.SGD{LR: 0.1}, tp, dp)
 			return p, stepOf(t, p, m)
 		}
-		whole, want := run(false)
-		shared, got := run(true)
-		require.True(t, shared.SharedTP)
-		sums := 0 // a group's collective is one firing either way
-		for _, f := range shared.Firings {
-			if shared.Tasks[f.Task].Sum {
-				sums++
+		whole, want := run(false, false)
+		for _, shared := range [][2]bool{{true, false}, {false, true}, {true, true}} {
+			p, got := run(shared[0], shared[1])
+			require.Equal(t, want, got, "%s on %s, shared tp, dp %v", c.strategy, c.cluster, shared)
+			require.Equal(t, whole.Memory, p.Memory, "%s, shared %v", c.strategy, shared)
+			k := 1
+			if p.SharedTP {
+				k *= p.TPDegree()
+			}
+			if p.SharedDP {
+				k *= p.DP
+			}
+			if k > 1 {
+				require.Less(t, len(p.Firings), 2*len(whole.Firings)/k, "%s, shared %v", c.strategy, shared)
 			}
 		}
-		require.Equal(t, len(whole.Firings), whole.TPDegree()*(len(shared.Firings)-sums)+sums, c.strategy)
-		require.Equal(t, want, got, "%s on %s", c.strategy, c.cluster)
-		require.Equal(t, whole.Memory, shared.Memory, c.strategy)
 	}
 }
 
@@ -505,11 +512,17 @@ func TestSharedTPMatchesWholePlan(t *testing.T) {
 // of cluster c.
 func compileBF16(t *testing.T, c *topology.Cluster, model, strategy string, batch int, opt graph.Optimizer, sharedTP bool) *plans.Plan {
 	t.Helper()
+	return compileOn(t, c, model, strategy, batch, opt, sharedTP, false)
+}
+
+// compileOn is compileBF16 with the choice of listing one replica for all.
+func compileOn(t *testing.T, c *topology.Cluster, model, strategy string, batch int, opt graph.Optimizer, sharedTP, sharedDP bool) *plans.Plan {
+	t.Helper()
 	st, err := plans.ParseStrategy(strategy, batch)
 	require.NoError(t, err)
 	devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
 	require.NoError(t, err)
-	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Optimizer: opt, Cluster: c.Name, Devices: devs, DType: graph.BF16, SharedTP: sharedTP})
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Optimizer: opt, Cluster: c.Name, Devices: devs, DType: graph.BF16, SharedTP: sharedTP, SharedDP: sharedDP})
 	require.NoError(t, err, strategy)
 	return p
 }

@@ -26,7 +26,7 @@ type planFlags struct {
 	batch                                    int
 	lr, momentum                             float64
 	seed                                     uint64
-	oversubscribe, sharedTP                  bool
+	oversubscribe, sharedTP, sharedDP        bool
 	json                                     bool
 }
 
@@ -152,6 +152,7 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
 	fl.BoolVar(&f.sharedTP, "shared-tp", false, "compile tensor-parallel rank 0 only, which every rank runs alike: a plan tp times smaller for the simulator (flowrun refuses it)")
+	fl.BoolVar(&f.sharedDP, "shared-dp", false, "compile data-parallel replica 0 only, which every replica runs alike (even micro-batches, same devices): a plan dp times smaller for the simulator (flowrun refuses it)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file pricing "+what+" (from 'flowrun calibrate'; default: the catalog's efficiencies)")
 }
 
@@ -178,7 +179,7 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 		return plans.Config{}, nil, err
 	}
 	return plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
-		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs, SharedTP: f.sharedTP}, cluster, nil
+		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs, SharedTP: f.sharedTP, SharedDP: f.sharedDP}, cluster, nil
 }
 
 // costModel prices tasks for searches: the calibration file if given,

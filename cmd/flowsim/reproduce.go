@@ -233,9 +233,11 @@ func simulateCell(c *cell, e *experiments.Experiment, base *topology.Cluster, f 
 		return err
 	}
 	start := time.Now()
-	// One rank of each tensor-parallel group stands for all (the ranks run
-	// alike): plans tp times smaller, with the same simulated step.
-	p, err := plans.Compile(plans.Config{Model: c.Model, Batch: c.Batch, Strategy: st, Optimizer: opt, DType: dtype, Cluster: cluster.Name, Devices: devs, SharedTP: true})
+	// One rank of each tensor-parallel group stands for all, and one
+	// replica for all when they are even (they run alike): plans tp·dp
+	// times smaller, with the same simulated step.
+	p, err := plans.Compile(plans.Config{Model: c.Model, Batch: c.Batch, Strategy: st, Optimizer: opt, DType: dtype, Cluster: cluster.Name, Devices: devs,
+		SharedTP: true, SharedDP: st.Shares == nil && !st.AutoShares})
 	if err != nil {
 		return err
 	}
