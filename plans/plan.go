@@ -5,8 +5,11 @@ import (
 	"github.com/flowkit/flowkit/units"
 )
 
-// Version is the plan file format's version.
-const Version = 1
+// Version is the plan file format's version. 2 (2026-11-30) added the
+// all-gather and reduce-scatter tasks (sequence parallelism, ZeRO),
+// interleaved stages, ZeRO's master parts, and plans listing one rank or
+// replica for several, which a reader of version 1 would misread.
+const Version = 2
 
 // Plan is a compiled training iteration: everything the simulator and the
 // runtime need, and nothing either decides for itself.

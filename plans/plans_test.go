@@ -3,6 +3,7 @@ package plans
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -430,12 +431,13 @@ func TestCodecRoundTrip(t *testing.T) {
 	require.Equal(t, e1, e2)
 
 	bad := []struct{ edit, want string }{
-		{strings.Replace(b.String(), `"version": 1`, `"version": 7`, 1), "version 7"},
+		{strings.Replace(b.String(), fmt.Sprintf(`"version": %d`, Version), `"version": 7`, 1), "version 7"},
+		{strings.Replace(b.String(), fmt.Sprintf(`"version": %d`, Version), `"version": 1`, 1), "version 1, this build reads version 2"},
 		{strings.Replace(b.String(), `"micro_batches": 2`, `"micro_batches": 0`, 1), "micro_batches"},
 		{strings.Replace(b.String(), `"type": "conv2d"`, `"type": "conv9d"`, 1), "conv9d"},
 		{b.String()[:len(b.String())/2], "plans:"},
 		{strings.Replace(b.String(), `"replicas": 2`, `"replicas": 3`, 1), "replicas×stages"},
-		{`{"version": 1, "bogus": 3}`, "bogus"},
+		{fmt.Sprintf(`{"version": %d, "bogus": 3}`, Version), "bogus"},
 	}
 	for _, tt := range bad {
 		_, err := Decode(strings.NewReader(tt.edit))
