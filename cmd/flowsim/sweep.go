@@ -42,7 +42,7 @@ sequence parallelism (sp=on), every dp × tp × pp = devices,
 micro-batches per replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for
 pipelines) that divide the batch, both schedules for pipelines, and 1F1B
 pipelines whose micro-batches are a multiple of their stages also
-interleaved (vpp=2), and data-parallel strategies without tp also with
+interleaved (vpp=2) where the model has two layers per stage, and data-parallel strategies without tp also with
 ZeRO stage 1 (zero=1). With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
@@ -167,8 +167,12 @@ func runSweep(w io.Writer, f sweepFlags) error {
 			}
 		}
 	}
+	layers, err := plans.Layers(f.model)
+	if err != nil {
+		return err
+	}
 	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute,
-		SP: zoo.HasSP(f.model), Interleave: true, Zero: true})
+		SP: zoo.HasSP(f.model), Layers: layers, Zero: true})
 	if err != nil {
 		return err
 	}

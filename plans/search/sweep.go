@@ -32,10 +32,11 @@ type Space struct {
 	// SP adds each tensor-parallel strategy with sequence parallelism
 	// (sp=on), for models with that layout.
 	SP bool
-	// Interleave adds each 1F1B pipeline whose micro-batches are a
-	// multiple of its stages with the interleaved schedule of two model
-	// stages per device (vpp=2).
-	Interleave bool
+	// Layers, when > 0, is the model's layer count (plans.Layers): each
+	// 1F1B pipeline whose micro-batches are a multiple of its stages, and
+	// whose model has two layers per stage or more, is also tried with the
+	// interleaved schedule of two model stages per device (vpp=2).
+	Layers int
 	// Zero adds each data-parallel strategy without tensor parallelism
 	// with ZeRO stage 1 (zero=1): the optimizer state split over the
 	// replicas, for the memory it saves.
@@ -89,7 +90,7 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 					seq.SP = true
 					variants = append(variants, seq)
 				}
-				if sp.Interleave && pp > 1 && mb%pp == 0 && sched == plans.OneFOneB {
+				if sp.Layers >= 2*pp && pp > 1 && mb%pp == 0 && sched == plans.OneFOneB {
 					for _, v := range slices.Clone(variants) {
 						v.VPP = 2
 						variants = append(variants, v)

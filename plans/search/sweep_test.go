@@ -48,6 +48,31 @@ func TestStrategies(t *testing.T) {
 	require.Equal(t, re[0].String()+",recompute=selective", re[1].String())
 	require.Equal(t, re[0].String()+",recompute=full", re[2].String())
 
+	// Sequence parallelism for each tp, interleaving where the pipeline's
+	// micro-batches and the model's layers allow it, ZeRO for data
+	// parallelism without tp; every variant round-trips.
+	more, err := Strategies(64, Space{Devices: 4, MaxMB: 4, MaxTP: 2, SP: true, Layers: 8, Zero: true})
+	require.NoError(t, err)
+	has := map[string]bool{}
+	for _, st := range more {
+		has[st.String()] = true
+		back, err := plans.ParseStrategy(st.String(), 64)
+		require.NoError(t, err)
+		require.Equal(t, st, back, "%s round-trips", st)
+	}
+	for _, want := range []string{"pp=4,vpp=2,mb=4,sched=1f1b", "dp=2,pp=2,vpp=2,mb=2,sched=1f1b", "dp=2,pp=2,vpp=2,zero=1,mb=2,sched=1f1b",
+		"tp=2,sp=on,pp=2,vpp=2,mb=2,sched=1f1b", "dp=4,zero=1", "dp=2,tp=2,sp=on"} {
+		require.True(t, has[want], want)
+	}
+	for _, not := range []string{"pp=4,vpp=2,mb=2,sched=1f1b", "dp=2,tp=2,zero=1", "pp=4,vpp=2,mb=4,sched=gpipe"} {
+		require.False(t, has[not], not)
+	}
+	shallow, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Layers: 4})
+	require.NoError(t, err)
+	for _, st := range shallow {
+		require.False(t, st.PP == 4 && st.VPP > 1, "%s: 4 layers do not interleave over 4 stages", st)
+	}
+
 	odd, err := Strategies(6, Space{Devices: 2, MaxMB: 8})
 	require.NoError(t, err)
 	for _, st := range odd {
