@@ -48,8 +48,9 @@ place (with the cache state and neighbours it has in a real run). Kernels are
 priced from one-device plans (running alone); the data-parallel plans give how
 much kernels slow down while another device of the host is busy (shared
 caches and memory bandwidth), which the simulator applies. Models with a
-tensor-parallel layout also run tp=2 plans: their sums, and their kernels on
-split weights (priced at their tp=2 time less that slowdown). Then
+tensor-parallel layout also run tp=2 plans (and tp=2,sp=on for the GPTs):
+their sums, all-gathers and reduce-scatters, and their kernels on split
+weights (priced at their tp=2 time less that slowdown). Then
 fit the cost model per op kind: launch overhead + max(FLOPs / (peak·eff_c),
 bytes / (bandwidth·eff_m)) with efficiencies that saturate with the size of
 the work. Every fit is tested on a quarter of the shapes held out of it, and
@@ -213,7 +214,8 @@ type measured struct {
 // plans for the kernels alone (one and two micro-batches, for
 // accumulation), and, where two devices fit the cores, dp=2 for all-reduces
 // and for the kernels' slowdown when both devices are busy, pp=2 for
-// transfers, and tp=2 for models with a tensor-parallel layout: its sums,
+// transfers, and tp=2 for models with a tensor-parallel layout (and
+// tp=2,sp=on for those with a sequence-parallel one): its collectives,
 // and its kernels on split weights, which never run alone: they are priced
 // at their tp=2 time less the contention.
 func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) (*measured, error) {
@@ -238,6 +240,9 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 					plans.Strategy{DP: 1, PP: 2, MB: 2, Sched: plans.OneFOneB})
 				if zoo.HasTP(model) {
 					strategies = append(strategies, plans.Strategy{DP: 1, TP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB})
+				}
+				if zoo.HasSP(model) { // its all-gathers and reduce-scatters, and kernels on split sequences
+					strategies = append(strategies, plans.Strategy{DP: 1, TP: 2, SP: true, PP: 1, MB: 1, Sched: plans.OneFOneB})
 				}
 			}
 			for _, s := range strategies {
