@@ -174,3 +174,31 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 		})
 	}
 }
+
+// The options combine: interleaved pipelines with ZeRO, with sequence
+// parallelism and recompute, and all of them with data parallelism and
+// GPipe, compute what one device computes.
+func TestCombinedStrategiesMatchOneDevice(t *testing.T) {
+	const iters, batch = 3, 8
+	const model = "gpt:layers=4,hidden=32,heads=4,seq=8,vocab=64"
+	_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
+	refStore, err := ref.Store()
+	require.NoError(t, err)
+	for _, s := range []string{"dp=2,pp=2,vpp=2,zero=1,mb=2", "tp=2,sp=on,pp=2,vpp=2,mb=2,recompute=full",
+		"dp=2,tp=2,sp=on,pp=2,mb=2,sched=gpipe,recompute=selective"} {
+		t.Run(s, func(t *testing.T) {
+			_, r, got := trainPlan(t, model, s, batch, 8, iters)
+			for it := range iters {
+				require.InDelta(t, want.Loss[it], got.Loss[it], 1e-5*want.Loss[it], "iteration %d", it)
+			}
+			store, err := r.Store()
+			require.NoError(t, err)
+			for _, name := range refStore.Names() {
+				w, _ := refStore.Get(name)
+				g, ok := store.Get(name)
+				require.True(t, ok, name)
+				require.Less(t, relDiff(g, w), 1e-4, name)
+			}
+		})
+	}
+}

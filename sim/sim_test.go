@@ -538,3 +538,42 @@ func stepOf(t *testing.T, p *plans.Plan, m CostModel) time.Duration {
 	require.NoError(t, err)
 	return d
 }
+
+// Every combination of the strategy options that parses and compiles —
+// data, tensor, sequence and pipeline parallelism, interleaving, ZeRO,
+// micro-batches, both schedules and recompute — simulates without a
+// deadlock, and its trace obeys the plan's edges and memory plan.
+func TestStrategyCombinations(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
+	n := 0
+	for _, dp := range []string{"", "dp=2,"} {
+		for _, tp := range []string{"", "tp=2,", "tp=2,sp=on,"} {
+			for _, pp := range []string{"", "pp=2,", "pp=2,vpp=2,"} {
+				for _, zero := range []string{"", "zero=1,"} {
+					for _, mb := range []string{"mb=2", "mb=4,sched=gpipe"} {
+						for _, re := range []string{"", ",recompute=selective", ",recompute=full"} {
+							s := dp + tp + pp + zero + mb + re
+							st, err := plans.ParseStrategy(s, 8)
+							if err != nil {
+								continue // e.g. zero without dp, or vpp with gpipe
+							}
+							devs, err := plans.DevicesFromCluster(c, st.Devices(), false)
+							require.NoError(t, err)
+							p, err := plans.Compile(plans.Config{Model: "gpt:layers=4,hidden=32,heads=4,seq=8,vocab=64", Batch: 8, Strategy: st,
+								Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Cluster: c.Name, Devices: devs, DType: graph.BF16})
+							require.NoError(t, err, s)
+							tr, err := Simulate(p, m, 3)
+							require.NoError(t, err, s)
+							require.NoError(t, p.CheckTrace(tr), s)
+							n++
+						}
+					}
+				}
+			}
+		}
+	}
+	t.Logf("%d strategies compiled and simulated", n)
+	require.Greater(t, n, 100)
+}
