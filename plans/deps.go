@@ -121,8 +121,33 @@ func (p *Plan) FiringName(f int) string {
 	return fmt.Sprintf("%s (mb %d)", p.Tasks[fi.Task].Name, fi.Micro)
 }
 
-// firingIndex returns a lookup from (task, micro) to firing.
+// firingIndex returns a lookup from (task, micro) to firing: by offset
+// where every task's firings are consecutive in micro-batch order (as the
+// compiler lists them), else by a map.
 func (p *Plan) firingIndex() func(task, micro int) int {
+	first := make([]int, len(p.Tasks))
+	for i := range first {
+		first[i] = -1
+	}
+	dense := true
+	for i, f := range p.Firings {
+		m := max(f.Micro, 0)
+		if first[f.Task] < 0 {
+			first[f.Task] = i - m
+		}
+		if first[f.Task]+m != i {
+			dense = false
+			break
+		}
+	}
+	if dense {
+		return func(task, micro int) int {
+			if !p.Tasks[task].PerMicro {
+				micro = -1
+			}
+			return max(first[task], 0) + max(micro, 0)
+		}
+	}
 	idx := make(map[[2]int]int, len(p.Firings))
 	for i, f := range p.Firings {
 		idx[[2]int{f.Task, f.Micro}] = i

@@ -186,7 +186,7 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			}
 			lf := &life{last: project(last)}
 			for _, w := range writers {
-				at, next := project(clocks.before(w)), project(clocks.before(w+n))
+				at, next := clocks.before(w, cs), clocks.before(w+n, cs)
 				if !lf.hasWriters {
 					lf.write, lf.writeNext, lf.hasWriters = at, next, true
 					continue
@@ -285,17 +285,18 @@ type clockTable struct {
 
 func (t *clockTable) row(i int32) clock { return t.upto[int(i)*t.width : (int(i)+1)*t.width] }
 
-// before returns node v's clock: the positions of the firings that finish
-// before it starts (its predecessors' clocks merged).
-func (t *clockTable) before(v int) clock {
-	at := make(clock, t.width)
+// before returns node v's clock on the columns cs: the positions of the
+// firings that finish before it starts (its predecessors' clocks merged).
+func (t *clockTable) before(v int, cs []int) clock {
+	at := make(clock, len(cs))
 	for c := range at {
 		at[c] = -1
 	}
 	i := t.g.rank[v]
 	for _, u := range t.g.pred[t.g.start[i]:t.g.start[i+1]] {
-		for c, x := range t.row(u) {
-			at[c] = max(at[c], x)
+		row := t.row(u)
+		for c, k := range cs {
+			at[c] = max(at[c], row[k])
 		}
 	}
 	return at

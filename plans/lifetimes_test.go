@@ -141,3 +141,19 @@ func newReachability(n int, edges []Edge) *reachability {
 func (r *reachability) has(a, b int) bool    { return r.from[a][b/64]&(1<<(b%64)) != 0 }
 func (r *reachability) within(a, b int) bool { return a != b && r.has(a, b) }
 func (r *reachability) next(a, b int) bool   { return r.has(a, b+r.n) }
+
+// firingIndex finds every firing, whether the plan lists each task's
+// firings together in micro-batch order (the compiler's layout: offsets)
+// or in any order (a map).
+func TestFiringIndex(t *testing.T) {
+	p := mustCompile(t, "mlp", "dp=2,mb=3", 12)
+	check := func() {
+		at := p.firingIndex()
+		for i, f := range p.Firings {
+			require.Equal(t, i, at(f.Task, f.Micro), "%+v", f)
+		}
+	}
+	check()
+	p.Firings[0], p.Firings[len(p.Firings)-1] = p.Firings[len(p.Firings)-1], p.Firings[0]
+	check()
+}

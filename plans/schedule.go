@@ -1,28 +1,34 @@
 package plans
 
-import "slices"
+import (
+	"cmp"
+	"maps"
+	"slices"
+)
 
 // order creates the firings and fixes every stream's order for one
 // iteration: the compute streams by the pipeline schedule, all-reduces in
 // the order gradients become ready, transfers in the order their data is
 // produced.
 func (c *compiler) order() {
-	idx := map[[2]int]int{}
+	// A task's firings are consecutive, by micro-batch: firing (t, m) is
+	// first[t] + m (m = −1, a per-iteration task's only firing, is first[t]).
+	first := make([]int, len(c.p.Tasks))
 	for _, t := range c.p.Tasks {
+		first[t.ID] = len(c.p.Firings)
 		if t.PerMicro {
 			for m := range c.st.Micros(t.Replica) {
-				idx[[2]int{t.ID, m}] = len(c.p.Firings)
 				c.p.Firings = append(c.p.Firings, Firing{Task: t.ID, Micro: m})
 			}
 		} else {
-			idx[[2]int{t.ID, -1}] = len(c.p.Firings)
 			c.p.Firings = append(c.p.Firings, Firing{Task: t.ID, Micro: -1})
 		}
 	}
+	at := func(t, m int) int { return first[t] + max(m, 0) }
 	block := func(tasks []int, m int) []int {
 		fs := make([]int, len(tasks))
 		for i, t := range tasks {
-			fs[i] = idx[[2]int{t, m}]
+			fs[i] = at(t, m)
 		}
 		return fs
 	}
@@ -45,7 +51,7 @@ func (c *compiler) order() {
 		for _, t := range c.colls[d] {
 			for _, s := range c.p.Tasks[t].Streams {
 				if c.p.Streams[s].Device == d {
-					c.p.Streams[s].Order = append(c.p.Streams[s].Order, idx[[2]int{t, -1}])
+					c.p.Streams[s].Order = append(c.p.Streams[s].Order, at(t, -1))
 				}
 			}
 		}
@@ -54,14 +60,20 @@ func (c *compiler) order() {
 		for _, t := range c.gathers[d] {
 			for _, s := range c.p.Tasks[t].Streams {
 				if c.p.Streams[s].Device == d {
-					c.p.Streams[s].Order = append(c.p.Streams[s].Order, idx[[2]int{t, -1}])
+					c.p.Streams[s].Order = append(c.p.Streams[s].Order, at(t, -1))
 				}
 			}
 		}
 	}
 	// Transfers follow their data: on the sending device, right after the
 	// firing that produced it (on its compute stream, for a CPU), or in that
-	// order on a stream of their own.
+	// order on a stream of their own; a firing's transfers by destination.
+	keys := slices.Collect(maps.Keys(c.xfers))
+	slices.SortFunc(keys, func(a, b [2]int) int { return cmp.Or(cmp.Compare(a[0], b[0]), cmp.Compare(a[1], b[1])) })
+	sends := make([][]int, len(c.p.Tasks)) // producing task → its transfer tasks
+	for _, k := range keys {
+		sends[k[0]] = append(sends[k[0]], c.xfers[k]...)
+	}
 	for d := range c.p.Devices {
 		cs, ok := c.streams[d]["compute"]
 		if !ok {
@@ -72,14 +84,12 @@ func (c *compiler) order() {
 		for _, f := range compute.Order {
 			order = append(order, f)
 			fi := c.p.Firings[f]
-			for dst := range c.p.Devices {
-				for _, x := range c.xfers[[2]int{fi.Task, dst}] {
-					xf := idx[[2]int{x, fi.Micro}]
-					if s := c.p.Tasks[x].Streams[0]; s == cs {
-						order = append(order, xf)
-					} else {
-						c.p.Streams[s].Order = append(c.p.Streams[s].Order, xf)
-					}
+			for _, x := range sends[fi.Task] {
+				xf := at(x, fi.Micro)
+				if s := c.p.Tasks[x].Streams[0]; s == cs {
+					order = append(order, xf)
+				} else {
+					c.p.Streams[s].Order = append(c.p.Streams[s].Order, xf)
 				}
 			}
 		}
