@@ -507,19 +507,14 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 		}
 	}
 	require.GreaterOrEqual(t, input, 0)
-	for _, c := range []struct {
-		name, want string
-		edit       func(p *Plan)
-	}{
+	requireDecodeRejectsAll(t, good, []rejection{
 		{"micro_batch", "batch 8 is not micro_batch × micro_batches × replicas = 1000 × 2 × 1", func(p *Plan) { p.MicroBatch = 1000 }},
 		{"batch", "batch 9 is not", func(p *Plan) { p.Batch = 9 }},
 		{"images", "images", func(p *Plan) { p.Images.Shape = nil }},
 		{"offset", "offset 2: its 2 micro-batches of 4 run past the batch of 8", func(p *Plan) { p.Tasks[input].Offset = 2 }},
 		{"register", "not a micro-batch of 4 samples", func(p *Plan) { p.Tasks[input].Writes = []int{p.Tasks[len(p.Tasks)-1].Writes[0]} }},
 		{"compute", "conv2d: writes f32[4,32,28,28] into register images, which holds f32[4,1,28,28]", func(p *Plan) { p.Tasks[input+2].Writes = p.Tasks[input].Writes }},
-	} {
-		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, good, c.edit, c.want) })
-	}
+	})
 }
 
 // A tensor-parallel plan whose sums or parts disagree with its devices is
@@ -542,19 +537,14 @@ func TestDecodeRejectsBadTensorParallel(t *testing.T) {
 		}
 	}
 	require.True(t, sum >= 0 && shard >= 0)
-	for _, c := range []struct {
-		name, want string
-		edit       func(p *Plan)
-	}{
+	requireDecodeRejectsAll(t, good, []rejection{
 		{"sum reads", "member 0 reads", func(p *Plan) { p.Tasks[sum].Reads[0] = p.Tasks[sum].Reads[1] }},
 		{"sum arity", "one register per member", func(p *Plan) { p.Tasks[sum].Reads = p.Tasks[sum].Reads[:1] }},
 		{"sum writes", "writes two registers on device", func(p *Plan) { p.Tasks[sum].Writes[1] = p.Tasks[sum].Writes[0] }},
 		{"part", "is not part 1 of 2", func(p *Plan) { p.Registers[shard].Init.Shard.Part = 1 }},
 		{"parts", "does not divide", func(p *Plan) { p.Registers[shard].Init.Shard.Parts = 1 << 19 }},
 		{"degree", "tensor_parallel", func(p *Plan) { p.TP = 4 }},
-	} {
-		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, good, c.edit, c.want) })
-	}
+	})
 }
 
 // A sequence-parallel plan's all-gathers and reduce-scatters are checked
@@ -575,18 +565,28 @@ func TestDecodeRejectsBadSequenceParallel(t *testing.T) {
 		}
 	}
 	require.True(t, gather >= 0 && scatter >= 0)
-	for _, c := range []struct {
-		name, want string
-		edit       func(p *Plan)
-	}{
+	requireDecodeRejectsAll(t, good, []rejection{
 		{"axis", "axis 7", func(p *Plan) { p.Tasks[gather].Axis = 7 }},
 		{"other axis", "want float parts", func(p *Plan) { p.Tasks[scatter].Axis = 2 }},
 		{"arity", "one read, write and stream per member of tp=2", func(p *Plan) { p.Tasks[gather].Reads = p.Tasks[gather].Reads[:1] }},
 		{"member device", "want its own device", func(p *Plan) { p.Tasks[scatter].Reads[0] = p.Tasks[scatter].Reads[1] }},
 		{"stream", "want its own device", func(p *Plan) { p.Tasks[gather].Streams[0] = p.Tasks[gather].Streams[1] }},
 		{"kind", "want float parts", func(p *Plan) { p.Tasks[gather].Kind = ReduceScatter }},
-	} {
-		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, good, c.edit, c.want) })
+	})
+}
+
+// rejection is an edit that makes a plan unreadable, and what the error
+// says.
+type rejection struct {
+	name, want string
+	edit       func(p *Plan)
+}
+
+// requireDecodeRejectsAll checks each rejection of good in a subtest.
+func requireDecodeRejectsAll(t *testing.T, good *Plan, rs []rejection) {
+	t.Helper()
+	for _, r := range rs {
+		t.Run(r.name, func(t *testing.T) { requireDecodeRejects(t, good, r.edit, r.want) })
 	}
 }
 
@@ -823,17 +823,12 @@ func TestZeroSplitsOptimizerState(t *testing.T) {
 	require.NoError(t, err, "a ZeRO plan reads back")
 	gather := slices.IndexFunc(zero.Tasks, func(t Task) bool { return t.Kind == AllGather })
 	master := slices.IndexFunc(zero.Registers, func(r Register) bool { return r.Master })
-	for _, c := range []struct {
-		name, want string
-		edit       func(p *Plan)
-	}{
+	requireDecodeRejectsAll(t, zero, []rejection{
 		{"stage", "zero 2 and virtual_stages 0", func(p *Plan) { p.Zero = 2 }},
 		{"no zero", "is ZeRO's: the plan has zero=0", func(p *Plan) { p.Zero = 0 }},
 		{"members", "one read, write and stream per member of dp=2", func(p *Plan) { p.Tasks[gather].Reads = p.Tasks[gather].Reads[:1] }},
 		{"part", "is not part 1 of 2", func(p *Plan) { p.Registers[master].Init.Shard.Part = 1 }},
-	} {
-		t.Run(c.name, func(t *testing.T) { requireDecodeRejects(t, zero, c.edit, c.want) })
-	}
+	})
 }
 
 // A plan may list one replica for all (Config.SharedDP) only where they run

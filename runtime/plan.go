@@ -772,6 +772,7 @@ func (x *run) fire(f, it int) (float64, error) {
 // bits.
 func splitCollective(pool *cpu.Pool, p *plans.Plan, t *plans.Task, ins, outs []Buffer) error {
 	n := len(t.Writes)
+	weights := p.AllReduceWeights(t) // a reduce-scatter's: ZeRO's replicas' weighted mean (nil: the plain mean); a group's sum: ones
 	for i, in := range ins {
 		if in.F == nil {
 			return fmt.Errorf("runtime: %s lacks member %d's %s", t.Name, i, p.Registers[t.Reads[i].Reg].Name)
@@ -791,7 +792,6 @@ func splitCollective(pool *cpu.Pool, p *plans.Plan, t *plans.Task, ins, outs []B
 			part := graph.SeqShard(p.Registers[t.Reads[i].Reg].Spec.Shape, t.Axis, n, i)
 			graph.Take(part, ins[0].F, out.F)
 			tmp := make([]float32, len(out.F))
-			weights := p.AllReduceWeights(t) // ZeRO's: the replicas' weighted mean; a group's sum: ones
 			if weights != nil {
 				cpu.Scale(pool, float32(weights[0]), out.F, out.F)
 			}

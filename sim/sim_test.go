@@ -294,17 +294,14 @@ func TestTensorParallelComm(t *testing.T) {
 			continue
 		}
 		sums++
-		var group []topology.DeviceID
 		for j, s := range task.Streams {
 			dev := p.Streams[s].Device
 			require.Equal(t, "compute", p.Streams[s].Name)
 			require.Equal(t, j, p.TPRank(dev))
 			require.Equal(t, p.Registers[task.Writes[j]].Device, dev)
 			require.Equal(t, p.Registers[task.Reads[j].Reg].Device, dev)
-			id, ok := c.DeviceByName(p.Devices[dev].Name)
-			require.True(t, ok)
-			group = append(group, id)
 		}
+		group := groupOf(t, c, p, &task)
 		want, err := comm.AllReduce(group, task.Bytes, cost.Auto)
 		require.NoError(t, err)
 		got, err := m.Duration(p, i)
@@ -377,12 +374,7 @@ func TestSequenceParallelComm(t *testing.T) {
 			continue
 		}
 		kinds[task.Kind]++
-		var group []topology.DeviceID
-		for _, s := range task.Streams {
-			id, ok := c.DeviceByName(sp.Devices[sp.Streams[s].Device].Name)
-			require.True(t, ok)
-			group = append(group, id)
-		}
+		group := groupOf(t, c, sp, &task)
 		want, err := comm.Collective(o, group, task.Bytes, cost.Auto)
 		require.NoError(t, err)
 		got, err := m.Duration(sp, i)
@@ -449,12 +441,10 @@ func TestZeroComm(t *testing.T) {
 		}
 		n++
 		require.False(t, task.Sum)
-		var group []topology.DeviceID
 		for _, s := range task.Streams {
 			require.Equal(t, "coll", zero.Streams[s].Name)
-			id, _ := c.DeviceByName(zero.Devices[zero.Streams[s].Device].Name)
-			group = append(group, id)
 		}
+		group := groupOf(t, c, zero, &task)
 		require.Len(t, group, 8)
 		want, err := comm.Collective(o, group, task.Bytes, cost.Auto)
 		require.NoError(t, err)
@@ -576,4 +566,16 @@ func TestStrategyCombinations(t *testing.T) {
 	}
 	t.Logf("%d strategies compiled and simulated", n)
 	require.Greater(t, n, 100)
+}
+
+// groupOf is the cluster's devices of a collective task's members.
+func groupOf(t *testing.T, c *topology.Cluster, p *plans.Plan, task *plans.Task) []topology.DeviceID {
+	t.Helper()
+	var group []topology.DeviceID
+	for _, s := range task.Streams {
+		id, ok := c.DeviceByName(p.Devices[p.Streams[s].Device].Name)
+		require.True(t, ok)
+		group = append(group, id)
+	}
+	return group
 }

@@ -9,10 +9,5 @@
 #	bash bench/parallel/run.sh        # about 15 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=results/parallel-cpu
-model="gpt:layers=4,hidden=256,heads=8,seq=64,vocab=4096"
-mkdir -p bin "$out"
-CGO_ENABLED=0 go build -o bin/flowrun ./cmd/flowrun
-bin/flowrun calibrate --models "$model" --batches 4,8,16 -o "$out/calib.json" | tee "$out/calibrate-output.txt"
-go run ./bench/planloop --calib "$out/calib.json" --models "$model" --batches 16 \
-	--strategies "tp=2;tp=2,sp=on;pp=2,mb=4;pp=2,vpp=2,mb=4;dp=2;dp=2,zero=1" --runs "${RUNS:-3}" --out "$out"
+exec bash bench/planloop/calibrated.sh results/parallel-cpu "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=4096" \
+	4,8,16 16 "tp=2;tp=2,sp=on;pp=2,mb=4;pp=2,vpp=2,mb=4;dp=2;dp=2,zero=1"

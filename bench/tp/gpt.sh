@@ -8,10 +8,5 @@
 #	bash bench/tp/gpt.sh        # about 10 minutes on 2 cores
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=results/tp-gpt-cpu
-model="gpt:layers=2,hidden=256,heads=8,seq=64,vocab=4096"
-mkdir -p bin "$out"
-CGO_ENABLED=0 go build -o bin/flowrun ./cmd/flowrun
-bin/flowrun calibrate --models "$model" --batches 4,8,16 -o "$out/calib.json" | tee "$out/calibrate-output.txt"
-go run ./bench/planloop --calib "$out/calib.json" --models "$model" --batches 16 \
-	--strategies "single;dp=2;tp=2;pp=2,mb=2" --runs "${RUNS:-3}" --out "$out"
+exec bash bench/planloop/calibrated.sh results/tp-gpt-cpu "gpt:layers=2,hidden=256,heads=8,seq=64,vocab=4096" \
+	4,8,16 16 "single;dp=2;tp=2;pp=2,mb=2"

@@ -9,10 +9,5 @@
 #	bash bench/tp/run.sh        # about 45 minutes on 2 cores (the calibration 33)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=results/tp-cpu
-models="mlp,mlp3x4096:width=1024,gpt2s-blocks:layers=2,hidden=256,heads=8,seq=64"
-mkdir -p bin "$out"
-CGO_ENABLED=0 go build -o bin/flowrun ./cmd/flowrun
-bin/flowrun calibrate --models "$models" --batches 8,16,32,64,128 -o "$out/calib.json" | tee "$out/calibrate-output.txt"
-go run ./bench/planloop --calib "$out/calib.json" --models "$models" --batches 16,64 \
-	--strategies "single;dp=2;tp=2;tp=2,mb=2;pp=2,mb=2" --runs "${RUNS:-3}" --out "$out"
+exec bash bench/planloop/calibrated.sh results/tp-cpu "mlp,mlp3x4096:width=1024,gpt2s-blocks:layers=2,hidden=256,heads=8,seq=64" \
+	8,16,32,64,128 16,64 "single;dp=2;tp=2;tp=2,mb=2;pp=2,mb=2"

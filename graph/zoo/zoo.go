@@ -146,24 +146,10 @@ var models = map[string]builder{
 		build: buildDeepMLP,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"width": sz["width"]} },
 	},
-	"gpt": {
-		doc:   "GPT language model: token and position embeddings, causal pre-norm blocks, final norm, untied head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default)",
-		sizes: gptSizes(12, 768, 12, 1024),
-		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
-		tp: gptTP, sp: true,
-	},
-	"gpt3-1.3b": {
-		doc:   "GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048",
-		sizes: gptSizes(24, 2048, 16, 2048),
-		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
-		tp: gptTP, sp: true,
-	},
-	"gpt3-175b": {
-		doc:   "GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048",
-		sizes: gptSizes(96, 12288, 96, 2048),
-		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
-		tp: gptTP, sp: true,
-	},
+	"gpt": gptModel("GPT language model: token and position embeddings, causal pre-norm blocks, final norm, untied head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default)",
+		12, 768, 12, 1024),
+	"gpt3-1.3b": gptModel("GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048", 24, 2048, 16, 2048),
+	"gpt3-175b": gptModel("GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048", 96, 12288, 96, 2048),
 	"gpt2s-blocks": {
 		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
 		sizes: []sizeOption{{name: "layers", def: 12}, {name: "hidden", def: 768}, {name: "heads", def: 12}, {name: "seq", def: 1024},
@@ -172,6 +158,14 @@ var models = map[string]builder{
 		build: buildTransformerBlocks,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
 	},
+}
+
+// gptModel is a GPT of the given default sizes (see buildGPT): token ids
+// in, tensor- and sequence-parallel layouts.
+func gptModel(doc string, layers, hidden, heads, seq int) builder {
+	return builder{doc: doc, sizes: gptSizes(layers, hidden, heads, seq),
+		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} }, tokens: true, build: buildGPT, loss: gptLoss,
+		tp: gptTP, sp: true}
 }
 
 // gptTP is what a GPT's tensor-parallel group must divide: its heads, and
