@@ -21,7 +21,7 @@ type Config struct {
 	Seed      uint64
 	DType     graph.DType // of the model's float tensors (zero: f32)
 	Cluster   string      // name, recorded in the plan
-	Devices   []Device    // available devices; the plan takes the first DP·PP
+	Devices   []Device    // available devices; the plan takes the first DP·TP·PP, or those Strategy.Place names
 	// SharedTP compiles tensor-parallel rank 0 only, for the simulator:
 	// every rank of a group runs the same tasks on the same shapes, so the
 	// plan lists one rank's (Plan.SharedTP), T times smaller. The runtime
@@ -46,6 +46,10 @@ func Compile(cfg Config) (*Plan, error) {
 	}
 	if n := st.Devices(); n > len(cfg.Devices) {
 		return nil, fmt.Errorf("%w: %s needs %d devices, cluster %s has %d", ErrInfeasible, st, n, cfg.Cluster, len(cfg.Devices))
+	}
+	devices, err := st.PlaceDevices(cfg.Devices)
+	if err != nil {
+		return nil, err
 	}
 	if st.AutoShares || st.AutoLayers {
 		return nil, fmt.Errorf("plans: strategy %s: the split of mb=auto or layers=auto is chosen by plans/search (flowsim plan does), not by the compiler", st)
@@ -78,7 +82,7 @@ func Compile(cfg Config) (*Plan, error) {
 	c.p = &Plan{
 		Version: Version, Model: cfg.Model, Strategy: st.String(), Batch: cfg.Batch,
 		MicroBatch: micro, MB: st.MB, Shares: slices.Clone(st.Shares), DP: st.DP, PP: st.PP, VPP: st.VPP, TP: st.TP, Zero: st.Zero, SharedTP: cfg.SharedTP && st.TP > 1, SharedDP: cfg.SharedDP && st.DP > 1, Optimizer: cfg.Optimizer.Name(), Seed: cfg.Seed, Cluster: cfg.Cluster,
-		Devices: slices.Clone(cfg.Devices[:st.Devices()]),
+		Devices: slices.Clone(devices),
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
 	if err := checkSharedDP(c.p, st); err != nil {

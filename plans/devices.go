@@ -68,3 +68,15 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 	}
 	return devs, nil
 }
+
+// DevicesFor returns the devices of cluster c that a plan of strategy st
+// is compiled over (Config.Devices): its first st.Devices() (see
+// DevicesFromCluster), or, when st places its stages by device type
+// (Strategy.Place), every device of the cluster, to choose from.
+func DevicesFor(c *topology.Cluster, st Strategy, oversubscribe bool) ([]Device, error) {
+	n := st.Devices()
+	if st.Place != nil {
+		n = max(n, len(c.Devices))
+	}
+	return DevicesFromCluster(c, n, oversubscribe)
+}

@@ -40,7 +40,16 @@ type Strategy struct {
 	// (split along its first axis, where DP divides it), reduce-scatters
 	// the gradients instead of all-reducing them, updates its part and
 	// all-gathers the updated weight. 0: none.
-	Zero  int
+	Zero int
+	// Place, when set (one device type per pipeline stage; pp=1: one;
+	// written place=v100:a100, a run of stages as v100*2:a100*6), says
+	// where each stage runs: replica r's stage s takes the next
+	// dp·tp… devices of type Place[s] from the pool the compiler is given
+	// (Config.Devices), in the pool's order. An entry names a type
+	// exactly or by a part of its name that only one of the pool's types
+	// contains, case aside (a100, v100, cpu). Unset, the plan takes the
+	// pool's first devices in order (see PlaceDevices).
+	Place []string
 	Sched Schedule
 	// Shares, when set (one count per replica), splits the iteration's
 	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
@@ -156,7 +165,7 @@ func FormatCounts(shares []int) string {
 }
 
 func (s Strategy) String() string {
-	if s.DP == 1 && s.TPDegree() == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone {
+	if s.DP == 1 && s.TPDegree() == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone && s.Place == nil {
 		return "single"
 	}
 	var parts []string
@@ -184,6 +193,9 @@ func (s Strategy) String() string {
 	case s.Layers != nil:
 		parts = append(parts, "layers="+FormatCounts(s.Layers))
 	}
+	if s.Place != nil {
+		parts = append(parts, "place="+formatPlace(s.Place))
+	}
 	switch {
 	case s.AutoShares:
 		parts = append(parts, "mb=auto:"+strconv.Itoa(s.TotalMicros()))
@@ -204,6 +216,24 @@ func (s Strategy) String() string {
 	return strings.Join(parts, ",")
 }
 
+// formatPlace writes a placement with runs of a type as TYPE*N.
+func formatPlace(place []string) string {
+	var parts []string
+	for i := 0; i < len(place); {
+		j := i + 1
+		for j < len(place) && place[j] == place[i] {
+			j++
+		}
+		if j-i > 1 {
+			parts = append(parts, place[i]+"*"+strconv.Itoa(j-i))
+		} else {
+			parts = append(parts, place[i])
+		}
+		i = j
+	}
+	return strings.Join(parts, ":")
+}
+
 // maxCount bounds every count of a strategy, so that their products (the
 // devices, the firings) fit in an int.
 const maxCount = 1 << 20
@@ -211,8 +241,9 @@ const maxCount = 1 << 20
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
 // compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), zero=0|1, mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
-// (default 1f1b), recompute=none|selective|full, and slots=N (cap register
-// slots).
+// (default 1f1b), recompute=none|selective|full, slots=N (cap register
+// slots) and place=T0:T1:… (the device type of each stage; see
+// Strategy.Place).
 // Data parallelism may be
 // uneven: mb=M0:M1:… gives each replica's micro-batches (one count per
 // replica; the micro-batch size is the batch over their sum), and
@@ -297,6 +328,24 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			}
 			s.AutoShares, autoTotal = true, n
 			continue
+		case k == "place":
+			for _, t := range strings.Split(v, ":") {
+				t, times := strings.TrimSpace(t), 1
+				if name, rep, ok := strings.Cut(t, "*"); ok {
+					n, err := count(k, rep)
+					if err != nil || len(s.Place)+n > maxCount {
+						return s, fmt.Errorf("plans: strategy %q: place=%s: %q: want TYPE*N, N stages in all up to %d", str, v, t, maxCount)
+					}
+					t, times = strings.TrimSpace(name), n
+				}
+				if t == "" || strings.Contains(t, "*") {
+					return s, fmt.Errorf("plans: strategy %q: place=%s: want a device type per stage, as v100:a100 or v100*2:a100*6", str, v)
+				}
+				for range times {
+					s.Place = append(s.Place, t)
+				}
+			}
+			continue
 		case k == "layers" && v == "auto":
 			s.AutoLayers = true
 			continue
@@ -347,7 +396,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, mb, mbs, layers, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, mb, mbs, layers, place, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {
@@ -361,6 +410,8 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		return s, fmt.Errorf("plans: strategy %q: layers cuts a pipeline: it needs pp ≥ 2", str)
 	case s.Layers != nil && len(s.Layers) != s.PP:
 		return s, fmt.Errorf("plans: strategy %q: layers gives %d counts for pp=%d stages", str, len(s.Layers), s.PP)
+	case s.Place != nil && len(s.Place) != s.PP:
+		return s, fmt.Errorf("plans: strategy %q: place gives %d device types for pp=%d stages", str, len(s.Place), s.PP)
 	case s.AutoLayers && s.AutoShares:
 		return s, fmt.Errorf("plans: strategy %q: layers=auto and mb=auto are searched one at a time: fix one (e.g. mb=7:1) and search the other", str)
 	}

@@ -13,6 +13,7 @@ func FuzzParseStrategy(f *testing.F) {
 		"pp=2,layers=3:1", "pp=2,layers=auto", "pp=2,layers=auto,mbs=8,mb=auto", "dp=3,mb=auto:8", "pp=2,recompute=full"} {
 		f.Add(s, 64)
 	}
+	f.Add("dp=2,pp=2,place=v100:a100,layers=auto", 64)
 	f.Fuzz(func(t *testing.T, s string, batch int) {
 		st, err := ParseStrategy(s, batch)
 		if err != nil {
@@ -36,6 +37,14 @@ func FuzzParseStrategy(f *testing.F) {
 		if st.AutoShares || st.Shares != nil || st.Layers != nil {
 			if back, err := ParseStrategy(st.String(), batch); err != nil || !slices.Equal(back.Shares, st.Shares) ||
 				back.MB != st.MB || back.TotalMicros() != st.TotalMicros() || !slices.Equal(back.Layers, st.Layers) {
+				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
+			}
+		}
+		if st.Place != nil {
+			if len(st.Place) != st.PP || slices.Contains(st.Place, "") {
+				t.Fatalf("ParseStrategy(%q, %d) = %+v: place is not one type per stage", s, batch, st)
+			}
+			if back, err := ParseStrategy(st.String(), batch); err != nil || !slices.Equal(back.Place, st.Place) {
 				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
 			}
 		}

@@ -7,10 +7,9 @@ set -euo pipefail
 cd "$(git rev-parse --show-toplevel)"
 out=.gpu
 rm -rf "$out"
-mkdir -p "$out/bin" "$out/mnist"
+mkdir -p "$out/bin" "$out/mnist" "$out/plans"
 export CGO_ENABLED=0
 go build -ldflags="-s -w" -o "$out/bin/flowrun" ./cmd/flowrun
-go build -ldflags="-s -w" -o "$out/bin/flowsim" ./cmd/flowsim
 go test -c -ldflags="-s -w" -o "$out/bin/cuda.test" ./runtime/cuda
 go test -c -ldflags="-s -w" -o "$out/bin/kernels.test" ./kernels/cuda
 go test -c -ldflags="-s -w" -o "$out/bin/runtime.test" ./runtime
@@ -22,6 +21,32 @@ if [[ -f ../shared/bench/torch_baseline.py ]]; then
 else
 	cp bench/gpu/torch_baseline.py "$out/"
 fi
+# The plans the device runs, compiled here: a plan is self-contained, and
+# flowsim need not travel (the carry is limited to 64 MiB). None is
+# calibrated: the pipeline cut and the batch split searched for (auto) are
+# the uncalibrated simulator's choices, as they would be there.
+flowsim=$(mktemp -d)/flowsim
+go build -o "$flowsim" ./cmd/flowsim
+plan() { # plan NAME MODEL BATCH DTYPE STRATEGY
+	"$flowsim" plan --cluster h200-host --model "$2" --batch "$3" --dtype "$4" \
+		--strategy "$5" --optimizer sgd --momentum 0 --lr 0.01 -o "$out/plans/$1.plan.json"
+}
+plan mnist-cnn-f32-b64 mnist-cnn 64 f32 single
+plan mnist-cnn-f32-b1024 mnist-cnn 1024 f32 single
+plan cifar-cnn-f32-b128 cifar-cnn 128 f32 single
+plan mlp3x4096-f32-b4096 mlp3x4096 4096 f32 single
+plan mlp3x4096-bf16-b4096 mlp3x4096 4096 bf16 single
+plan gpt2s-blocks-bf16-b8-s1024 gpt2s-blocks 8 bf16 single
+# Four for the GPU and the host's CPU: pipelines (stage 0 on the GPU, cut
+# to balance FLOPs or by the simulator: fc2 alone on the CPU) and data
+# parallelism (a replica on each, the batch split evenly or by the
+# simulator: micro-batches of 8, most on the GPU).
+plan hetero-mnist-cnn-f32-b64-gpu-cpu mnist-cnn 64 f32 pp=2,mb=2,sched=1f1b
+plan hetero-mnist-cnn-f32-b64-gpu-cpu-cut mnist-cnn 64 f32 pp=2,mb=2,layers=auto
+plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp mnist-cnn 64 f32 dp=2
+plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp-auto mnist-cnn 64 f32 dp=2,mbs=8,mb=auto
+rm -r "$(dirname "$flowsim")"
+
 # MNIST, for training on the GPU (the device machine has no network).
 mnist=$(go run ./bench/gpu/mnistdir)
 cp "$mnist"/*-ubyte* "$out/mnist/"

@@ -91,27 +91,9 @@ step torch 180 bash -c "python3 '$here/torch_baseline.py' >'$OUT/torch.jsonl'"
 # 3. Training on the GPU: one epoch of MNIST.
 json train-mnist 180 "$bin/flowrun" train --device cuda --epochs 1 --json
 
-# 4. Plans for the GPU, and four for the GPU and the host's CPU: pipelines
-# (stage 0 on the GPU, cut to balance FLOPs or by the simulator) and data
-# parallelism (a replica on each, the batch split evenly or by the
-# simulator).
-plan() { # plan NAME MODEL BATCH DTYPE STRATEGY
-	step "plan-$1" 120 "$bin/flowsim" plan --cluster h200-host --model "$2" --batch "$3" --dtype "$4" \
-		--strategy "$5" --optimizer sgd --momentum 0 --lr 0.01 -o "$work/$1.plan.json"
-}
-plan mnist-cnn-f32-b64 mnist-cnn 64 f32 single
-plan mnist-cnn-f32-b1024 mnist-cnn 1024 f32 single
-plan cifar-cnn-f32-b128 cifar-cnn 128 f32 single
-plan mlp3x4096-f32-b4096 mlp3x4096 4096 f32 single
-plan mlp3x4096-bf16-b4096 mlp3x4096 4096 bf16 single
-plan gpt2s-blocks-bf16-b8-s1024 gpt2s-blocks 8 bf16 single
-plan hetero-mnist-cnn-f32-b64-gpu-cpu mnist-cnn 64 f32 pp=2,mb=2,sched=1f1b
-# The pipeline cut by the simulator (uncalibrated): fc2 alone on the CPU.
-plan hetero-mnist-cnn-f32-b64-gpu-cpu-cut mnist-cnn 64 f32 pp=2,mb=2,layers=auto
-plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp mnist-cnn 64 f32 dp=2
-# The same replicas with the batch split by the simulator (uncalibrated):
-# micro-batches of 8, most on the GPU.
-plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp-auto mnist-cnn 64 f32 dp=2,mbs=8,mb=auto
+# 4. The plans, compiled by build.sh (flowsim does not travel): six for the
+# GPU, four for the GPU and the host's CPU.
+cp "$here"/plans/*.plan.json "$work/"
 
 # 5. Calibrate on these plans (GPU tasks in place; the CPU's for the
 # heterogeneous plan), then run each plan and compare with the prediction.

@@ -124,7 +124,7 @@ func prepare(model string, batch int, strategy string, cluster *topology.Cluster
 	if err != nil {
 		return nil, err
 	}
-	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), false)
+	devs, err := plans.DevicesFor(cluster, st, false)
 	if err != nil {
 		return nil, err
 	}

@@ -236,7 +236,7 @@ func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.
 	if err != nil {
 		return nil, err
 	}
-	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), false)
+	devs, err := plans.DevicesFor(cluster, st, false)
 	if err != nil {
 		return nil, err
 	}

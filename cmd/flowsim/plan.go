@@ -42,7 +42,7 @@ slots and an offset in its device's arena. The plan is rejected if it can
 deadlock (register slots too few for the schedule) or overflows a device's
 memory, with the tasks or the device named.
 
-Strategies: single | dp=D | tp=T[,sp=on] | pp=P[,vpp=V][,mb=M|mbs=S][,sched=1f1b|gpipe] and
+Strategies: single | dp=D | tp=T[,sp=on] | pp=P[,vpp=V][,mb=M|mbs=S][,sched=1f1b|gpipe][,place=T0:…] and
 their combinations (dp=2,tp=2,pp=2). tp=T is tensor parallelism after
 Megatron-LM, for the models with such a layout (mlp, mlp3x4096,
 gpt2s-blocks, the GPTs): each stage of each replica runs on T devices, which split its
@@ -70,6 +70,14 @@ of the layers into stages, each getting at least one, is compiled and
 simulated with the cost model (--calib, else the catalog's efficiencies),
 and the fastest is written; over 128 candidates, a local search from the
 even split. The candidates are printed.
+Placement: by default the plan takes the cluster's first devices, in
+order (device (replica·pp + stage)·tp + rank). place=T0:T1:… (one device
+type per stage) places each stage on its type instead, each replica's
+stage taking the next devices of that type in the cluster's order: on
+mixed-a100-v100, dp=2,pp=2,place=v100:a100 runs each replica's first stage
+on V100s and its second on A100s. A type may be named by a part of its
+name only it contains (a100, v100, cpu); place=cpu with no pipeline runs a
+single-device plan on h200-host's CPU.
 On a CPU cluster with fewer devices than the strategy needs, the cores are
 divided among devices (local with 2 cores: dp=2 gets two 1-core devices).
 
@@ -80,6 +88,7 @@ every float tensor of the model; memory is planned at its size.`,
   flowsim plan --model gpt2s-blocks --dtype bf16 --cluster dgx-a100 --strategy dp=2,tp=4,mb=2 --batch 16 -o plan.json
   flowsim plan --model mnist-cnn --cluster h200-host --strategy dp=2,mbs=8,mb=auto --batch 64 -o plan.json
   flowsim plan --model mnist-cnn --cluster h200-host --strategy pp=2,mb=2,layers=auto -o plan.json
+  flowsim plan --model gpt2s-blocks:layers=8 --cluster mixed-a100-v100 --strategy dp=4,tp=4,pp=2,mb=4,place=v100:a100,layers=auto --batch 64
   flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster dgx-h100`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
@@ -174,7 +183,7 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 	if err != nil {
 		return plans.Config{}, nil, err
 	}
-	devs, err := plans.DevicesFromCluster(cluster, st.Devices(), f.oversubscribe)
+	devs, err := plans.DevicesFor(cluster, st, f.oversubscribe)
 	if err != nil {
 		return plans.Config{}, nil, err
 	}

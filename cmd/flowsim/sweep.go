@@ -22,7 +22,7 @@ type sweepFlags struct {
 	planFlags
 	devices, maxMB, top int
 	maxTP               int
-	uneven              string
+	uneven, place       string
 	recompute           bool
 	shard               string
 }
@@ -46,7 +46,12 @@ interleaved (vpp=2) where the model has two layers per stage, and data-parallel 
 ZeRO stage 1 (zero=1). With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches
-(see 'flowsim plan --help'); with --recompute, each also with
+(see 'flowsim plan --help'); with --place (on by default when the
+cluster's devices differ), each pipeline also with each placement of its
+stages on the cluster's device types, in blocks of neighbouring stages
+(place=v100:a100, place=a100:a100:v100 …; see 'flowsim plan --help'),
+choosing among all of the cluster's devices, not only the first
+--devices; with --recompute, each also with
 recompute=full and, for models with attention, recompute=selective. Every
 strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
@@ -69,6 +74,7 @@ the one table the whole sweep would print.`,
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
 	fl.IntVar(&f.maxTP, "max-tp", -1, "the largest tensor-parallel degree tried (-1: the devices of one machine, for models with a tensor-parallel layout; 1: none)")
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
+	fl.StringVar(&f.place, "place", "auto", "also try each pipeline with its stages placed on the cluster's device types (place=…): on, off, or auto (on when the cluster's devices differ)")
 	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models with attention (slower; may fit where it does not)")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
@@ -102,6 +108,7 @@ type sweepSettings struct {
 	MaxMB         int     `json:"max_mb"`
 	MaxTP         int     `json:"max_tp,omitempty"`
 	Uneven        bool    `json:"uneven"`
+	Place         bool    `json:"place,omitempty"`
 	Recompute     bool    `json:"recompute,omitempty"`
 	Strategies    int     `json:"strategies"` // in the whole sweep, over all shards
 	Shards        int     `json:"shards"`
@@ -138,17 +145,23 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if cfg.Devices, err = plans.DevicesFromCluster(cluster, n, f.oversubscribe); err != nil {
 		return err
 	}
-	uneven := false
-	switch f.uneven {
-	case "on":
-		uneven = true
-	case "off":
-	case "auto":
-		for _, d := range cfg.Devices {
-			uneven = uneven || d.Type != cfg.Devices[0].Type
-		}
-	default:
-		return fmt.Errorf("--uneven %q: want on, off or auto", f.uneven)
+	// With placements, pipelines choose their devices among all of the
+	// cluster's (plans.DevicesFor), which come after the first n.
+	all, err := plans.DevicesFromCluster(cluster, max(n, len(cluster.Devices)), f.oversubscribe)
+	if err != nil {
+		return err
+	}
+	place, err := onOffAuto("--place", f.place, differ(all))
+	if err != nil {
+		return err
+	}
+	var pool []plans.Device
+	if place {
+		pool, cfg.Devices = all, all
+	}
+	uneven, err := onOffAuto("--uneven", f.uneven, differ(cfg.Devices))
+	if err != nil {
+		return err
 	}
 	var recompute []plans.Recompute
 	if f.recompute {
@@ -172,7 +185,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 		return err
 	}
 	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute,
-		SP: zoo.HasSP(f.model), Layers: layers, Zero: true})
+		SP: zoo.HasSP(f.model), Layers: layers, Zero: true, Pool: pool})
 	if err != nil {
 		return err
 	}
@@ -188,11 +201,34 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	}
 	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
 		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
-		Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: f.recompute, Strategies: len(strategies), Shards: shards}}
+		Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Strategies: len(strategies), Shards: shards}}
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}
 	return finishSweep(w, &file, f.top, f.out, f.json)
+}
+
+// onOffAuto reads a flag of on, off or auto; auto is def.
+func onOffAuto(flag, v string, def bool) (bool, error) {
+	switch v {
+	case "on":
+		return true, nil
+	case "off":
+		return false, nil
+	case "auto":
+		return def, nil
+	}
+	return false, fmt.Errorf("%s %q: want on, off or auto", flag, v)
+}
+
+// differ reports whether devs are of more than one type.
+func differ(devs []plans.Device) bool {
+	for _, d := range devs {
+		if d.Type != devs[0].Type {
+			return true
+		}
+	}
+	return false
 }
 
 // recomputeModes are the recompute modes a sweep tries for a model:
@@ -316,7 +352,7 @@ func dropFoundAgain(entries []sweepEntry, batch int) []sweepEntry {
 	for _, e := range entries {
 		if e.Error == "" {
 			st, err := plans.ParseStrategy(e.Strategy, batch)
-			k := key{e.StepNs, e.Peak, fmt.Sprint(st.DP, st.PP, st.MB, st.Shares, st.Sched)}
+			k := key{e.StepNs, e.Peak, fmt.Sprint(st.DP, st.PP, st.MB, st.Shares, st.Sched, st.Place)}
 			if err == nil && seen[k] && strings.Contains(e.Asked, "=auto") {
 				continue
 			}

@@ -26,6 +26,8 @@ func TestSweepAndMerge(t *testing.T) {
 	var file sweepFile
 	require.NoError(t, json.Unmarshal([]byte(whole), &file))
 	require.True(t, file.Uneven, "a T4 and a CPU differ: mb=auto and layers=auto are tried")
+	require.True(t, file.Place, "and pipelines are placed on them both ways")
+	require.True(t, slices.ContainsFunc(file.Entries, func(e sweepEntry) bool { return strings.Contains(e.Asked, "place=cpu:T4") }))
 	require.Equal(t, file.Strategies, len(file.Entries))
 	for i, e := range file.Entries {
 		require.Empty(t, e.Error, e.Asked)

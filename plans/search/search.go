@@ -114,10 +114,11 @@ func Shares(cfg plans.Config, d sim.Durations, opts Options) (*Result, error) {
 	if n < dp {
 		return nil, fmt.Errorf("search: %d micro-batches cannot give each of dp=%d replicas one", n, dp)
 	}
-	if len(cfg.Devices) < st.Devices() {
-		return nil, fmt.Errorf("search: %s needs %d devices, %d given", st, st.Devices(), len(cfg.Devices))
+	devs, err := st.PlaceDevices(cfg.Devices)
+	if err != nil {
+		return nil, fmt.Errorf("search: %w", err)
 	}
-	gs := groups(cfg.Devices, dp, st.PP, st.TPDegree())
+	gs := groups(devs, dp, st.PP, st.TPDegree())
 	least := make([]int, len(gs)) // a micro-batch per replica
 	even := make([]int, len(gs))  // ParseStrategy's even split of mb=auto, by group
 	for i, g := range gs {

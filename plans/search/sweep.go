@@ -41,6 +41,11 @@ type Space struct {
 	// with ZeRO stage 1 (zero=1): the optimizer state split over the
 	// replicas, for the memory it saves.
 	Zero bool
+	// Pool, when set and of several device types, is what pipelines are
+	// placed over: each is also tried with each placement of its stages
+	// on the pool's types (plans.Placements), which Config.Devices must
+	// then hold.
+	Pool []plans.Device
 }
 
 // Strategies enumerates the strategies of a sweep of a global batch, in a
@@ -102,6 +107,17 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 						variants = append(variants, v)
 					}
 				}
+				var places [][]string
+				if pp > 1 {
+					places = plans.Placements(sp.Pool, dp, tp, pp)
+				}
+				unplaced := len(variants)
+				for _, place := range places {
+					for _, v := range variants[:unplaced] {
+						v.Place = place
+						variants = append(variants, v)
+					}
+				}
 				for _, v := range variants {
 					out = append(out, v)
 					for _, mode := range sp.Recompute {
@@ -119,6 +135,10 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 					auto := st
 					auto.AutoLayers = true
 					out = append(out, auto)
+					for _, place := range places {
+						auto.Place = place
+						out = append(out, auto)
+					}
 				}
 			}
 		}
