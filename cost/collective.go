@@ -103,6 +103,9 @@ type Estimate struct {
 	Channels int                  // channels of the bandwidth-dominant phase
 	AlgBW    units.BytesPerSecond // Size / Time
 	BusBW    units.BytesPerSecond // AlgBW × Op.BusFactor(Ranks)
+	// Links are the links the collective uses and how much of each, by
+	// direction, averaged over Time (see LinkUse), in link order.
+	Links []LinkUse
 }
 
 // Collective prices op over group for a buffer of size bytes, with the
@@ -198,12 +201,14 @@ func uniform(segs [][]topology.DeviceID) bool {
 	return true
 }
 
-func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology.DeviceID, size units.Bytes) (Estimate, error) {
+func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology.DeviceID, size units.Bytes) (e Estimate, _ error) {
 	n := len(group)
-	e := Estimate{Algo: a}
+	e = Estimate{Algo: a}
 	if n == 1 {
 		return e, nil
 	}
+	u := usage{}
+	defer func() { e.Links = u.uses(e.Time) }()
 	S := float64(size)
 	nf := float64(n)
 	switch a {
@@ -219,6 +224,7 @@ func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology
 				fill += p.latency(order[i], order[i+1])
 			}
 			e.Time, e.Channels = phaseTime(S, p)+fill, p.channels
+			u.add(m, p, phaseTime(S, p))
 			break
 		}
 		p, err := m.pack(groupKey("ring", group), m.ringGen(segs))
@@ -231,8 +237,9 @@ func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology
 			steps, vol = 2*steps, 2*vol
 		}
 		e.Time = phaseTime(vol, p) + time.Duration(steps)*p.maxLatency()
+		u.add(m, p, phaseTime(vol, p))
 	case Tree:
-		t, ch, err := m.tree(group, segs, S)
+		t, ch, err := m.tree(group, segs, S, u)
 		if err != nil {
 			return e, err
 		}
@@ -241,7 +248,7 @@ func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology
 		if !uniform(segs) && len(segs) > 1 {
 			return e, fmt.Errorf("%w: hierarchical %v needs the same number of ranks on every node", ErrUnsupported, op)
 		}
-		t, ch, err := m.hierarchical(op, group, segs, S)
+		t, ch, err := m.hierarchical(op, group, segs, S, u)
 		if err != nil {
 			return e, err
 		}
@@ -261,6 +268,7 @@ func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology
 		}
 		e.Channels = p.channels
 		e.Time = phaseTime(S/nf, p) + p.maxLatency()
+		u.add(m, p, phaseTime(S/nf, p))
 	}
 	return e, nil
 }
@@ -296,7 +304,7 @@ func treeParent(t, k, m int) int {
 	return p
 }
 
-func (m *Comm) tree(group []topology.DeviceID, segs [][]topology.DeviceID, S float64) (time.Duration, int, error) {
+func (m *Comm) tree(group []topology.DeviceID, segs [][]topology.DeviceID, S float64, u usage) (time.Duration, int, error) {
 	chains := m.baseOrders(segs)
 	nodes := len(chains)
 	var fs []flow
@@ -336,10 +344,11 @@ func (m *Comm) tree(group []topology.DeviceID, segs [][]topology.DeviceID, S flo
 			deepest = max(deepest, depth(k)+chainDepth[k])
 		}
 	}
+	u.add(m, p, phaseTime(S, p))
 	return phaseTime(S, p) + 2*deepest, p.channels, nil
 }
 
-func (m *Comm) hierarchical(op Op, group []topology.DeviceID, segs [][]topology.DeviceID, S float64) (time.Duration, int, error) {
+func (m *Comm) hierarchical(op Op, group []topology.DeviceID, segs [][]topology.DeviceID, S float64, u usage) (time.Duration, int, error) {
 	g, nodes := len(segs[0]), len(segs)
 	gf, mf := float64(g), float64(nodes)
 	var intra time.Duration
@@ -355,6 +364,10 @@ func (m *Comm) hierarchical(op Op, group []topology.DeviceID, segs [][]topology.
 			return 0, 0, err
 		}
 		intra = phaseTime((gf-1)/gf*S, p) + time.Duration(g-1)*p.maxLatency()
+		u.add(m, p, phaseTime((gf-1)/gf*S, p))
+		if op == OpAllReduce { // the intra-node phase runs twice
+			u.add(m, p, phaseTime((gf-1)/gf*S, p))
+		}
 	}
 	var inter time.Duration
 	channels := 0
@@ -379,6 +392,7 @@ func (m *Comm) hierarchical(op Op, group []topology.DeviceID, segs [][]topology.
 			steps, vol = 2*steps, 2*vol
 		}
 		inter = phaseTime(vol, p) + time.Duration(steps)*p.maxLatency()
+		u.add(m, p, phaseTime(vol, p))
 	}
 	if op == OpAllReduce {
 		return 2*intra + inter, channels, nil

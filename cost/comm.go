@@ -3,6 +3,7 @@ package cost
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -89,6 +90,57 @@ func (m *Comm) PointToPoint(src, dst topology.DeviceID, size units.Bytes) (time.
 	return r.Latency + size.Over(r.Bandwidth), nil
 }
 
+// LinkUse is the share of one direction of a link's achievable bandwidth
+// that a transfer or a collective uses while it runs alone, averaged over
+// its time (its latency uses none). Concurrent ones whose shares of a link
+// add up above 1 must slow down; the simulator shares links so.
+type LinkUse struct {
+	Link    topology.LinkID
+	Forward bool
+	Share   float64
+}
+
+// PointToPointUse is PointToPoint with the links the transfer uses: each
+// link of its route at the route's bottleneck rate.
+func (m *Comm) PointToPointUse(src, dst topology.DeviceID, size units.Bytes) (time.Duration, []LinkUse, error) {
+	t, err := m.PointToPoint(src, dst, size)
+	if err != nil || t == 0 {
+		return t, nil, err
+	}
+	r, _ := m.c.RouteWith(src, dst, m.full())
+	busy := size.Over(r.Bandwidth).Seconds() / t.Seconds()
+	uses := make([]LinkUse, 0, len(r.Hops))
+	for _, h := range r.Hops {
+		uses = append(uses, LinkUse{Link: h.Link, Forward: h.Forward, Share: float64(r.Bandwidth) / float64(m.c.Links[h.Link].Effective()) * busy})
+	}
+	return t, uses, nil
+}
+
+// usage sums the phases of a collective: by directed link (2·link, +1
+// backward), the share of its bandwidth times the seconds it is used so.
+type usage map[int]float64
+
+// add records a phase of t over pattern p.
+func (u usage) add(m *Comm, p packed, t time.Duration) {
+	for i, bw := range p.bw {
+		u[i] += bw / float64(m.c.Links[i/2].Effective()) * t.Seconds()
+	}
+}
+
+// uses averages the phases over the collective's whole time.
+func (u usage) uses(total time.Duration) []LinkUse {
+	if total <= 0 {
+		return nil
+	}
+	out := make([]LinkUse, 0, len(u))
+	for _, i := range slices.Sorted(maps.Keys(u)) {
+		if share := u[i] / total.Seconds(); share > 0 {
+			out = append(out, LinkUse{Link: topology.LinkID(i / 2), Forward: i%2 == 0, Share: share})
+		}
+	}
+	return out
+}
+
 // full gives every link its achievable bandwidth.
 func (m *Comm) full() topology.Capacity {
 	return func(l topology.LinkID, _ bool) units.BytesPerSecond { return m.c.Links[l].Effective() }
@@ -104,6 +156,7 @@ type flow struct {
 type packed struct {
 	rate     float64 // bytes/s per unit of weight, summed over channels
 	channels int
+	bw       map[int]float64                        // bytes/s the pattern moves over each directed link (2·link, +1 backward), over all channels
 	lat      map[[2]topology.DeviceID]time.Duration // channel 1's route latencies
 }
 
@@ -150,7 +203,7 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 		}
 		return units.BytesPerSecond(res[i])
 	}
-	p = packed{lat: map[[2]topology.DeviceID]time.Duration{}}
+	p = packed{lat: map[[2]topology.DeviceID]time.Duration{}, bw: map[int]float64{}}
 	var first float64
 	load := make([]float64, len(res))
 	families := map[string]bool{}
@@ -207,6 +260,9 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 		}
 		for i, l := range load {
 			res[i] -= rate * l
+			if l > 0 {
+				p.bw[i] += rate * l
+			}
 		}
 		p.rate += rate
 		p.channels++

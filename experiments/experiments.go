@@ -54,6 +54,7 @@ type Row struct {
 	Model    string               `yaml:"model"`    // a zoo name with size options
 	Batch    int                  `yaml:"batch"`    // global
 	Strategy string               `yaml:"strategy"` // the degrees; a column adds the rest
+	Params   float64              `yaml:"params"`   // the model's parameters in billions, as printed, if the paper gives them
 	Paper    map[string]Published `yaml:"paper"`    // by column name
 	Line     int                  `yaml:"-"`        // in the experiment file, for messages
 }
@@ -62,6 +63,14 @@ type Row struct {
 type Published struct {
 	Seconds float64 `yaml:"seconds"`
 	MFU     float64 `yaml:"mfu"` // model FLOPs utilization, if the paper gives it
+	// What a paper that counts the FLOPs of recomputation too prints, if
+	// it does: the teraFLOP/s achieved per device, their share of the
+	// device's peak (hardware FLOPs utilization), and the petaFLOP/s of
+	// all devices. They check the transcription; the time is what is
+	// compared.
+	TFLOPs float64 `yaml:"tflops"`
+	HFU    float64 `yaml:"hfu"`
+	PFLOPs float64 `yaml:"pflops"`
 }
 
 // StrategyIn is the strategy string of a row in a column.
@@ -161,14 +170,19 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 			return nil, fail(r.Line, "%s: strategy: missing", where)
 		case len(r.Paper) == 0:
 			return nil, fail(r.Line, "%s: paper: no published figure", where)
+		case r.Params < 0:
+			return nil, fail(r.Line, "%s: params: want ≥ 0 (billions), got %g", where, r.Params)
 		}
 		seen[r.Name] = true
 		for col, p := range r.Paper {
 			if !cols[col] {
 				return nil, fail(r.Line, "%s: paper: %q is no column (columns: %s)", where, col, strings.Join(slices.Sorted(maps.Keys(cols)), ", "))
 			}
-			if !(p.Seconds > 0) || p.MFU < 0 || p.MFU > 1 {
-				return nil, fail(r.Line, "%s: paper: %s: want seconds > 0 and 0 ≤ mfu ≤ 1, got %g and %g", where, col, p.Seconds, p.MFU)
+			if !(p.Seconds > 0) || p.MFU < 0 || p.MFU > 1 || p.HFU < 0 || p.HFU > 1 {
+				return nil, fail(r.Line, "%s: paper: %s: want seconds > 0 and 0 ≤ mfu, hfu ≤ 1, got %g, %g and %g", where, col, p.Seconds, p.MFU, p.HFU)
+			}
+			if p.TFLOPs < 0 || p.PFLOPs < 0 {
+				return nil, fail(r.Line, "%s: paper: %s: want tflops, pflops ≥ 0, got %g and %g", where, col, p.TFLOPs, p.PFLOPs)
 			}
 		}
 	}

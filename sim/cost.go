@@ -23,8 +23,9 @@ type CostModel struct {
 }
 
 var (
-	_ Durations  = CostModel{}
-	_ Contention = CostModel{}
+	_ Durations   = CostModel{}
+	_ Contention  = CostModel{}
+	_ LinkSharing = CostModel{}
 )
 
 // Duration implements Durations.
@@ -44,20 +45,40 @@ func (m CostModel) Duration(p *plans.Plan, t int) (time.Duration, error) {
 // hosts, with the communication model; ok is false when that does not
 // apply.
 func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.Duration, ok bool, err error) {
-	task := &p.Tasks[t]
-	if m.Comm == nil || (task.Kind != plans.Transfer && !task.Kind.Collective()) ||
-		(home.Class == topology.CPU && oneHost(p, task)) {
+	if !m.communicates(p, t, home) {
 		return 0, false, nil
 	}
-	id := func(dev int) (topology.DeviceID, bool) { return m.Comm.Cluster().DeviceByName(p.Devices[dev].Name) }
+	d, _, ok, err = m.price(p, t, 0)
+	return d, ok, err
+}
+
+// communicates says whether the communication model prices task t.
+func (m CostModel) communicates(p *plans.Plan, t int, home topology.DeviceSpec) bool {
+	task := &p.Tasks[t]
+	return m.Comm != nil && (task.Kind == plans.Transfer || task.Kind.Collective()) &&
+		(home.Class != topology.CPU || !oneHost(p, task))
+}
+
+// price prices task t, a transfer or collective, with its devices moved
+// by offset (another rank or replica of a plan that lists one for its
+// group), and says which links it uses; ok is false if the cluster does
+// not know a device.
+func (m CostModel) price(p *plans.Plan, t, offset int) (d time.Duration, uses []cost.LinkUse, ok bool, err error) {
+	task := &p.Tasks[t]
+	id := func(dev int) (topology.DeviceID, bool) {
+		if dev+offset >= len(p.Devices) {
+			return 0, false
+		}
+		return m.Comm.Cluster().DeviceByName(p.Devices[dev+offset].Name)
+	}
 	switch task.Kind {
 	case plans.Transfer:
 		src, ok1 := id(p.Streams[task.Streams[0]].Device)
 		dst, ok2 := id(p.Registers[task.Writes[0]].Device)
 		if !ok1 || !ok2 {
-			return 0, false, nil
+			return 0, nil, false, nil
 		}
-		d, err = m.Comm.PointToPoint(src, dst, task.Bytes)
+		d, uses, err = m.Comm.PointToPointUse(src, dst, task.Bytes)
 	default:
 		var group []topology.DeviceID
 		for _, s := range task.Streams {
@@ -77,7 +98,7 @@ func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.
 			for _, d := range members {
 				g, ok := id(d)
 				if !ok {
-					return 0, false, nil
+					return 0, nil, false, nil
 				}
 				group = append(group, g)
 			}
@@ -91,10 +112,74 @@ func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.
 		}
 		var e cost.Estimate
 		if e, err = m.Comm.Collective(op, group, task.Bytes, cost.Auto); err == nil {
-			d = e.Time
+			d, uses = e.Time, e.Links
 		}
 	}
-	return d, true, err
+	return d, uses, true, err
+}
+
+// Links implements LinkSharing: the links a transfer or collective uses,
+// from the communication model. In a plan that lists one rank for its
+// tensor-parallel group or one replica for its data-parallel group, a
+// listed task stands for its peers' too, which run alike and at once: it
+// uses the links of all of them, so that they share links with each other
+// and with everything else as the whole plan's would.
+func (m CostModel) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
+	home := p.Streams[p.Tasks[t].Streams[0]].Device
+	spec, err := deviceSpec(p, home)
+	if err != nil {
+		return nil, err
+	}
+	if !m.communicates(p, t, spec) {
+		return nil, nil
+	}
+	task := &p.Tasks[t]
+	offsets := []int{0}
+	if p.SharedTP && (task.Kind == plans.Transfer || !task.Sum) {
+		offsets = stride(offsets, p.TPDegree(), 1)
+	}
+	if p.SharedDP && (task.Kind == plans.Transfer || task.Sum) {
+		offsets = stride(offsets, p.DP, p.PP*p.TPDegree())
+	}
+	if len(offsets) == 1 {
+		_, uses, _, err := m.price(p, t, 0)
+		return uses, err
+	}
+	type dirLink struct {
+		link topology.LinkID
+		fwd  bool
+	}
+	sum := map[dirLink]float64{}
+	var order []dirLink
+	for _, o := range offsets {
+		_, uses, ok, err := m.price(p, t, o)
+		if err != nil || !ok {
+			return nil, err
+		}
+		for _, u := range uses {
+			k := dirLink{u.Link, u.Forward}
+			if _, seen := sum[k]; !seen {
+				order = append(order, k)
+			}
+			sum[k] += u.Share
+		}
+	}
+	out := make([]cost.LinkUse, len(order))
+	for i, k := range order {
+		out[i] = cost.LinkUse{Link: k.link, Forward: k.fwd, Share: sum[k]}
+	}
+	return out, nil
+}
+
+// stride returns offsets + k·step for every offset and k < n.
+func stride(offsets []int, n, step int) []int {
+	var out []int
+	for k := range n {
+		for _, o := range offsets {
+			out = append(out, o+k*step)
+		}
+	}
+	return out
 }
 
 // Slowdown implements Contention with the calibrated contention of the

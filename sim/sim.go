@@ -4,9 +4,12 @@ import (
 	"container/heap"
 	"fmt"
 	"math"
+	"slices"
 	"time"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 )
 
@@ -24,10 +27,23 @@ type Contention interface {
 	Slowdown(p *plans.Plan, device int) float64
 }
 
+// LinkSharing is implemented by Durations whose transfers and collectives
+// cross links that concurrent ones may share: Links returns, for each link
+// (direction) a firing of task t crosses, the share of its bandwidth the
+// firing uses while it runs alone (averaged over its duration; nil for
+// tasks that use no link).
+type LinkSharing interface {
+	Links(p *plans.Plan, t int) ([]cost.LinkUse, error)
+}
+
 // Simulate executes iters iterations of p and returns the trace. Each
 // firing starts as soon as every firing its edges name has finished, and
 // runs for its task's duration, stretched while other devices of its host
-// are busy if d models contention.
+// are busy if d models contention, and while the firings crossing one of
+// its links ask more than the link's bandwidth if d shares links: then
+// the firings progress at rates that are max-min fair (progressive
+// filling: every firing's rate, as a share of its rate alone, rises
+// together until a link it crosses is full).
 func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	if iters < 1 {
 		return nil, fmt.Errorf("sim: iterations must be ≥ 1, got %d", iters)
@@ -55,6 +71,11 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		}
 	}
 	s := &engine{p: p, dur: dur, hosts: newHosts(p, d)}
+	if ls, ok := d.(LinkSharing); ok {
+		if s.links, err = linkShares(p, ls); err != nil {
+			return nil, err
+		}
+	}
 	tr := p.NewTrace("sim")
 	tr.Events = make([]trace.Event, 0, nf*iters)
 	for inst, w := range waiting {
@@ -91,6 +112,47 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	return tr, nil
 }
 
+// linkShare is a firing's share of one link direction (dense index).
+type linkShare struct {
+	link  int
+	share float64
+}
+
+// linkShares numbers the link directions the plan's tasks use densely and
+// lists each task's shares (nil: none, or no link ever over-asked).
+func linkShares(p *plans.Plan, ls LinkSharing) ([][]linkShare, error) {
+	type dirLink struct {
+		link topology.LinkID
+		fwd  bool
+	}
+	index := map[dirLink]int{}
+	out := make([][]linkShare, len(p.Tasks))
+	any := false
+	for t := range p.Tasks {
+		uses, err := ls.Links(p, t)
+		if err != nil {
+			return nil, fmt.Errorf("sim: links of %s: %w", p.Tasks[t].Name, err)
+		}
+		for _, u := range uses {
+			if !(u.Share > 0) {
+				continue
+			}
+			k := dirLink{u.Link, u.Forward}
+			i, ok := index[k]
+			if !ok {
+				i = len(index)
+				index[k] = i
+			}
+			out[t] = append(out[t], linkShare{i, u.Share})
+			any = true
+		}
+	}
+	if !any {
+		return nil, nil
+	}
+	return out, nil
+}
+
 // hosts groups a plan's devices by the host whose memory they share.
 type hosts struct {
 	of       []int     // host index by device; −1: shares with no one
@@ -121,14 +183,28 @@ func newHosts(p *plans.Plan, d Durations) *hosts {
 }
 
 // running is a firing in progress: the work it has left, in nanoseconds
-// of running alone, and the rate it progresses at since the last change.
+// of running alone, and the rate it progresses at since the last change:
+// host (the contention of its host) times link (its fair share of the
+// links it crosses).
 type running struct {
-	dev       int
-	start     trace.Time
-	since     trace.Time
-	remaining float64
-	rate      float64
-	version   uint64
+	dev        int
+	start      trace.Time
+	since      trace.Time
+	remaining  float64
+	host, link float64
+	version    uint64
+}
+
+func (r *running) rate() float64 { return r.host * r.link }
+
+// rerate sets r's rates from now on, rescheduling its end if they change.
+func (s *engine) rerate(inst int, r *running, host, link float64, now trace.Time) {
+	if host == r.host && link == r.link {
+		return
+	}
+	r.remaining = max(r.remaining-float64(now-r.since)*r.rate(), 0)
+	r.since, r.host, r.link = now, host, link
+	s.schedule(inst, r, now)
 }
 
 // event is the expected end of one firing instance.
@@ -145,6 +221,8 @@ type engine struct {
 	p     *plans.Plan
 	dur   []time.Duration
 	hosts *hosts
+	links [][]linkShare // by task; nil: links are not shared
+	flows []int         // running instances whose tasks use links, in start order
 
 	q       []event
 	seq     uint64
@@ -174,7 +252,7 @@ func (s *engine) rate(dev int) float64 {
 func (s *engine) schedule(inst int, r *running, now trace.Time) {
 	r.version++
 	s.seq++
-	end := now + trace.Time(math.Ceil(r.remaining/r.rate))
+	end := now + trace.Time(math.Ceil(r.remaining/r.rate()))
 	heap.Push(s, event{at: end, seq: s.seq, inst: inst, version: r.version})
 }
 
@@ -190,8 +268,14 @@ func (s *engine) start(inst int, now trace.Time) {
 	if wasIdle {
 		s.changeBusy(dev, +1, now)
 	}
-	r := &running{dev: dev, start: now, since: now, remaining: float64(s.dur[s.p.Firings[inst%len(s.p.Firings)].Task]), rate: s.rate(dev)}
+	task := s.p.Firings[inst%len(s.p.Firings)].Task
+	r := &running{dev: dev, start: now, since: now, remaining: float64(s.dur[task]), host: s.rate(dev), link: 1}
 	s.running[inst] = r
+	if s.links != nil && len(s.links[task]) > 0 {
+		s.flows = append(s.flows, inst)
+		s.share(now) // schedules r too
+		return
+	}
 	s.schedule(inst, r, now)
 }
 
@@ -208,7 +292,74 @@ func (s *engine) finish(inst int, now trace.Time) {
 	if len(s.byDev[dev]) == 0 {
 		s.changeBusy(dev, -1, now)
 	}
+	if i := slices.Index(s.flows, inst); i >= 0 {
+		s.flows = slices.Delete(s.flows, i, i+1)
+		s.share(now)
+	}
 }
+
+// share gives the running firings that use links their max-min fair
+// rates: all rise together from 0 (as shares of their rates alone) until
+// a link they cross is full or they reach 1; those on a full link keep
+// that rate, the others rise on. A firing whose rate changes is
+// rescheduled; one just started (never scheduled) is scheduled.
+func (s *engine) share(now trace.Time) {
+	rate := make([]float64, len(s.flows))
+	frozen := make([]bool, len(s.flows))
+	used := map[int]float64{}  // link → share used by frozen firings
+	asked := map[int]float64{} // link → shares of the unfrozen firings
+	left := len(s.flows)
+	for left > 0 {
+		clear(asked)
+		for i, inst := range s.flows {
+			if !frozen[i] {
+				for _, l := range s.links[s.task(inst)] {
+					asked[l.link] += l.share
+				}
+			}
+		}
+		level := 1.0
+		for l, a := range asked {
+			level = min(level, (1-used[l])/a)
+		}
+		level = max(level, 0)
+		full := map[int]bool{}
+		for l, a := range asked {
+			if (1-used[l])/a <= level*(1+1e-12) {
+				full[l] = true
+			}
+		}
+		for i, inst := range s.flows {
+			if frozen[i] {
+				continue
+			}
+			on := level >= 1
+			for _, l := range s.links[s.task(inst)] {
+				on = on || full[l.link]
+			}
+			if !on {
+				continue
+			}
+			frozen[i], rate[i] = true, level
+			left--
+			for _, l := range s.links[s.task(inst)] {
+				used[l.link] += level * l.share
+			}
+		}
+	}
+	for i, inst := range s.flows {
+		r := s.running[inst]
+		x := max(rate[i], 1e-9) // a firing never stops: a full link still moves it
+		if r.version == 0 {
+			r.link = x
+			s.schedule(inst, r, now)
+			continue
+		}
+		s.rerate(inst, r, r.host, x, now)
+	}
+}
+
+func (s *engine) task(inst int) int { return s.p.Firings[inst%len(s.p.Firings)].Task }
 
 // changeBusy records dev turning busy (+1) or idle (−1) and re-rates the
 // firings running on the other devices of its host.
@@ -224,13 +375,7 @@ func (s *engine) changeBusy(dev, delta int, now trace.Time) {
 		}
 		for _, inst := range s.byDev[other] {
 			r := s.running[inst]
-			rate := s.rate(other)
-			if rate == r.rate {
-				continue
-			}
-			r.remaining = max(r.remaining-float64(now-r.since)*r.rate, 0)
-			r.since, r.rate = now, rate
-			s.schedule(inst, r, now)
+			s.rerate(inst, r, s.rate(other), r.link, now)
 		}
 	}
 }

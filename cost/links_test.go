@@ -1,0 +1,80 @@
+package cost
+
+import (
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
+)
+
+// A transfer uses every link of its route at the route's bottleneck rate,
+// for the part of its time that is not latency: the bottleneck's share is
+// that part, the others' less.
+func TestPointToPointUse(t *testing.T) {
+	c, err := topology.Preset("dgx-a100x2")
+	require.NoError(t, err)
+	m := NewComm(c)
+	a, b := topology.DeviceID(0), topology.DeviceID(8) // gpu0 of each node: through the NICs
+	for _, size := range []units.Bytes{1 << 10, 1 << 20, 1 << 30} {
+		d, uses, err := m.PointToPointUse(a, b, size)
+		require.NoError(t, err)
+		alone, err := m.PointToPoint(a, b, size)
+		require.NoError(t, err)
+		require.Equal(t, alone, d)
+		r, _ := c.RouteWith(a, b, m.full())
+		busy := size.Over(r.Bandwidth).Seconds() / d.Seconds()
+		require.Len(t, uses, len(r.Hops))
+		top := 0.0
+		for _, u := range uses {
+			require.Greater(t, u.Share, 0.0)
+			require.LessOrEqual(t, u.Share, busy*(1+1e-9))
+			top = max(top, u.Share)
+		}
+		require.InEpsilon(t, busy, top, 1e-9, "the bottleneck is busy while bytes move")
+	}
+	_, uses, err := m.PointToPointUse(a, a, 1<<20)
+	require.NoError(t, err)
+	require.Empty(t, uses, "a device sends itself nothing")
+}
+
+// A collective's shares stay within its links' bandwidth: channel packing
+// fills links, never beyond. A large all-reduce keeps its busiest link
+// nearly full; a small one, latency-bound, barely uses any.
+func TestCollectiveLinks(t *testing.T) {
+	c, err := topology.Preset("dgx-a100x2")
+	require.NoError(t, err)
+	m := NewComm(c)
+	var node, both []topology.DeviceID
+	for i := range 16 {
+		if i < 8 {
+			node = append(node, topology.DeviceID(i))
+		}
+		both = append(both, topology.DeviceID(i))
+	}
+	for _, group := range [][]topology.DeviceID{node, both} {
+		for _, op := range []Op{OpAllReduce, OpAllGather, OpReduceScatter, OpAllToAll} {
+			for _, algo := range append([]Algo{Auto}, algorithms(op)...) {
+				top := map[units.Bytes]float64{}
+				for _, size := range []units.Bytes{4 << 10, 1 << 30} {
+					e, err := m.Collective(op, group, size, algo)
+					if err != nil {
+						require.ErrorIs(t, err, ErrUnsupported)
+						continue
+					}
+					require.NotEmpty(t, e.Links, "%v %v", op, algo)
+					for _, u := range e.Links {
+						require.Greater(t, u.Share, 0.0)
+						require.LessOrEqual(t, u.Share, 1+1e-9, "%v %v %v over %d: link %d", op, algo, size, len(group), u.Link)
+						top[size] = max(top[size], u.Share)
+					}
+				}
+				if len(top) == 2 {
+					require.Greater(t, top[1<<30], 0.5, "%v %v over %d: a large message is bandwidth-bound", op, algo, len(group))
+					require.Less(t, top[4<<10], top[1<<30], "%v %v over %d", op, algo, len(group))
+				}
+			}
+		}
+	}
+}

@@ -1,0 +1,134 @@
+package sim
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+
+	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/trace"
+)
+
+// oneLink prices compute tasks at compute, and every transfer and
+// collective at comm, all of them using one link whole: however many run
+// at once share it equally.
+type oneLink struct{ compute, comm time.Duration }
+
+func (o oneLink) Duration(p *plans.Plan, t int) (time.Duration, error) {
+	if o.uses(p, t) {
+		return o.comm, nil
+	}
+	return o.compute, nil
+}
+
+func (o oneLink) uses(p *plans.Plan, t int) bool {
+	k := p.Tasks[t].Kind
+	return k == plans.Transfer || k.Collective()
+}
+
+func (o oneLink) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
+	if !o.uses(p, t) {
+		return nil, nil
+	}
+	return []cost.LinkUse{{Link: 0, Forward: true, Share: 1}}, nil
+}
+
+// The simulator shares a link as a fluid would: a firing of the link,
+// while k firings cross it, moves at 1/k of its rate alone, so the
+// integral of 1/k over its time is its duration alone. Checked over the
+// traces of pipelines of replicas whose transfers and all-reduces overlap,
+// for random durations.
+func TestLinkSharingIsFluid(t *testing.T) {
+	p := compile(t, "mnist-cnn", "dp=2,pp=2,mb=4", 32)
+	rapid.Check(t, func(rt *rapid.T) {
+		o := oneLink{
+			compute: time.Duration(rapid.IntRange(1, 5000).Draw(rt, "compute")),
+			comm:    time.Duration(rapid.IntRange(1, 5000).Draw(rt, "comm")),
+		}
+		tr, err := Simulate(p, o, 2)
+		require.NoError(rt, err)
+		require.NoError(rt, p.CheckTrace(tr))
+		var flows []trace.Event
+		for _, e := range tr.Events {
+			if o.uses(p, int(e.Task)) {
+				flows = append(flows, e)
+			}
+		}
+		shared := 0
+		for _, e := range flows {
+			// Cut e's time at every other flow's start and end; in each
+			// piece k flows run, e among them.
+			cuts := []trace.Time{e.Start, e.End}
+			for _, f := range flows {
+				for _, c := range []trace.Time{f.Start, f.End} {
+					if c > e.Start && c < e.End {
+						cuts = append(cuts, c)
+					}
+				}
+			}
+			slices.Sort(cuts)
+			cuts = slices.Compact(cuts)
+			var work float64
+			for i := 0; i+1 < len(cuts); i++ {
+				a, b := cuts[i], cuts[i+1]
+				k := 0
+				for _, f := range flows {
+					if f.Start <= a && f.End >= b {
+						k++
+					}
+				}
+				work += float64(b-a) / float64(k)
+				if k > 1 {
+					shared++
+				}
+			}
+			// Each rescheduling rounds an end up to the nanosecond.
+			require.InDelta(rt, float64(o.comm), work, float64(2*len(cuts)), "task %d iter %d micro %d: %v–%v", e.Task, e.Iter, e.Micro, e.Start, e.End)
+		}
+		require.Positive(rt, shared, "the replicas' transfers overlap")
+	})
+}
+
+// withoutLinks hides a cost model's link sharing.
+type withoutLinks struct{ m CostModel }
+
+func (w withoutLinks) Duration(p *plans.Plan, t int) (time.Duration, error) {
+	return w.m.Duration(p, t)
+}
+
+func stepWith(t *testing.T, p *plans.Plan, d Durations) time.Duration {
+	t.Helper()
+	tr, err := Simulate(p, d, 3)
+	require.NoError(t, err)
+	require.NoError(t, p.CheckTrace(tr))
+	step, err := tr.StepTime(1)
+	require.NoError(t, err)
+	return step
+}
+
+// On mixed-a100-v100 the eight GPUs of a node share its one NIC: the
+// pipeline's transfers between nodes, one per tensor-parallel rank, and the
+// replicas' all-reduces slow each other down, which a plan listing one rank
+// or one replica for its group must see as the whole plan does.
+func TestSharedNICSlowsTransfers(t *testing.T) {
+	cl, err := topology.Resolve("mixed-a100-v100")
+	require.NoError(t, err)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cl)}
+	model := "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024"
+	for _, strategy := range []string{"tp=8,pp=2,mb=4", "dp=2,tp=4,pp=2,mb=2", "dp=4,tp=2,pp=2,mb=4,sched=gpipe"} {
+		whole := compileOn(t, cl, model, strategy, 16, graph.SGD{LR: 0.1}, false, false)
+		shared, alone := stepWith(t, whole, m), stepWith(t, whole, withoutLinks{m})
+		require.Greater(t, shared, alone, "%s: transfers through one NIC per node take longer together", strategy)
+		t.Logf("%s: step %v with the NICs shared, %v without (+%.1f%%)", strategy, shared, alone, 100*(float64(shared)/float64(alone)-1))
+		for _, listed := range [][2]bool{{true, false}, {false, true}, {true, true}} {
+			p := compileOn(t, cl, model, strategy, 16, graph.SGD{LR: 0.1}, listed[0], listed[1])
+			require.Equal(t, shared, stepWith(t, p, m), "%s, listed tp, dp %v", strategy, listed)
+		}
+	}
+}
