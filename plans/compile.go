@@ -140,7 +140,7 @@ type compiler struct {
 	zeroGrads  map[int]int
 	zeroColls  map[zeroKey]int
 	gatheredOf []map[zeroKey]int
-	xfers    map[[2]int][]int // (src task, dst device) → transfer tasks
+	xfers      map[[2]int][]int // (src task, dst device) → transfer tasks
 }
 
 // device is the device of a replica's stage in the tensor-parallel rank
