@@ -220,7 +220,8 @@ func TestCombinedStrategiesMatchOneDevice(t *testing.T) {
 	_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
 	refStore, err := ref.Store()
 	require.NoError(t, err)
-	for _, s := range []string{"dp=2,pp=2,vpp=2,zero=1,mb=2", "tp=2,sp=on,pp=2,vpp=2,mb=2,recompute=full",
+	for _, s := range []string{"dp=2,pp=2,vpp=2,zero=1,mb=2", "dp=2,pp=2,vpp=2,zero=3,mb=2", "dp=2,pp=2,mb=4,zero=2,recompute=selective",
+		"dp=2,mb=2,zero=3,recompute=full", "tp=2,sp=on,pp=2,vpp=2,mb=2,recompute=full",
 		"dp=2,tp=2,sp=on,pp=2,mb=2,sched=gpipe,recompute=selective"} {
 		t.Run(s, func(t *testing.T) {
 			_, r, got := trainPlan(t, model, s, batch, 8, iters)
