@@ -139,6 +139,7 @@ type compiler struct {
 	// the gathered weights.
 	zeroGrads  map[int]int
 	zeroColls  map[zeroKey]int
+	zeroAccs   [][]zeroAcc // device → accumulations of gradient parts not yet in a block
 	gatheredOf []map[zeroKey]int
 	xfers      map[[2]int][]int // (src task, dst device) → transfer tasks
 }
@@ -278,7 +279,7 @@ func (c *compiler) build() error {
 	c.gathers = make([][]int, n)
 	c.masterOf, c.partOf = make([]map[int]int, n), make([]map[int]int, n)
 	c.zero = c.zeroSplit()
-	c.zeroGrads, c.zeroColls, c.gatheredOf = map[int]int{}, map[zeroKey]int{}, make([]map[zeroKey]int, n)
+	c.zeroGrads, c.zeroColls, c.gatheredOf, c.zeroAccs = map[int]int{}, map[zeroKey]int{}, make([]map[zeroKey]int, n), make([][]zeroAcc, n)
 	if c.st.Zero >= 2 {
 		for _, u := range c.updateNodes() {
 			if _, ok := c.zero[u.Inputs[0].ID]; ok {
@@ -316,6 +317,11 @@ func (c *compiler) build() error {
 // replica, with the input and transfer tasks they need.
 func (c *compiler) buildReplica(replica int) error {
 	consumers := c.g.Consumers()
+	defer func() { // the last gradients' accumulations end their blocks
+		for d := range c.zeroAccs {
+			c.flushZeroAccumulates(d)
+		}
+	}()
 	if err := c.eachTP(func() error { return c.buildInputs(replica, consumers) }); err != nil {
 		return err
 	}
@@ -558,11 +564,21 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 		Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 	c.toBlock(dev, c.stage[n.ID], phase, task)
+	waiting := c.zeroAccs[dev] // the previous producer's, placed after this one's reduce-scatters
+	c.zeroAccs[dev] = nil
 	for i, out := range n.Outputs {
 		if _, ok := c.zeroGrads[out.ID]; ok && re == nil {
 			c.addZeroScatterMicro(out, replica, dev, c.stage[n.ID], writes[i])
 		}
 	}
+	if len(c.zeroAccs[dev]) == 0 { // this task scatters nothing: the wait goes on
+		c.zeroAccs[dev] = waiting
+		return nil
+	}
+	mine := c.zeroAccs[dev]
+	c.zeroAccs[dev] = waiting
+	c.flushZeroAccumulates(dev)
+	c.zeroAccs[dev] = mine
 	return nil
 }
 
@@ -586,13 +602,20 @@ func (c *compiler) joinZero(key zeroKey, proto Task, read Use, write, stream int
 
 // addZeroScatterMicro adds, under ZeRO stages 2 and 3, a replica's member
 // of the reduce-scatter of one micro-batch's gradient (register g on
-// device dev), right after the task producing it: the replica gets its
-// part of the replicas' mean, and with several micro-batches adds it to
-// its accumulated part. The whole gradient then lives only from its
-// producer to the reduce-scatter (one slot), and what lives across
-// micro-batches is the part. Both tasks run on the coll stream (the
-// compute stream of a CPU), so that a GPU's compute does not wait for
-// them; the accumulation is small beside the reduction it follows.
+// device dev), right after the task producing it, on the coll stream (the
+// compute stream of a CPU): the replica gets its part of the replicas'
+// mean, which an accumulation adds to the part it keeps over the
+// micro-batches. The whole gradient lives from its producer to the
+// reduce-scatter (one slot), the part across micro-batches.
+//
+// The accumulation runs on the compute stream after the next task that
+// produces such gradients (see flushZeroAccumulates): it waits for the
+// reduce-scatter, so at most two tasks' whole gradients are ever live,
+// and each reduce-scatter overlaps the next layer's backward compute.
+// Without that wait a GPU's compute could run ahead of the coll stream
+// and keep every gradient of the micro-batch whole at once, as stage 1's
+// accumulator does. With one micro-batch the accumulation is a copy,
+// kept for the same bound.
 func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, g int) {
 	w := c.zeroGrads[grad.ID]
 	shape := grad.Spec.Shape.Clone()
@@ -600,25 +623,33 @@ func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, 
 	spec := graph.Spec{Shape: shape, DType: grad.Spec.DType}
 	b := grad.Spec.Bytes()
 	part := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, replica, c.st.DP)), spec)
-	stream := c.commStream(dev, "coll")
 	id := c.joinZero(zeroKey{grad.ID, graph.Backward}, Task{Name: "reducescatter/" + c.weightName(dev, c.g.Tensors[w]), Kind: ReduceScatter,
 		Phase: graph.Backward.String(), Stage: stage, Replica: 0, PerMicro: true,
 		FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}},
-		Use{Reg: g, Mode: ReadMicro}, part, stream)
+		Use{Reg: g, Mode: ReadMicro}, part, c.commStream(dev, "coll"))
 	c.toBlock(dev, stage, graph.Backward, id)
-	c.partOf[dev][grad.ID] = part
-	if c.st.Micros(replica) == 1 {
-		return
-	}
 	acc := c.newRegister(dev, c.p.Registers[part].Name+".acc", spec)
 	n := shape.NumElements()
 	task := c.newTask(Task{Name: c.p.Registers[part].Name + ".accumulate", Kind: Accumulate, Phase: graph.Backward.String(),
-		Stage: stage, Replica: replica, PerMicro: true, Streams: []int{stream},
-		Reads: []Use{{Reg: part, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: true,
+		Stage: stage, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+		Reads: []Use{{Reg: part, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: c.st.Micros(replica) > 1, // one micro-batch's only overwrites
 		FLOPs: units.FLOPs(2 * n), Bytes: 3 * spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
-	c.toBlock(dev, stage, graph.Backward, task)
+	c.zeroAccs[dev] = append(c.zeroAccs[dev], zeroAcc{task, stage})
 	c.partOf[dev][grad.ID] = acc
+}
+
+// zeroAcc is an accumulation of a gradient's part waiting for its place
+// in a backward block (see addZeroScatterMicro).
+type zeroAcc struct{ task, stage int }
+
+// flushZeroAccumulates puts device dev's waiting accumulations into their
+// blocks, where the compute stream has got to.
+func (c *compiler) flushZeroAccumulates(dev int) {
+	for _, a := range c.zeroAccs[dev] {
+		c.toBlock(dev, a.stage, graph.Backward, a.task)
+	}
+	c.zeroAccs[dev] = nil
 }
 
 // zeroGathered returns, under ZeRO stage 3, the register through which
@@ -628,6 +659,15 @@ func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, 
 // backward pass (recomputation included), as FSDP frees a weight after
 // its forward use and gathers it again for the backward. One slot each:
 // the next micro-batch's gather waits until this one's readers are done.
+//
+// The gather runs on the compute stream, so a whole weight lives from its
+// gather to its last reader of the block. On a coll stream nothing would
+// hold the gathers back (a task waits for the slots it writes, and each
+// weight has its own register), so they could all run ahead of the
+// compute and keep every weight whole at once; FSDP's prefetch of one
+// layer ahead would need buffers shared between weights of different
+// shapes, which registers are not. The price is that a GPU waits for its
+// gathers.
 func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase graph.Phase) int {
 	key := zeroKey{w.ID, phase}
 	if reg, ok := c.gatheredOf[dev][key]; ok {
@@ -641,7 +681,7 @@ func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase 
 	b := w.Spec.Bytes()
 	id := c.joinZero(key, Task{Name: "allgather/" + name, Kind: AllGather, Phase: phase.String(), Stage: stage, Replica: 0, PerMicro: true,
 		Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}},
-		Use{Reg: c.masterOf[dev][w.ID], Mode: ReadPrev}, reg, c.commStream(dev, "coll"))
+		Use{Reg: c.masterOf[dev][w.ID], Mode: ReadPrev}, reg, c.stream(dev, "compute"))
 	c.toBlock(dev, stage, phase, id)
 	c.gatheredOf[dev][key] = reg
 	return reg

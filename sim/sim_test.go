@@ -446,8 +446,12 @@ func TestZeroComm(t *testing.T) {
 			}
 			n++
 			require.False(t, task.Sum)
+			stream := "coll"
+			if task.Kind == plans.AllGather && task.PerMicro { // stage 3's gathers hold the compute back (see plans)
+				stream = "compute"
+			}
 			for _, s := range task.Streams {
-				require.Equal(t, "coll", p.Streams[s].Name)
+				require.Equal(t, stream, p.Streams[s].Name, task.Name)
 			}
 			group := groupOf(t, c, p, &task)
 			require.Len(t, group, 8)
@@ -480,12 +484,13 @@ func TestZeroComm(t *testing.T) {
 // gradient's bytes G once (the all-reduce), twice (stage 1's
 // reduce-scatter and all-gather), mb+1 times (a reduce-scatter per
 // micro-batch), and under stage 3 mb times plus the weights gathered for
-// each micro-batch's forward and backward passes. The step follows: stage
-// 1 within a few percent of none; stage 2 as stage 1 with one
-// micro-batch (the same collectives) and faster with two, since its
-// reduce-scatters and part accumulations run on the coll stream beside
-// the backward pass instead of full-size accumulations on the compute
-// stream; stage 3 slowest, its gathers before every use.
+// each micro-batch's forward and backward passes. The peaks fall with
+// the stage, but for stage 2 with one micro-batch, whose peak comes
+// before any gradient. The step: stage 1 within a few percent of none;
+// stage 2 slower with one micro-batch (its compute waits for each
+// reduce-scatter a layer later) but faster with two, where stages 0 and
+// 1 accumulate whole gradients on the compute stream and stage 2 only
+// parts; stage 3 slowest, the compute waiting for every gather.
 func TestZeroStagesMemoryAndComm(t *testing.T) {
 	c, err := topology.Resolve("dgx-a100")
 	require.NoError(t, err)
@@ -540,27 +545,44 @@ func TestZeroStagesMemoryAndComm(t *testing.T) {
 		near(grad, z[0].comm, "stage 0 communication")
 		near(2*grad, z[1].comm, "stage 1 communication")
 		near(float64(mb+1)*grad, z[2].comm, "stage 2 communication")
+		near(w/d, z[2].accumulated, "stage 2 accumulated (a copy of the part with one micro-batch)")
+		near(w/d, z[3].accumulated, "stage 3 accumulated")
 		require.Greater(t, z[3].comm, float64(2*mb)*grad, "stage 3: a reduce-scatter and a forward gather per micro-batch, and backward gathers")
 		if mb > 1 {
 			near(w, z[0].accumulated, "stage 0 accumulated")
 			near(w, z[1].accumulated, "stage 1 accumulated")
-			near(w/d, z[2].accumulated, "stage 2 accumulated")
-			near(w/d, z[3].accumulated, "stage 3 accumulated")
 		}
 		for k := 1; k < 4; k++ {
 			states := func(k int) float64 { return z[k].persistent + z[k].accumulated }
-			if mb == 1 && k == 2 { // one micro-batch: stage 2 runs stage 1's collectives (placed by their producers, so memory is planned a little differently)
-				require.Equal(t, []any{z[1].persistent, z[1].accumulated, z[1].comm, z[1].step}, []any{z[2].persistent, z[2].accumulated, z[2].comm, z[2].step})
-				require.InDelta(t, 1, float64(z[2].peak)/float64(z[1].peak), 0.001)
-				continue
+			if mb > 1 { // with one, stages 0 and 1 accumulate nothing: their gradients are the backward pass's registers
+				require.Less(t, states(k), states(k-1), "mb=%d: model states of stage %d below stage %d's", mb, k, k-1)
 			}
-			require.Less(t, states(k), states(k-1), "mb=%d: model states of stage %d below stage %d's", mb, k, k-1)
-			require.Less(t, z[k].peak, z[k-1].peak, "mb=%d: peak of stage %d below stage %d's", mb, k, k-1)
-			require.Greater(t, z[k].comm, z[k-1].comm, "mb=%d: stage %d communicates more than stage %d", mb, k, k-1)
+			if mb == 1 && k == 2 { // the peak comes before any gradient is whole: the same, up to placement
+				require.InDelta(t, 1, float64(z[k].peak)/float64(z[k-1].peak), 0.001, "mb=%d: peak of stage %d near stage %d's", mb, k, k-1)
+			} else {
+				require.Less(t, z[k].peak, z[k-1].peak, "mb=%d: peak of stage %d below stage %d's", mb, k, k-1)
+			}
+			if mb == 1 && k == 2 {
+				require.Equal(t, z[k-1].comm, z[k].comm, "one micro-batch: stage 2 scatters once, as stage 1")
+			} else {
+				require.Greater(t, z[k].comm, z[k-1].comm, "mb=%d: stage %d communicates more than stage %d", mb, k, k-1)
+			}
+		}
+		if mb > 1 {
+			// What the peak saves: stage 2 the whole accumulator but its
+			// part (the whole gradients it reduce-scatters are bounded to
+			// two tasks' at a time), stage 3 the whole weight but its
+			// part (each gathered whole lives from its gather to its
+			// readers).
+			saved := func(k int) float64 { return float64(z[k-1].peak - z[k].peak) }
+			require.Greater(t, saved(2), 0.9*w*(1-1.0/d), "stage 2 saves %v of the peak", units.Bytes(saved(2)))
+			require.Greater(t, saved(3), 0.9*w*(1-1.0/d), "stage 3 saves %v of the peak", units.Bytes(saved(3)))
 		}
 		require.InDelta(t, 1, float64(z[1].step)/float64(z[0].step), 0.05)
-		if mb > 1 {
-			require.Less(t, z[2].step, z[1].step, "stage 2's reduce-scatters overlap the backward pass")
+		if mb == 1 {
+			require.Greater(t, z[2].step, z[1].step, "stage 2's compute waits for each reduce-scatter a layer later")
+		} else {
+			require.Less(t, z[2].step, z[1].step, "stage 2 accumulates parts on the compute stream, stage 1 whole gradients")
 		}
 		require.Greater(t, z[3].step, z[2].step, "stage 3 waits for its gathers")
 		for k, s := range z {
