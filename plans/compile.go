@@ -564,21 +564,16 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 		Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 	c.toBlock(dev, c.stage[n.ID], phase, task)
-	waiting := c.zeroAccs[dev] // the previous producer's, placed after this one's reduce-scatters
-	c.zeroAccs[dev] = nil
+	var accs []zeroAcc
 	for i, out := range n.Outputs {
 		if _, ok := c.zeroGrads[out.ID]; ok && re == nil {
-			c.addZeroScatterMicro(out, replica, dev, c.stage[n.ID], writes[i])
+			accs = append(accs, c.addZeroScatterMicro(out, replica, dev, c.stage[n.ID], writes[i]))
 		}
 	}
-	if len(c.zeroAccs[dev]) == 0 { // this task scatters nothing: the wait goes on
-		c.zeroAccs[dev] = waiting
-		return nil
+	if accs != nil { // the previous producer's accumulations follow this one's reduce-scatters
+		c.flushZeroAccumulates(dev)
+		c.zeroAccs[dev] = accs
 	}
-	mine := c.zeroAccs[dev]
-	c.zeroAccs[dev] = waiting
-	c.flushZeroAccumulates(dev)
-	c.zeroAccs[dev] = mine
 	return nil
 }
 
@@ -604,8 +599,8 @@ func (c *compiler) joinZero(key zeroKey, proto Task, read Use, write, stream int
 // of the reduce-scatter of one micro-batch's gradient (register g on
 // device dev), right after the task producing it, on the coll stream (the
 // compute stream of a CPU): the replica gets its part of the replicas'
-// mean, which an accumulation adds to the part it keeps over the
-// micro-batches. The whole gradient lives from its producer to the
+// mean, which an accumulation, returned for the caller to place, adds to
+// the part it keeps over the micro-batches. The whole gradient lives from its producer to the
 // reduce-scatter (one slot), the part across micro-batches.
 //
 // The accumulation runs on the compute stream after the next task that
@@ -616,7 +611,7 @@ func (c *compiler) joinZero(key zeroKey, proto Task, read Use, write, stream int
 // and keep every gradient of the micro-batch whole at once, as stage 1's
 // accumulator does. With one micro-batch the accumulation is a copy,
 // kept for the same bound.
-func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, g int) {
+func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, g int) zeroAcc {
 	w := c.zeroGrads[grad.ID]
 	shape := grad.Spec.Shape.Clone()
 	shape[0] /= c.st.DP
@@ -635,8 +630,8 @@ func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, 
 		Stage: stage, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Reads: []Use{{Reg: part, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: c.st.Micros(replica) > 1, // one micro-batch's only overwrites
 		FLOPs: units.FLOPs(2 * n), Bytes: 3 * spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
-	c.zeroAccs[dev] = append(c.zeroAccs[dev], zeroAcc{task, stage})
 	c.partOf[dev][grad.ID] = acc
+	return zeroAcc{task, stage}
 }
 
 // zeroAcc is an accumulation of a gradient's part waiting for its place
