@@ -154,15 +154,17 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 		{"mlp", "dp=2,pp=2,mb=4,sched=gpipe,zero=3", 8}, {"mlp", "dp=2,mb=2,recompute=full,zero=3", 8},
 		{"mlp3x4096:depth=3,width=12", "dp=3,mb=2,zero=1", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,mb=2,zero=2", 12},
 		{"mlp3x4096:depth=3,width=12", "dp=3,zero=3", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,mb=2,zero=3", 12},
+		{"mlp3x4096:depth=3,width=12", "dp=3,pp=2,mb=2,zero=2", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,pp=2,mb=4,sched=gpipe,zero=3", 12},
 	} {
 		t.Run(c.model+"/"+c.strategy, func(t *testing.T) {
-			want, ok := refs[c.model]
+			key := fmt.Sprintf("%s/%d", c.model, c.batch)
+			want, ok := refs[key]
 			if !ok {
 				_, r, res := trainPlan(t, c.model, "single", c.batch, 1, iters)
 				store, err := r.Store()
 				require.NoError(t, err)
 				want = ref{store, res.Loss}
-				refs[c.model] = want
+				refs[key] = want
 			}
 			p, r, got := trainPlan(t, c.model, c.strategy, c.batch, 8, iters)
 			for it := range iters {
