@@ -76,8 +76,11 @@ func (p *Plan) check() error {
 	if p.SharedDP && (p.DP < 2 || p.Shares != nil) {
 		return fmt.Errorf("plans: dp_shared lists replica 0 for all replicas: it needs replicas ≥ 2 with even micro-batches, got %d and %v", p.DP, p.Shares)
 	}
-	if p.Zero < 0 || p.Zero > 1 || (p.Zero > 0 && p.DP < 2) || p.VPP < 0 || p.VPP > maxCount {
-		return fmt.Errorf("plans: zero %d and virtual_stages %d: want zero 0, or 1 with replicas ≥ 2, and virtual_stages ≥ 0", p.Zero, p.VPP)
+	if p.Zero < 0 || p.Zero > 3 || (p.Zero > 0 && p.DP < 2) || p.VPP < 0 || p.VPP > maxCount {
+		return fmt.Errorf("plans: zero %d and virtual_stages %d: want zero 0, or 1 to 3 with replicas ≥ 2, and virtual_stages ≥ 0", p.Zero, p.VPP)
+	}
+	if p.Zero > 1 && p.Shares != nil {
+		return fmt.Errorf("plans: zero %d reduce-scatters every micro-batch over the replicas together: it needs even replicas, not replica_micro_batches %v", p.Zero, p.Shares)
 	}
 	if p.Shares != nil {
 		if len(p.Shares) != p.DP || slices.Min(p.Shares) < 1 || slices.Max(p.Shares) > maxCount || slices.Max(p.Shares) != p.MB {
@@ -197,8 +200,8 @@ func (p *Plan) check() error {
 					r.Name, r.Spec, r.Device, sh.Part, sh.Parts, sh.Of, sh.Full)
 			}
 		}
-		if r.Master && (r.Init.Shard == nil || p.Zero == 0) {
-			return bad("registers", i, "%s is a ZeRO master part without a shard or zero stage", r.Name)
+		if r.Master && (r.Init.Shard == nil || p.Zero == 0 || p.Zero == 3) {
+			return bad("registers", i, "%s is a ZeRO master part without a shard or a zero stage of 1 or 2 (under 3 a part is a weight's only copy)", r.Name)
 		}
 	}
 	return nil

@@ -57,6 +57,9 @@ func Compile(cfg Config) (*Plan, error) {
 	if st.Shares != nil && (len(st.Shares) != st.DP || slices.Min(st.Shares) < 1 || slices.Max(st.Shares) != st.MB) {
 		return nil, fmt.Errorf("%w: shares %v: want one count ≥ 1 per replica of dp=%d, the largest mb=%d", ErrInfeasible, st.Shares, st.DP, st.MB)
 	}
+	if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && (st.DP < 2 || st.TP > 1) || st.Zero > 1 && st.Shares != nil {
+		return nil, fmt.Errorf("%w: %s: zero=%d: want 0 to 3; ZeRO needs dp ≥ 2 and no tp, and stages 2 and 3 the same micro-batches per replica", ErrInfeasible, st, st.Zero)
+	}
 	if cfg.Batch < 1 || cfg.Batch%st.TotalMicros() != 0 {
 		if st.Shares != nil {
 			return nil, fmt.Errorf("%w: batch %d does not split into mb=%s micro-batches of one size", ErrInfeasible, cfg.Batch, FormatCounts(st.Shares))
@@ -103,6 +106,14 @@ func Compile(cfg Config) (*Plan, error) {
 	return c.p, nil
 }
 
+// zeroKey names a per-micro-batch ZeRO collective: the reduce-scatter of
+// a gradient (in the backward phase), or the all-gather of a weight before
+// its forward or backward readers.
+type zeroKey struct {
+	tensor int
+	phase  graph.Phase
+}
+
 type compiler struct {
 	cfg   Config
 	st    Strategy
@@ -125,7 +136,16 @@ type compiler struct {
 	zero     map[int]int      // under ZeRO: weight or optimizer state tensor ID → the weight's ID, for those split
 	masterOf []map[int]int    // weight ID → the register of the device's part of it (ZeRO)
 	partOf   []map[int]int    // grad ID → the register of the device's part of the reduced gradient (ZeRO)
-	xfers    map[[2]int][]int // (src task, dst device) → transfer tasks
+	// Under ZeRO stages 2 and 3: the gradients of split weights, scattered
+	// per micro-batch (grad ID → weight ID); the per-micro-batch
+	// collectives over the replicas, which each replica joins as its
+	// blocks are built; and, under stage 3, each device's temporaries of
+	// the gathered weights.
+	zeroGrads  map[int]int
+	zeroColls  map[zeroKey]int
+	zeroAccs   [][]zeroAcc // device → accumulations of gradient parts not yet in a block
+	gatheredOf []map[zeroKey]int
+	xfers      map[[2]int][]int // (src task, dst device) → transfer tasks
 }
 
 // device is the device of a replica's stage in the tensor-parallel rank
@@ -263,10 +283,18 @@ func (c *compiler) build() error {
 	c.gathers = make([][]int, n)
 	c.masterOf, c.partOf = make([]map[int]int, n), make([]map[int]int, n)
 	c.zero = c.zeroSplit()
+	c.zeroGrads, c.zeroColls, c.gatheredOf, c.zeroAccs = map[int]int{}, map[zeroKey]int{}, make([]map[zeroKey]int, n), make([][]zeroAcc, n)
+	if c.st.Zero >= 2 {
+		for _, u := range c.updateNodes() {
+			if _, ok := c.zero[u.Inputs[0].ID]; ok {
+				c.zeroGrads[u.Inputs[1].ID] = u.Inputs[0].ID
+			}
+		}
+	}
 	c.xfers = map[[2]int][]int{}
 	for d := range n {
 		c.regOf[d], c.reOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[string]int{}
-		c.accOf[d], c.masterOf[d], c.partOf[d] = map[int]int{}, map[int]int{}, map[int]int{}
+		c.accOf[d], c.masterOf[d], c.partOf[d], c.gatheredOf[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[zeroKey]int{}
 		c.fwd[d], c.bwd[d] = make([][]int, c.st.VirtualStages()), make([][]int, c.st.VirtualStages())
 		if c.p.TPRank(d) < c.ranks() && c.p.Replica(d) < c.replicas() {
 			c.stream(d, "compute")
@@ -293,6 +321,11 @@ func (c *compiler) build() error {
 // replica, with the input and transfer tasks they need.
 func (c *compiler) buildReplica(replica int) error {
 	consumers := c.g.Consumers()
+	defer func() { // the last gradients' accumulations end their blocks
+		for d := range c.zeroAccs {
+			c.flushZeroAccumulates(d)
+		}
+	}()
 	if err := c.eachTP(func() error { return c.buildInputs(replica, consumers) }); err != nil {
 		return err
 	}
@@ -379,6 +412,10 @@ func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
 			c.regOf[dev][t.ID] = c.zeroPart(dev, replica, t, false)
 			continue
 		}
+		if split && c.st.Zero == 3 { // the weight too: its whole is gathered before each use (zeroGathered)
+			c.masterOf[dev][t.ID] = c.zeroPart(dev, replica, t, false)
+			continue
+		}
 		reg := c.newRegister(dev, t.Name+init.Shard.Suffix(), t.Spec)
 		c.p.Registers[reg].Persistent = true
 		c.p.Registers[reg].Init = init
@@ -429,7 +466,8 @@ func (c *compiler) zeroSplit() map[int]int {
 
 // zeroPart adds the persistent register of replica's part of tensor t on
 // device dev: its first axis split over the replicas. A weight's part
-// (master) is a copy of its whole's, which the store leaves out.
+// (master) is, under stages 1 and 2, a copy of its whole's, which the
+// store leaves out; under stage 3 it is the weight's only copy.
 func (c *compiler) zeroPart(dev, replica int, t *graph.Tensor, master bool) int {
 	sh := &graph.Shard{Of: t.Name, Full: t.Spec.Shape.Clone(), Axis: 0, Parts: c.st.DP, Part: replica, Blocks: 1}
 	init := t.Init
@@ -497,9 +535,15 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	}
 	var reads []Use
 	for _, in := range n.Inputs {
-		reg, err := c.readable(dev, in, replica)
-		if err != nil {
-			return err
+		var reg int
+		if w, ok := c.zero[in.ID]; ok && w == in.ID && c.st.Zero == 3 {
+			reg = c.zeroGathered(dev, replica, c.stage[n.ID], in, phase)
+		} else {
+			r, err := c.readable(dev, in, replica)
+			if err != nil {
+				return err
+			}
+			reg = r
 		}
 		mode := ReadMicro
 		if c.p.Registers[reg].Persistent { // a weight, possibly through a TPCopy (sequence parallelism's replicated weights)
@@ -524,7 +568,132 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 		Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
 		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 	c.toBlock(dev, c.stage[n.ID], phase, task)
+	var accs []zeroAcc
+	for i, out := range n.Outputs {
+		if _, ok := c.zeroGrads[out.ID]; ok && re == nil {
+			accs = append(accs, c.addZeroScatterMicro(out, replica, dev, c.stage[n.ID], writes[i]))
+		}
+	}
+	if accs != nil { // the previous producer's accumulations follow this one's reduce-scatters
+		c.flushZeroAccumulates(dev)
+		c.zeroAccs[dev] = accs
+	}
 	return nil
+}
+
+// joinZero adds a replica's member to the per-micro-batch ZeRO collective
+// of key, creating it (from proto, without members) for the first: the
+// replicas' blocks are built one after another, and the collective is one
+// task over all of them, member i being replica i.
+func (c *compiler) joinZero(key zeroKey, proto Task, read Use, write, stream int) int {
+	id, ok := c.zeroColls[key]
+	if !ok {
+		id = c.newTask(proto)
+		c.zeroColls[key] = id
+	}
+	t := &c.p.Tasks[id]
+	t.Reads = append(t.Reads, read)
+	t.Writes = append(t.Writes, write)
+	t.Streams = append(t.Streams, stream)
+	c.p.Registers[write].Writers = append(c.p.Registers[write].Writers, id)
+	return id
+}
+
+// addZeroScatterMicro adds, under ZeRO stages 2 and 3, a replica's member
+// of the reduce-scatter of one micro-batch's gradient (register g on
+// device dev), right after the task producing it, on the coll stream (the
+// compute stream of a CPU): the replica gets its part of the replicas'
+// mean, which an accumulation, returned for the caller to place, adds to
+// the part it keeps over the micro-batches. The whole gradient lives from its producer to the
+// reduce-scatter (one slot), the part across micro-batches.
+//
+// The accumulation runs on the compute stream after the next task that
+// produces such gradients (see flushZeroAccumulates): it waits for the
+// reduce-scatter, so at most two tasks' whole gradients are ever live,
+// and each reduce-scatter overlaps the next layer's backward compute.
+// Without that wait a GPU's compute could run ahead of the coll stream
+// and keep every gradient of the micro-batch whole at once, as stage 1's
+// accumulator does. With one micro-batch the accumulation is a copy,
+// kept for the same bound.
+func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, g int) zeroAcc {
+	w := c.zeroGrads[grad.ID]
+	shape := grad.Spec.Shape.Clone()
+	shape[0] /= c.st.DP
+	spec := graph.Spec{Shape: shape, DType: grad.Spec.DType}
+	b := grad.Spec.Bytes()
+	part := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, replica, c.st.DP)), spec)
+	id := c.joinZero(zeroKey{grad.ID, graph.Backward}, Task{Name: "reducescatter/" + c.weightName(dev, c.g.Tensors[w]), Kind: ReduceScatter,
+		Phase: graph.Backward.String(), Stage: stage, Replica: 0, PerMicro: true,
+		FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
+		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}},
+		Use{Reg: g, Mode: ReadMicro}, part, c.commStream(dev, "coll"))
+	c.toBlock(dev, stage, graph.Backward, id)
+	acc := c.newRegister(dev, c.p.Registers[part].Name+".acc", spec)
+	n := shape.NumElements()
+	task := c.newTask(Task{Name: c.p.Registers[part].Name + ".accumulate", Kind: Accumulate, Phase: graph.Backward.String(),
+		Stage: stage, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
+		Reads: []Use{{Reg: part, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: c.st.Micros(replica) > 1, // one micro-batch's only overwrites
+		FLOPs: units.FLOPs(2 * n), Bytes: 3 * spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
+	c.partOf[dev][grad.ID] = acc
+	return zeroAcc{task, stage}
+}
+
+// zeroAcc is an accumulation of a gradient's part waiting for its place
+// in a backward block (see addZeroScatterMicro).
+type zeroAcc struct{ task, stage int }
+
+// flushZeroAccumulates puts device dev's waiting accumulations into their
+// blocks, where the compute stream has got to.
+func (c *compiler) flushZeroAccumulates(dev int) {
+	for _, a := range c.zeroAccs[dev] {
+		c.toBlock(dev, a.stage, graph.Backward, a.task)
+	}
+	c.zeroAccs[dev] = nil
+}
+
+// zeroGathered returns, under ZeRO stage 3, the register through which
+// device dev's tasks of a phase read weight w whole: a temporary that a
+// per-micro-batch all-gather of the replicas' parts fills just before the
+// phase's first reader of it, one for the forward pass and one for the
+// backward pass (recomputation included), as FSDP frees a weight after
+// its forward use and gathers it again for the backward. One slot each:
+// the next micro-batch's gather waits until this one's readers are done.
+//
+// The gather runs on the compute stream, so a whole weight lives from its
+// gather to its last reader of the block. On a coll stream nothing would
+// hold the gathers back (a task waits for the slots it writes, and each
+// weight has its own register), so they could all run ahead of the
+// compute and keep every weight whole at once; FSDP's prefetch of one
+// layer ahead would need buffers shared between weights of different
+// shapes, which registers are not. The price is that a GPU waits for its
+// gathers.
+func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase graph.Phase) int {
+	key := zeroKey{w.ID, phase}
+	if reg, ok := c.gatheredOf[dev][key]; ok {
+		return reg
+	}
+	name := w.Name + "@gather"
+	if phase == graph.Backward {
+		name += ".backward"
+	}
+	reg := c.newRegister(dev, c.taskName(dev, name), w.Spec)
+	b := w.Spec.Bytes()
+	id := c.joinZero(key, Task{Name: "allgather/" + name, Kind: AllGather, Phase: phase.String(), Stage: stage, Replica: 0, PerMicro: true,
+		Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}},
+		Use{Reg: c.masterOf[dev][w.ID], Mode: ReadPrev}, reg, c.stream(dev, "compute"))
+	c.toBlock(dev, stage, phase, id)
+	c.gatheredOf[dev][key] = reg
+	return reg
+}
+
+// weightName is the name of weight w's register on device dev: its whole
+// register's, or under ZeRO stage 3, where the device holds only a part,
+// the weight's.
+func (c *compiler) weightName(dev int, w *graph.Tensor) string {
+	if reg, ok := c.regOf[dev][w.ID]; ok {
+		return c.p.Registers[reg].Name
+	}
+	return w.Name
 }
 
 // output adds the register of tensor t written on device dev: of the
@@ -697,7 +866,9 @@ func (c *compiler) buildAllReducesTP() {
 		grad := n.Inputs[1]
 		s := c.stage[n.ID]
 		if _, ok := c.zero[n.Inputs[0].ID]; ok {
-			c.addZeroScatter(n, grad, s)
+			if c.st.Zero == 1 { // stages 2 and 3 scattered every micro-batch's (addZeroScatterMicro)
+				c.addZeroScatter(n, grad, s)
+			}
 			continue
 		}
 		var regs, streams []int
@@ -780,9 +951,9 @@ func (c *compiler) buildUpdatesTP() {
 			for i, in := range n.Inputs {
 				switch {
 				case slices.Contains(mutated, i):
-					reg := c.regOf[dev][in.ID]
-					if m, ok := c.masterOf[dev][in.ID]; ok && split {
-						reg = m
+					reg, ok := c.masterOf[dev][in.ID]
+					if !ok || !split {
+						reg = c.regOf[dev][in.ID]
 					}
 					reads = append(reads, Use{Reg: reg, Mode: ReadPrev})
 					writes = append(writes, reg)
@@ -794,14 +965,14 @@ func (c *compiler) buildUpdatesTP() {
 			}
 			op, _ := graph.EncodeOp(n.Op) // every update op is registered
 			cost := n.Cost()
-			task := c.newTask(Task{Name: c.taskName(dev, "update/"+c.p.Registers[c.regOf[dev][n.Inputs[0].ID]].Name), Kind: Compute, Phase: "update",
+			task := c.newTask(Task{Name: c.taskName(dev, "update/"+c.weightName(dev, n.Inputs[0])), Kind: Compute, Phase: "update",
 				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
 				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
 			c.updates[dev] = append(c.updates[dev], task)
 		}
 	}
 	for _, n := range c.updateNodes() {
-		if _, ok := c.zero[n.Inputs[0].ID]; ok {
+		if _, ok := c.zero[n.Inputs[0].ID]; ok && c.st.Zero < 3 { // stage 3 keeps no whole weight to write back
 			c.addZeroGather(n.Inputs[0], c.stage[n.ID])
 		}
 	}

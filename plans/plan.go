@@ -8,7 +8,9 @@ import (
 // Version is the plan file format's version. 2 (2026-11-30) added the
 // all-gather and reduce-scatter tasks (sequence parallelism, ZeRO),
 // interleaved stages, ZeRO's master parts, and plans listing one rank or
-// replica for several, which a reader of version 1 would misread.
+// replica for several, which a reader of version 1 would misread. ZeRO
+// stages 2 and 3 use version 2's fields; a reader that knows stages 0 and
+// 1 only refuses their plans by the stage.
 const Version = 2
 
 // Plan is a compiled training iteration: everything the simulator and the
@@ -240,9 +242,12 @@ type Task struct {
 	// graph.TPSum (each member's write is the sum of all members' reads;
 	// Reads[i] and Writes[i] are member i's), and sequence parallelism's
 	// all-gathers and reduce-scatters. Without it a collective is over the
-	// data-parallel replicas, once per iteration, and reduces to their
-	// (weighted) mean (see AllReduceWeights): the gradient all-reduces, and
-	// ZeRO's reduce-scatters and all-gathers.
+	// data-parallel replicas and reduces to their (weighted) mean (see
+	// AllReduceWeights): the gradient all-reduces and ZeRO's
+	// reduce-scatters and all-gathers, once per iteration; under ZeRO
+	// stages 2 and 3 also per micro-batch (PerMicro, with Replica 0 whose
+	// micro-batches every replica runs: the reduce-scatter of each
+	// micro-batch's gradient, and stage 3's gathers of the weights).
 	Sum bool `json:"sum,omitempty"`
 	// Axis is the axis an AllGather concatenates along and a
 	// ReduceScatter splits.
@@ -276,9 +281,10 @@ type Register struct {
 	// iterations and are initialized from Init.
 	Persistent bool       `json:"persistent,omitempty"`
 	Init       graph.Init `json:"init"`
-	// Master marks, under ZeRO, a replica's part of a weight that it also
-	// holds whole (updated in the part, gathered into the whole): a copy,
-	// which the whole stands for in a store.
+	// Master marks, under ZeRO stages 1 and 2, a replica's part of a
+	// weight that it also holds whole (updated in the part, gathered into
+	// the whole): a copy, which the whole stands for in a store. Under
+	// stage 3 the part is the weight's only persistent copy, not a master.
 	Master bool `json:"master,omitempty"`
 	// Writers are the tasks writing the register, in the order their
 	// writes happen within an iteration.

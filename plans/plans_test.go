@@ -45,8 +45,18 @@ func TestParseStrategy(t *testing.T) {
 		{"tp=2,sp=yes", Strategy{}, "sp=yes: want on or off"},
 		{"pp=2,vpp=2,mb=4", Strategy{DP: 1, PP: 2, VPP: 2, MB: 4, Sched: OneFOneB}, ""},
 		{"dp=2,zero=1", Strategy{DP: 2, PP: 1, MB: 1, Zero: 1, Sched: OneFOneB}, ""},
-		{"dp=2,zero=2", Strategy{}, "zero=2 is not supported by this compiler yet"},
+		{"dp=2,zero=2", Strategy{DP: 2, PP: 1, MB: 1, Zero: 2, Sched: OneFOneB}, ""},
+		{"dp=4,pp=2,mb=2,zero=3", Strategy{DP: 4, PP: 2, MB: 2, Zero: 3, Sched: OneFOneB}, ""},
+		{"dp=2,zero=0", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
+		{"dp=2,zero=4", Strategy{}, "zero=4: want 0, 1, 2 or 3"},
+		{"dp=2,zero=-1", Strategy{}, "zero=-1: want 0, 1, 2 or 3"},
+		{"dp=2,mb=3:1,zero=2", Strategy{}, "zero=2 reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=3:1"},
+		{"dp=2,mbs=4,mb=auto,zero=3", Strategy{}, "not mb=auto"},
+		{"dp=2,mb=2:2,zero=3", Strategy{DP: 2, PP: 1, MB: 2, Zero: 3, Sched: OneFOneB}, ""}, // even shares are uniform
+		{"dp=2,mb=3:1,zero=1", Strategy{DP: 2, PP: 1, MB: 3, Zero: 1, Sched: OneFOneB, Shares: []int{3, 1}}, ""},
 		{"zero=1", Strategy{}, "it needs dp ≥ 2"},
+		{"zero=3", Strategy{}, "zero=3 splits optimizer state over data-parallel replicas: it needs dp ≥ 2"},
+		{"dp=2,tp=2,zero=2", Strategy{}, "so far, no tp"},
 		{"dp=2,tp=2,zero=1", Strategy{}, "so far, no tp"},
 		{"pp=2,vpp=1,mb=4", Strategy{DP: 1, PP: 2, MB: 4, Sched: OneFOneB}, ""},
 		{"dp=3,pp=2,mb=1:2:1,sched=gpipe", Strategy{DP: 3, PP: 2, MB: 2, Sched: GPipe, Shares: []int{1, 2, 1}}, ""},
@@ -622,6 +632,8 @@ func FuzzDecode(f *testing.F) {
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2,sp=on", 1},
 		{"gpt:layers=1,hidden=4,heads=2,seq=2,vocab=4", "tp=2,sp=on,shared", 1},
 		{"mlp3x4096:depth=2,width=2", "dp=2,zero=1", 2},
+		{"mlp3x4096:depth=2,width=2", "dp=2,zero=2", 2},
+		{"mlp3x4096:depth=1,width=2", "dp=2,zero=3", 2},
 		{"mlp3x4096:depth=4,width=2", "pp=2,vpp=2,mb=2", 2},
 	} {
 		strategy, shared := strings.CutSuffix(c.strategy, ",shared")
@@ -824,11 +836,120 @@ func TestZeroSplitsOptimizerState(t *testing.T) {
 	gather := slices.IndexFunc(zero.Tasks, func(t Task) bool { return t.Kind == AllGather })
 	master := slices.IndexFunc(zero.Registers, func(r Register) bool { return r.Master })
 	requireDecodeRejectsAll(t, zero, []rejection{
-		{"stage", "zero 2 and virtual_stages 0", func(p *Plan) { p.Zero = 2 }},
+		{"stage", "zero 4 and virtual_stages 0: want zero 0, or 1 to 3", func(p *Plan) { p.Zero = 4 }},
 		{"no zero", "is ZeRO's: the plan has zero=0", func(p *Plan) { p.Zero = 0 }},
 		{"members", "one read, write and stream per member of dp=2", func(p *Plan) { p.Tasks[gather].Reads = p.Tasks[gather].Reads[:1] }},
 		{"part", "is not part 1 of 2", func(p *Plan) { p.Registers[master].Init.Shard.Part = 1 }},
 	})
+}
+
+// ZeRO stage 2 reduce-scatters each micro-batch's gradient of a split
+// weight as soon as its task produces it, into a part that accumulates
+// over the micro-batches, so that no whole gradient outlives its
+// micro-batch; stage 3 also keeps only the replica's part of the weight
+// and all-gathers it into a temporary before the first forward and again
+// before the first backward reader of each micro-batch, with no gather
+// after the update. Both read back, and a decoder refuses what they
+// cannot be.
+func TestZeroStages(t *testing.T) {
+	compile := func(strategy string) *Plan {
+		st, err := ParseStrategy(strategy, 8)
+		require.NoError(t, err)
+		p, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs(4, 0)})
+		require.NoError(t, err)
+		return p
+	}
+	const weights = 6 // mlp's, all split by dp=2
+	count := func(p *Plan, f func(t *Task) bool) int {
+		n := 0
+		for i := range p.Tasks {
+			if f(&p.Tasks[i]) {
+				n++
+			}
+		}
+		return n
+	}
+	for _, stage := range []int{2, 3} {
+		t.Run(fmt.Sprintf("zero=%d", stage), func(t *testing.T) {
+			p := compile(fmt.Sprintf("dp=2,mb=2,zero=%d", stage))
+			scatters := count(p, func(t *Task) bool { return t.Kind == ReduceScatter })
+			require.Equal(t, weights, scatters)
+			require.Zero(t, count(p, func(t *Task) bool { return t.Kind == AllReduce }))
+			for _, task := range p.Tasks {
+				switch task.Kind {
+				case ReduceScatter:
+					require.True(t, task.PerMicro, "%s: every micro-batch's gradient", task.Name)
+					require.Len(t, task.Writes, 2)
+					for _, u := range task.Reads {
+						g := p.Registers[u.Reg]
+						require.Equal(t, ReadMicro, u.Mode)
+						require.Equal(t, 1, g.Slots, "%s: the whole gradient is a one-slot temporary", g.Name)
+						require.Equal(t, "backward", p.Tasks[g.Writers[0]].Phase, "%s: read as its producer writes it", g.Name)
+					}
+				case Accumulate:
+					// Only parts accumulate: half the gradient.
+					in, out := p.Registers[task.Reads[0].Reg], p.Registers[task.Writes[0]]
+					require.Equal(t, ReduceScatter, p.Tasks[in.Writers[0]].Kind, "%s accumulates a reduced part", out.Name)
+				case Compute:
+					if task.Phase != "update" {
+						continue
+					}
+					part := p.Registers[task.Reads[1].Reg]
+					require.Equal(t, Accumulate, p.Tasks[part.Writers[0]].Kind, "%s: the part accumulated over the micro-batches", task.Name)
+				}
+			}
+			require.Equal(t, 2*weights, count(p, func(t *Task) bool { return t.Kind == Accumulate }), "one accumulation of its part per replica and weight")
+			gathers := count(p, func(t *Task) bool { return t.Kind == AllGather })
+			if stage == 2 {
+				require.Equal(t, weights, gathers)
+				require.Zero(t, count(p, func(t *Task) bool { return t.Kind == AllGather && t.PerMicro }), "gathered once, after the update")
+			} else {
+				// The forward pass reads the six weights, the backward pass
+				// the matrices of fc2 and fc3 (fc1's input needs no
+				// gradient): each through a per-micro-batch gather of its
+				// own, of its phase.
+				require.Equal(t, weights+2, gathers)
+				for _, task := range p.Tasks {
+					if task.Kind == AllGather {
+						require.True(t, task.PerMicro, task.Name)
+						require.Equal(t, ReadPrev, task.Reads[0].Mode, "%s: last iteration's updated part", task.Name)
+						continue
+					}
+					for _, u := range task.Reads {
+						reg := p.Registers[u.Reg]
+						if len(reg.Writers) == 0 || p.Tasks[reg.Writers[0]].Kind != AllGather {
+							continue
+						}
+						require.Equal(t, task.Phase, p.Tasks[reg.Writers[0]].Phase, "%s reads %s gathered for its own phase", task.Name, reg.Name)
+						require.Equal(t, 1, reg.Slots)
+					}
+				}
+				for _, reg := range p.Registers {
+					require.False(t, reg.Master, reg.Name)
+					if reg.Persistent {
+						require.NotNil(t, reg.Init.Shard, "%s: only parts persist", reg.Name)
+					}
+				}
+			}
+			var b bytes.Buffer
+			require.NoError(t, Encode(&b, p))
+			_, err := Decode(&b)
+			require.NoError(t, err, "a zero=%d plan reads back", stage)
+			part := slices.IndexFunc(p.Registers, func(r Register) bool { return r.Persistent && r.Init.Shard != nil })
+			requireDecodeRejectsAll(t, p, []rejection{
+				{"uneven", "needs even replicas", func(p *Plan) { p.Shares = []int{2, 1} }},
+				{"master", "under 3 a part is a weight's only copy", func(p *Plan) { p.Zero, p.Registers[part].Master = 3, true }},
+			})
+		})
+	}
+	// Persistent memory: stage 2 keeps stage 1's registers; stage 3 keeps
+	// a half of the weight besides the halves of Adam's two moments.
+	one, two, three := compile("dp=2,mb=2,zero=1"), compile("dp=2,mb=2,zero=2"), compile("dp=2,mb=2,zero=3")
+	plain := compile("dp=2,mb=2")
+	require.Equal(t, one.Memory[0].Persistent, two.Memory[0].Persistent)
+	require.InDelta(t, 0.5, float64(three.Memory[0].Persistent)/float64(plain.Memory[0].Persistent), 0.01)
+	require.Less(t, three.Memory[0].Peak, two.Memory[0].Peak)
+	require.Less(t, two.Memory[0].Peak, one.Memory[0].Peak)
 }
 
 // A plan may list one replica for all (Config.SharedDP) only where they run

@@ -2,6 +2,7 @@ package plans
 
 import (
 	"cmp"
+	"fmt"
 	"maps"
 	"slices"
 )
@@ -40,10 +41,17 @@ func (c *compiler) order() {
 		compute := &c.p.Streams[cs]
 		f, b := c.fwd[d], c.bwd[d]
 		for _, step := range c.schedule(c.p.Replica(d), c.p.Stage(d)) {
+			tasks := b[step.chunk]
 			if step.forward {
-				compute.Order = append(compute.Order, block(f[step.chunk], step.micro)...)
-			} else {
-				compute.Order = append(compute.Order, block(b[step.chunk], step.micro)...)
+				tasks = f[step.chunk]
+			}
+			// A block's tasks on another stream of the device (ZeRO's
+			// per-micro-batch collectives on a GPU's coll stream) keep
+			// the block's order there: gathers ahead of their readers,
+			// reduce-scatters after their producers.
+			for _, t := range tasks {
+				s := c.streamOn(t, d)
+				c.p.Streams[s].Order = append(c.p.Streams[s].Order, at(t, step.micro))
 			}
 		}
 		// All-reduces in the order gradients become ready (on the stream
@@ -95,6 +103,16 @@ func (c *compiler) order() {
 		}
 		compute.Order = order
 	}
+}
+
+// streamOn is the stream task t occupies on device d.
+func (c *compiler) streamOn(t, d int) int {
+	for _, s := range c.p.Tasks[t].Streams {
+		if c.p.Streams[s].Device == d {
+			return s
+		}
+	}
+	panic(fmt.Sprintf("plans: task %s has no stream on device %d", c.p.Tasks[t].Name, d)) // the compiler put it in d's blocks
 }
 
 type step struct {

@@ -39,7 +39,12 @@ type Strategy struct {
 	// the DP replicas keeps the optimizer state of 1/DP of every weight
 	// (split along its first axis, where DP divides it), reduce-scatters
 	// the gradients instead of all-reducing them, updates its part and
-	// all-gathers the updated weight. 0: none.
+	// all-gathers the updated weight. With 2 it also keeps only its part
+	// of the gradient: every micro-batch's gradient is reduce-scattered as
+	// it is produced and accumulated in parts. With 3 it keeps only its
+	// part of the weight too, all-gathered into a temporary before each
+	// micro-batch's forward and again before its backward use (as FSDP),
+	// with no all-gather after the update. 0: none.
 	Zero int
 	// Place, when set (one device type per pipeline stage; pp=1: one;
 	// written place=v100:a100, a run of stages as v100*2:a100*6), says
@@ -310,12 +315,10 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			switch v {
 			case "0":
 				s.Zero = 0
-			case "1":
-				s.Zero = 1
-			case "2", "3":
-				return s, fmt.Errorf("plans: strategy %q: zero=%s is not supported by this compiler yet (zero=0 or 1)", str, v)
+			case "1", "2", "3":
+				s.Zero = int(v[0] - '0')
 			default:
-				return s, fmt.Errorf("plans: strategy %q: zero=%s: want 0 or 1", str, v)
+				return s, fmt.Errorf("plans: strategy %q: zero=%s: want 0, 1, 2 or 3", str, v)
 			}
 			continue
 		case k == "mb" && v == "auto":
@@ -403,7 +406,9 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	case s.SP && s.TP < 2:
 		return s, fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str)
 	case s.Zero > 0 && (s.DP < 2 || s.TP > 1):
-		return s, fmt.Errorf("plans: strategy %q: zero=1 splits optimizer state over data-parallel replicas: it needs dp ≥ 2 (and, so far, no tp)", str)
+		return s, fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2 (and, so far, no tp)", str, s.Zero)
+	case s.Zero > 1 && (s.Shares != nil && slices.Min(s.Shares) != slices.Max(s.Shares) || s.AutoShares):
+		return s, fmt.Errorf("plans: strategy %q: zero=%d reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=%s", str, s.Zero, zeroSharesText(s))
 	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):
 		return s, fmt.Errorf("plans: strategy %q: vpp interleaves the stages of a pipeline: it needs pp ≥ 2, sched=1f1b, stages cut evenly and the same micro-batches per replica", str)
 	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:
@@ -459,3 +464,11 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 }
 
 func (s Strategy) withAuto() Strategy { s.AutoShares = true; return s }
+
+// zeroSharesText is how the strategy string gave uneven micro-batches.
+func zeroSharesText(s Strategy) string {
+	if s.AutoShares {
+		return "auto"
+	}
+	return FormatCounts(s.Shares)
+}

@@ -485,7 +485,8 @@ func gpuSupported(p *plans.Plan) error {
 		return fmt.Errorf("runtime: the plan is tensor-parallel (tp=%d): tensor parallelism runs on CPU devices only so far", p.TPDegree())
 	}
 	if p.Zero > 0 {
-		return fmt.Errorf("runtime: the plan splits optimizer state over its replicas (zero=%d): ZeRO runs on CPU devices only so far", p.Zero)
+		split := [...]string{1: "optimizer state", 2: "optimizer state and gradients", 3: "optimizer state, gradients and weights"}
+		return fmt.Errorf("runtime: plan %s splits %s over its replicas (zero=%d): ZeRO runs on CPU devices only so far", p.Strategy, split[min(p.Zero, 3)], p.Zero)
 	}
 	if hasCPU {
 		for _, r := range p.Registers {

@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"os"
 	"slices"
@@ -49,6 +50,18 @@ func openGPU(t *testing.T) *GPU {
 	}
 	require.NoError(t, err)
 	return g
+}
+
+// A ZeRO plan with a GPU is refused, at every stage, naming the strategy
+// and what it splits (before any GPU is opened).
+func TestGPURefusesZero(t *testing.T) {
+	for stage, what := range map[int]string{1: "splits optimizer state over", 2: "splits optimizer state and gradients over", 3: "splits optimizer state, gradients and weights over"} {
+		p := compileOn(t, gpuDevices(t), "mlp", fmt.Sprintf("dp=2,zero=%d", stage), 8, 0)
+		err := gpuSupported(p)
+		require.ErrorContains(t, err, fmt.Sprintf("plan dp=2,zero=%d %s its replicas (zero=%d): ZeRO runs on CPU devices only so far", stage, what, stage))
+		_, err = NewPlanRunner(p)
+		require.ErrorContains(t, err, "ZeRO runs on CPU devices only")
+	}
 }
 
 // Without a GPU, a plan with a GPU device is refused with the reason, and

@@ -312,8 +312,9 @@ func (r *PlanRunner) Store() (*Store, error) {
 	s := NewStore(r.p.Seed)
 	for i, reg := range r.p.Registers {
 		// Replica 0's weights and state, and under ZeRO every replica's
-		// part of the state (not the parts of the weights, which replica
-		// 0 holds whole).
+		// part of the state, and under stage 3 of the weights (under
+		// stages 1 and 2 a weight's parts are masters, Register.Master,
+		// and replica 0 holds it whole).
 		zeroPart := reg.Init.Shard != nil && r.p.Zero > 0 && !reg.Master
 		if reg.Persistent && !reg.Master && (r.p.Replica(reg.Device) == 0 || zeroPart) && r.rk.local(reg.Device) {
 			b, err := r.value(i)

@@ -53,7 +53,7 @@ func TestPlanNumericsIndependentOfStrategy(t *testing.T) {
 		"dp=2,mb=3:1", "dp=2,pp=2,mb=1:3,sched=gpipe", "pp=2,layers=3:1,mb=2", "pp=3,layers=1:2:1,mb=4",
 		"recompute=full", "pp=2,mb=4,sched=gpipe,recompute=full", "dp=2,mb=3:1,recompute=full",
 		"pp=2,vpp=2,mb=2", "pp=2,vpp=2,mb=4", "dp=2,pp=2,vpp=2,mb=2", "pp=2,vpp=2,mb=4,recompute=full",
-		"dp=2,zero=1", "dp=4,mb=2,zero=1", "dp=2,mb=3:1,zero=1", "dp=2,pp=2,mb=2,zero=1"} {
+		"dp=2,zero=1", "dp=4,mb=2,zero=1", "dp=2,mb=3:1,zero=1", "dp=2,pp=2,mb=2,zero=1", "dp=4,mb=2,zero=2", "dp=2,pp=2,mb=2,zero=2"} {
 		t.Run(s, func(t *testing.T) {
 			got := run(s)
 			for _, name := range []string{"conv1.weight", "conv2.bias", "fc1.weight", "fc2.bias"} {

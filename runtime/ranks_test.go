@@ -203,7 +203,11 @@ func TestRanksMatchOneProcess(t *testing.T) {
 		{"dp=2,tp=2", []int{0, 0, 1, 1}, "mlp"},                                                      // gradient all-reduces cross
 		{"tp=2,sp=on,pp=2,mb=2", []int{0, 1, 1, 0}, "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"}, // all-gathers and reduce-scatters cross
 		{"pp=2,vpp=2,mb=4", []int{0, 1}, ""},
-		{"dp=2,mb=2,zero=1", []int{0, 1}, ""}, // ZeRO's reduce-scatters and all-gathers cross                                                         // interleaved: transfers cross both ways
+		{"dp=2,mb=2,zero=1", []int{0, 1}, ""}, // ZeRO's reduce-scatters and all-gathers cross
+		{"dp=2,mb=2,zero=2", []int{0, 1}, ""}, // per micro-batch
+		{"dp=2,mb=4,zero=3", []int{0, 1}, ""}, // and the weights' gathers before forward and backward
+		{"dp=2,pp=2,mb=2,zero=3", []int{0, 1, 1, 0}, ""},
+		{"dp=2,pp=2,mb=2,zero=2", []int{0, 0, 1, 1}, "mlp"},
 	}
 	for _, c := range cases {
 		model := cmp.Or(c.model, "mnist-cnn")

@@ -3,6 +3,7 @@ package sim
 import (
 	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
+	"github.com/flowkit/flowkit/units"
 	"github.com/stretchr/testify/require"
 	"pgregory.net/rapid"
 )
@@ -433,29 +435,161 @@ func TestZeroComm(t *testing.T) {
 	plain, plainStep := compile("dp=8")
 	zero, zeroStep := compile("dp=8,zero=1")
 	ops := map[plans.TaskKind]cost.Op{plans.AllGather: cost.OpAllGather, plans.ReduceScatter: cost.OpReduceScatter}
-	n := 0
-	for i, task := range zero.Tasks {
-		o, ok := ops[task.Kind]
-		if !ok {
-			continue
+	two, _ := compile("dp=8,mb=2,zero=2")
+	three, _ := compile("dp=8,mb=2,zero=3")
+	for _, p := range []*plans.Plan{zero, two, three} {
+		n := 0
+		for i, task := range p.Tasks {
+			o, ok := ops[task.Kind]
+			if !ok {
+				continue
+			}
+			n++
+			require.False(t, task.Sum)
+			stream := "coll"
+			if task.Kind == plans.AllGather && task.PerMicro { // stage 3's gathers hold the compute back (see plans)
+				stream = "compute"
+			}
+			for _, s := range task.Streams {
+				require.Equal(t, stream, p.Streams[s].Name, task.Name)
+			}
+			group := groupOf(t, c, p, &task)
+			require.Len(t, group, 8)
+			want, err := comm.Collective(o, group, task.Bytes, cost.Auto)
+			require.NoError(t, err)
+			got, err := m.Duration(p, i)
+			require.NoError(t, err)
+			require.Equal(t, want.Time, got, "%s: %s", p.Strategy, task.Name)
 		}
-		n++
-		require.False(t, task.Sum)
-		for _, s := range task.Streams {
-			require.Equal(t, "coll", zero.Streams[s].Name)
-		}
-		group := groupOf(t, c, zero, &task)
-		require.Len(t, group, 8)
-		want, err := comm.Collective(o, group, task.Bytes, cost.Auto)
-		require.NoError(t, err)
-		got, err := m.Duration(zero, i)
-		require.NoError(t, err)
-		require.Equal(t, want.Time, got, task.Name)
+		require.Positive(t, n, p.Strategy)
 	}
-	require.Positive(t, n)
 	require.InDelta(t, 1, float64(zeroStep)/float64(plainStep), 0.05, "step %v with ZeRO, %v without", zeroStep, plainStep)
 	require.Less(t, zero.Memory[0].Persistent, plain.Memory[0].Persistent*6/10, "Adam's state in eighths")
 	t.Logf("step %v → %v; persistent memory %v → %v", plainStep, zeroStep, plain.Memory[0].Persistent, zero.Memory[0].Persistent)
+}
+
+// ZeRO's stages trade communication for memory. Per device, with W the
+// bytes of the weights (each of which dp=8 divides), S of Adam's state and
+// D the replicas, the model states — persistent registers, and the
+// gradients accumulated over micro-batches — are, from the plans'
+// registers:
+//
+//	zero=0: W + S        persistent, W accumulated
+//	zero=1: W + (W+S)/D  persistent, W accumulated
+//	zero=2: W + (W+S)/D  persistent, W/D accumulated
+//	zero=3: (W+S)/D      persistent, W/D accumulated
+//
+// (the (W+S)/D being each replica's master part of the weight and of the
+// state). The collectives move, per iteration of mb micro-batches, the
+// gradient's bytes G once (the all-reduce), twice (stage 1's
+// reduce-scatter and all-gather), mb+1 times (a reduce-scatter per
+// micro-batch), and under stage 3 mb times plus the weights gathered for
+// each micro-batch's forward and backward passes. The peaks fall with
+// the stage, but for stage 2 with one micro-batch, whose peak comes
+// before any gradient. The step: stage 1 within a few percent of none;
+// stage 2 slower with one micro-batch (its compute waits for each
+// reduce-scatter a layer later) but faster with two, where stages 0 and
+// 1 accumulate whole gradients on the compute stream and stage 2 only
+// parts; stage 3 slowest, the compute waiting for every gather.
+func TestZeroStagesMemoryAndComm(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
+	const d = 8
+	type stage struct {
+		persistent, accumulated, comm float64
+		peak                          units.Bytes
+		step                          time.Duration
+	}
+	measure := func(strategy string) stage {
+		p := compileBF16(t, c, "gpt2s-blocks:layers=2", strategy, 32, graph.Adam{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, false)
+		s := stage{persistent: float64(p.Memory[0].Persistent), peak: p.Memory[0].Peak, step: stepOf(t, p, m)}
+		for _, r := range p.Registers {
+			if r.Device == 0 && len(r.Writers) > 0 && p.Tasks[r.Writers[0]].Kind == plans.Accumulate {
+				s.accumulated += float64(r.Bytes())
+			}
+		}
+		for _, task := range p.Tasks {
+			if task.Kind.Collective() && slices.ContainsFunc(task.Streams, func(s int) bool { return p.Streams[s].Device == 0 }) {
+				require.False(t, p.Zero > 0 && task.Kind == plans.AllReduce, "%s: dp=8 divides every weight", task.Name)
+				n := 1
+				if task.PerMicro {
+					n = p.MB
+				}
+				s.comm += float64(n) * float64(task.Bytes)
+			}
+		}
+		return s
+	}
+	for _, mb := range []int{1, 2} {
+		var z [4]stage
+		for k := range z {
+			z[k] = measure(fmt.Sprintf("dp=8,mb=%d,zero=%d", mb, k))
+		}
+		grad := 0.0 // G: the gradient's bytes, which stage 0's all-reduces move
+		for _, task := range compileBF16(t, c, "gpt2s-blocks:layers=2", fmt.Sprintf("dp=8,mb=%d", mb), 32, graph.SGD{LR: 0.1}, false).Tasks {
+			if task.Kind == plans.AllReduce {
+				grad += float64(task.Bytes)
+			}
+		}
+		w := grad // the weights are the gradients' size
+		s := z[0].persistent - w
+		require.InDelta(t, 2, s/w, 0.01, "Adam's two moments")
+		near := func(want, got float64, what string) {
+			t.Helper()
+			require.InDelta(t, 1, got/want, 0.005, "mb=%d: %s: got %.0f, want %.0f", mb, what, got, want)
+		}
+		near(w+(w+s)/d, z[1].persistent, "stage 1 persistent")
+		near(w+(w+s)/d, z[2].persistent, "stage 2 persistent")
+		near((w+s)/d, z[3].persistent, "stage 3 persistent")
+		near(grad, z[0].comm, "stage 0 communication")
+		near(2*grad, z[1].comm, "stage 1 communication")
+		near(float64(mb+1)*grad, z[2].comm, "stage 2 communication")
+		near(w/d, z[2].accumulated, "stage 2 accumulated (a copy of the part with one micro-batch)")
+		near(w/d, z[3].accumulated, "stage 3 accumulated")
+		require.Greater(t, z[3].comm, float64(2*mb)*grad, "stage 3: a reduce-scatter and a forward gather per micro-batch, and backward gathers")
+		if mb > 1 {
+			near(w, z[0].accumulated, "stage 0 accumulated")
+			near(w, z[1].accumulated, "stage 1 accumulated")
+		}
+		for k := 1; k < 4; k++ {
+			states := func(k int) float64 { return z[k].persistent + z[k].accumulated }
+			if mb > 1 { // with one, stages 0 and 1 accumulate nothing: their gradients are the backward pass's registers
+				require.Less(t, states(k), states(k-1), "mb=%d: model states of stage %d below stage %d's", mb, k, k-1)
+			}
+			if mb == 1 && k == 2 { // the peak comes before any gradient is whole: the same, up to placement
+				require.InDelta(t, 1, float64(z[k].peak)/float64(z[k-1].peak), 0.001, "mb=%d: peak of stage %d near stage %d's", mb, k, k-1)
+			} else {
+				require.Less(t, z[k].peak, z[k-1].peak, "mb=%d: peak of stage %d below stage %d's", mb, k, k-1)
+			}
+			if mb == 1 && k == 2 {
+				require.Equal(t, z[k-1].comm, z[k].comm, "one micro-batch: stage 2 scatters once, as stage 1")
+			} else {
+				require.Greater(t, z[k].comm, z[k-1].comm, "mb=%d: stage %d communicates more than stage %d", mb, k, k-1)
+			}
+		}
+		if mb > 1 {
+			// What the peak saves: stage 2 the whole accumulator but its
+			// part (the whole gradients it reduce-scatters are bounded to
+			// two tasks' at a time), stage 3 the whole weight but its
+			// part (each gathered whole lives from its gather to its
+			// readers).
+			saved := func(k int) float64 { return float64(z[k-1].peak - z[k].peak) }
+			require.Greater(t, saved(2), 0.9*w*(1-1.0/d), "stage 2 saves %v of the peak", units.Bytes(saved(2)))
+			require.Greater(t, saved(3), 0.9*w*(1-1.0/d), "stage 3 saves %v of the peak", units.Bytes(saved(3)))
+		}
+		require.InDelta(t, 1, float64(z[1].step)/float64(z[0].step), 0.05)
+		if mb == 1 {
+			require.Greater(t, z[2].step, z[1].step, "stage 2's compute waits for each reduce-scatter a layer later")
+		} else {
+			require.Less(t, z[2].step, z[1].step, "stage 2 accumulates parts on the compute stream, stage 1 whole gradients")
+		}
+		require.Greater(t, z[3].step, z[2].step, "stage 3 waits for its gathers")
+		for k, s := range z {
+			t.Logf("dp=8,mb=%d,zero=%d: persistent %v, accumulated gradients %v, peak %v; collectives %.1f MiB; step %v",
+				mb, k, units.Bytes(s.persistent), units.Bytes(s.accumulated), s.peak, s.comm/(1<<20), s.step)
+		}
+	}
 }
 
 // A plan that lists tensor-parallel rank 0 only (Config.SharedTP), or
@@ -471,6 +605,9 @@ func TestSharedRanksMatchWholePlan(t *testing.T) {
 		{"dgx-a100x2", "dp=2,tp=8,mb=2"},
 		{"dgx-a100x2", "dp=4,tp=2,pp=2,mb=4,sched=gpipe"},
 		{"dgx-a100x2", "dp=8,pp=2,mb=2,zero=1"},
+		{"dgx-a100x2", "dp=8,pp=2,mb=2,zero=2"},
+		{"dgx-a100x2", "dp=4,pp=2,mb=4,zero=3,recompute=full"},
+		{"dgx-a100", "dp=4,pp=2,vpp=2,mb=2,zero=3"},
 	} {
 		cl, err := topology.Resolve(c.cluster)
 		require.NoError(t, err)
@@ -541,7 +678,7 @@ func TestStrategyCombinations(t *testing.T) {
 	for _, dp := range []string{"", "dp=2,"} {
 		for _, tp := range []string{"", "tp=2,", "tp=2,sp=on,"} {
 			for _, pp := range []string{"", "pp=2,", "pp=2,vpp=2,"} {
-				for _, zero := range []string{"", "zero=1,"} {
+				for _, zero := range []string{"", "zero=1,", "zero=2,", "zero=3,"} {
 					for _, mb := range []string{"mb=2", "mb=4,sched=gpipe"} {
 						for _, re := range []string{"", ",recompute=selective", ",recompute=full"} {
 							s := dp + tp + pp + zero + mb + re

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -118,7 +119,7 @@ func TestSweepRecompute(t *testing.T) {
 		var file sweepFile
 		require.NoError(t, json.Unmarshal([]byte(out), &file))
 		require.True(t, file.Recompute)
-		require.Equal(t, 3*(1+len(tt.modes)), len(file.Entries), "dp=2 (with and without ZeRO) and pp=2, each plain and with each mode")
+		require.Equal(t, 5*(1+len(tt.modes)), len(file.Entries), "dp=2 (without ZeRO and with each stage) and pp=2, each plain and with each mode")
 		for _, mode := range tt.modes {
 			n := 0
 			for _, e := range file.Entries {
@@ -126,7 +127,17 @@ func TestSweepRecompute(t *testing.T) {
 					n++
 				}
 			}
-			require.Equal(t, 3, n, "%s: %s", tt.model, mode)
+			require.Equal(t, 5, n, "%s: %s", tt.model, mode)
+		}
+		for stage := 1; stage <= 3; stage++ {
+			n := 0
+			for _, e := range file.Entries {
+				if strings.Contains(e.Asked, fmt.Sprintf("zero=%d", stage)) {
+					n++
+					require.Empty(t, e.Error, "%s: %s", tt.model, e.Asked)
+				}
+			}
+			require.Equal(t, 1+len(tt.modes), n, "%s: zero=%d", tt.model, stage)
 		}
 	}
 }

@@ -38,8 +38,9 @@ type Space struct {
 	// interleaved schedule of two model stages per device (vpp=2).
 	Layers int
 	// Zero adds each data-parallel strategy without tensor parallelism
-	// with ZeRO stage 1 (zero=1): the optimizer state split over the
-	// replicas, for the memory it saves.
+	// with each ZeRO stage (zero=1, 2, 3): the optimizer state, then the
+	// gradients, then the weights split over the replicas, each saving
+	// memory for communication.
 	Zero bool
 	// Pool, when set and of several device types, is what pipelines are
 	// placed over: each is also tried with each placement of its stages
@@ -103,8 +104,10 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 				}
 				if sp.Zero && dp > 1 && tp == 1 {
 					for _, v := range slices.Clone(variants) {
-						v.Zero = 1
-						variants = append(variants, v)
+						for stage := 1; stage <= 3; stage++ {
+							v.Zero = stage
+							variants = append(variants, v)
+						}
 					}
 				}
 				var places [][]string

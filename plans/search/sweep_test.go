@@ -61,10 +61,17 @@ func TestStrategies(t *testing.T) {
 		require.Equal(t, st, back, "%s round-trips", st)
 	}
 	for _, want := range []string{"pp=4,vpp=2,mb=4,sched=1f1b", "dp=2,pp=2,vpp=2,mb=2,sched=1f1b", "dp=2,pp=2,vpp=2,zero=1,mb=2,sched=1f1b",
-		"tp=2,sp=on,pp=2,vpp=2,mb=2,sched=1f1b", "dp=4,zero=1", "dp=2,tp=2,sp=on"} {
+		"tp=2,sp=on,pp=2,vpp=2,mb=2,sched=1f1b", "dp=4,zero=1", "dp=2,tp=2,sp=on", "dp=4,zero=2", "dp=4,zero=3,mb=4,sched=1f1b",
+		"dp=2,pp=2,vpp=2,zero=3,mb=2,sched=1f1b", "dp=2,pp=2,zero=2,mb=4,sched=gpipe"} {
 		require.True(t, has[want], want)
 	}
-	for _, not := range []string{"pp=4,vpp=2,mb=2,sched=1f1b", "dp=2,tp=2,zero=1", "pp=4,vpp=2,mb=4,sched=gpipe"} {
+	zeros := map[int]int{}
+	for _, st := range more {
+		zeros[st.Zero]++
+	}
+	require.Equal(t, zeros[1], zeros[2], "every stage where stage 1 is tried")
+	require.Equal(t, zeros[1], zeros[3])
+	for _, not := range []string{"pp=4,vpp=2,mb=2,sched=1f1b", "dp=2,tp=2,zero=1", "dp=2,tp=2,zero=3", "pp=4,vpp=2,mb=4,sched=gpipe"} {
 		require.False(t, has[not], not)
 	}
 	shallow, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Layers: 4})
