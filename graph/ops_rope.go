@@ -25,8 +25,8 @@ type RoPE struct {
 
 func (RoPE) Type() string { return "rope" }
 
-// kv is the number of key and value heads.
-func (r RoPE) kv() int {
+// KV is the number of key and value heads.
+func (r RoPE) KV() int {
 	if r.KVHeads == 0 {
 		return r.Heads
 	}
@@ -43,14 +43,14 @@ func (r RoPE) headDim(op string, in []Spec) (int, error) {
 	if len(s) < 2 {
 		return 0, shapeErr(op, in, "qkv must have rank ≥ 2")
 	}
-	if r.Heads < 1 || r.kv() < 1 || r.Seq < 1 || r.Heads%r.kv() != 0 {
-		return 0, shapeErr(op, in, "want heads, kv heads, seq ≥ 1 and kv heads dividing heads, got %d, %d, %d", r.Heads, r.kv(), r.Seq)
+	if r.Heads < 1 || r.KV() < 1 || r.Seq < 1 || r.Heads%r.KV() != 0 {
+		return 0, shapeErr(op, in, "want heads, kv heads, seq ≥ 1 and kv heads dividing heads, got %d, %d, %d", r.Heads, r.KV(), r.Seq)
 	}
 	if !(r.Theta > 0) {
 		return 0, shapeErr(op, in, "theta must be positive, got %g", r.Theta)
 	}
 	rows, cols := matrixView(s)
-	w := r.Heads + 2*r.kv()
+	w := r.Heads + 2*r.KV()
 	if cols%w != 0 || (cols/w)%2 != 0 {
 		return 0, shapeErr(op, in, "qkv has %d columns, not (heads + 2·kv heads)·d = %d·d for an even d", cols, w)
 	}
@@ -75,8 +75,8 @@ func (r RoPE) Infer(in []Spec) ([]Spec, error) {
 // and one write of the tensor.
 func ropeCost(r RoPE, in, out []Spec) Cost {
 	rows, cols := matrixView(in[0].Shape)
-	d := cols / (r.Heads + 2*r.kv())
-	rotated := float64(rows) * float64((r.Heads+r.kv())*d)
+	d := cols / (r.Heads + 2*r.KV())
+	rotated := float64(rows) * float64((r.Heads+r.KV())*d)
 	return Cost{FLOPs: units.FLOPs(3 * rotated), Bytes: bytesOf(in, out)}
 }
 
