@@ -2,6 +2,7 @@ package zoo
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 
 	"github.com/flowkit/flowkit/graph"
@@ -28,6 +29,21 @@ func llamaModel(doc string, d llamaSizes) builder {
 		tokens: true, build: buildLLaMA, loss: gptLoss, derive: deriveLLaMA, check: checkLLaMA,
 		tp: llamaTP, sp: true,
 	}
+}
+
+// llamaBlocksModel is llama's blocks as a workload (buildLLaMABlocks): a
+// random input [seq, hidden] per sample, the mean square of the output as
+// the loss, and a tensor-parallel layout.
+func llamaBlocksModel() builder {
+	b := llamaModel("LLaMA blocks: llama's pre-RMSNorm blocks alone (RoPE, grouped-query attention, SwiGLU), input [seq, hidden], loss mean(out²); options as llama's but vocab",
+		llamaSizes{layers: 32, hidden: 4096, heads: 32, seq: 4096, theta: 10000})
+	b.sizes = slices.DeleteFunc(b.sizes, func(o sizeOption) bool { return o.name == "vocab" })
+	b.input = func(sz sizes) graph.Shape { return graph.Shape{sz["seq"], sz["hidden"]} }
+	b.tokens, b.build, b.loss, b.sp = false, buildLLaMABlocks, nil, false
+	b.tp = func(sz sizes) map[string]int {
+		return map[string]int{"heads": sz["heads"], "kv_heads": sz["kv_heads"], "ffn": sz["ffn"]}
+	}
+	return b
 }
 
 // deriveLLaMA fills the sizes that default to functions of others: as
@@ -81,19 +97,42 @@ func llamaTP(sz sizes) map[string]int {
 // and head split the vocabulary, as buildGPT's; under sequence
 // parallelism the norms and residual adds work on parts of the sequence.
 func buildLLaMA(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
-	h, heads, kv, ffn, seq, vocab := sz["hidden"], sz["heads"], sz["kv_heads"], sz["ffn"], sz["seq"], sz["vocab"]
+	h, seq, vocab := sz["hidden"], sz["seq"], sz["vocab"]
+	init := graph.Init{Kind: graph.Normal, Scale: 0.02}
+	x := l.tokenEmbedding("model.embed_tokens.weight", tokens, vocab, h, init)
+	x = l.llamaBlocks(x, sz, false)
+	x = l.llamaNorm("model.norm", x, sz)
+	return l.lmHead("lm_head.weight", x, tokens.Spec.Shape[0], seq, h, vocab, init)
+}
+
+// buildLLaMABlocks is llama's blocks alone, without the embedding, the
+// final norm and the head: the workload of llama-blocks, whose float
+// input [n, seq, hidden] and mean-square loss run wherever the
+// transformer workloads run (GPUs included).
+func buildLLaMABlocks(l *layers, x *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
+	return l.llamaBlocks(x, sz, true)
+}
+
+// llamaNorm is an RMSNorm of width hidden named name (weight ones, eps from
+// the sizes), its weight's gradient summed over a sequence-parallel group.
+func (l *layers) llamaNorm(name string, x *graph.Tensor, sz sizes) *graph.Tensor {
+	eps, _ := strconv.ParseFloat(llamaEps[sz["eps"]], 32)
+	w := l.replicated(l.param(name+".weight", graph.Shape{sz["hidden"]}, graph.Init{Kind: graph.Ones}))
+	return l.g.RMSNorm(x, w, float32(eps))
+}
+
+// llamaBlocks adds the layers of buildLLaMA's blocks to x [n, seq, h]; a
+// layer starts at every block (first: at the first one too, where nothing
+// comes before it).
+func (l *layers) llamaBlocks(x *graph.Tensor, sz sizes, first bool) *graph.Tensor {
+	h, heads, kv, ffn, seq := sz["hidden"], sz["heads"], sz["kv_heads"], sz["ffn"], sz["seq"]
 	d := h / heads
 	theta := float64(sz["theta"])
-	eps, _ := strconv.ParseFloat(llamaEps[sz["eps"]], 32)
 	init := graph.Init{Kind: graph.Normal, Scale: 0.02}
-	norm := func(name string, x *graph.Tensor) *graph.Tensor {
-		w := l.replicated(l.param(name+".weight", graph.Shape{h}, graph.Init{Kind: graph.Ones}))
-		return l.g.RMSNorm(x, w, float32(eps))
-	}
-	x := l.tokenEmbedding("model.embed_tokens.weight", tokens, vocab, h, init)
+	norm := func(name string, x *graph.Tensor) *graph.Tensor { return l.llamaNorm(name, x, sz) }
 	qkvSizes := []int{heads * d, kv * d, kv * d}
 	for i := range sz["layers"] {
-		if i > 0 { // the embedding goes with the first block, the head with the last
+		if i > 0 || first { // the embedding goes with the first block, the head with the last
 			l.g.StartLayer()
 		}
 		p := "model.layers." + strconv.Itoa(i) + "."
@@ -107,8 +146,7 @@ func buildLLaMA(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tens
 		up := l.colProj(p+"mlp.up_proj.weight", f, h, []int{ffn}, init)
 		x = l.g.Add(x, l.rowProj(p+"mlp.down_proj.weight", l.g.SwiGLU(gate, up), ffn, h, init))
 	}
-	x = norm("model.norm", x)
-	return l.lmHead("lm_head.weight", x, tokens.Spec.Shape[0], seq, h, vocab, init)
+	return x
 }
 
 // tokenEmbedding looks tokens up in a [vocab, h] table named name: under

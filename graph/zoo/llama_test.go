@@ -35,6 +35,8 @@ func TestLLaMAParamCounts(t *testing.T) {
 		{"testdata/llama-3-8b.json:layers=2,seq=128", llamaParams(2, 4096, 32, 8, 14336, 128256)},
 		{"llama:layers=3,hidden=64,heads=8,kv_heads=2,ffn=96,seq=16,vocab=100", llamaParams(3, 64, 8, 2, 96, 100)},
 		{"llama:layers=1,hidden=96,heads=4,seq=8,vocab=50", llamaParams(1, 96, 4, 4, 256, 50)}, // ffn 2/3·4·96 → 256
+		// the blocks alone: no embedding, head or final norm
+		{"llama-blocks:layers=3,hidden=64,heads=8,kv_heads=2,ffn=96,seq=16", llamaParams(3, 64, 8, 2, 96, 0) - 64},
 		// GPT-2 small's config: the gpt model (its head untied).
 		{"testdata/gpt2.json", 124_439_808 + 50257*768},
 	} {

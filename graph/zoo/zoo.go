@@ -168,6 +168,7 @@ var models = map[string]builder{
 	"gpt3-175b": gptModel("GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048", 96, 12288, 96, 2048),
 	"llama": llamaModel("LLaMA-style language model: token embedding, pre-RMSNorm causal blocks with rotary embeddings (grouped-query attention when kv_heads < heads) and a SwiGLU MLP without biases, final RMSNorm, untied head; options layers, hidden, heads, kv_heads, ffn, seq, vocab, theta, eps (LLaMA-2 7B's by default)",
 		llamaSizes{layers: 32, hidden: 4096, heads: 32, seq: 4096, vocab: 32000, theta: 10000}),
+	"llama-blocks": llamaBlocksModel(),
 	"llama2-7b": llamaModel("LLaMA-2 7B (Touvron et al., 2023): llama with 32 layers, hidden 4096, 32 heads, ffn 11008, vocab 32000, seq 4096",
 		llamaSizes{layers: 32, hidden: 4096, heads: 32, kvHeads: 32, ffn: 11008, seq: 4096, vocab: 32000, theta: 10000}),
 	"llama3-8b": llamaModel("LLaMA-3 8B (Meta, 2024): llama with 32 layers, hidden 4096, 32 heads, 8 kv heads, ffn 14336, vocab 128256, rope theta 500000, seq 8192",

@@ -57,4 +57,3 @@ func TestSwiGLUGPU(t *testing.T) {
 		}
 	}
 }
-
