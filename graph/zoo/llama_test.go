@@ -157,6 +157,7 @@ func TestResolveConfig(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, tt.want, got)
 	}
+	require.Contains(t, Describe("testdata/gpt2.json:layers=2"), "GPT language model")
 	// The preset and its config build the same graph.
 	for preset, file := range map[string]string{"llama3-8b": "testdata/llama-3-8b.json", "llama2-7b": "testdata/llama-2-7b.json"} {
 		a, err := Build(preset+":layers=2,seq=64", Config{Batch: 1})

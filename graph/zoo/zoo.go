@@ -44,7 +44,8 @@
 //     vocab, theta (RoPE's base) and eps (RMSNorm's: 1e-5 or 1e-6),
 //     defaulting to LLaMA-2 7B's 32, 4096, 32, 32, 11008, 4096, 32000,
 //     10000, 1e-5 and LLaMA-3 8B's 32, 4096, 32, 8, 14336, 8192, 128256,
-//     500000, 1e-5.
+//     500000, 1e-5;
+//   - llama-blocks: llama's options but vocab.
 //
 // "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16" is a small transformer
 // for tests. The name, options included, is the model's name everywhere:
@@ -217,6 +218,9 @@ func Names() []string {
 
 // Describe returns a one-line description of a model.
 func Describe(name string) string {
+	if resolved, err := Resolve(name); err == nil {
+		name = resolved
+	}
 	base, _, _ := strings.Cut(name, ":")
 	return models[base].doc
 }
