@@ -19,12 +19,18 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		Reshape{Shape{4, 5}}, ReduceSum{Axis: 1}, BroadcastAxis{Axis: 0, Size: 3},
 		SoftmaxCrossEntropy{}, SoftmaxCrossEntropyGrad{}, Softmax{}, SoftmaxGrad{},
 		LayerNorm{Eps: 1e-5}, LayerNormGrad{}, RMSNorm{Eps: 1e-6}, RMSNormGrad{}, Embedding{}, EmbeddingGrad{Table: Shape{10, 4}},
-		Attention{Heads: 12, Seq: 1024, Causal: true}, AttentionGrad{Heads: 4, Seq: 16}, MeanSquare{}, MeanSquareGrad{},
+		Attention{Heads: 12, Seq: 1024, Causal: true}, AttentionGrad{Heads: 4, Seq: 16},
+		Attention{Heads: 32, Seq: 8192, Causal: true, KVHeads: 8}, RoPE{Heads: 32, KVHeads: 8, Seq: 8192, Theta: 500000},
+		RoPEGrad{Heads: 4, Seq: 16, Theta: 10000}, SwiGLU{}, SwiGLUGrad{}, MeanSquare{}, MeanSquareGrad{},
 		SGDUpdate{LR: 0.1}, MomentumUpdate{LR: 0.01, Momentum: 0.9}, AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		VocabEmbedding{Rows: 8, Lo: 16}, VocabEmbeddingGrad{Table: Shape{8, 4}, Lo: 8}, VocabStats{Width: 8, Lo: 8, Part: 1, Parts: 2},
 		VocabStatsGrad{Width: 8, Lo: 0, Part: 0, Parts: 2}, VocabLoss{}, VocabLossGrad{},
 	}
-	require.Len(t, ops, len(OpTypes()), "every registered op is tested")
+	types := map[string]bool{}
+	for _, op := range ops {
+		types[op.Type()] = true
+	}
+	require.Len(t, types, len(OpTypes()), "every registered op is tested")
 	for _, op := range ops {
 		j, err := EncodeOp(op)
 		require.NoError(t, err)
@@ -34,7 +40,11 @@ func TestOpCodecRoundTrip(t *testing.T) {
 			t.Errorf("got %#v, want %#v", got, op)
 		}
 	}
-	_, err := DecodeOp(OpJSON{Type: "warp_drive"})
+	// Multi-head attention encodes as it did before grouped-query attention.
+	j, err := EncodeOp(Attention{Heads: 2, Seq: 4})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"Heads":2,"Seq":4,"Causal":false}`, string(j.Attrs))
+	_, err = DecodeOp(OpJSON{Type: "warp_drive"})
 	require.ErrorContains(t, err, "warp_drive")
 	_, err = DecodeOp(OpJSON{Type: "scale", Attrs: []byte(`{"Alpha":"x"}`)})
 	require.ErrorContains(t, err, "scale")

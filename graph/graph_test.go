@@ -89,6 +89,21 @@ func TestInfer(t *testing.T) {
 		{"attention rank 1", Attention{Heads: 1, Seq: 1}, []Spec{f(12)}, nil, "rank ≥ 2"},
 		{"attention ints", Attention{Heads: 1, Seq: 1}, []Spec{{Shape{2, 3}, I32}}, nil, "floating point"},
 		{"attention grad", AttentionGrad{Heads: 2, Seq: 5}, []Spec{f(10, 12), f(2, 2, 5, 5), f(10, 4)}, []Spec{f(10, 12)}, ""},
+		{"gqa", Attention{Heads: 4, Seq: 5, KVHeads: 2}, []Spec{f(10, 8*3)}, []Spec{f(10, 4*3), f(2, 4, 5, 5)}, ""},
+		{"gqa kv heads", Attention{Heads: 4, Seq: 5, KVHeads: 3}, []Spec{f(10, 30)}, nil, "3 kv heads do not divide 4 heads"},
+		{"gqa columns", Attention{Heads: 4, Seq: 5, KVHeads: 2}, []Spec{f(10, 20)}, nil, "20 columns, not (heads + 2·kv heads)·d = 8·d"},
+		{"gqa grad", AttentionGrad{Heads: 4, Seq: 5, KVHeads: 1}, []Spec{f(10, 12), f(2, 4, 5, 5), f(10, 8)}, []Spec{f(10, 12)}, ""},
+		{"rope", RoPE{Heads: 4, KVHeads: 2, Seq: 5, Theta: 1e4}, []Spec{f(2, 5, 16)}, []Spec{f(2, 5, 16)}, ""},
+		{"rope bf16", RoPE{Heads: 2, Seq: 5, Theta: 1e4}, []Spec{{Shape{5, 12}, BF16}}, []Spec{{Shape{5, 12}, BF16}}, ""},
+		{"rope odd d", RoPE{Heads: 2, Seq: 5, Theta: 1e4}, []Spec{f(5, 18)}, nil, "not (heads + 2·kv heads)·d = 6·d for an even d"},
+		{"rope rows", RoPE{Heads: 2, Seq: 4, Theta: 1e4}, []Spec{f(5, 12)}, nil, "5 rows are not a whole number of sequences of 4"},
+		{"rope theta", RoPE{Heads: 2, Seq: 5}, []Spec{f(5, 12)}, nil, "theta must be positive"},
+		{"rope kv heads", RoPE{Heads: 2, KVHeads: 4, Seq: 5, Theta: 1}, []Spec{f(5, 20)}, nil, "kv heads dividing heads"},
+		{"rope grad", RoPEGrad{Heads: 2, Seq: 5, Theta: 1e4}, []Spec{f(5, 12)}, []Spec{f(5, 12)}, ""},
+		{"swiglu", SwiGLU{}, []Spec{f(3, 4), f(3, 4)}, []Spec{f(3, 4)}, ""},
+		{"swiglu shapes", SwiGLU{}, []Spec{f(3, 4), f(4, 3)}, nil, "same shape"},
+		{"swiglu grad", SwiGLUGrad{}, []Spec{f(3, 4), f(3, 4), f(3, 4)}, []Spec{f(3, 4), f(3, 4)}, ""},
+
 		{"attention grad probs", AttentionGrad{Heads: 2, Seq: 5}, []Spec{f(10, 12), f(2, 1, 5, 5), f(10, 4)}, nil, "probs must be [2,2,5,5]"},
 		{"attention grad dout", AttentionGrad{Heads: 2, Seq: 5}, []Spec{f(10, 12), f(2, 2, 5, 5), f(10, 12)}, nil, "dout must be [10,4]"},
 		{"mean square", MeanSquare{}, []Spec{{Shape{2, 3, 4}, BF16}}, []Spec{f()}, ""},
@@ -181,7 +196,7 @@ func TestDenseSignatures(t *testing.T) {
 // Every signature of every op names one layout per input and output, and
 // split axes exist.
 func TestSignaturesWellFormed(t *testing.T) {
-	for name, g := range map[string]*Graph{"cnn": signatureGraph(t), "transformer": transformerGraph(t), "fused": fusedGraph(t, true)} {
+	for name, g := range map[string]*Graph{"cnn": signatureGraph(t), "transformer": transformerGraph(t), "fused": fusedGraph(t, true), "llama": llamaGraph(t)} {
 		t.Run(name, func(t *testing.T) { checkSignatures(t, g) })
 	}
 }
@@ -199,6 +214,22 @@ func transformerGraph(t *testing.T) *Graph {
 	for _, s := range g.byKind(State) {
 		require.Equal(t, BF16, s.Spec.DType, "%s takes its weight's dtype", s.Name)
 	}
+	return g
+}
+
+// llamaGraph is a LLaMA-style block, grouped-query attention with rotary
+// embeddings and a SwiGLU MLP, trained by Adam.
+func llamaGraph(t *testing.T) *Graph {
+	g := New()
+	x := g.Input("x", Shape{2, 4, 8}, F32)
+	p := func(name string, s ...int) *Tensor { return g.Param(name, Shape(s), Init{}) }
+	h := g.RMSNorm(x, p("norm1", 8), 1e-5)
+	qkv := g.RoPE(g.MatMul(h, p("qkv", 16, 8), false, true), 4, 2, 4, 1e4) // 4 heads of 2, 2 kv heads
+	h = g.Add(x, g.MatMul(g.GQAttention(qkv, 4, 2, 4, true), p("o", 8, 8), false, true))
+	f := g.RMSNorm(h, p("norm2", 8), 1e-5)
+	f = g.SwiGLU(g.MatMul(f, p("gate", 12, 8), false, true), g.MatMul(f, p("up", 12, 8), false, true))
+	h = g.Add(h, g.MatMul(f, p("down", 8, 12), false, true))
+	require.NoError(t, g.Minimize(g.MeanSquare(h), Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}))
 	return g
 }
 
@@ -334,6 +365,12 @@ func TestAttentionAndMeanSquareCost(t *testing.T) {
 	}{
 		{"attention", Attention{Heads: heads, Seq: seq}, []Spec{qkv}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
 		{"attention_grad", AttentionGrad{Heads: heads, Seq: seq}, []Spec{qkv, probs, out}, 4*batch*heads*(2*seq*seq*d) + 4*scores},
+		// Grouped-query attention: the products per query head are the same.
+		{"gqa", Attention{Heads: heads, Seq: seq, KVHeads: 1}, []Spec{f(batch*seq, hid+2*d)}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
+		// RoPE: three per rotated element, queries and keys (2 + 1 heads of d).
+		{"rope", RoPE{Heads: heads, KVHeads: 1, Seq: seq, Theta: 1e4}, []Spec{f(batch*seq, hid+2*d)}, 3 * batch * seq * 3 * d},
+		{"swiglu", SwiGLU{}, []Spec{f(4, 6), f(4, 6)}, 6 * 24},
+		{"swiglu_grad", SwiGLUGrad{}, []Spec{f(4, 6), f(4, 6), f(4, 6)}, 11 * 24},
 		{"mean_square", MeanSquare{}, []Spec{{Shape{4, 6}, BF16}}, 2 * 24},
 		{"mean_square_grad", MeanSquareGrad{}, []Spec{{Shape{4, 6}, BF16}, f()}, 24},
 	}

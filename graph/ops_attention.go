@@ -17,10 +17,30 @@ import (
 // O = P V. The outputs are out, of qkv's shape with hid columns (head h in
 // columns h·d …), and probs [batch, Heads, Seq, Seq], the P kept for the
 // backward pass; both have qkv's dtype.
+//
+// With KVHeads > 0 (grouped-query attention, Ainslie et al., 2023) there
+// are fewer key and value heads than query heads: qkv has (Heads +
+// 2·KVHeads)·d columns, Q in [0, hid) with hid = Heads·d, K in [hid,
+// hid + KVHeads·d), V after it, and query head h reads key and value head
+// h/(Heads/KVHeads). KVHeads 0 (or Heads) is multi-head attention as
+// above; it is left out of the op's encoding.
 type Attention struct {
 	Heads, Seq int
 	Causal     bool
+	KVHeads    int `json:",omitempty"`
 }
+
+// KV is the number of key and value heads.
+func (a Attention) KV() int {
+	if a.KVHeads == 0 {
+		return a.Heads
+	}
+	return a.KVHeads
+}
+
+// QKVWidth is the number of columns of packed projections for heads of
+// width d.
+func (a Attention) QKVWidth(d int) int { return (a.Heads + 2*a.KV()) * d }
 
 func (Attention) Type() string { return "attention" }
 
@@ -38,12 +58,22 @@ func (a Attention) dims(op string, in []Spec) (batch, hid int, err error) {
 		return 0, 0, shapeErr(op, in, "heads and seq must be ≥ 1, got %d and %d", a.Heads, a.Seq)
 	}
 	rows, cols := matrixView(s)
-	if cols%3 != 0 {
-		return 0, 0, shapeErr(op, in, "qkv has %d columns, not 3·hidden", cols)
-	}
-	hid = cols / 3
-	if hid%a.Heads != 0 {
-		return 0, 0, shapeErr(op, in, "hidden size %d does not divide into %d heads", hid, a.Heads)
+	if kv := a.KV(); kv != a.Heads {
+		if kv < 1 || a.Heads%kv != 0 {
+			return 0, 0, shapeErr(op, in, "%d kv heads do not divide %d heads", kv, a.Heads)
+		}
+		if w := a.Heads + 2*kv; cols%w != 0 {
+			return 0, 0, shapeErr(op, in, "qkv has %d columns, not (heads + 2·kv heads)·d = %d·d", cols, w)
+		}
+		hid = cols / (a.Heads + 2*kv) * a.Heads
+	} else {
+		if cols%3 != 0 {
+			return 0, 0, shapeErr(op, in, "qkv has %d columns, not 3·hidden", cols)
+		}
+		hid = cols / 3
+		if hid%a.Heads != 0 {
+			return 0, 0, shapeErr(op, in, "hidden size %d does not divide into %d heads", hid, a.Heads)
+		}
 	}
 	if rows%a.Seq != 0 {
 		return 0, 0, shapeErr(op, in, "%d rows are not a whole number of sequences of %d", rows, a.Seq)
@@ -103,10 +133,21 @@ func (g *Graph) Attention(qkv *Tensor, heads, seq int, causal bool) *Tensor {
 	return g.apply1(Attention{Heads: heads, Seq: seq, Causal: causal}, qkv)
 }
 
+// GQAttention adds grouped-query attention, kvHeads key and value heads
+// shared by heads query heads; kvHeads == heads is Attention.
+func (g *Graph) GQAttention(qkv *Tensor, heads, kvHeads, seq int, causal bool) *Tensor {
+	if kvHeads == heads {
+		return g.Attention(qkv, heads, seq, causal)
+	}
+	return g.apply1(Attention{Heads: heads, Seq: seq, Causal: causal, KVHeads: kvHeads}, qkv)
+}
+
 // AttentionGrad is the gradient of Attention: (qkv, probs, dout) → dqkv.
 // Per sequence and head, with P the saved probabilities: dV = Pᵀ dO,
 // dP = dO Vᵀ, dS = P ⊙ (dP − rowsum(dP ⊙ P))/√d, dQ = dS K and dK = dSᵀ Q,
-// each written to its head's columns of dqkv.
+// each written to its head's columns of dqkv; under grouped-query
+// attention a key or value head's gradient is the sum over its group's
+// query heads.
 type AttentionGrad Attention
 
 func (AttentionGrad) Type() string { return "attention_grad" }

@@ -25,6 +25,11 @@ const (
 	reluGradFLOPs = 1
 	geluFLOPs     = 8
 	geluGradFLOPs = 12
+	// SwiGLU's silu(a)·b: the sigmoid (an exponential, a sum and a
+	// division, counted as four), two products; its gradient recomputes
+	// the sigmoid and forms both inputs' gradients.
+	swigluFLOPs     = 6
+	swigluGradFLOPs = 11
 )
 
 // ReLU is y = max(x, 0).
@@ -77,6 +82,48 @@ func (GELUGrad) Infer(in []Spec) ([]Spec, error) { return sameShapes("gelu_grad"
 func (GELUGrad) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, geluGradFLOPs) }
 func (GELUGrad) Signatures(in, out []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), 2, 1, false)
+}
+
+// SwiGLU is the gated linear unit of LLaMA's MLP (Shazeer, 2020):
+// y = silu(gate)·up = gate·σ(gate)·up, for gate and up of one shape. One
+// op instead of SiLU and Mul, as BiasAct fuses: the activation silu(gate)
+// is never written, and the backward pass reads gate and up only.
+type SwiGLU struct{}
+
+func (SwiGLU) Type() string                    { return "swiglu" }
+func (SwiGLU) Infer(in []Spec) ([]Spec, error) { return sameShapes("swiglu", in, 2) }
+func (SwiGLU) Cost(in, out []Spec) Cost        { return elementwiseCost(in, out, swigluFLOPs) }
+func (SwiGLU) Signatures(in, out []Spec) []Signature {
+	return elementwiseSignatures(len(in[0].Shape), 2, 1, false)
+}
+func (SwiGLU) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	out := g.Apply(SwiGLUGrad{}, n.Inputs[0], n.Inputs[1], dy[0])
+	if out == nil {
+		return []*Tensor{nil, nil}
+	}
+	return out
+}
+
+// SwiGLU adds silu(gate)·up.
+func (g *Graph) SwiGLU(gate, up *Tensor) *Tensor { return g.apply1(SwiGLU{}, gate, up) }
+
+// SwiGLUGrad is SwiGLU's gradient: (gate, up, dy) → (dgate, dup), with
+// dgate = dy·up·σ(gate)·(1 + gate·(1 − σ(gate))) and dup = dy·silu(gate).
+type SwiGLUGrad struct{}
+
+func (SwiGLUGrad) Type() string { return "swiglu_grad" }
+func (SwiGLUGrad) Infer(in []Spec) ([]Spec, error) {
+	out, err := sameShapes("swiglu_grad", in, 3)
+	if err != nil {
+		return nil, err
+	}
+	return []Spec{out[0], out[0]}, nil
+}
+func (SwiGLUGrad) Cost(in, out []Spec) Cost {
+	return elementwiseCost(in, out, swigluGradFLOPs) // per position, both outputs
+}
+func (SwiGLUGrad) Signatures(in, out []Spec) []Signature {
+	return elementwiseSignatures(len(in[0].Shape), 3, 2, false)
 }
 
 // Add is y = a + b for tensors of one shape.

@@ -38,6 +38,11 @@ type Shard struct {
 	Part  int
 	// Blocks is ≥ 1.
 	Blocks int
+	// Sizes, if set, are the blocks' lengths along Axis, for blocks of
+	// unequal sizes (grouped-query attention's packed projections: the
+	// queries' heads·d rows, then the keys' and the values' kv_heads·d);
+	// nil means Blocks equal blocks.
+	Sizes []int `json:",omitempty"`
 }
 
 // Named returns the shard for a tensor of the same layout and part named
@@ -74,10 +79,32 @@ func (s *Shard) Check() error {
 		return fmt.Errorf("graph: shard of %s: axis %d of %v", s.Of, s.Axis, s.Full)
 	case s.Parts < 1 || s.Part < 0 || s.Part >= s.Parts || s.Blocks < 1:
 		return fmt.Errorf("graph: shard of %s: part %d of %d, %d blocks", s.Of, s.Part, s.Parts, s.Blocks)
-	case s.Full[s.Axis]%(s.Blocks*s.Parts) != 0:
+	case s.Sizes == nil && s.Full[s.Axis]%(s.Blocks*s.Parts) != 0:
 		return fmt.Errorf("graph: shard of %s: axis %d of %v does not divide into %d blocks of %d parts", s.Of, s.Axis, s.Full, s.Blocks, s.Parts)
+	case s.Sizes != nil:
+		if len(s.Sizes) != s.Blocks {
+			return fmt.Errorf("graph: shard of %s: %d block sizes for %d blocks", s.Of, len(s.Sizes), s.Blocks)
+		}
+		sum := 0
+		for _, n := range s.Sizes {
+			if n < 1 || n%s.Parts != 0 {
+				return fmt.Errorf("graph: shard of %s: block sizes %v do not each divide into %d parts", s.Of, s.Sizes, s.Parts)
+			}
+			sum += n
+		}
+		if sum != s.Full[s.Axis] {
+			return fmt.Errorf("graph: shard of %s: block sizes %v do not add up to axis %d of %v", s.Of, s.Sizes, s.Axis, s.Full)
+		}
 	}
 	return nil
+}
+
+// blockLen is the length along Axis of block b.
+func (s *Shard) blockLen(b int) int {
+	if s.Sizes != nil {
+		return s.Sizes[b]
+	}
+	return s.Full[s.Axis] / s.Blocks
 }
 
 // Take copies the part out of the full tensor's values (row-major, Full
@@ -97,13 +124,15 @@ func Place[T any](s *Shard, part, full []T) {
 func (s *Shard) each(f func(full, part, n int)) {
 	outer := s.Full[:s.Axis].NumElements()
 	inner := s.Full[s.Axis+1:].NumElements()
-	block := s.Full[s.Axis] / s.Blocks // rows of the axis per block
-	piece := block / s.Parts           // of which this part takes
 	n := 0
 	for o := range outer {
+		start := 0 // of the block along the axis
 		for b := range s.Blocks {
-			f((o*s.Full[s.Axis]+b*block+s.Part*piece)*inner, n, piece*inner)
+			block := s.blockLen(b)
+			piece := block / s.Parts // of which this part takes
+			f((o*s.Full[s.Axis]+start+s.Part*piece)*inner, n, piece*inner)
 			n += piece * inner
+			start += block
 		}
 	}
 }

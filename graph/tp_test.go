@@ -21,13 +21,21 @@ func TestShardTakePlace(t *testing.T) {
 			full[i] = 1 + rng.IntN(4)
 		}
 		full[axis] = blocks * parts * (1 + rng.IntN(3))
+		var sizes []int // unequal blocks, every other time
+		if rng.IntN(2) == 0 {
+			full[axis] = 0
+			for range blocks {
+				sizes = append(sizes, parts*(1+rng.IntN(3)))
+				full[axis] += sizes[len(sizes)-1]
+			}
+		}
 		values := make([]int, full.NumElements())
 		for i := range values {
 			values[i] = i + 1
 		}
 		rebuilt := make([]int, len(values))
 		for part := range parts {
-			s := &Shard{Of: "w", Full: full, Axis: axis, Blocks: blocks, Parts: parts, Part: part}
+			s := &Shard{Of: "w", Full: full, Axis: axis, Blocks: blocks, Parts: parts, Part: part, Sizes: sizes}
 			require.NoError(t, s.Check())
 			got := make([]int, s.Shape().NumElements())
 			Take(s, values, got)
@@ -56,7 +64,17 @@ func TestShardBlocks(t *testing.T) {
 	Take(s, []int{10, 11, 20, 21, 30, 31}, got)
 	require.Equal(t, []int{11, 21, 31}, got)
 	require.Equal(t, Shape{3, 1}, s.Shape())
+	// Grouped-query attention's: 4 query rows, 2 of keys, 2 of values.
+	s = &Shard{Of: "qkv", Full: Shape{8, 1}, Axis: 0, Blocks: 3, Parts: 2, Part: 1, Sizes: []int{4, 2, 2}}
+	require.NoError(t, s.Check())
+	got = make([]int, 4)
+	Take(s, []int{10, 11, 12, 13, 20, 21, 30, 31}, got)
+	require.Equal(t, []int{12, 13, 21, 31}, got)
+	require.Equal(t, Shape{4, 1}, s.Shape())
 	for _, bad := range []*Shard{
+		{Of: "w", Full: Shape{8, 1}, Axis: 0, Blocks: 3, Parts: 2, Sizes: []int{4, 4}},
+		{Of: "w", Full: Shape{8, 1}, Axis: 0, Blocks: 3, Parts: 2, Sizes: []int{4, 2, 4}},
+		{Of: "w", Full: Shape{8, 1}, Axis: 0, Blocks: 3, Parts: 2, Sizes: []int{5, 1, 2}},
 		{Of: "w", Full: Shape{6, 1}, Axis: 2, Blocks: 1, Parts: 2},
 		{Of: "w", Full: Shape{6, 1}, Axis: 0, Blocks: 1, Parts: 4},
 		{Of: "w", Full: Shape{6, 1}, Axis: 0, Blocks: 1, Parts: 2, Part: 2},

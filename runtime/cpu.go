@@ -142,11 +142,22 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 	case graph.MeanSquareGrad:
 		cpu.MeanSquareBackward(p, x(0), x(1)[0], y(0))
 	case graph.Attention:
-		rows, cols := matrix(shape(0))
-		cpu.AttentionForward(p, x(0), y(0), y(1), rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
+		rows, hid := matrix(outSpecs[0].Shape)
+		cpu.AttentionForward(p, x(0), y(0), y(1), rows/op.Seq, op.Seq, op.Heads, op.KV(), hid, op.Causal)
 	case graph.AttentionGrad:
+		rows, hid := matrix(shape(2))
+		cpu.AttentionBackward(p, x(0), x(1), x(2), y(0), rows/op.Seq, op.Seq, op.Heads, graph.Attention(op).KV(), hid, op.Causal)
+	case graph.RoPE:
 		rows, cols := matrix(shape(0))
-		cpu.AttentionBackward(p, x(0), x(1), x(2), y(0), rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
+		cpu.RoPEForward(p, x(0), y(0), rows, op.Seq, op.Heads, op.KV(), cols/(op.Heads+2*op.KV()), op.Theta)
+	case graph.RoPEGrad:
+		rows, cols := matrix(shape(0))
+		kv := graph.RoPE(op).KV()
+		cpu.RoPEBackward(p, x(0), y(0), rows, op.Seq, op.Heads, kv, cols/(op.Heads+2*kv), op.Theta)
+	case graph.SwiGLU:
+		cpu.SwiGLU(p, x(0), x(1), y(0))
+	case graph.SwiGLUGrad:
+		cpu.SwiGLUBackward(p, x(0), x(1), x(2), y(0), y(1))
 	case graph.Softmax:
 		rows, cols := matrix(shape(0))
 		cpu.Softmax(p, x(0), y(0), rows, cols)

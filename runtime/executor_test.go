@@ -114,6 +114,26 @@ func TestGPTGradientsMatchFiniteDifferences(t *testing.T) {
 	})
 }
 
+// The same check through a small LLaMA: rotary embeddings, grouped-query
+// attention (two query heads per key/value head), SwiGLU, RMSNorms.
+func TestLLaMAGradientsMatchFiniteDifferences(t *testing.T) {
+	m, err := zoo.Build("llama:layers=2,hidden=16,heads=4,kv_heads=2,ffn=12,seq=4,vocab=7,theta=100", zoo.Config{Batch: 2})
+	require.NoError(t, err)
+	for _, p := range m.Graph.Params() {
+		if p.Init.Kind == graph.Normal {
+			p.Init = graph.Init{Kind: graph.Uniform, Scale: 0.5} // larger than LLaMA's 0.02, for the differences to show
+		}
+	}
+	checkGradients(t, m.Graph, m.Loss, func(ex *Executor, rng *rand.Rand) {
+		for i := range ex.Buffer(m.Images).I {
+			ex.Buffer(m.Images).I[i] = int32(rng.IntN(7))
+		}
+		for i := range ex.Buffer(m.Labels).I {
+			ex.Buffer(m.Labels).I[i] = int32(rng.IntN(7))
+		}
+	})
+}
+
 // checkGradients compares, for every parameter of g and three random
 // directions, the backward pass's directional derivative of loss with
 // central finite differences; feed fills the inputs.

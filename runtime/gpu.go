@@ -484,11 +484,22 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 	case graph.MeanSquareGrad:
 		return k.MeanSquareBackward(s, dt, in[0], in[1], out[0], shape(0).NumElements())
 	case graph.Attention:
-		rows, cols := matrix(shape(0))
-		return k.AttentionForward(s, dt, in[0], out[0], out[1], rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
+		rows, hid := matrix(outSpecs[0].Shape)
+		return k.AttentionForward(s, dt, in[0], out[0], out[1], rows/op.Seq, op.Seq, op.Heads, op.KV(), hid, op.Causal)
 	case graph.AttentionGrad:
+		rows, hid := matrix(shape(2))
+		return k.AttentionBackward(s, dt, in[0], in[1], in[2], out[0], work, rows/op.Seq, op.Seq, op.Heads, graph.Attention(op).KV(), hid, op.Causal)
+	case graph.RoPE:
 		rows, cols := matrix(shape(0))
-		return k.AttentionBackward(s, dt, in[0], in[1], in[2], out[0], work, rows/op.Seq, op.Seq, op.Heads, cols/3, op.Causal)
+		return k.RoPEForward(s, dt, in[0], out[0], rows, op.Seq, op.Heads, op.KV(), cols/(op.Heads+2*op.KV()), op.Theta)
+	case graph.RoPEGrad:
+		rows, cols := matrix(shape(0))
+		kv := graph.RoPE(op).KV()
+		return k.RoPEBackward(s, dt, in[0], out[0], rows, op.Seq, op.Heads, kv, cols/(op.Heads+2*kv), op.Theta)
+	case graph.SwiGLU:
+		return k.SwiGLU(s, dt, in[0], in[1], out[0], n())
+	case graph.SwiGLUGrad:
+		return k.SwiGLUBackward(s, dt, in[0], in[1], in[2], out[0], out[1], n())
 	case graph.Softmax:
 		rows, cols := matrix(shape(0))
 		return k.Softmax(s, dt, in[0], out[0], rows, cols)

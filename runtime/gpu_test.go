@@ -119,7 +119,7 @@ func runPlan(t *testing.T, p *plans.Plan, iters int, eager bool) (*PlanRunner, [
 
 // The same plan on the GPU (graph replay and eager) computes what the CPU
 // computes, in f32: the CNNs with convolution, pooling, dropout and
-// cross-entropy, and the MLP and transformer workloads
+// cross-entropy, the MLP and transformer workloads, and LLaMA blocks
 // ($FLOWKIT_GPU_TEST_MODELS, semicolon-separated, picks some).
 func TestGPUPlanMatchesCPU(t *testing.T) {
 	openGPU(t)
@@ -133,6 +133,9 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 		{"mlp3x4096:width=64", "0.weight", 16},
 		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "layers.0.self_attn.in_proj_weight", 4},
 		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16,norm=rms", "layers.1.norm2.weight", 4},
+		// rotary embeddings, grouped-query attention, SwiGLU (a language
+		// model's token ids are not fed on GPUs yet: llama's blocks alone)
+		{"llama-blocks:layers=2,hidden=64,heads=4,kv_heads=2,ffn=96,seq=16", "model.layers.0.self_attn.qkv_proj.weight", 4},
 	} {
 		if only := os.Getenv("FLOWKIT_GPU_TEST_MODELS"); only != "" && !slices.Contains(strings.Split(only, ";"), c.model) {
 			continue

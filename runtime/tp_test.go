@@ -39,7 +39,7 @@ func trainPlan(t *testing.T, model, strategy string, batch, n, iters int) (*plan
 func TestTensorParallelMatchesOneDevice(t *testing.T) {
 	const iters = 3
 	for _, model := range []string{"mlp", "mlp3x4096:depth=4,width=64", "gpt2s-blocks:layers=2,hidden=32,heads=4,seq=8",
-		"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"} {
+		"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64", "llama:layers=2,hidden=32,heads=8,kv_heads=4,ffn=48,seq=8,vocab=64"} {
 		batch := 8
 		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
 		refStore, err := ref.Store()

@@ -103,7 +103,12 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		models = append(models, zoo.SplitNames(list)...)
 	}
 	f.models = models
-	for _, m := range f.models {
+	for i, m := range f.models {
+		m, err := zoo.Resolve(m) // a config.json: measured as the zoo model it maps to
+		if err != nil {
+			return fmt.Errorf("--models: %w", err)
+		}
+		f.models[i] = m
 		if !zoo.Known(m) {
 			return fmt.Errorf("--models: unknown model %q (known: %s)", m, strings.Join(zoo.Names(), ", "))
 		}

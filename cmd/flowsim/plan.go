@@ -108,6 +108,10 @@ every float tensor of the model; memory is planned at its size.`,
 }
 
 func runPlan(w io.Writer, f planFlags) error {
+	var err error
+	if f.model, err = zoo.Resolve(f.model); err != nil { // a config.json: the plan names the zoo model it maps to
+		return err
+	}
 	st, err := plans.ParseStrategy(f.strategy, f.batch)
 	if err != nil {
 		if _, merr := zoo.InputShape(f.model); merr != nil { // an unknown model or bad size options, said first
@@ -157,7 +161,7 @@ func runPlan(w io.Writer, f planFlags) error {
 // register adds the flags that say what to compile, and --calib, which
 // prices what.
 func (f *planFlags) register(fl *pflag.FlagSet, what string) {
-	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…)")
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…), or a Hugging Face config.json of a llama, mistral or gpt2 model (path/config.json[:key=value,…])")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
 	fl.IntVar(&f.batch, "batch", 64, "global batch size")

@@ -45,6 +45,8 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer"},
 		{[]string{"plan", "--dtype", "f64"}, `--dtype: zoo: models are built in f32 or bf16, not "f64"`},
 		{[]string{"plan", "--model", "gpt2s-blocks:depth=2"}, `unknown size option "depth"`},
+		{[]string{"plan", "--model", "nowhere/config.json"}, "nowhere/config.json"},
+		{[]string{"sweep", "--model", "nowhere/config.json"}, "nowhere/config.json"},
 		{[]string{"simulate"}, `"plan" not set`},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
 	} {
@@ -72,4 +74,17 @@ func TestPlanWorkloads(t *testing.T) {
 	}
 	require.InDelta(t, 0.5, peak("mlp3x4096", "4096", "bf16")/peak("mlp3x4096", "4096", "f32"), 0.01)
 	require.Greater(t, peak("gpt2s-blocks", "8", "bf16"), 4e9)
+}
+
+// A Hugging Face config.json is a model: the plan names the zoo model it
+// maps to, with the size options given after the file's name.
+func TestPlanFromConfig(t *testing.T) {
+	out, err := run(t, "plan", "--json", "--model", "../../graph/zoo/testdata/llama-3-8b.json:layers=2,seq=64", "--batch", "2",
+		"--strategy", "tp=2", "--cluster", "dgx-a100", "--dtype", "bf16")
+	require.NoError(t, err)
+	var res struct {
+		Model string `json:"model"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Equal(t, "llama:hidden=4096,heads=32,ffn=14336,vocab=128256,kv_heads=8,theta=500000,eps=1e-5,layers=2,seq=64", res.Model)
 }

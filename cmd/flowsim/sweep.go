@@ -129,6 +129,9 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if err != nil {
 		return err
 	}
+	if f.model, err = zoo.Resolve(f.model); err != nil { // a config.json: the shards record the zoo model it maps to
+		return err
+	}
 	if f.maxMB < 1 || f.top < 0 || f.devices < 0 || f.maxTP < -1 || f.maxTP == 0 {
 		return fmt.Errorf("want --max-mb ≥ 1, --top ≥ 0, --devices ≥ 0 and --max-tp -1 or ≥ 1, got %d, %d, %d and %d", f.maxMB, f.top, f.devices, f.maxTP)
 	}

@@ -1,6 +1,9 @@
 package zoo
 
-import "testing"
+import (
+	"os"
+	"testing"
+)
 
 // A model name with size options never panics the parser, and what it
 // accepts sets every size of the model (positive, or a valid choice).
@@ -24,6 +27,37 @@ func FuzzLookup(f *testing.F) {
 				t.Fatalf("lookup(%q): %s = %d is not one of %d choices", name, o.name, v, len(o.choices))
 			case o.choices == nil && v < 1:
 				t.Fatalf("lookup(%q): %s = %d", name, o.name, v)
+			}
+		}
+	})
+}
+
+// A Hugging Face config never panics the parser, and what it accepts is a
+// zoo name whose sizes are valid or refused with an error.
+func FuzzHFConfig(f *testing.F) {
+	for _, file := range []string{"testdata/llama-2-7b.json", "testdata/llama-3-8b.json", "testdata/gpt2.json"} {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(data, "")
+		f.Add(data, "seq=128,layers=2")
+	}
+	f.Add([]byte(`{"model_type": "mistral", "sliding_window": 4096}`), "seq=4096")
+	f.Add([]byte(`{"model_type": "gpt2", "n_layer": 1e300}`), "")
+	f.Add([]byte(`{"model_type": null}`), "seq=x")
+	f.Fuzz(func(t *testing.T, data []byte, opts string) {
+		name, err := parseHFConfig("config.json", data, opts)
+		if err != nil {
+			return
+		}
+		b, sz, err := lookup(name)
+		if err != nil {
+			return
+		}
+		for _, o := range b.sizes {
+			if v := sz[o.name]; o.choices == nil && v < 1 {
+				t.Fatalf("%q → %q: %s = %d", data, name, o.name, v)
 			}
 		}
 	})

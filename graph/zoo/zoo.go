@@ -10,7 +10,10 @@
 // reference. The GPT language models (gpt, gpt3-1.3b, gpt3-175b) take
 // token ids (i32, [N, seq]) and the next token at every position as
 // labels, and end in the mean cross-entropy over all positions (see
-// buildGPT).
+// buildGPT); so do the LLaMAs (llama, llama2-7b, llama3-8b: RMSNorm,
+// rotary embeddings, grouped-query attention, SwiGLU; see buildLLaMA). A
+// Hugging Face config.json names a llama, mistral or gpt2 model too (see
+// Resolve).
 //
 // Every float tensor of a model — input, parameters, activations,
 // gradients and optimizer state — has the dtype of Config.DType (f32 by
@@ -34,7 +37,15 @@
 //   - gpt, gpt3-1.3b, gpt3-175b: layers, hidden, heads, seq and vocab
 //     (50257), defaulting to GPT-2 small's 12, 768, 12, 1024, GPT-3 XL's
 //     24, 2048, 16, 2048 (the GPT-3 paper lists 24 heads of 128, which do
-//     not make 2048; 16 heads of 128 do) and GPT-3's 96, 12288, 96, 2048.
+//     not make 2048; 16 heads of 128 do) and GPT-3's 96, 12288, 96, 2048;
+//   - llama, llama2-7b, llama3-8b: layers, hidden, heads, kv_heads (key
+//     and value heads; heads by default), ffn (the SwiGLU width; by
+//     default LLaMA's 2/3·4·hidden rounded up to a multiple of 256), seq,
+//     vocab, theta (RoPE's base) and eps (RMSNorm's: 1e-5 or 1e-6),
+//     defaulting to LLaMA-2 7B's 32, 4096, 32, 32, 11008, 4096, 32000,
+//     10000, 1e-5 and LLaMA-3 8B's 32, 4096, 32, 8, 14336, 8192, 128256,
+//     500000, 1e-5;
+//   - llama-blocks: llama's options but vocab.
 //
 // "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16" is a small transformer
 // for tests. The name, options included, is the model's name everywhere:
@@ -119,6 +130,12 @@ type builder struct {
 	// loss, if set, replaces a classifier's softmax cross-entropy of the
 	// logits build returns.
 	loss func(l *layers, logits, labels *graph.Tensor) *graph.Tensor
+	// derive, if set, fills the size options whose default depends on
+	// others (a default of 0) and were not given: set says which were.
+	derive func(sz sizes, set map[string]bool)
+	// check, if set, reports sizes the model cannot be built with, in
+	// the model's terms rather than an op's.
+	check func(sz sizes) error
 }
 
 type sizeOption struct {
@@ -150,6 +167,13 @@ var models = map[string]builder{
 		12, 768, 12, 1024),
 	"gpt3-1.3b": gptModel("GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048", 24, 2048, 16, 2048),
 	"gpt3-175b": gptModel("GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048", 96, 12288, 96, 2048),
+	"llama": llamaModel("LLaMA-style language model: token embedding, pre-RMSNorm causal blocks with rotary embeddings (grouped-query attention when kv_heads < heads) and a SwiGLU MLP without biases, final RMSNorm, untied head; options layers, hidden, heads, kv_heads, ffn, seq, vocab, theta, eps (LLaMA-2 7B's by default)",
+		llamaSizes{layers: 32, hidden: 4096, heads: 32, seq: 4096, vocab: 32000, theta: 10000}),
+	"llama-blocks": llamaBlocksModel(),
+	"llama2-7b": llamaModel("LLaMA-2 7B (Touvron et al., 2023): llama with 32 layers, hidden 4096, 32 heads, ffn 11008, vocab 32000, seq 4096",
+		llamaSizes{layers: 32, hidden: 4096, heads: 32, kvHeads: 32, ffn: 11008, seq: 4096, vocab: 32000, theta: 10000}),
+	"llama3-8b": llamaModel("LLaMA-3 8B (Meta, 2024): llama with 32 layers, hidden 4096, 32 heads, 8 kv heads, ffn 14336, vocab 128256, rope theta 500000, seq 8192",
+		llamaSizes{layers: 32, hidden: 4096, heads: 32, kvHeads: 8, ffn: 14336, seq: 8192, vocab: 128256, theta: 500000}),
 	"gpt2s-blocks": {
 		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
 		sizes: []sizeOption{{name: "layers", def: 12}, {name: "hidden", def: 768}, {name: "heads", def: 12}, {name: "seq", def: 1024},
@@ -194,6 +218,9 @@ func Names() []string {
 
 // Describe returns a one-line description of a model.
 func Describe(name string) string {
+	if resolved, err := Resolve(name); err == nil {
+		name = resolved
+	}
 	base, _, _ := strings.Cut(name, ":")
 	return models[base].doc
 }
@@ -239,12 +266,39 @@ func (b builder) option(name string) sizeOption {
 	return sizeOption{}
 }
 
-// lookup returns the builder of a model name and the sizes it sets.
+// lookup returns the builder of a model name and the sizes it sets. A
+// name whose base ends in ".json" is a Hugging Face config file (see
+// Resolve).
 func lookup(name string) (builder, sizes, error) {
+	if isConfigFile(name) {
+		canonical, err := Resolve(name)
+		if err != nil {
+			return builder{}, nil, err
+		}
+		name = canonical
+	}
+	b, sz, set, err := parseOptions(name)
+	if err != nil {
+		return builder{}, nil, err
+	}
+	if b.derive != nil {
+		b.derive(sz, set)
+	}
+	if b.check != nil {
+		if err := b.check(sz); err != nil {
+			return builder{}, nil, fmt.Errorf("zoo: %s: %w", name, err)
+		}
+	}
+	return b, sz, nil
+}
+
+// parseOptions returns the builder of a zoo name "base:key=value,…", the
+// sizes it sets and which of them it gives.
+func parseOptions(name string) (builder, sizes, map[string]bool, error) {
 	base, opts, hasOpts := strings.Cut(name, ":")
 	b, ok := models[base]
 	if !ok {
-		return builder{}, nil, unknown(name)
+		return builder{}, nil, nil, unknown(name)
 	}
 	sz := sizes{}
 	var known []string
@@ -252,38 +306,38 @@ func lookup(name string) (builder, sizes, error) {
 		sz[o.name] = o.def
 		known = append(known, o.name)
 	}
+	set := map[string]bool{}
 	if !hasOpts {
-		return b, sz, nil
+		return b, sz, set, nil
 	}
 	if len(b.sizes) == 0 {
-		return builder{}, nil, fmt.Errorf("zoo: %s: model %s has no size options", name, base)
+		return builder{}, nil, nil, fmt.Errorf("zoo: %s: model %s has no size options", name, base)
 	}
-	set := map[string]bool{}
 	for _, kv := range strings.Split(opts, ",") {
 		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
 		switch _, isOption := sz[k]; {
 		case !ok:
-			return builder{}, nil, fmt.Errorf("zoo: %s: size option %q is not key=value", name, kv)
+			return builder{}, nil, nil, fmt.Errorf("zoo: %s: size option %q is not key=value", name, kv)
 		case !isOption:
-			return builder{}, nil, fmt.Errorf("zoo: %s: unknown size option %q (options: %s)", name, k, strings.Join(known, ", "))
+			return builder{}, nil, nil, fmt.Errorf("zoo: %s: unknown size option %q (options: %s)", name, k, strings.Join(known, ", "))
 		case set[k]:
-			return builder{}, nil, fmt.Errorf("zoo: %s: size option %s given twice", name, k)
+			return builder{}, nil, nil, fmt.Errorf("zoo: %s: size option %s given twice", name, k)
 		}
 		if choices := b.option(k).choices; choices != nil {
 			i := slices.Index(choices, v)
 			if i < 0 {
-				return builder{}, nil, fmt.Errorf("zoo: %s: %s must be one of %s, got %q", name, k, strings.Join(choices, ", "), v)
+				return builder{}, nil, nil, fmt.Errorf("zoo: %s: %s must be one of %s, got %q", name, k, strings.Join(choices, ", "), v)
 			}
 			sz[k], set[k] = i, true
 			continue
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
-			return builder{}, nil, fmt.Errorf("zoo: %s: %s must be a positive integer, got %q", name, k, v)
+			return builder{}, nil, nil, fmt.Errorf("zoo: %s: %s must be a positive integer, got %q", name, k, v)
 		}
 		sz[k], set[k] = n, true
 	}
-	return b, sz, nil
+	return b, sz, set, nil
 }
 
 // ParseDType returns the model dtype named s: f32 or bf16.

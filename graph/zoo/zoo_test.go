@@ -339,6 +339,9 @@ func TestTensorParallelBuild(t *testing.T) {
 		{"mlp3x4096:depth=5,width=64", 4, 2},
 		{"gpt2s-blocks:layers=3,hidden=32,heads=4,seq=8", 2, 6},
 		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8,norm=rms", 4, 2},
+		// the embedding, two per block, and the vocabulary statistics
+		{"llama:layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=8,vocab=64", 2, 1 + 2*2 + 1},
+		{"llama:layers=1,hidden=32,heads=4,ffn=48,seq=8,vocab=64", 4, 1 + 2 + 1},
 	} {
 		t.Run(tt.model, func(t *testing.T) {
 			whole, err := Build(tt.model, Config{Batch: 2})
@@ -448,7 +451,7 @@ func TestSequenceParallelBuild(t *testing.T) {
 		cfg   Config
 		err   string
 	}{
-		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8", Config{Batch: 2, TP: 2, SP: true}, "no sequence-parallel layout; models with one: gpt, gpt3-1.3b, gpt3-175b"},
+		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8", Config{Batch: 2, TP: 2, SP: true}, "no sequence-parallel layout; models with one: gpt, gpt3-1.3b, gpt3-175b, llama, llama2-7b, llama3-8b"},
 		{"gpt:layers=1,hidden=32,heads=4,seq=6,vocab=64", Config{Batch: 2, TP: 4, SP: true}, "tp=4 does not divide"},
 		{model, Config{Batch: 2, SP: true}, "needs tp ≥ 2"},
 	} {

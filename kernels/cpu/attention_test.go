@@ -9,12 +9,27 @@ import (
 type attnShape struct {
 	batch, seq, heads, hid int
 	causal                 bool
+	kv                     int // key and value heads; 0: heads
 }
+
+// kvHeads is the number of key and value heads.
+func (s attnShape) kvHeads() int {
+	if s.kv == 0 {
+		return s.heads
+	}
+	return s.kv
+}
+
+// width is the number of columns of qkv.
+func (s attnShape) width() int { return s.hid + 2*s.kvHeads()*(s.hid/s.heads) }
 
 func (s attnShape) String() string {
 	c := ""
 	if s.causal {
 		c = "/causal"
+	}
+	if s.kv != 0 {
+		c += fmt.Sprintf("/kv%d", s.kv)
 	}
 	return fmt.Sprintf("b%d_s%d_h%d_d%d%s", s.batch, s.seq, s.heads, s.hid, c)
 }
@@ -23,27 +38,33 @@ func (s attnShape) String() string {
 // awkward lengths, and (b·heads against the test pools' three workers)
 // both the parallel-over-heads and the parallel-GEMM paths.
 var attentionCases = []attnShape{
-	{1, 1, 1, 1, false},
-	{1, 5, 1, 4, false},
-	{2, 7, 3, 12, true},
-	{3, 13, 4, 16, false},
-	{1, 11, 2, 10, true},
-	{2, 33, 1, 8, false},
-	{1, 70, 2, 6, true},
+	{1, 1, 1, 1, false, 0},
+	{1, 5, 1, 4, false, 0},
+	{2, 7, 3, 12, true, 0},
+	{3, 13, 4, 16, false, 0},
+	{1, 11, 2, 10, true, 0},
+	{2, 33, 1, 8, false, 0},
+	{1, 70, 2, 6, true, 0},
+	// grouped-query attention: groups of 2, 3 and 4 query heads, and one
+	// key/value head for all (multi-query attention)
+	{2, 5, 4, 8, true, 2},
+	{1, 6, 6, 12, false, 2},
+	{2, 7, 4, 16, true, 1},
+	{2, 9, 8, 16, true, 2},
 }
 
 // attentionRef returns out [b·seq, hid] and probs [b, heads, seq, seq] of
-// attention over qkv [b·seq, 3·hid], straight from the definition.
+// attention over qkv [b·seq, s.width()], straight from the definition.
 func attentionRef(qkv []float64, s attnShape) (out, probs []float64) {
 	d := s.hid / s.heads
-	ld := 3 * s.hid
+	ld, kw, group := s.width(), s.kvHeads()*d, s.heads/s.kvHeads()
 	out = make([]float64, s.batch*s.seq*s.hid)
 	probs = make([]float64, s.batch*s.heads*s.seq*s.seq)
 	for b := range s.batch {
 		for h := range s.heads {
 			q := func(i, k int) float64 { return qkv[(b*s.seq+i)*ld+h*d+k] }
-			key := func(j, k int) float64 { return qkv[(b*s.seq+j)*ld+s.hid+h*d+k] }
-			v := func(j, k int) float64 { return qkv[(b*s.seq+j)*ld+2*s.hid+h*d+k] }
+			key := func(j, k int) float64 { return qkv[(b*s.seq+j)*ld+s.hid+h/group*d+k] }
+			v := func(j, k int) float64 { return qkv[(b*s.seq+j)*ld+s.hid+kw+h/group*d+k] }
 			pr := probs[(b*s.heads+h)*s.seq*s.seq:]
 			for i := range s.seq {
 				n := s.seq
@@ -79,7 +100,7 @@ func attentionRef(qkv []float64, s attnShape) (out, probs []float64) {
 // scaledQKV returns qkv spread over [−2, 2), so that the softmaxes are
 // far from flat.
 func scaledQKV(seed uint64, s attnShape) []float32 {
-	x := randSlice(newRNG(seed), s.batch*s.seq*3*s.hid)
+	x := randSlice(newRNG(seed), s.batch*s.seq*s.width())
 	Scale(nil, 2, x, x)
 	return x
 }
@@ -92,7 +113,7 @@ func TestAttentionForward(t *testing.T) {
 			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
 				out := randSlice(newRNG(99), len(wantOut)) // garbage to overwrite
 				probs := randSlice(newRNG(98), len(wantProbs))
-				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.hid, s.causal)
+				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
 				checkClose(t, "out", out, wantOut, fwdTol)
 				checkClose(t, "probs", probs, wantProbs, fwdTol)
 			})
@@ -115,9 +136,9 @@ func TestAttentionBackward(t *testing.T) {
 			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
 				out := make([]float32, len(r))
 				probs := make([]float32, s.batch*s.heads*s.seq*s.seq)
-				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.hid, s.causal)
+				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
 				dqkv := randSlice(newRNG(97), len(qkv)) // garbage to overwrite
-				AttentionBackward(tp.p, qkv, probs, r, dqkv, s.batch, s.seq, s.heads, s.hid, s.causal)
+				AttentionBackward(tp.p, qkv, probs, r, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
 				checkClose(t, "dqkv", dqkv, want, gradTol)
 			})
 		}
@@ -127,14 +148,14 @@ func TestAttentionBackward(t *testing.T) {
 // The results do not depend on the number of workers, bit for bit: the
 // plans' numerics must not depend on how a batch is split.
 func TestAttentionWorkerIndependent(t *testing.T) {
-	s := attnShape{2, 24, 3, 18, true}
+	s := attnShape{2, 24, 6, 18, true, 2}
 	qkv := scaledQKV(5, s)
 	dout := randSlice(newRNG(6), s.batch*s.seq*s.hid)
 	run := func(p *Pool) (out, dqkv []float32) {
 		out, dqkv = make([]float32, len(dout)), make([]float32, len(qkv))
 		probs := make([]float32, s.batch*s.heads*s.seq*s.seq)
-		AttentionForward(p, qkv, out, probs, s.batch, s.seq, s.heads, s.hid, s.causal)
-		AttentionBackward(p, qkv, probs, dout, dqkv, s.batch, s.seq, s.heads, s.hid, s.causal)
+		AttentionForward(p, qkv, out, probs, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+		AttentionBackward(p, qkv, probs, dout, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
 		return out, dqkv
 	}
 	out1, d1 := run(nil)
@@ -156,12 +177,15 @@ func TestAttentionWorkerIndependent(t *testing.T) {
 func TestAttentionPanicsOnBadCall(t *testing.T) {
 	qkv, out, probs := make([]float32, 2*4*12), make([]float32, 2*4*4), make([]float32, 2*2*4*4)
 	for name, f := range map[string]func(){
-		"heads do not divide hid": func() { AttentionForward(nil, qkv, out, probs, 2, 4, 3, 4, false) },
-		"no heads":                func() { AttentionForward(nil, qkv, out, probs, 2, 4, 0, 4, false) },
-		"short probs":             func() { AttentionForward(nil, qkv, out, probs[1:], 2, 4, 2, 4, false) },
-		"long out":                func() { AttentionForward(nil, qkv, append(out, 0), probs, 2, 4, 2, 4, false) },
-		"short dqkv":              func() { AttentionBackward(nil, qkv, probs, out, qkv[1:], 2, 4, 2, 4, true) },
-		"short dout":              func() { AttentionBackward(nil, qkv, probs, out[1:], qkv, 2, 4, 2, 4, true) },
+		"heads do not divide hid":   func() { AttentionForward(nil, qkv, out, probs, 2, 4, 3, 3, 4, false) },
+		"no heads":                  func() { AttentionForward(nil, qkv, out, probs, 2, 4, 0, 1, 4, false) },
+		"kv heads do not divide":    func() { AttentionForward(nil, qkv, out, probs, 2, 4, 2, 3, 4, false) },
+		"no kv heads":               func() { AttentionForward(nil, qkv, out, probs, 2, 4, 2, 0, 4, false) },
+		"qkv too wide for kv heads": func() { AttentionForward(nil, qkv, out, probs, 2, 4, 2, 1, 4, false) },
+		"short probs":               func() { AttentionForward(nil, qkv, out, probs[1:], 2, 4, 2, 2, 4, false) },
+		"long out":                  func() { AttentionForward(nil, qkv, append(out, 0), probs, 2, 4, 2, 2, 4, false) },
+		"short dqkv":                func() { AttentionBackward(nil, qkv, probs, out, qkv[1:], 2, 4, 2, 2, 4, true) },
+		"short dout":                func() { AttentionBackward(nil, qkv, probs, out[1:], qkv, 2, 4, 2, 2, 4, true) },
 	} {
 		t.Run(name, func(t *testing.T) { mustPanicShape(t, f) })
 	}

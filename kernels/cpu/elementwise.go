@@ -209,3 +209,38 @@ func Fill(p *Pool, v float32, y []float32) {
 		}
 	})
 }
+
+// SwiGLU sets y = silu(gate)·up = gate·σ(gate)·up, LLaMA's gated MLP
+// activation, in float64 and rounded once. y may alias gate or up.
+func SwiGLU(p *Pool, gate, up, y []float32) {
+	checkLen("SwiGLU", "up", len(up), len(gate))
+	checkLen("SwiGLU", "y", len(y), len(gate))
+	p.For(len(gate), grainElems/8, func(lo, hi int) {
+		g, u, y := gate[lo:hi], up[lo:hi], y[lo:hi]
+		u, y = u[:len(g)], y[:len(g)]
+		for i, v := range g {
+			a := float64(v)
+			y[i] = float32(a / (1 + math.Exp(-a)) * float64(u[i]))
+		}
+	})
+}
+
+// SwiGLUBackward sets dgate = dy·up·σ(g)·(1 + g·(1 − σ(g))) and dup =
+// dy·silu(g), g = gate, the gradients of SwiGLU.
+func SwiGLUBackward(p *Pool, gate, up, dy, dgate, dup []float32) {
+	const kernel = "SwiGLUBackward"
+	checkLen(kernel, "up", len(up), len(gate))
+	checkLen(kernel, "dy", len(dy), len(gate))
+	checkLen(kernel, "dgate", len(dgate), len(gate))
+	checkLen(kernel, "dup", len(dup), len(gate))
+	p.For(len(gate), grainElems/8, func(lo, hi int) {
+		g, u, dy, dg, du := gate[lo:hi], up[lo:hi], dy[lo:hi], dgate[lo:hi], dup[lo:hi]
+		u, dy, dg, du = u[:len(g)], dy[:len(g)], dg[:len(g)], du[:len(g)]
+		for i, v := range g {
+			a, d := float64(v), float64(dy[i])
+			s := 1 / (1 + math.Exp(-a))
+			dg[i] = float32(d * float64(u[i]) * s * (1 + a*(1-s)))
+			du[i] = float32(d * a * s)
+		}
+	})
+}

@@ -174,9 +174,9 @@ func BenchmarkAttention_BF16_B8S1024H768(b *testing.B) {
 	work := e.alloc(b, dt, int(AttentionWorkspace(dt, gptSeq, gptHeads)/dt.Size()))
 	flops := 12 * float64(gptBatch) * math.Pow(gptSeq, 2) * gptWidth
 	benchGPU(b, 0, flops, func() error {
-		if err := e.k.AttentionForward(e.s, dt, qkv, out, probs, gptBatch, gptSeq, gptHeads, gptWidth, true); err != nil {
+		if err := e.k.AttentionForward(e.s, dt, qkv, out, probs, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, true); err != nil {
 			return err
 		}
-		return e.k.AttentionBackward(e.s, dt, qkv, probs, dout, dqkv, work, gptBatch, gptSeq, gptHeads, gptWidth, true)
+		return e.k.AttentionBackward(e.s, dt, qkv, probs, dout, dqkv, work, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, true)
 	})
 }

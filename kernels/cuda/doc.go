@@ -5,16 +5,17 @@
 // # Kernel families
 //
 // One .cu file per family, each compiled to the PTX module of the same name:
-// elementwise (ReLU, GELU and their gradients, Add, Mul, Scale, Axpy, Fill),
+// elementwise (ReLU, GELU, SwiGLU and their gradients, Add, Mul, Scale,
+// Axpy, Fill), rope (rotary position embeddings and their gradient),
 // cast (float32 ↔ bfloat16), dropout, bias (BiasAdd, and BiasAct, a bias and
 // a ReLU or GELU in one pass, and its gradient), reduce (ReduceSum,
 // BroadcastAxis, and the column sums of BiasGrad), softmax, norm (LayerNorm,
 // RMSNorm), loss (softmax cross-entropy, mean square), embedding, optim
 // (SGD, momentum, Adam), conv (im2col, col2im and a transpose around
 // cuBLAS's GEMMs), pool (max pooling), and feed (the runtime's iteration
-// counter, loss history and batch gathering). Attention is cuBLAS
-// strided-batched GEMMs over views of the packed qkv with the softmax
-// kernels in between. Every entry point is extern "C", named for its
+// counter, loss history and batch gathering). Attention, grouped-query
+// attention included, is cuBLAS strided-batched GEMMs over views of the
+// packed qkv with the softmax kernels in between. Every entry point is extern "C", named for its
 // operation and dtype (relu_f32, relu_bf16, …), with the activation in
 // between for the fused ones (bias_act_gelu_bf16). The elementwise and the
 // fused kernels take their activations from one header, activation.cuh, so

@@ -57,6 +57,30 @@ UNARY(gelu, gelu(v))
 BINARY(relu_bwd, positive(u) ? w : 0.0f)
 // gelu_bwd(x, dy, dx): dx = dy·(Φ(x) + x·φ(x)).
 BINARY(gelu_bwd, w * geluGrad(u))
+// swiglu(gate, up, y): y = silu(gate)·up = gate·σ(gate)·up, LLaMA's gated
+// MLP activation.
+BINARY(swiglu, u / (1.0f + expf(-u)) * w)
+
+// swiglu_bwd(gate, up, dy, dgate, dup): dgate = dy·up·σ(g)·(1 + g·(1 − σ(g)))
+// and dup = dy·silu(g), g = gate: SwiGLU's gradients, in one pass over its
+// inputs. dgate and dup may alias gate and up.
+template <class T>
+__device__ __forceinline__ void swiglu_bwd_t(const T *gate, const T *up, const T *dy, T *dgate, T *dup, long long n) {
+	for (long long i = gtid(); i < n; i += gstride()) {
+		const float g = toF(gate[i]), u = toF(up[i]), d = toF(dy[i]);
+		const float s = 1.0f / (1.0f + expf(-g));
+		dgate[i] = fromF<T>(d * u * s * (1.0f + g * (1.0f - s)));
+		dup[i] = fromF<T>(d * g * s);
+	}
+}
+KERNEL __launch_bounds__(THREADS)
+    swiglu_bwd_f32(const float *gate, const float *up, const float *dy, float *dgate, float *dup, long long n) {
+	swiglu_bwd_t(gate, up, dy, dgate, dup, n);
+}
+KERNEL __launch_bounds__(THREADS)
+    swiglu_bwd_bf16(const bf16 *gate, const bf16 *up, const bf16 *dy, bf16 *dgate, bf16 *dup, long long n) {
+	swiglu_bwd_t(gate, up, dy, dgate, dup, n);
+}
 // add: y = a + b.
 BINARY(add, u + w)
 // mul: y = a·b.

@@ -17,6 +17,10 @@ var (
 	kReLUBwd = defTyped("elementwise", "relu_bwd", pPtr, pPtr, pPtr, pI64)
 	// gelu_bwd_T(const T *x, const T *dy, T *dx, long long n)
 	kGELUBwd = defTyped("elementwise", "gelu_bwd", pPtr, pPtr, pPtr, pI64)
+	// swiglu_T(const T *gate, const T *up, T *y, long long n)
+	kSwiGLU = defTyped("elementwise", "swiglu", pPtr, pPtr, pPtr, pI64)
+	// swiglu_bwd_T(const T *gate, const T *up, const T *dy, T *dgate, T *dup, long long n)
+	kSwiGLUBwd = defTyped("elementwise", "swiglu_bwd", pPtr, pPtr, pPtr, pPtr, pPtr, pI64)
 	// add_T(const T *a, const T *b, T *y, long long n)
 	kAdd = defTyped("elementwise", "add", pPtr, pPtr, pPtr, pI64)
 	// mul_T(const T *a, const T *b, T *y, long long n)
@@ -73,6 +77,29 @@ func (k *Kernels) ReLUBackward(s *cu.Stream, dt graph.DType, x, dy, dx cu.Device
 // GELU sets y = x·Φ(x), the exact form. y may alias x.
 func (k *Kernels) GELU(s *cu.Stream, dt graph.DType, x, y cu.DevicePtr, n int) error {
 	return k.unary("GELU", kGELU, s, dt, x, y, n)
+}
+
+// SwiGLU sets y = silu(gate)·up = gate·σ(gate)·up (graph.SwiGLU). y may
+// alias gate or up.
+func (k *Kernels) SwiGLU(s *cu.Stream, dt graph.DType, gate, up, y cu.DevicePtr, n int) error {
+	return k.binary("SwiGLU", kSwiGLU, s, dt, gate, up, y, n)
+}
+
+// SwiGLUBackward sets dgate = dy·up·σ(g)·(1 + g·(1 − σ(g))) and dup =
+// dy·silu(g), g = gate, SwiGLU's gradients.
+func (k *Kernels) SwiGLUBackward(s *cu.Stream, dt graph.DType, gate, up, dy, dgate, dup cu.DevicePtr, n int) error {
+	const op = "SwiGLUBackward"
+	f, err := kSwiGLUBwd.of(op, dt)
+	if err != nil {
+		return err
+	}
+	if err := nonNeg(op, "n", n); err != nil || n == 0 {
+		return err
+	}
+	if err := notNil(op, "gate up dy dgate dup", gate, up, dy, dgate, dup); err != nil {
+		return err
+	}
+	return k.flat(s, f, int64(n), gate, up, dy, dgate, dup, int64(n))
 }
 
 // GELUBackward sets dx = dy·(Φ(x) + x·φ(x)).

@@ -180,18 +180,20 @@ func refAxisSums(x []float64, outer, c, inner int) (mid, bias []float64) {
 
 // refAttention returns out [batch·seq, hid] and probs [batch, heads, seq,
 // seq] of graph.Attention.
-func refAttention(qkv []float64, batch, seq, heads, hid int, causal bool) (out, probs []float64) {
-	d, ld := hid/heads, 3*hid
+func refAttention(qkv []float64, batch, seq, heads, kv, hid int, causal bool) (out, probs []float64) {
+	d := hid / heads
+	ld, kw, group := hid+2*kv*d, kv*d, heads/kv
 	out, probs = make([]float64, batch*seq*hid), make([]float64, batch*heads*seq*seq)
 	scale := 1 / math.Sqrt(float64(d))
 	for b := range batch {
 		for h := range heads {
+			kh := h / group * d // the key and value head's columns in K and V
 			s := make([]float64, seq*seq)
 			for i := range seq {
 				for j := range seq {
 					var dot float64
 					for c := range d {
-						dot += qkv[(b*seq+i)*ld+h*d+c] * qkv[(b*seq+j)*ld+hid+h*d+c]
+						dot += qkv[(b*seq+i)*ld+h*d+c] * qkv[(b*seq+j)*ld+hid+kh+c]
 					}
 					s[i*seq+j] = dot * scale
 				}
@@ -202,7 +204,7 @@ func refAttention(qkv []float64, batch, seq, heads, hid int, causal bool) (out, 
 				for c := range d {
 					var o float64
 					for j := range seq {
-						o += p[i*seq+j] * qkv[(b*seq+j)*ld+2*hid+h*d+c]
+						o += p[i*seq+j] * qkv[(b*seq+j)*ld+hid+kw+kh+c]
 					}
 					out[(b*seq+i)*hid+h*d+c] = o
 				}
@@ -212,21 +214,25 @@ func refAttention(qkv []float64, batch, seq, heads, hid int, causal bool) (out, 
 	return out, probs
 }
 
-// refAttentionBwd returns dqkv given qkv, the saved probs and dout.
-func refAttentionBwd(qkv, probs, dout []float64, batch, seq, heads, hid int, causal bool) []float64 {
-	d, ld := hid/heads, 3*hid
+// refAttentionBwd returns dqkv given qkv, the saved probs and dout; a key
+// or value head's gradient sums its group's.
+func refAttentionBwd(qkv, probs, dout []float64, batch, seq, heads, kv, hid int, causal bool) []float64 {
+	d := hid / heads
+	ld, kw, group := hid+2*kv*d, kv*d, heads/kv
 	dqkv := make([]float64, len(qkv))
 	scale := 1 / math.Sqrt(float64(d))
 	for b := range batch {
 		for h := range heads {
 			p := probs[(b*heads+h)*seq*seq : (b*heads+h+1)*seq*seq]
-			row := func(t, col int) int { return (b*seq+t)*ld + col + h*d }
+			q := func(t int) int { return (b*seq+t)*ld + h*d }
+			k := func(t int) int { return (b*seq+t)*ld + hid + h/group*d }
+			v := func(t int) int { return k(t) + kw }
 			dp := make([]float64, seq*seq)
 			for i := range seq {
 				for j := range seq {
 					var s float64
 					for c := range d {
-						s += dout[(b*seq+i)*hid+h*d+c] * qkv[row(j, 2*hid)+c]
+						s += dout[(b*seq+i)*hid+h*d+c] * qkv[v(j)+c]
 					}
 					dp[i*seq+j] = s
 				}
@@ -236,16 +242,42 @@ func refAttentionBwd(qkv, probs, dout []float64, batch, seq, heads, hid int, cau
 				for c := range d {
 					var dq, dk, dv float64
 					for j := range seq {
-						dq += ds[i*seq+j] * qkv[row(j, hid)+c]
-						dk += ds[j*seq+i] * qkv[row(j, 0)+c]
+						dq += ds[i*seq+j] * qkv[k(j)+c]
+						dk += ds[j*seq+i] * qkv[q(j)+c]
 						dv += p[j*seq+i] * dout[(b*seq+j)*hid+h*d+c]
 					}
-					dqkv[row(i, 0)+c], dqkv[row(i, hid)+c], dqkv[row(i, 2*hid)+c] = dq, dk, dv
+					dqkv[q(i)+c] = dq
+					dqkv[k(i)+c] += dk
+					dqkv[v(i)+c] += dv
 				}
 			}
 		}
 	}
 	return dqkv
+}
+
+// refRoPE is RoPE on x [rows, (heads + 2·kv)·d] by its definition, the
+// angles negated for sign −1 (the gradient).
+func refRoPE(x []float64, rows, seq, heads, kv, d int, theta, sign float64) []float64 {
+	y := append([]float64(nil), x...)
+	cols, half := (heads+2*kv)*d, d/2
+	for r := range rows {
+		for h := range heads + kv {
+			for i := range half {
+				a := sign * float64(r%seq) / math.Pow(theta, float64(2*i)/float64(d))
+				at := r*cols + h*d + i
+				y[at] = x[at]*math.Cos(a) - x[at+half]*math.Sin(a)
+				y[at+half] = x[at+half]*math.Cos(a) + x[at]*math.Sin(a)
+			}
+		}
+	}
+	return y
+}
+
+// refSwiGLU returns silu(g)·u and, for dy, the gradients of g and u.
+func refSwiGLU(g, u, dy float64) (y, dg, du float64) {
+	s := 1 / (1 + math.Exp(-g))
+	return g * s * u, dy * u * s * (1 + g*(1-s)), dy * g * s
 }
 
 // refAdam is AdamUpdate's step t on one element.
@@ -356,19 +388,43 @@ func TestReferences(t *testing.T) {
 		nearCPU(t, "bias", rb, bias)
 	})
 	for _, causal := range []bool{false, true} {
-		t.Run(name("attention/causal=", causal), func(t *testing.T) {
-			batch, seq, heads, hid := 2, 5, 2, 6
-			qkv, dout := rand32(batch*seq*3*hid), rand32(batch*seq*hid)
-			out, probs := make([]float32, batch*seq*hid), make([]float32, batch*heads*seq*seq)
-			cpu.AttentionForward(nil, qkv, out, probs, batch, seq, heads, hid, causal)
-			ro, rp := refAttention(to64(qkv), batch, seq, heads, hid, causal)
-			nearCPU(t, "out", ro, out)
-			nearCPU(t, "probs", rp, probs)
-			dqkv := make([]float32, len(qkv))
-			cpu.AttentionBackward(nil, qkv, probs, dout, dqkv, batch, seq, heads, hid, causal)
-			nearCPU(t, "dqkv", refAttentionBwd(to64(qkv), to64(probs), to64(dout), batch, seq, heads, hid, causal), dqkv)
-		})
+		for _, kv := range []int{4, 2, 1} {
+			t.Run(name("attention/causal=", causal, "/kv", kv), func(t *testing.T) {
+				batch, seq, heads, hid := 2, 5, 4, 8
+				qkv, dout := rand32(batch*seq*(hid+2*kv*hid/heads)), rand32(batch*seq*hid)
+				out, probs := make([]float32, batch*seq*hid), make([]float32, batch*heads*seq*seq)
+				cpu.AttentionForward(nil, qkv, out, probs, batch, seq, heads, kv, hid, causal)
+				ro, rp := refAttention(to64(qkv), batch, seq, heads, kv, hid, causal)
+				nearCPU(t, "out", ro, out)
+				nearCPU(t, "probs", rp, probs)
+				dqkv := make([]float32, len(qkv))
+				cpu.AttentionBackward(nil, qkv, probs, dout, dqkv, batch, seq, heads, kv, hid, causal)
+				nearCPU(t, "dqkv", refAttentionBwd(to64(qkv), to64(probs), to64(dout), batch, seq, heads, kv, hid, causal), dqkv)
+			})
+		}
 	}
+	t.Run("rope", func(t *testing.T) {
+		rows, seq, heads, kv, d := 6, 3, 4, 2, 6
+		x := rand32(rows * (heads + 2*kv) * d)
+		y, dx := make([]float32, len(x)), make([]float32, len(x))
+		cpu.RoPEForward(nil, x, y, rows, seq, heads, kv, d, 500000)
+		cpu.RoPEBackward(nil, x, dx, rows, seq, heads, kv, d, 500000)
+		nearCPU(t, "y", refRoPE(to64(x), rows, seq, heads, kv, d, 500000, 1), y)
+		nearCPU(t, "dx", refRoPE(to64(x), rows, seq, heads, kv, d, 500000, -1), dx)
+	})
+	t.Run("swiglu", func(t *testing.T) {
+		g, u, dy := rand32(50), rand32(50), rand32(50)
+		y, dg, du := make([]float32, 50), make([]float32, 50), make([]float32, 50)
+		cpu.SwiGLU(nil, g, u, y)
+		cpu.SwiGLUBackward(nil, g, u, dy, dg, du)
+		ry, rdg, rdu := make([]float64, 50), make([]float64, 50), make([]float64, 50)
+		for i := range g {
+			ry[i], rdg[i], rdu[i] = refSwiGLU(float64(g[i]), float64(u[i]), float64(dy[i]))
+		}
+		nearCPU(t, "y", ry, y)
+		nearCPU(t, "dgate", rdg, dg)
+		nearCPU(t, "dup", rdu, du)
+	})
 	t.Run("adam", func(t *testing.T) {
 		w, g, m, v := rand32(100), rand32(100), rand32(100), rand32(100)
 		for i := range v {

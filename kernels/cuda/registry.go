@@ -19,6 +19,7 @@ const (
 	pI64                  // long long (int64)
 	pU64                  // unsigned long long (uint64)
 	pF32                  // float (float32)
+	pF64                  // double (float64)
 )
 
 // ptx returns the parameter's type in a PTX .entry declaration.
@@ -28,6 +29,8 @@ func (p param) ptx() string {
 		return ".u32"
 	case pF32:
 		return ".f32"
+	case pF64:
+		return ".f64"
 	}
 	return ".u64"
 }
@@ -45,12 +48,14 @@ func (p param) matches(a any) bool {
 		return p == pU64
 	case float32:
 		return p == pF32
+	case float64:
+		return p == pF64
 	}
 	return false
 }
 
 func (p param) String() string {
-	return [...]string{pPtr: "DevicePtr", pI32: "int32", pI64: "int64", pU64: "uint64", pF32: "float32"}[p]
+	return [...]string{pPtr: "DevicePtr", pI32: "int32", pI64: "int64", pU64: "uint64", pF32: "float32", pF64: "float64"}[p]
 }
 
 // kernel is an extern "C" entry point of the PTX module compiled from

@@ -197,6 +197,7 @@ func TestWrappers(t *testing.T) {
 			return errors.Join(
 				k.ReLU(nil, dt, x, y, n), k.ReLUBackward(nil, dt, x, y, z, n),
 				k.GELU(nil, dt, x, y, n), k.GELUBackward(nil, dt, x, y, z, n),
+				k.SwiGLU(nil, dt, x, y, z, n), k.SwiGLUBackward(nil, dt, x, y, z, x, y, n),
 				k.Add(nil, dt, x, y, z, n), k.Mul(nil, dt, x, y, z, n),
 				k.Scale(nil, dt, 2, x, y, n), k.Axpy(nil, dt, 2, x, y, n),
 				k.Copy(nil, dt, x, y, n), k.Fill(nil, dt, 3, y, n),
@@ -272,7 +273,7 @@ func TestWrappers(t *testing.T) {
 		add(fmt.Sprintf("attention/%v", a), func(k *Kernels, r *recorder, dt graph.DType) error {
 			t := batch * seq
 			qkv, out, probs := buf(r, dt, t*3*hid), buf(r, dt, t*hid), buf(r, dt, batch*heads*seq*seq)
-			if err := k.AttentionForward(nil, dt, qkv, out, probs, batch, seq, heads, hid, causal); err != nil {
+			if err := k.AttentionForward(nil, dt, qkv, out, probs, batch, seq, heads, heads, hid, causal); err != nil {
 				return err
 			}
 			if err := errors.Join(r.coversOnce(out, int(dt.Size())), r.coversOnce(probs, int(dt.Size()))); err != nil {
@@ -280,13 +281,38 @@ func TestWrappers(t *testing.T) {
 			}
 			dqkv := buf(r, dt, t*3*hid)
 			if err := k.AttentionBackward(nil, dt, qkv, probs, out, dqkv, r.alloc("work", AttentionWorkspace(dt, seq, heads)),
-				batch, seq, heads, hid, causal); err != nil {
+				batch, seq, heads, heads, hid, causal); err != nil {
 				return err
 			}
 			if err := r.coversOnce(dqkv, int(dt.Size())); err != nil {
 				return fmt.Errorf("backward: %w", err)
 			}
 			return nil
+		})
+	}
+	// Grouped-query attention: the forward pass writes every element once
+	// (the backward pass adds a group's key/value gradients).
+	for _, a := range [][5]int{{2, 5, 4, 8, 2}, {1, 17, 6, 12, 1}} {
+		batch, seq, heads, hid, kv := a[0], a[1], a[2], a[3], a[4]
+		add(fmt.Sprintf("gqa/%v", a), func(k *Kernels, r *recorder, dt graph.DType) error {
+			t := batch * seq
+			qkv, out, probs := buf(r, dt, t*(hid+2*kv*hid/heads)), buf(r, dt, t*hid), buf(r, dt, batch*heads*seq*seq)
+			if err := k.AttentionForward(nil, dt, qkv, out, probs, batch, seq, heads, kv, hid, true); err != nil {
+				return err
+			}
+			if err := errors.Join(r.coversOnce(out, int(dt.Size())), r.coversOnce(probs, int(dt.Size()))); err != nil {
+				return fmt.Errorf("forward: %w", err)
+			}
+			return k.AttentionBackward(nil, dt, qkv, probs, out, buf(r, dt, t*(hid+2*kv*hid/heads)),
+				r.alloc("work", AttentionWorkspace(dt, seq, heads)), batch, seq, heads, kv, hid, true)
+		})
+	}
+	for _, a := range [][5]int{{1, 1, 1, 1, 2}, {12, 4, 4, 2, 8}, {8192, 8192, 32, 8, 128}} {
+		rows, seq, heads, kv, d := a[0], a[1], a[2], a[3], a[4]
+		add(fmt.Sprintf("rope/%v", a), func(k *Kernels, r *recorder, dt graph.DType) error {
+			n := rows * (heads + 2*kv) * d
+			x, y := buf(r, dt, n), buf(r, dt, n)
+			return errors.Join(k.RoPEForward(nil, dt, x, y, rows, seq, heads, kv, d, 5e5), k.RoPEBackward(nil, dt, y, x, rows, seq, heads, kv, d, 1e4))
 		})
 	}
 	convs := []cpu.ConvShape{
@@ -371,7 +397,12 @@ func TestWrapperErrors(t *testing.T) {
 		{"bias act dtype", k.BiasAct(nil, graph.F16, cpu.ActGELU, x, y, y, 1, 4, 1), ErrDType},
 		{"bias act too large", k.BiasActBackward(nil, graph.F32, cpu.ActReLU, x, y, y, y, 1<<16, 1<<16, 1), ErrArg},
 		{"bias act nil", k.BiasActBackward(nil, graph.F32, cpu.ActReLU, x, y, 0, y, 1, 4, 1), ErrArg},
-		{"heads", k.AttentionForward(nil, graph.F32, x, y, y, 1, 4, 3, 8, false), ErrArg},
+		{"heads", k.AttentionForward(nil, graph.F32, x, y, y, 1, 4, 3, 3, 8, false), ErrArg},
+		{"kv heads", k.AttentionForward(nil, graph.F32, x, y, y, 1, 4, 4, 3, 8, false), ErrArg},
+		{"rope d", k.RoPEForward(nil, graph.F32, x, y, 4, 4, 2, 1, 3, 1e4), ErrArg},
+		{"rope theta", k.RoPEForward(nil, graph.F32, x, y, 4, 4, 2, 1, 4, 0), ErrArg},
+		{"rope rows", k.RoPEBackward(nil, graph.F32, x, y, 5, 4, 2, 1, 4, 1e4), ErrArg},
+		{"swiglu n", k.SwiGLUBackward(nil, graph.F32, x, x, x, y, y, -1), ErrArg},
 		{"conv shape", k.Conv2DForward(nil, cpu.ConvShape{N: 1, C: 1, H: 2, W: 2, K: 1, R: 3, S: 3, StrideH: 1, StrideW: 1}, x, y, y, y), ErrArg},
 		{"pool shape", k.MaxPool2DForward(nil, cpu.PoolShape{N: 1, C: 1, H: 2, W: 2, KH: 2, KW: 2}, x, y), ErrArg},
 		{"loss log", k.LossLog(nil, x, y, x, 3, 3, 10), ErrArg},
