@@ -55,13 +55,14 @@ type Comm struct {
 	// 16 covers 8 NICs in both directions).
 	MaxChannels int
 
-	mu    sync.Mutex
-	cache map[string]packed
+	mu     sync.Mutex
+	cache  map[string]packed
+	orders map[string][]topology.DeviceID // baseOrders' rings, by segment
 }
 
 // NewComm returns the communication model of c.
 func NewComm(c *topology.Cluster) *Comm {
-	return &Comm{c: c, MaxChannels: 16, cache: map[string]packed{}}
+	return &Comm{c: c, MaxChannels: 16, cache: map[string]packed{}, orders: map[string][]topology.DeviceID{}}
 }
 
 // Cluster is the cluster being modeled.
@@ -384,11 +385,22 @@ func (m *Comm) bestCycle(members []topology.DeviceID, capacity topology.Capacity
 	return out
 }
 
-// baseOrders is each segment's best ring on the full capacities.
+// baseOrders is each segment's best ring on the full capacities (cached:
+// every collective over a segment asks for it, priced or not).
 func (m *Comm) baseOrders(segs [][]topology.DeviceID) [][]topology.DeviceID {
 	out := make([][]topology.DeviceID, len(segs))
 	for i, s := range segs {
-		out[i] = m.bestCycle(s, m.full())
+		key := groupKey("order", s)
+		m.mu.Lock()
+		o, ok := m.orders[key]
+		m.mu.Unlock()
+		if !ok {
+			o = m.bestCycle(s, m.full())
+			m.mu.Lock()
+			m.orders[key] = o
+			m.mu.Unlock()
+		}
+		out[i] = o
 	}
 	return out
 }

@@ -118,9 +118,15 @@ type linkShare struct {
 	share float64
 }
 
+// links are the link directions a plan's tasks use, numbered densely.
+type links struct {
+	of   [][]linkShare // by task
+	load []float64     // by link: the shares the running firings ask
+}
+
 // linkShares numbers the link directions the plan's tasks use densely and
-// lists each task's shares (nil: none, or no link ever over-asked).
-func linkShares(p *plans.Plan, ls LinkSharing) ([][]linkShare, error) {
+// lists each task's shares (nil: no task uses a link).
+func linkShares(p *plans.Plan, ls LinkSharing) (*links, error) {
 	type dirLink struct {
 		link topology.LinkID
 		fwd  bool
@@ -150,7 +156,7 @@ func linkShares(p *plans.Plan, ls LinkSharing) ([][]linkShare, error) {
 	if !any {
 		return nil, nil
 	}
-	return out, nil
+	return &links{of: out, load: make([]float64, len(index))}, nil
 }
 
 // hosts groups a plan's devices by the host whose memory they share.
@@ -221,8 +227,13 @@ type engine struct {
 	p     *plans.Plan
 	dur   []time.Duration
 	hosts *hosts
-	links [][]linkShare // by task; nil: links are not shared
-	flows []int         // running instances whose tasks use links, in start order
+	links *links // nil: links are not shared
+	flows []int  // running instances whose tasks use links, in start order
+	over  int    // links asked more than they have by the running flows
+	// scratch of share and fill
+	rates       []float64
+	used, asked []float64
+	full        []bool
 
 	q       []event
 	seq     uint64
@@ -271,8 +282,9 @@ func (s *engine) start(inst int, now trace.Time) {
 	task := s.p.Firings[inst%len(s.p.Firings)].Task
 	r := &running{dev: dev, start: now, since: now, remaining: float64(s.dur[task]), host: s.rate(dev), link: 1}
 	s.running[inst] = r
-	if s.links != nil && len(s.links[task]) > 0 {
+	if s.links != nil && len(s.links.of[task]) > 0 {
 		s.flows = append(s.flows, inst)
+		s.load(task, +1)
 		s.share(now) // schedules r too
 		return
 	}
@@ -292,8 +304,10 @@ func (s *engine) finish(inst int, now trace.Time) {
 	if len(s.byDev[dev]) == 0 {
 		s.changeBusy(dev, -1, now)
 	}
-	if i := slices.Index(s.flows, inst); i >= 0 {
+	if s.links != nil && len(s.links.of[s.task(inst)]) > 0 {
+		i := slices.Index(s.flows, inst)
 		s.flows = slices.Delete(s.flows, i, i+1)
+		s.load(s.task(inst), -1)
 		s.share(now)
 	}
 }
@@ -302,50 +316,16 @@ func (s *engine) finish(inst int, now trace.Time) {
 // rates: all rise together from 0 (as shares of their rates alone) until
 // a link they cross is full or they reach 1; those on a full link keep
 // that rate, the others rise on. A firing whose rate changes is
-// rescheduled; one just started (never scheduled) is scheduled.
+// rescheduled; one just started (never scheduled) is scheduled. While no
+// link is asked more than it has, every rate is 1 without filling.
 func (s *engine) share(now trace.Time) {
-	rate := make([]float64, len(s.flows))
-	frozen := make([]bool, len(s.flows))
-	used := map[int]float64{}  // link → share used by frozen firings
-	asked := map[int]float64{} // link → shares of the unfrozen firings
-	left := len(s.flows)
-	for left > 0 {
-		clear(asked)
-		for i, inst := range s.flows {
-			if !frozen[i] {
-				for _, l := range s.links[s.task(inst)] {
-					asked[l.link] += l.share
-				}
-			}
-		}
-		level := 1.0
-		for l, a := range asked {
-			level = min(level, (1-used[l])/a)
-		}
-		level = max(level, 0)
-		full := map[int]bool{}
-		for l, a := range asked {
-			if (1-used[l])/a <= level*(1+1e-12) {
-				full[l] = true
-			}
-		}
-		for i, inst := range s.flows {
-			if frozen[i] {
-				continue
-			}
-			on := level >= 1
-			for _, l := range s.links[s.task(inst)] {
-				on = on || full[l.link]
-			}
-			if !on {
-				continue
-			}
-			frozen[i], rate[i] = true, level
-			left--
-			for _, l := range s.links[s.task(inst)] {
-				used[l.link] += level * l.share
-			}
-		}
+	rate := s.rates[:0]
+	for range s.flows {
+		rate = append(rate, 1)
+	}
+	s.rates = rate
+	if s.over > 0 {
+		s.fill(rate)
 	}
 	for i, inst := range s.flows {
 		r := s.running[inst]
@@ -356,6 +336,82 @@ func (s *engine) share(now trace.Time) {
 			continue
 		}
 		s.rerate(inst, r, r.host, x, now)
+	}
+}
+
+// fill sets rate (by flow) by progressive filling.
+func (s *engine) fill(rate []float64) {
+	n := len(s.links.load)
+	if len(s.used) < n {
+		s.used, s.asked, s.full = make([]float64, n), make([]float64, n), make([]bool, n)
+	}
+	frozen := make([]bool, len(s.flows))
+	var touched []int // links whose used, asked or full are set
+	for _, inst := range s.flows {
+		for _, l := range s.links.of[s.task(inst)] {
+			touched = append(touched, l.link)
+		}
+	}
+	left := len(s.flows)
+	for left > 0 {
+		for _, l := range touched {
+			s.asked[l], s.full[l] = 0, false
+		}
+		for i, inst := range s.flows {
+			if !frozen[i] {
+				for _, l := range s.links.of[s.task(inst)] {
+					s.asked[l.link] += l.share
+				}
+			}
+		}
+		level := 1.0
+		for _, l := range touched {
+			if a := s.asked[l]; a > 0 {
+				level = min(level, (1-s.used[l])/a)
+			}
+		}
+		level = max(level, 0)
+		for _, l := range touched {
+			if a := s.asked[l]; a > 0 && (1-s.used[l])/a <= level*(1+1e-12) {
+				s.full[l] = true
+			}
+		}
+		for i, inst := range s.flows {
+			if frozen[i] {
+				continue
+			}
+			on := level >= 1
+			for _, l := range s.links.of[s.task(inst)] {
+				on = on || s.full[l.link]
+			}
+			if !on {
+				continue
+			}
+			frozen[i], rate[i] = true, level
+			left--
+			for _, l := range s.links.of[s.task(inst)] {
+				s.used[l.link] += level * l.share
+			}
+		}
+	}
+	for _, l := range touched {
+		s.used[l], s.asked[l], s.full[l] = 0, 0, false
+	}
+}
+
+// load adds (sign +1) or removes (−1) a firing's shares from its links'
+// loads, counting the links asked more than they have.
+func (s *engine) load(task int, sign float64) {
+	for _, l := range s.links.of[task] {
+		was := s.links.load[l.link] > 1+1e-9
+		s.links.load[l.link] += sign * l.share
+		is := s.links.load[l.link] > 1+1e-9
+		switch {
+		case is && !was:
+			s.over++
+		case was && !is:
+			s.over--
+		}
 	}
 }
 

@@ -124,6 +124,10 @@ func (d *yamlDecoder) build(fs *fileSpec, scale int) (*Cluster, error) {
 			return nil, err
 		}
 	}
+	c.port = make([]Vertex, len(c.Devices))
+	for i := range c.port {
+		c.port[i] = -1
+	}
 	if fs.fabric != nil && len(c.Nodes) > 1 {
 		if err := b.fabric(fs.fabric); err != nil {
 			return nil, err
@@ -221,21 +225,31 @@ func (b *builder) addLink(a, z elemRef, p linkParams, at *yaml.Node, path string
 }
 
 // fabric attaches every node's ports to one switch, or to a non-blocking
-// two-level fat tree (leaf–spine) when there are more ports than a switch
-// has: leaves use half their radix for nodes and half for spines, every
-// leaf connects to every spine, and uplink bandwidth equals downlink
-// bandwidth. More than radix²/2 ports would need a third level; that is an
-// error.
+// fat tree when there are more ports than a switch has: up to radix²/2
+// ports two levels (leaves with radix/2 ports down and radix/2 up, and
+// spines), up to radix³/4 three (pods of radix/2 leaves and radix/2
+// aggregation switches, and core switches: Selene's 3,072 HDR ports on
+// radix-40 switches). A level above the leaves is modeled as one switch
+// (the spines; a pod's aggregation switches; the core) and each switch
+// below it as one link of all its uplinks: a non-blocking tree with
+// adaptive routing spreads flows over its parallel switches, which
+// single-path routes over separate switches could not, and so links
+// shared by concurrent flows are shared as the fabric shares them. More
+// ports than radix³/4 is an error. It also records which port each
+// device of a node leaves through (see Cluster.Port).
 func (b *builder) fabric(f *fabricSpec) error {
 	var ports []elemRef
 	for i, node := range b.c.Nodes {
+		var mine []elemRef
 		for _, name := range f.ports {
 			r, ok := b.local[i][name]
 			if !ok {
 				return b.d.errAt(f.portsN, join(f.path, "ports"), detailf(ErrUnknownEndpoint, "node %q has no element %q to attach", node.Name, name))
 			}
-			ports = append(ports, r)
+			mine = append(mine, r)
 		}
+		ports = append(ports, mine...)
+		b.affine(node, mine)
 	}
 	kind := IBSwitch
 	if linkKinds[f.kind].Family == "ethernet" {
@@ -256,35 +270,68 @@ func (b *builder) fabric(f *fabricSpec) error {
 	}
 	down := f.radix / 2
 	leaves := (len(ports) + down - 1) / down
-	spines := (leaves*down + f.radix - 1) / f.radix
-	if leaves > f.radix {
-		return b.d.invalid(f.self, f.path, "%d ports need more than two fat-tree levels of radix-%d switches (at most %d ports)", len(ports), f.radix, f.radix*f.radix/2)
+	if leaves > f.radix*f.radix/2 {
+		return b.d.invalid(f.self, f.path, "%d ports need more than three fat-tree levels of radix-%d switches (at most %d ports)", len(ports), f.radix, f.radix*f.radix*f.radix/4)
 	}
-	var leafRefs, spineRefs []elemRef
-	for i := range leaves {
-		leafRefs = append(leafRefs, addSwitch(fmt.Sprintf("fabric/leaf%d", i)))
-	}
-	for i := range spines {
-		spineRefs = append(spineRefs, addSwitch(fmt.Sprintf("fabric/spine%d", i)))
+	leafRefs := make([]elemRef, leaves)
+	for i := range leafRefs {
+		leafRefs[i] = addSwitch(fmt.Sprintf("fabric/leaf%d", i))
 	}
 	for i, p := range ports {
 		if err := b.addLink(p, leafRefs[i/down], f.linkParams, f.self, f.path); err != nil {
 			return err
 		}
 	}
+	// uplink joins a switch to the level above with n ports' worth of
+	// uplinks: a switch has radix/2 uplinks whatever it has below it.
 	portBW, _, _ := f.linkParams.resolve()
-	for l, leaf := range leafRefs {
-		onLeaf := min(down, len(ports)-l*down)
+	uplink := func(lo, hi elemRef, n int) error {
 		up := f.linkParams
-		up.bandwidth = portBW * units.BytesPerSecond(float64(onLeaf)/float64(spines))
-		up.count = max(1, (onLeaf+spines-1)/spines)
-		for _, spine := range spineRefs {
-			if err := b.addLink(leaf, spine, up, f.self, f.path); err != nil {
+		up.bandwidth, up.count = portBW*units.BytesPerSecond(n), n
+		return b.addLink(lo, hi, up, f.self, f.path)
+	}
+	if leaves <= f.radix {
+		spine := addSwitch("fabric/spine")
+		for _, leaf := range leafRefs {
+			if err := uplink(leaf, spine, down); err != nil {
 				return err
 			}
 		}
+		return nil
+	}
+	core := addSwitch("fabric/core")
+	for pod := 0; pod*down < leaves; pod++ {
+		agg := addSwitch(fmt.Sprintf("fabric/pod%d", pod))
+		for _, leaf := range leafRefs[pod*down : min((pod+1)*down, leaves)] {
+			if err := uplink(leaf, agg, down); err != nil {
+				return err
+			}
+		}
+		if err := uplink(agg, core, down*down); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// affine records the fabric port each device of node leaves and enters
+// the node through, as NCCL pairs GPUs with NICs: with as many ports as
+// devices, device i takes port i; with k devices per port, devices
+// i·k … i·k+k−1 share port i; with k ports per device, device i takes port
+// i·k. Otherwise devices have no port of their own. Routes prefer a
+// device's port among paths that are otherwise equal (Cluster.Route).
+func (b *builder) affine(node Node, ports []elemRef) {
+	g, p := len(node.Devices), len(ports)
+	if g == 0 || p == 0 || g%p != 0 && p%g != 0 {
+		return
+	}
+	for i, d := range node.Devices {
+		port := ports[i*p/g]
+		if g > p {
+			port = ports[i/(g/p)]
+		}
+		b.c.port[d] = b.vertex(port)
+	}
 }
 
 func (b *builder) vertex(r elemRef) Vertex {

@@ -33,7 +33,8 @@ type Cluster struct {
 	Switches    []Switch
 	Links       []Link
 
-	adj [][]adjacent // per vertex, in link order
+	adj  [][]adjacent // per vertex, in link order
+	port []Vertex     // by device: the fabric port it leaves its node through; −1: none of its own
 
 	mu     sync.Mutex
 	routes map[[2]DeviceID]Route
@@ -167,6 +168,16 @@ func (c *Cluster) buildAdjacency() {
 		c.adj[l.B] = append(c.adj[l.B], adjacent{link: l.ID, other: l.A, fwd: false})
 	}
 	c.routes = make(map[[2]DeviceID]Route)
+}
+
+// Port returns the fabric port (a switch vertex, such as a NIC) device d
+// leaves and enters its node through, as NCCL pairs each GPU with a NIC;
+// false if it has none of its own (see the fabric of cluster files).
+func (c *Cluster) Port(d DeviceID) (Vertex, bool) {
+	if int(d) < 0 || int(d) >= len(c.port) || c.port[d] < 0 {
+		return 0, false
+	}
+	return c.port[d], true
 }
 
 func (c *Cluster) checkDevice(id DeviceID) error {

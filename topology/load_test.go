@@ -2,6 +2,9 @@ package topology
 
 import (
 	"errors"
+	"fmt"
+	"slices"
+	"maps"
 	"strings"
 	"testing"
 
@@ -72,8 +75,8 @@ func TestPresetNamesAndSizing(t *testing.T) {
 			spines++
 		}
 	}
-	if leaves != 8 || spines != 4 {
-		t.Errorf("dgx-h100x32 fabric: got %d leaves, %d spines; want 8, 4", leaves, spines)
+	if leaves != 8 || spines != 1 {
+		t.Errorf("dgx-h100x32 fabric: got %d leaves, %d spines; want 8, 1 (the spines as one)", leaves, spines)
 	}
 	if got, want := c.Bisection().Bandwidth, 128*50*units.GBps; got != want {
 		t.Errorf("dgx-h100x32 bisection: got %v, want %v (non-blocking: 128 NDR ports)", got, want)
@@ -264,4 +267,136 @@ func FuzzLoadCluster(f *testing.F) {
 			}
 		}
 	})
+}
+
+// Beyond radix²/2 ports the fabric is a three-level fat tree (Selene's
+// 3072 HDR ports on radix-40 switches), still non-blocking, and a fourth
+// level is refused.
+func TestThreeLevelFatTree(t *testing.T) {
+	c, err := Preset("dgx-a100-80gx384")
+	if err != nil {
+		t.Fatal(err)
+	}
+	count := map[string]int{}
+	for _, s := range c.Switches {
+		switch {
+		case strings.HasPrefix(s.Name, "fabric/leaf"):
+			count["leaf"]++
+		case strings.HasPrefix(s.Name, "fabric/pod"):
+			count["agg"]++
+		case strings.HasPrefix(s.Name, "fabric/core"):
+			count["core"]++
+		}
+	}
+	// 3072 ports, 20 per leaf: 154 leaves in 8 pods of up to 20 (each
+	// pod's aggregation switches as one), and the core.
+	if want := map[string]int{"leaf": 154, "agg": 8, "core": 1}; !maps.Equal(count, want) {
+		t.Errorf("dgx-a100-80gx384 fabric: got %v, want %v", count, want)
+	}
+	// Between the first and the last node, a GPU's NIC is the bottleneck.
+	first, _ := c.DeviceByName("dgx0/gpu0")
+	last, _ := c.DeviceByName("dgx383/gpu7")
+	r, err := c.Route(first, last)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := 25 * units.GBps; r.Bandwidth != want {
+		t.Errorf("route bandwidth %v, want %v (one HDR port)", r.Bandwidth, want)
+	}
+	// Non-blocking: a small three-level tree (12 ports on radix-4
+	// switches: 6 leaves in 3 pods), small enough for every balanced cut
+	// to be tried, carries half its ports across any of them.
+	small := `name: small
+nodes:
+  - name: n
+    count: 6
+    devices:
+      - {name: "gpu[0-1]", type: A100-SXM4-80GB}
+    switches:
+      - {name: sw, kind: nvswitch}
+      - {name: "nic[0-1]", kind: nic}
+    links:
+      - {from: "gpu[0-1]", to: sw, kind: nvlink3, count: 12}
+      - {from: "gpu[0-1]", to: "nic[0-1]", kind: pcie4}
+fabric: {kind: ib-hdr, ports: "nic[0-1]", radix: 4}
+`
+	tree, err := Parse("small.yaml", []byte(small))
+	if err != nil {
+		t.Fatal(err)
+	}
+	pods := 0
+	for _, s := range tree.Switches {
+		if strings.HasPrefix(s.Name, "fabric/pod") {
+			pods++
+		}
+	}
+	if pods != 3 {
+		t.Errorf("12 ports on radix 4: %d pods, want 3", pods)
+	}
+	if got, want := tree.Bisection().Bandwidth, 6*25*units.GBps; got != want {
+		t.Errorf("bisection %v, want %v (non-blocking: half the ports)", got, want)
+	}
+	if _, err := Preset("dgx-a100-80gx2001"); err == nil || !strings.Contains(err.Error(), "more than three fat-tree levels") {
+		t.Errorf("16008 ports on radix-40 switches: got %v, want a refusal", err)
+	}
+}
+
+// A GPU leaves and enters its node through its own NIC (NCCL's pairing),
+// where paths through the node's other NICs are as short: GPU i of a DGX
+// A100 through NIC i, though two GPUs share each PCIe switch with two
+// NICs; and the GPUs of a node with one NIC share it.
+func TestRoutesUseTheDevicesPorts(t *testing.T) {
+	c, err := Preset("dgx-a100-80gx2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	vertices := func(r Route) []string {
+		var out []string
+		for _, h := range r.Hops {
+			l := c.Links[h.Link]
+			a, b := l.A, l.B
+			if !h.Forward {
+				a, b = b, a
+			}
+			if len(out) == 0 {
+				out = append(out, c.VertexName(a))
+			}
+			out = append(out, c.VertexName(b))
+		}
+		return out
+	}
+	for i := range 8 {
+		for _, j := range []int{(i + 3) % 8, i} {
+			a, _ := c.DeviceByName(fmt.Sprintf("dgx0/gpu%d", i))
+			b, _ := c.DeviceByName(fmt.Sprintf("dgx1/gpu%d", j))
+			r, err := c.Route(a, b)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := vertices(r)
+			if !slices.Contains(got, fmt.Sprintf("dgx0/nic%d", i)) || !slices.Contains(got, fmt.Sprintf("dgx1/nic%d", j)) {
+				t.Errorf("gpu%d to the other node's gpu%d: %v, want through nic%d and nic%d", i, j, got, i, j)
+			}
+			if p, ok := c.Port(a); !ok || c.VertexName(p) != fmt.Sprintf("dgx0/nic%d", i) {
+				t.Errorf("Port(dgx0/gpu%d) = %v, %v", i, c.VertexName(p), ok)
+			}
+		}
+	}
+	m, err := Preset("mixed-a100-v100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"a100-0/gpu0", "a100-0/gpu7"} {
+		d, _ := m.DeviceByName(name)
+		if p, ok := m.Port(d); !ok || m.VertexName(p) != "a100-0/nic" {
+			t.Errorf("Port(%s) = %v, %v; want a100-0/nic, shared", name, m.VertexName(p), ok)
+		}
+	}
+	one, err := Preset("dgx-a100")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := one.Port(0); ok {
+		t.Error("one node has no fabric: no ports")
+	}
 }

@@ -75,8 +75,7 @@ func (c *Cluster) RouteWith(from, to DeviceID, capacity Capacity) (Route, bool) 
 	if from == to {
 		return Route{From: from, To: to, Bandwidth: units.BytesPerSecond(math.Inf(1))}, true
 	}
-	widest := c.Widest(from, capacity)
-	b := widest[to]
+	b := c.widest(from, to, capacity)[to]
 	if b <= 0 {
 		return Route{}, false
 	}
@@ -86,6 +85,11 @@ func (c *Cluster) RouteWith(from, to DeviceID, capacity Capacity) (Route, bool) 
 // Widest returns, for every vertex, the largest bottleneck bandwidth of a
 // path from device from that does not pass through another device.
 func (c *Cluster) Widest(from DeviceID, capacity Capacity) []units.BytesPerSecond {
+	return c.widest(from, -1, capacity)
+}
+
+// widest is Widest, stopping once to's bandwidth is final (to < 0: never).
+func (c *Cluster) widest(from, to DeviceID, capacity Capacity) []units.BytesPerSecond {
 	best := make([]units.BytesPerSecond, c.NumVertices())
 	done := make([]bool, c.NumVertices())
 	src := Vertex(from)
@@ -103,6 +107,9 @@ func (c *Cluster) Widest(from DeviceID, capacity Capacity) []units.BytesPerSecon
 			continue
 		}
 		done[it.v] = true
+		if to >= 0 && it.v == Vertex(to) {
+			break // popped in order of bandwidth: final
+		}
 		if _, isDev := c.DeviceAt(it.v); isDev && it.v != src {
 			continue // devices are endpoints only
 		}
@@ -117,16 +124,35 @@ func (c *Cluster) Widest(from DeviceID, capacity Capacity) []units.BytesPerSecon
 	return best
 }
 
-// shortestAtLeast finds the path with fewest hops, then least latency, from
-// from to to over links whose capacity is at least floor.
+// shortestAtLeast finds the path with fewest hops, then least latency,
+// then fewest fabric ports of the two ends' nodes other than the ends' own
+// (Port), from from to to over links whose capacity is at least floor.
 func (c *Cluster) shortestAtLeast(from, to DeviceID, floor units.BytesPerSecond, capacity Capacity) Route {
 	n := c.NumVertices()
 	type label struct {
-		hops int
-		lat  time.Duration
-		prev Vertex
-		via  adjacent
-		set  bool
+		hops, avoid int
+		lat         time.Duration
+		prev        Vertex
+		via         adjacent
+		set         bool
+	}
+	// avoided are the ports of from's and to's nodes that are neither's
+	// own: a route leaves and enters a node through its device's port when
+	// that is as short as any other.
+	avoided := map[Vertex]bool{}
+	own := map[Vertex]bool{}
+	for _, d := range []DeviceID{from, to} {
+		if p, ok := c.Port(d); ok {
+			own[p] = true
+			for _, o := range c.Nodes[c.Devices[d].Node].Devices {
+				if q, ok := c.Port(o); ok {
+					avoided[q] = true
+				}
+			}
+		}
+	}
+	for p := range own {
+		delete(avoided, p)
 	}
 	lab := make([]label, n)
 	done := make([]bool, n)
@@ -138,6 +164,9 @@ func (c *Cluster) shortestAtLeast(from, to DeviceID, floor units.BytesPerSecond,
 		}
 		if a.l != b.l {
 			return a.l < b.l
+		}
+		if a.a != b.a {
+			return a.a < b.a
 		}
 		return a.v < b.v
 	}}
@@ -158,11 +187,14 @@ func (c *Cluster) shortestAtLeast(from, to DeviceID, floor units.BytesPerSecond,
 			if capacity(a.link, a.fwd) < floor || done[a.other] {
 				continue
 			}
-			h, l := lab[it.v].hops+1, lab[it.v].lat+c.Links[a.link].Latency
+			h, l, av := lab[it.v].hops+1, lab[it.v].lat+c.Links[a.link].Latency, lab[it.v].avoid
+			if avoided[a.other] {
+				av++
+			}
 			o := &lab[a.other]
-			if !o.set || h < o.hops || h == o.hops && l < o.lat {
-				*o = label{hops: h, lat: l, prev: it.v, via: a, set: true}
-				heap.Push(q, qItem{v: a.other, h: h, l: l})
+			if !o.set || h < o.hops || h == o.hops && (l < o.lat || l == o.lat && av < o.avoid) {
+				*o = label{hops: h, lat: l, avoid: av, prev: it.v, via: a, set: true}
+				heap.Push(q, qItem{v: a.other, h: h, l: l, a: av})
 			}
 		}
 	}
@@ -184,6 +216,7 @@ type qItem struct {
 	w float64
 	h int
 	l time.Duration
+	a int // ports avoided (shortestAtLeast)
 }
 
 type vertexQueue struct {
