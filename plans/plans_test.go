@@ -801,19 +801,23 @@ func TestInterleavedSchedule(t *testing.T) {
 	require.ErrorContains(t, err, "needs 15 layer boundaries")
 }
 
+// compileMLPAdam compiles mlp with Adam at batch 8 on four devices.
+func compileMLPAdam(t *testing.T, strategy string) *Plan {
+	t.Helper()
+	st, err := ParseStrategy(strategy, 8)
+	require.NoError(t, err)
+	p, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs(4, 0)})
+	require.NoError(t, err)
+	return p
+}
+
 // ZeRO stage 1 splits each weight's optimizer state over the replicas
 // where they divide its first axis: a reduce-scatter of the gradient, an
 // update of the replica's part, an all-gather of the weight, per weight
 // and iteration; the others keep their all-reduce. With Adam a device then
 // holds W + W/D + 2W/D instead of 3W of the split weights.
 func TestZeroSplitsOptimizerState(t *testing.T) {
-	compile := func(strategy string) *Plan {
-		st, err := ParseStrategy(strategy, 8)
-		require.NoError(t, err)
-		p, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs(4, 0)})
-		require.NoError(t, err)
-		return p
-	}
+	compile := func(strategy string) *Plan { return compileMLPAdam(t, strategy) }
 	plain, zero, four := compile("dp=2"), compile("dp=2,zero=1"), compile("dp=4,zero=1")
 	kinds := func(p *Plan) map[TaskKind]int {
 		k := map[TaskKind]int{}
@@ -852,13 +856,7 @@ func TestZeroSplitsOptimizerState(t *testing.T) {
 // after the update. Both read back, and a decoder refuses what they
 // cannot be.
 func TestZeroStages(t *testing.T) {
-	compile := func(strategy string) *Plan {
-		st, err := ParseStrategy(strategy, 8)
-		require.NoError(t, err)
-		p, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs(4, 0)})
-		require.NoError(t, err)
-		return p
-	}
+	compile := func(strategy string) *Plan { return compileMLPAdam(t, strategy) }
 	const weights = 6 // mlp's, all split by dp=2
 	count := func(p *Plan, f func(t *Task) bool) int {
 		n := 0

@@ -102,16 +102,6 @@ func (w withoutLinks) Duration(p *plans.Plan, t int) (time.Duration, error) {
 	return w.m.Duration(p, t)
 }
 
-func stepWith(t *testing.T, p *plans.Plan, d Durations) time.Duration {
-	t.Helper()
-	tr, err := Simulate(p, d, 3)
-	require.NoError(t, err)
-	require.NoError(t, p.CheckTrace(tr))
-	step, err := tr.StepTime(1)
-	require.NoError(t, err)
-	return step
-}
-
 // On mixed-a100-v100 the eight GPUs of a node share its one NIC: the
 // pipeline's transfers between nodes, one per tensor-parallel rank, and the
 // replicas' all-reduces slow each other down, which a plan listing one rank
@@ -123,12 +113,12 @@ func TestSharedNICSlowsTransfers(t *testing.T) {
 	model := "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024"
 	for _, strategy := range []string{"tp=8,pp=2,mb=4", "dp=2,tp=4,pp=2,mb=2", "dp=4,tp=2,pp=2,mb=4,sched=gpipe"} {
 		whole := compileOn(t, cl, model, strategy, 16, graph.SGD{LR: 0.1}, false, false)
-		shared, alone := stepWith(t, whole, m), stepWith(t, whole, withoutLinks{m})
+		shared, alone := stepOf(t, whole, m), stepOf(t, whole, withoutLinks{m})
 		require.Greater(t, shared, alone, "%s: transfers through one NIC per node take longer together", strategy)
 		t.Logf("%s: step %v with the NICs shared, %v without (+%.1f%%)", strategy, shared, alone, 100*(float64(shared)/float64(alone)-1))
 		for _, listed := range [][2]bool{{true, false}, {false, true}, {true, true}} {
 			p := compileOn(t, cl, model, strategy, 16, graph.SGD{LR: 0.1}, listed[0], listed[1])
-			require.Equal(t, shared, stepWith(t, p, m), "%s, listed tp, dp %v", strategy, listed)
+			require.Equal(t, shared, stepOf(t, p, m), "%s, listed tp, dp %v", strategy, listed)
 		}
 	}
 }

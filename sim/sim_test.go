@@ -654,16 +654,16 @@ func compileOn(t *testing.T, c *topology.Cluster, model, strategy string, batch 
 	return p
 }
 
-// stepOf simulates three iterations of p, checks the trace against the
-// plan and returns the step time after the first.
-func stepOf(t *testing.T, p *plans.Plan, m CostModel) time.Duration {
+// stepOf simulates three iterations of p priced by d, checks the trace
+// against the plan and returns the step time after the first.
+func stepOf(t *testing.T, p *plans.Plan, d Durations) time.Duration {
 	t.Helper()
-	tr, err := Simulate(p, m, 3)
+	tr, err := Simulate(p, d, 3)
 	require.NoError(t, err)
 	require.NoError(t, p.CheckTrace(tr))
-	d, err := tr.StepTime(1)
+	step, err := tr.StepTime(1)
 	require.NoError(t, err)
-	return d
+	return step
 }
 
 // Every combination of the strategy options that parses and compiles —
