@@ -964,10 +964,14 @@ func (c *compiler) buildUpdatesTP() {
 				}
 			}
 			op, _ := graph.EncodeOp(n.Op) // every update op is registered
-			cost := n.Cost()
+			priced := n
+			if split {
+				priced = c.partNode(n)
+			}
+			cost := priced.Cost()
 			task := c.newTask(Task{Name: c.taskName(dev, "update/"+c.weightName(dev, n.Inputs[0])), Kind: Compute, Phase: "update",
 				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
-				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
+				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(priced), Shape: workShape(priced), Family: workFamily(priced)})
 			c.updates[dev] = append(c.updates[dev], task)
 		}
 	}
@@ -976,6 +980,27 @@ func (c *compiler) buildUpdatesTP() {
 			c.addZeroGather(n.Inputs[0], c.stage[n.ID])
 		}
 	}
+}
+
+// partNode is update node n as a ZeRO replica runs it: on its part of
+// the weight, the state and the gradient (the first axis over the
+// replicas), so that it is priced, and calibrated, as the work it does.
+func (c *compiler) partNode(n *graph.Node) *graph.Node {
+	part := func(ts []*graph.Tensor) []*graph.Tensor {
+		out := make([]*graph.Tensor, len(ts))
+		for i, t := range ts {
+			p := *t
+			p.Spec.Shape = t.Spec.Shape.Clone()
+			if len(p.Spec.Shape) > 0 {
+				p.Spec.Shape[0] /= c.st.DP
+			}
+			out[i] = &p
+		}
+		return out
+	}
+	m := *n
+	m.Inputs, m.Outputs = part(n.Inputs), part(n.Outputs)
+	return &m
 }
 
 // sizeSlots gives every register the slots the schedule needs: one per

@@ -980,3 +980,31 @@ func TestSharedDP(t *testing.T) {
 	_, err = compile("dp=2", mixed)
 	require.ErrorContains(t, err, "cannot stand for the others: device cpu1 is cpu (2 workers)")
 }
+
+// A ZeRO replica updates its part of a weight and its state: its update
+// task is priced (FLOPs, bytes) and keyed for calibration as that part,
+// not the whole.
+func TestZeroUpdatesArePricedAsParts(t *testing.T) {
+	updates := func(p *Plan) map[string]Task {
+		out := map[string]Task{}
+		for _, task := range p.Tasks {
+			if task.Phase == "update" && task.Replica == 0 {
+				out[task.Name] = task
+			}
+		}
+		return out
+	}
+	plain := updates(compileMLPAdam(t, "dp=2"))
+	for _, stage := range []string{"1", "2", "3"} {
+		zero := updates(compileMLPAdam(t, "dp=2,zero="+stage))
+		require.Len(t, zero, len(plain))
+		for name, whole := range plain {
+			part, ok := zero[name]
+			require.True(t, ok, name)
+			require.Equal(t, whole.FLOPs/2, part.FLOPs, "zero=%s %s", stage, name)
+			require.Equal(t, whole.Bytes/2, part.Bytes, "zero=%s %s", stage, name)
+			require.Equal(t, whole.Shape[0]/2, part.Shape[0], "zero=%s %s: keyed by the part's shape", stage, name)
+			require.NotEqual(t, whole.Key, part.Key)
+		}
+	}
+}
