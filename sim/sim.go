@@ -133,7 +133,7 @@ func linkShares(p *plans.Plan, ls LinkSharing) (*links, error) {
 	}
 	index := map[dirLink]int{}
 	out := make([][]linkShare, len(p.Tasks))
-	any := false
+	shared := false
 	for t := range p.Tasks {
 		uses, err := ls.Links(p, t)
 		if err != nil {
@@ -150,10 +150,10 @@ func linkShares(p *plans.Plan, ls LinkSharing) (*links, error) {
 				index[k] = i
 			}
 			out[t] = append(out[t], linkShare{i, u.Share})
-			any = true
+			shared = true
 		}
 	}
-	if !any {
+	if !shared {
 		return nil, nil
 	}
 	return &links{of: out, load: make([]float64, len(index))}, nil
