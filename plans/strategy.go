@@ -244,7 +244,7 @@ func formatPlace(place []string) string {
 const maxCount = 1 << 20
 
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
-// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), zero=0|1, mb=M or
+// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), zero=0|1|2|3, mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, slots=N (cap register
 // slots) and place=T0:T1:… (the device type of each stage; see
