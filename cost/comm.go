@@ -72,23 +72,8 @@ func (m *Comm) Cluster() *topology.Cluster { return m.c }
 // route: the route's latency plus size over its bottleneck achievable
 // bandwidth (min over its links of bandwidth × efficiency).
 func (m *Comm) PointToPoint(src, dst topology.DeviceID, size units.Bytes) (time.Duration, error) {
-	if err := m.checkGroup([]topology.DeviceID{src}); err != nil {
-		return 0, err
-	}
-	if err := m.checkGroup([]topology.DeviceID{dst}); err != nil {
-		return 0, err
-	}
-	if size < 0 {
-		return 0, fmt.Errorf("%w: negative size %d", ErrGroup, size)
-	}
-	if src == dst {
-		return 0, nil
-	}
-	r, ok := m.c.RouteWith(src, dst, m.full())
-	if !ok {
-		return 0, fmt.Errorf("%w from %s to %s", topology.ErrNoRoute, m.c.Devices[src].Name, m.c.Devices[dst].Name)
-	}
-	return r.Latency + size.Over(r.Bandwidth), nil
+	t, _, err := m.PointToPointUse(src, dst, size)
+	return t, err
 }
 
 // LinkUse is the share of one direction of a link's achievable bandwidth
@@ -102,17 +87,34 @@ type LinkUse struct {
 }
 
 // PointToPointUse is PointToPoint with the links the transfer uses: each
-// link of its route at the route's bottleneck rate.
+// link of its route at the route's bottleneck rate, for the part of its
+// time that is not latency.
 func (m *Comm) PointToPointUse(src, dst topology.DeviceID, size units.Bytes) (time.Duration, []LinkUse, error) {
-	t, err := m.PointToPoint(src, dst, size)
-	if err != nil || t == 0 {
-		return t, nil, err
+	if err := m.checkGroup([]topology.DeviceID{src}); err != nil {
+		return 0, nil, err
 	}
-	r, _ := m.c.RouteWith(src, dst, m.full())
-	busy := size.Over(r.Bandwidth).Seconds() / t.Seconds()
+	if err := m.checkGroup([]topology.DeviceID{dst}); err != nil {
+		return 0, nil, err
+	}
+	if size < 0 {
+		return 0, nil, fmt.Errorf("%w: negative size %d", ErrGroup, size)
+	}
+	if src == dst {
+		return 0, nil, nil
+	}
+	r, ok := m.c.RouteWith(src, dst, m.full())
+	if !ok {
+		return 0, nil, fmt.Errorf("%w from %s to %s", topology.ErrNoRoute, m.c.Devices[src].Name, m.c.Devices[dst].Name)
+	}
+	moving := size.Over(r.Bandwidth)
+	t := r.Latency + moving
+	if t == 0 {
+		return 0, nil, nil
+	}
 	uses := make([]LinkUse, 0, len(r.Hops))
 	for _, h := range r.Hops {
-		uses = append(uses, LinkUse{Link: h.Link, Forward: h.Forward, Share: float64(r.Bandwidth) / float64(m.c.Links[h.Link].Effective()) * busy})
+		uses = append(uses, LinkUse{Link: h.Link, Forward: h.Forward,
+			Share: float64(r.Bandwidth) / float64(m.c.Links[h.Link].Effective()) * moving.Seconds() / t.Seconds()})
 	}
 	return t, uses, nil
 }

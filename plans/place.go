@@ -66,12 +66,7 @@ func (s Strategy) PlaceDevices(pool []Device) ([]Device, error) {
 // an exact name (case aside), else the one type whose name contains the
 // entry.
 func placeTypes(place []string, pool []Device) ([]string, error) {
-	var known []string
-	for _, d := range pool {
-		if !slices.Contains(known, d.Type) {
-			known = append(known, d.Type)
-		}
-	}
+	known := poolTypes(pool)
 	out := make([]string, len(place))
 	for i, want := range place {
 		var match []string
@@ -106,12 +101,7 @@ func placeTypes(place []string, pool []Device) ([]string, error) {
 // types for nothing a block does not give. With one type there is nothing
 // to choose, and Placements returns none.
 func Placements(pool []Device, dp, tp, pp int) [][]string {
-	var types []string
-	for _, d := range pool {
-		if !slices.Contains(types, d.Type) {
-			types = append(types, d.Type)
-		}
-	}
+	types := poolTypes(pool)
 	if len(types) < 2 {
 		return nil
 	}
@@ -166,6 +156,17 @@ func shortType(t string, types []string) string {
 		}
 	}
 	return short
+}
+
+// poolTypes lists the device types of pool in order of first appearance.
+func poolTypes(pool []Device) []string {
+	var types []string
+	for _, d := range pool {
+		if !slices.Contains(types, d.Type) {
+			types = append(types, d.Type)
+		}
+	}
+	return types
 }
 
 func deviceKey(devs []Device) string {

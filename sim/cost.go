@@ -145,10 +145,6 @@ func (m CostModel) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
 		_, uses, _, err := m.price(p, t, 0)
 		return uses, err
 	}
-	type dirLink struct {
-		link topology.LinkID
-		fwd  bool
-	}
 	sum := map[dirLink]float64{}
 	var order []dirLink
 	for _, o := range offsets {

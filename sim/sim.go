@@ -118,6 +118,12 @@ type linkShare struct {
 	share float64
 }
 
+// dirLink is one direction of a link.
+type dirLink struct {
+	link topology.LinkID
+	fwd  bool
+}
+
 // links are the link directions a plan's tasks use, numbered densely.
 type links struct {
 	of   [][]linkShare // by task
@@ -127,10 +133,6 @@ type links struct {
 // linkShares numbers the link directions the plan's tasks use densely and
 // lists each task's shares (nil: no task uses a link).
 func linkShares(p *plans.Plan, ls LinkSharing) (*links, error) {
-	type dirLink struct {
-		link topology.LinkID
-		fwd  bool
-	}
 	index := map[dirLink]int{}
 	out := make([][]linkShare, len(p.Tasks))
 	shared := false

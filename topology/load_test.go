@@ -3,8 +3,8 @@ package topology
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"maps"
+	"slices"
 	"strings"
 	"testing"
 
