@@ -36,6 +36,20 @@ var (
 	_ Feeder      = (*MNISTFeeder)(nil)
 )
 
+// feedInput feeds n samples from sample from of iteration iter's batch:
+// token ids into ints when tokens, else inputs into images (nil when the
+// task feeds labels) and labels into ints.
+func feedInput(feed Feeder, tokens bool, iter, from, n int, images []float32, ints []int32) error {
+	if !tokens {
+		return feed.Feed(iter, from, n, images, ints)
+	}
+	tf, ok := feed.(TokenFeeder)
+	if !ok {
+		return fmt.Errorf("the plan's input is token ids; feeder %T feeds images", feed)
+	}
+	return tf.FeedTokens(iter, from, n, ints)
+}
+
 // syntheticPoolMax caps a synthetic feeder's pool, in floats (256 MiB): a
 // pool of a thousand samples of a transformer's activations would take
 // gigabytes. The pool still holds at least one global batch.

@@ -357,6 +357,9 @@ func workspace(op graph.Op, in []graph.Spec) units.Bytes {
 		return kcuda.BiasGradWorkspace(rows, n, 1)
 	case graph.MeanSquare:
 		return kcuda.MeanSquareWorkspace(shape(0).NumElements())
+	case graph.SoftmaxCrossEntropy:
+		rows, _ := matrix(shape(0))
+		return kcuda.SoftmaxCrossEntropyWorkspace(rows)
 	case graph.LayerNormGrad:
 		rows, cols := matrix(shape(0))
 		return kcuda.LayerNormWorkspace(rows, cols)
@@ -475,10 +478,10 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		return k.BroadcastAxis(s, dt, in[0], out[0], o, r, i)
 	case graph.SoftmaxCrossEntropy:
 		rows, cols := matrix(shape(0))
-		return k.SoftmaxCrossEntropy(s, in[0], in[1], out[0], rows, cols)
+		return k.SoftmaxCrossEntropy(s, dt, in[0], in[1], out[0], work, rows, cols)
 	case graph.SoftmaxCrossEntropyGrad:
 		rows, cols := matrix(shape(0))
-		return k.SoftmaxCrossEntropyBackward(s, in[0], in[1], in[2], out[0], rows, cols)
+		return k.SoftmaxCrossEntropyBackward(s, dt, in[0], in[1], in[2], out[0], rows, cols)
 	case graph.MeanSquare:
 		return k.MeanSquare(s, dt, in[0], out[0], work, shape(0).NumElements())
 	case graph.MeanSquareGrad:

@@ -167,8 +167,16 @@ func (r *PlanRunner) enqueueInput(s *cu.Stream, f, it int, iter cu.DevicePtr, k 
 		if err != nil {
 			return err
 		}
-		if spec.DType == graph.I32 {
-			return dev.k.GatherLabels(s, dst, pool.labels, iter, pool.batch, from, n, pool.rows)
+		switch {
+		case r.tokens[t.ID]:
+			if pool.tokens == 0 {
+				return fmt.Errorf("runtime: the plan's input is token ids; the synthetic feeder was made for %d float values per sample", pool.rowLen)
+			}
+			return dev.k.GatherInts(s, dst, pool.tokens, iter, pool.batch, from, n, pool.rowLen, pool.rows)
+		case spec.DType == graph.I32:
+			return dev.k.GatherInts(s, dst, pool.labels, iter, pool.batch, from, n, pool.perLabels, pool.rows)
+		case pool.images == 0:
+			return fmt.Errorf("runtime: the plan's input is %v; the synthetic feeder was made for token ids", spec)
 		}
 		return dev.k.GatherRows(s, spec.DType, dst, pool.images, iter, pool.batch, from, n, pool.rowLen, pool.rows)
 	}
@@ -182,23 +190,8 @@ func (r *PlanRunner) enqueueInput(s *cu.Stream, f, it int, iter cu.DevicePtr, k 
 		g.staging[f] = append(g.staging[f], h)
 	}
 	h := g.staging[f][k]
-	var images []float32
-	var labels []int32
-	if spec.DType == graph.I32 {
-		labels = unsafe.Slice((*int32)(h.Ptr), spec.Shape.NumElements())
-	} else {
-		images = h.Float32s()[:spec.Shape.NumElements()]
-	}
-	if err := feed.Feed(it, from, n, images, labels); err != nil {
+	if err := r.fill(h, f, it, feed); err != nil {
 		return err
-	}
-	if spec.DType == graph.BF16 {
-		// In place, front to back: element i's two bytes land at or
-		// before where element i was read.
-		half := unsafe.Slice((*uint16)(h.Ptr), len(images))
-		for i, v := range images {
-			half[i] = cu.BF16FromFloat32(v)
-		}
 	}
 	return s.CopyHtoD(dst, h.Ptr, spec.Bytes())
 }

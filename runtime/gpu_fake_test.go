@@ -219,6 +219,10 @@ func (h hostFeeder) Feed(iter, from, n int, images []float32, labels []int32) er
 	return h.s.Feed(iter, from, n, images, labels)
 }
 
+func (h hostFeeder) FeedTokens(iter, from, n int, tokens []int32) error {
+	return h.s.FeedTokens(iter, from, n, tokens)
+}
+
 // feederFunc is a Feeder of a type that Go cannot compare.
 type feederFunc func(iter, from, n int, images []float32, labels []int32) error
 

@@ -467,24 +467,32 @@ func (x *run) runGraph(ctx context.Context) error {
 // stage feeds firing f's slice of iteration it into its ring slot 0
 // staging buffer, the one a captured graph copies from.
 func (r *PlanRunner) stage(f, it int, feed Feeder) error {
-	g := r.gpu
-	h := g.staging[f][0]
+	return r.fill(r.gpu.staging[f][0], f, it, feed)
+}
+
+// fill feeds input firing f's slice of iteration it into page-locked
+// buffer h, in the dtype of the register the firing writes: inputs
+// (rounded to bf16 in place where the register is bf16), labels, or a
+// language model's token ids.
+func (r *PlanRunner) fill(h cu.HostBuffer, f, it int, feed Feeder) error {
 	p := r.p
 	fi := p.Firings[f]
 	t := &p.Tasks[fi.Task]
 	spec := p.Registers[t.Writes[0]].Spec
 	n := spec.Shape.NumElements()
 	var images []float32
-	var labels []int32
+	var ints []int32
 	if spec.DType.IsFloat() {
 		images = h.Float32s()[:n]
 	} else {
-		labels = unsafe.Slice((*int32)(h.Ptr), n)
+		ints = unsafe.Slice((*int32)(h.Ptr), n)
 	}
-	if err := feed.Feed(it, t.Offset+fi.Micro*p.MicroBatch, p.MicroBatch, images, labels); err != nil {
+	if err := feedInput(feed, r.tokens[t.ID], it, t.Offset+fi.Micro*p.MicroBatch, p.MicroBatch, images, ints); err != nil {
 		return err
 	}
 	if spec.DType == graph.BF16 {
+		// In place, front to back: element i's two bytes land at or
+		// before where element i was read.
 		half := unsafe.Slice((*uint16)(h.Ptr), n)
 		for i, v := range images {
 			half[i] = cu.BF16FromFloat32(v)

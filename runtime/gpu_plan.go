@@ -67,11 +67,25 @@ type gpuPlan struct {
 	capturing bool      // enqueues are being captured: nothing may synchronize
 }
 
-// devicePool is a synthetic feeder's sample pool copied to the GPU.
+// devicePool is a synthetic feeder's sample pool copied to the GPU: rows
+// samples of rowLen values each, inputs (images, or a language model's
+// token ids) and labels (one a sample, or one a token).
 type devicePool struct {
-	images, labels cu.DevicePtr
-	rows, rowLen   int
-	batch          int
+	images, tokens, labels cu.DevicePtr
+	rows, rowLen           int
+	perLabels              int // labels a sample
+	batch                  int
+}
+
+// free frees the pool's device memory.
+func (dp *devicePool) free(ctx *cu.Context) error {
+	var errs []error
+	for _, ptr := range []cu.DevicePtr{dp.images, dp.tokens, dp.labels} {
+		if ptr != 0 {
+			errs = append(errs, ctx.Free(ptr))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // ringSize is the number of event slots a firing needs: a consumer waits
@@ -295,10 +309,7 @@ func (g *gpuPlan) Close() error {
 			}
 		}
 		for _, dp := range g.pools {
-			keep(first.ctx.Free(dp.images))
-			if dp.labels != 0 {
-				keep(first.ctx.Free(dp.labels))
-			}
+			keep(dp.free(first.ctx))
 		}
 		if g.base != nil {
 			keep(g.base.Destroy())
@@ -391,22 +402,35 @@ func (g *gpuPlan) devicePoolOf(feed *SyntheticFeeder) (*devicePool, error) {
 	}
 	first := g.firstGPU()
 	s := g.host[g.firstIndex()]
-	dp := &devicePool{rows: len(feed.labels), rowLen: feed.sample, batch: feed.batch}
+	dp := &devicePool{rows: len(feed.labels), rowLen: feed.sample, perLabels: 1, batch: feed.batch}
+	if feed.tokens != nil {
+		dp.rows, dp.perLabels = len(feed.tokens)/feed.sample, feed.sample
+	}
+	put := func(v []int32, f []float32) (cu.DevicePtr, error) {
+		if v == nil && f == nil {
+			return 0, nil
+		}
+		host, n := unsafe.Pointer(unsafe.SliceData(v)), len(v)
+		if f != nil {
+			host, n = unsafe.Pointer(unsafe.SliceData(f)), len(f)
+		}
+		ptr, err := first.ctx.Malloc(units.Bytes(4 * n))
+		if err != nil {
+			return 0, err
+		}
+		return ptr, s.CopyHtoD(ptr, host, units.Bytes(4*n))
+	}
 	var err error
-	if dp.images, err = first.ctx.Malloc(units.Bytes(4 * len(feed.images))); err != nil {
-		return nil, err
+	if dp.images, err = put(nil, feed.images); err == nil {
+		if dp.tokens, err = put(feed.tokens, nil); err == nil {
+			dp.labels, err = put(feed.labels, nil)
+		}
 	}
-	if err := s.CopyHtoD(dp.images, unsafe.Pointer(unsafe.SliceData(feed.images)), units.Bytes(4*len(feed.images))); err != nil {
-		return nil, err
+	if err == nil {
+		err = s.Synchronize()
 	}
-	if dp.labels, err = first.ctx.Malloc(units.Bytes(4 * len(feed.labels))); err != nil {
-		return nil, err
-	}
-	if err := s.CopyHtoD(dp.labels, unsafe.Pointer(unsafe.SliceData(feed.labels)), units.Bytes(4*len(feed.labels))); err != nil {
-		return nil, err
-	}
-	if err := s.Synchronize(); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, errors.Join(err, dp.free(first.ctx))
 	}
 	g.pools[feed] = dp
 	return dp, nil
@@ -477,9 +501,6 @@ func gpuSupported(p *plans.Plan) error {
 	}
 	if gpus > 1 {
 		return fmt.Errorf("runtime: the plan uses %d GPUs: plans over several GPUs are not supported yet (one GPU, with or without CPU devices)", gpus)
-	}
-	if !p.Images.DType.IsFloat() {
-		return fmt.Errorf("runtime: the plan's input is %v token ids: language models are not fed on GPUs yet (they run on CPU devices)", p.Images)
 	}
 	if p.TPDegree() > 1 {
 		return fmt.Errorf("runtime: the plan is tensor-parallel (tp=%d): tensor parallelism runs on CPU devices only so far", p.TPDegree())

@@ -119,8 +119,8 @@ func runPlan(t *testing.T, p *plans.Plan, iters int, eager bool) (*PlanRunner, [
 
 // The same plan on the GPU (graph replay and eager) computes what the CPU
 // computes, in f32: the CNNs with convolution, pooling, dropout and
-// cross-entropy, the MLP and transformer workloads, and LLaMA blocks
-// ($FLOWKIT_GPU_TEST_MODELS, semicolon-separated, picks some).
+// cross-entropy, the MLP and transformer workloads, LLaMA blocks, and GPT
+// and LLaMA language models ($FLOWKIT_GPU_TEST_MODELS, semicolon-separated, picks some).
 func TestGPUPlanMatchesCPU(t *testing.T) {
 	openGPU(t)
 	const iters = 3
@@ -133,9 +133,13 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 		{"mlp3x4096:width=64", "0.weight", 16},
 		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "layers.0.self_attn.in_proj_weight", 4},
 		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16,norm=rms", "layers.1.norm2.weight", 4},
-		// rotary embeddings, grouped-query attention, SwiGLU (a language
-		// model's token ids are not fed on GPUs yet: llama's blocks alone)
+		// rotary embeddings, grouped-query attention, SwiGLU
 		{"llama-blocks:layers=2,hidden=64,heads=4,kv_heads=2,ffn=96,seq=16", "model.layers.0.self_attn.qkv_proj.weight", 4},
+		// language models: token ids and next-token labels fed from a
+		// pool on the GPU, embeddings, the head's cross-entropy at every
+		// position
+		{"gpt:layers=2,hidden=64,heads=4,seq=16,vocab=96", "wte.weight", 4},
+		{"llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=96,seq=16,vocab=96", "model.embed_tokens.weight", 4},
 	} {
 		if only := os.Getenv("FLOWKIT_GPU_TEST_MODELS"); only != "" && !slices.Contains(strings.Split(only, ";"), c.model) {
 			continue
@@ -208,13 +212,14 @@ func TestGPUGEMMPoliciesAgree(t *testing.T) {
 
 // Inputs fed from the host (staged in page-locked memory and copied by
 // the graph, or by each eager firing) give the GPU what the device-resident
-// pool gives it: the same losses, in f32 and bf16.
+// pool gives it: the same losses, in f32 and bf16, for images and for a
+// language model's token ids and labels.
 func TestGPUHostFedMatchesPooled(t *testing.T) {
 	openGPU(t)
 	for _, c := range []struct {
 		model string
 		dtype graph.DType
-	}{{"mnist-cnn", graph.F32}, {"mlp3x4096:width=64", graph.BF16}} {
+	}{{"mnist-cnn", graph.F32}, {"mlp3x4096:width=64", graph.BF16}, {"gpt:layers=1,hidden=32,heads=2,seq=8,vocab=64", graph.F32}} {
 		t.Run(c.model+"/"+c.dtype.String(), func(t *testing.T) {
 			p := compileOn(t, gpuDevices(t), c.model, "single", 8, c.dtype)
 			for _, eager := range []bool{false, true} {
@@ -239,7 +244,7 @@ func TestGPUHostFedMatchesPooled(t *testing.T) {
 // bf16 on the GPU follows the f32 CPU run within bf16's precision.
 func TestGPUBF16Workloads(t *testing.T) {
 	openGPU(t)
-	for _, model := range []string{"mlp3x4096:width=128", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=32"} {
+	for _, model := range []string{"mlp3x4096:width=128", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=32", "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=96"} {
 		t.Run(model, func(t *testing.T) {
 			_, want := runPlan(t, compileOn(t, cpuDevices(1), model, "single", 8, 0), 2, false)
 			_, got := runPlan(t, compileOn(t, gpuDevices(t), model, "single", 8, graph.BF16), 2, false)

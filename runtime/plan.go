@@ -712,14 +712,7 @@ func (x *run) fire(f, it int) (float64, error) {
 	case plans.Input:
 		b := writes[0]
 		from := t.Offset + fi.Micro*p.MicroBatch
-		if x.r.tokens[t.ID] {
-			tf, ok := x.feed.(TokenFeeder)
-			if !ok {
-				return 0, fmt.Errorf("the plan's input is token ids; feeder %T feeds images", x.feed)
-			}
-			return 0, tf.FeedTokens(it, from, p.MicroBatch, b.I)
-		}
-		return 0, x.feed.Feed(it, from, p.MicroBatch, b.F, b.I)
+		return 0, feedInput(x.feed, x.r.tokens[t.ID], it, from, p.MicroBatch, b.F, b.I)
 	case plans.Transfer:
 		if !x.r.rk.local(p.Registers[t.Writes[0]].Device) {
 			return 0, x.sendTransfer(f, it, reads[0])

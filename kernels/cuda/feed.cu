@@ -26,11 +26,17 @@ __device__ __forceinline__ long long poolRow(long long it, int batch, int from, 
 	return g < 0 ? g + rows : g;
 }
 
-// gather_labels sets dst[k] = labels[poolRow(k)] for k < n.
-KERNEL __launch_bounds__(THREADS) gather_labels(int *dst, const int *labels, const long long *iter, int batch, int from,
-                                                 int n, int rows) {
+// gather_ints sets row k of dst [n, rowLen] to pool row poolRow(k) of src
+// [rows, rowLen], for k < n: labels (rowLen 1) or a language model's token
+// ids and next-token labels (rowLen the sequence), bit for bit.
+KERNEL __launch_bounds__(THREADS) gather_ints(int *dst, const int *src, const long long *iter, int batch, int from, int n,
+                                               int rowLen, int rows) {
 	const long long it = *iter;
-	for (long long k = gtid(); k < n; k += gstride()) dst[k] = labels[poolRow(it, batch, from, (int)k, rows)];
+	const long long total = (long long)n * rowLen;
+	for (long long i = gtid(); i < total; i += gstride()) {
+		const int k = (int)(i / rowLen), c = (int)(i % rowLen);
+		dst[i] = src[poolRow(it, batch, from, k, rows) * rowLen + c];
+	}
 }
 
 // gather_rows sets row k of dst [n, rowLen] (of T) to pool row poolRow(k) of

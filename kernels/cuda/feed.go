@@ -14,8 +14,8 @@ var (
 	kIterAdvance = def("feed", "iter_advance", pPtr)
 	// loss_log(const float *loss, float *hist, const long long *iter, int j, int nloss, int cap)
 	kLossLog = def("feed", "loss_log", pPtr, pPtr, pPtr, pI32, pI32, pI32)
-	// gather_labels(int *dst, const int *labels, const long long *iter, int batch, int from, int n, int rows)
-	kGatherLabels = def("feed", "gather_labels", pPtr, pPtr, pPtr, pI32, pI32, pI32, pI32)
+	// gather_ints(int *dst, const int *src, const long long *iter, int batch, int from, int n, int rowLen, int rows)
+	kGatherInts = def("feed", "gather_ints", pPtr, pPtr, pPtr, pI32, pI32, pI32, pI32, pI32)
 	// gather_rows_T(T *dst, const float *images, const long long *iter, int batch, int from, int n, int rowLen, int rows)
 	kGatherRows = defTyped("feed", "gather_rows", pPtr, pPtr, pPtr, pI32, pI32, pI32, pI32, pI32)
 )
@@ -61,22 +61,30 @@ func gatherCheck(op string, batch, from, n, rows int) error {
 	return nil
 }
 
-// GatherLabels sets dst[i] = labels[(it·batch + from + i) mod rows] for
-// i < n, it the int64 iteration number at iter: samples from + i of the
-// iteration's global batch of batch samples, drawn from a pool of rows
-// int32 labels as the runtime's SyntheticFeeder draws them.
-func (k *Kernels) GatherLabels(s *cu.Stream, dst, labels, iter cu.DevicePtr, batch, from, n, rows int) error {
-	const op = "GatherLabels"
-	if err := gatherCheck(op, batch, from, n, rows); err != nil || n == 0 {
+// GatherInts sets row i of dst [n, rowLen] to row (it·batch + from + i)
+// mod rows of src [rows, rowLen], for i < n, it the int64 iteration number
+// at iter: samples from + i of the iteration's global batch of batch
+// samples, drawn from a pool of rows samples of rowLen int32 values (one
+// label, or a language model's token ids or next-token labels) as the
+// runtime's SyntheticFeeder draws them.
+func (k *Kernels) GatherInts(s *cu.Stream, dst, src, iter cu.DevicePtr, batch, from, n, rowLen, rows int) error {
+	const op = "GatherInts"
+	if err := gatherCheck(op, batch, from, n, rows); err != nil || n == 0 || rowLen == 0 {
 		return err
 	}
-	if err := notNil(op, "dst labels iter", dst, labels, iter); err != nil {
+	if err := fits32(op, "n rowLen", n, rowLen); err != nil {
 		return err
 	}
-	return k.flat(s, kGatherLabels, int64(n), dst, labels, iter, int32(batch), int32(from), int32(n), int32(rows))
+	if err := fits32(op, "rows rowLen", rows, rowLen); err != nil {
+		return err
+	}
+	if err := notNil(op, "dst src iter", dst, src, iter); err != nil {
+		return err
+	}
+	return k.flat(s, kGatherInts, int64(n*rowLen), dst, src, iter, int32(batch), int32(from), int32(n), int32(rowLen), int32(rows))
 }
 
-// GatherRows is GatherLabels for samples of rowLen float32 values: row i of
+// GatherRows is GatherInts for samples of rowLen float32 values: row i of
 // dst [n, rowLen] (of dtype dt, rounded to it) is row (it·batch + from + i)
 // mod rows of images [rows, rowLen].
 func (k *Kernels) GatherRows(s *cu.Stream, dt graph.DType, dst, images, iter cu.DevicePtr, batch, from, n, rowLen, rows int) error {

@@ -30,12 +30,28 @@ func TestFeedGPU(t *testing.T) {
 	}
 	pimg, plab := e.put(t, graph.F32, images), e.putI32(t, labels)
 	pl := e.alloc(t, graph.I32, n)
-	must(t, e.k.GatherLabels(e.s, pl, plab, counter, batch, from, n, rows))
+	must(t, e.k.GatherInts(e.s, pl, plab, counter, batch, from, n, 1, rows))
 	b := e.getBytes(t, pl, 4*n)
 	for k := range n {
 		g := (42*batch + from + k) % rows
 		if got := int32(binary.LittleEndian.Uint32(b[4*k:])); got != labels[g] {
-			t.Errorf("GatherLabels: label %d = %d, want %d", k, got, labels[g])
+			t.Errorf("GatherInts: label %d = %d, want %d", k, got, labels[g])
+		}
+	}
+	// Rows of token ids, every bit pattern kept.
+	tokens := make([]int32, rows*rowLen)
+	for i := range tokens {
+		tokens[i] = int32(rng.Uint32())
+	}
+	ptok, pt := e.putI32(t, tokens), e.alloc(t, graph.I32, n*rowLen)
+	must(t, e.k.GatherInts(e.s, pt, ptok, counter, batch, from, n, rowLen, rows))
+	b = e.getBytes(t, pt, 4*n*rowLen)
+	for k := range n {
+		g := (42*batch + from + k) % rows
+		for c := range rowLen {
+			if got := int32(binary.LittleEndian.Uint32(b[4*(k*rowLen+c):])); got != tokens[g*rowLen+c] {
+				t.Fatalf("GatherInts: token %d of row %d = %d, want %d", c, k, got, tokens[g*rowLen+c])
+			}
 		}
 	}
 	for _, dt := range dtypes {

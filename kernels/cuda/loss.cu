@@ -1,36 +1,72 @@
-// Losses: softmax cross-entropy (float32 logits, int32 labels) and mean
-// square (any float x), each a float32 scalar in device memory, and their
-// gradients, which read the upstream gradient dloss from device memory.
+// Losses: softmax cross-entropy (float logits of any dtype, int32 labels)
+// and mean square (any float x), each a float32 scalar in device memory,
+// and their gradients, which read the upstream gradient dloss from device
+// memory.
 #include "common.cuh"
 
-// sce_fwd_f32 writes the mean over rows of m + log Σ_j exp(x_j − m) −
-// x_label, m the row's maximum, computed in double as kernels/cpu does. It
-// runs as a single block of THREADS threads, a warp to a row, rows in a fixed
-// order, so the sum does not depend on the device: it is meant for
-// classifier heads, not for vocabularies of ten thousand classes and more.
-// A label outside [0, n) makes the loss NaN; no rows give 0.
-KERNEL __launch_bounds__(THREADS) sce_fwd_f32(const float *x, const int *labels, float *loss, int rows, int n) {
-	__shared__ double part[THREADS / 32];
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
-	double acc = 0;
-	for (int r = warp; r < rows; r += nw) {
-		const float *p = x + (long long)r * n;
+// sce_fwd_{warp,block} write part[r] = m + log Σ_j exp(x_j − m) − x_label
+// for row r, m the row's maximum, the exponentials and their sum in double
+// as kernels/cpu computes them; a label outside [0, n) gives NaN. A warp
+// takes a row of up to WARP_ROW_MAX columns, a block a longer one (a
+// language model's vocabulary). sce_final adds the rows' terms in a fixed
+// order and writes their mean as float: the loss does not depend on the
+// device or the grid.
+template <class T>
+__device__ __forceinline__ double sceTerm(const T *p, const int *labels, int r, int n, float m, double s) {
+	const int l = labels[r];
+	return (l >= 0 && l < n) ? (double)m + log(s) - (double)toF(p[l]) : (double)qnan();
+}
+
+template <class T> __device__ __forceinline__ void sce_fwd_warp_t(const T *x, const int *labels, double *part, int rows, int n) {
+	const int lane = threadIdx.x & 31;
+	int first, stride;
+	warpRows(first, stride);
+	for (int r = first; r < rows; r += stride) {
+		const T *p = x + (long long)r * n;
 		float m = -INFINITY;
-		for (int j = lane; j < n; j += 32) m = fmaxf(m, p[j]);
+		for (int j = lane; j < n; j += 32) m = fmaxf(m, toF(p[j]));
 		m = warpMax(m);
 		double s = 0;
-		for (int j = lane; j < n; j += 32) s += exp((double)p[j] - (double)m);
+		for (int j = lane; j < n; j += 32) s += exp((double)toF(p[j]) - (double)m);
 		s = warpSum(s);
-		const int l = labels[r];
-		acc += (l >= 0 && l < n) ? (double)m + log(s) - (double)p[l] : (double)qnan();
+		if (lane == 0) part[r] = sceTerm(p, labels, r, n, m, s);
 	}
-	if (lane == 0) part[warp] = acc;
-	__syncthreads();
-	if (threadIdx.x == 0) {
-		double t = 0;
-		for (int i = 0; i < nw; i++) t += part[i];
-		*loss = rows > 0 ? (float)(t / rows) : 0.0f;
+}
+
+template <class T> __device__ __forceinline__ void sce_fwd_block_t(const T *x, const int *labels, double *part, int rows, int n) {
+	__shared__ float fscratch[32];
+	__shared__ double dscratch[32];
+	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
+		const T *p = x + (long long)r * n;
+		float m = -INFINITY;
+		for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, toF(p[j]));
+		m = blockMax(m, fscratch);
+		double s = 0;
+		for (int j = threadIdx.x; j < n; j += blockDim.x) s += exp((double)toF(p[j]) - (double)m);
+		s = blockSum(s, dscratch);
+		if (threadIdx.x == 0) part[r] = sceTerm(p, labels, r, n, m, s);
 	}
+}
+
+KERNEL __launch_bounds__(THREADS) sce_fwd_warp_f32(const float *x, const int *labels, double *part, int rows, int n) {
+	sce_fwd_warp_t(x, labels, part, rows, n);
+}
+KERNEL __launch_bounds__(THREADS) sce_fwd_warp_bf16(const bf16 *x, const int *labels, double *part, int rows, int n) {
+	sce_fwd_warp_t(x, labels, part, rows, n);
+}
+KERNEL __launch_bounds__(THREADS) sce_fwd_block_f32(const float *x, const int *labels, double *part, int rows, int n) {
+	sce_fwd_block_t(x, labels, part, rows, n);
+}
+KERNEL __launch_bounds__(THREADS) sce_fwd_block_bf16(const bf16 *x, const int *labels, double *part, int rows, int n) {
+	sce_fwd_block_t(x, labels, part, rows, n);
+}
+
+KERNEL __launch_bounds__(THREADS) sce_final(const double *part, float *loss, int rows) {
+	__shared__ double scratch[32];
+	double s = 0;
+	for (int i = threadIdx.x; i < rows; i += blockDim.x) s += part[i];
+	s = blockSum(s, scratch);
+	if (threadIdx.x == 0) *loss = rows > 0 ? (float)(s / rows) : 0.0f;
 }
 
 // sce_bwd sets dx = dloss·(softmax(x) − onehot(label))/rows, row by row; a
@@ -39,21 +75,21 @@ __device__ __forceinline__ float sceScale(const float *dloss, int rows) {
 	return (float)((double)*dloss / (double)rows);
 }
 
-KERNEL ROW_BOUNDS sce_bwd_warp_f32(const float *x, const int *labels, const float *dloss, float *dx,
-                                                     int rows, int n) {
+template <class T>
+__device__ __forceinline__ void sce_bwd_warp_t(const T *x, const int *labels, const float *dloss, T *dx, int rows, int n) {
 	const int lane = threadIdx.x & 31;
 	const float scale = sceScale(dloss, rows);
-	const bool vec = n % 4 == 0 && aligned16(x) && aligned16(dx);
+	const bool vec = n % VW<T>::N == 0 && aligned16(x) && aligned16(dx);
 	int first, stride;
 	warpRows(first, stride);
 	for (int r = first; r < rows; r += stride) {
-		const float *p = x + (long long)r * n;
-		float *q = dx + (long long)r * n;
+		const T *p = x + (long long)r * n;
+		T *q = dx + (long long)r * n;
 		const int l = labels[r];
 		const bool ok = l >= 0 && l < n;
 		if (vec) {
 			float v[ROW_PER_LANE];
-			rowLoad<float>(p, n, lane, v, -INFINITY);
+			rowLoad<T>(p, n, lane, v, -INFINITY);
 			float m = -INFINITY;
 #pragma unroll
 			for (int e = 0; e < ROW_PER_LANE; e++) m = fmaxf(m, v[e]);
@@ -66,37 +102,52 @@ KERNEL ROW_BOUNDS sce_bwd_warp_f32(const float *x, const int *labels, const floa
 			}
 			const float k = ok ? scale / warpSum(s) : qnan();
 #pragma unroll
-			for (int e = 0; e < ROW_PER_LANE; e++) v[e] = v[e] * k - (rowCol<float>(e, lane) == l ? scale : 0.0f);
-			rowStore<float>(q, n, lane, v);
+			for (int e = 0; e < ROW_PER_LANE; e++) v[e] = v[e] * k - (rowCol<T>(e, lane) == l ? scale : 0.0f);
+			rowStore<T>(q, n, lane, v);
 		} else {
 			float m = -INFINITY;
-			for (int j = lane; j < n; j += 32) m = fmaxf(m, p[j]);
+			for (int j = lane; j < n; j += 32) m = fmaxf(m, toF(p[j]));
 			m = warpMax(m);
 			float s = 0;
-			for (int j = lane; j < n; j += 32) s += expf(p[j] - m);
+			for (int j = lane; j < n; j += 32) s += expf(toF(p[j]) - m);
 			const float k = ok ? scale / warpSum(s) : qnan();
-			for (int j = lane; j < n; j += 32) q[j] = expf(p[j] - m) * k - (j == l ? scale : 0.0f);
+			for (int j = lane; j < n; j += 32) q[j] = fromF<T>(expf(toF(p[j]) - m) * k - (j == l ? scale : 0.0f));
 		}
 	}
 }
 
-KERNEL __launch_bounds__(THREADS) sce_bwd_block_f32(const float *x, const int *labels, const float *dloss, float *dx,
-                                                      int rows, int n) {
+template <class T>
+__device__ __forceinline__ void sce_bwd_block_t(const T *x, const int *labels, const float *dloss, T *dx, int rows, int n) {
 	__shared__ float scratch[32];
 	const float scale = sceScale(dloss, rows);
 	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
-		const float *p = x + (long long)r * n;
-		float *q = dx + (long long)r * n;
+		const T *p = x + (long long)r * n;
+		T *q = dx + (long long)r * n;
 		const int l = labels[r];
 		float m = -INFINITY;
-		for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, p[j]);
+		for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, toF(p[j]));
 		m = blockMax(m, scratch);
 		float s = 0;
-		for (int j = threadIdx.x; j < n; j += blockDim.x) s += expf(p[j] - m);
+		for (int j = threadIdx.x; j < n; j += blockDim.x) s += expf(toF(p[j]) - m);
 		s = blockSum(s, scratch);
 		const float k = (l >= 0 && l < n) ? scale / s : qnan();
-		for (int j = threadIdx.x; j < n; j += blockDim.x) q[j] = expf(p[j] - m) * k - (j == l ? scale : 0.0f);
+		for (int j = threadIdx.x; j < n; j += blockDim.x) q[j] = fromF<T>(expf(toF(p[j]) - m) * k - (j == l ? scale : 0.0f));
 	}
+}
+
+KERNEL ROW_BOUNDS sce_bwd_warp_f32(const float *x, const int *labels, const float *dloss, float *dx, int rows, int n) {
+	sce_bwd_warp_t(x, labels, dloss, dx, rows, n);
+}
+KERNEL ROW_BOUNDS sce_bwd_warp_bf16(const bf16 *x, const int *labels, const float *dloss, bf16 *dx, int rows, int n) {
+	sce_bwd_warp_t(x, labels, dloss, dx, rows, n);
+}
+KERNEL __launch_bounds__(THREADS) sce_bwd_block_f32(const float *x, const int *labels, const float *dloss, float *dx,
+                                                      int rows, int n) {
+	sce_bwd_block_t(x, labels, dloss, dx, rows, n);
+}
+KERNEL __launch_bounds__(THREADS) sce_bwd_block_bf16(const bf16 *x, const int *labels, const float *dloss, bf16 *dx,
+                                                       int rows, int n) {
+	sce_bwd_block_t(x, labels, dloss, dx, rows, n);
 }
 
 // msq_partial writes part[b] = Σ x² (squares and sums in double, as

@@ -7,11 +7,14 @@ import (
 )
 
 var (
-	// sce_fwd_f32(const float *x, const int *labels, float *loss, int rows, int n)
-	kSCEFwd = def("loss", "sce_fwd_f32", pPtr, pPtr, pPtr, pI32, pI32)
-	// sce_bwd_{warp,block}_f32(const float *x, const int *labels, const float *dloss, float *dx, int rows, int n)
-	kSCEBwdWarp  = def("loss", "sce_bwd_warp_f32", pPtr, pPtr, pPtr, pPtr, pI32, pI32)
-	kSCEBwdBlock = def("loss", "sce_bwd_block_f32", pPtr, pPtr, pPtr, pPtr, pI32, pI32)
+	// sce_fwd_{warp,block}_T(const T *x, const int *labels, double *part, int rows, int n)
+	kSCEFwdWarp  = defTyped("loss", "sce_fwd_warp", pPtr, pPtr, pPtr, pI32, pI32)
+	kSCEFwdBlock = defTyped("loss", "sce_fwd_block", pPtr, pPtr, pPtr, pI32, pI32)
+	// sce_final(const double *part, float *loss, int rows)
+	kSCEFinal = def("loss", "sce_final", pPtr, pPtr, pI32)
+	// sce_bwd_{warp,block}_T(const T *x, const int *labels, const float *dloss, T *dx, int rows, int n)
+	kSCEBwdWarp  = defTyped("loss", "sce_bwd_warp", pPtr, pPtr, pPtr, pPtr, pI32, pI32)
+	kSCEBwdBlock = defTyped("loss", "sce_bwd_block", pPtr, pPtr, pPtr, pPtr, pI32, pI32)
 	// msq_partial_T(const T *x, double *part, long long n, long long chunk)
 	kMSQPartial = defTyped("loss", "msq_partial", pPtr, pPtr, pI64, pI64)
 	// msq_final(const double *part, float *loss, int parts, long long n)
@@ -20,33 +23,54 @@ var (
 	kMSQBwd = defTyped("loss", "msq_bwd", pPtr, pPtr, pPtr, pI64)
 )
 
+// SoftmaxCrossEntropyWorkspace is the scratch SoftmaxCrossEntropy needs
+// for rows rows: a float64 term each.
+func SoftmaxCrossEntropyWorkspace(rows int) units.Bytes { return units.Bytes(8 * max(rows, 0)) }
+
 // SoftmaxCrossEntropy writes to loss (a float32 in device memory) the mean
-// over rows of the cross-entropy between softmax(logits [rows, cols]) and
-// the int32 labels [rows], each row's term computed as a log-sum-exp in
-// float64 as kernels/cpu does. float32 only. The labels are not checked on
-// the host: a label outside [0, cols) makes the loss NaN. No rows give 0.
-// One block does it all, in a fixed order: meant for classifier heads, not
-// for large vocabularies.
-func (k *Kernels) SoftmaxCrossEntropy(s *cu.Stream, logits, labels, loss cu.DevicePtr, rows, cols int) error {
+// over rows of the cross-entropy between softmax(logits [rows, cols], of
+// dtype dt) and the int32 labels [rows], each row's term computed as a
+// log-sum-exp in float64 as kernels/cpu does, and the terms added in an
+// order fixed by rows. A warp takes a row of classifier logits, a block a
+// row of a language model's vocabulary. The labels are not checked on the
+// host: a label outside [0, cols) makes the loss NaN. No rows give 0. work
+// holds SoftmaxCrossEntropyWorkspace(rows) bytes.
+func (k *Kernels) SoftmaxCrossEntropy(s *cu.Stream, dt graph.DType, logits, labels, loss, work cu.DevicePtr, rows, cols int) error {
 	const op = "SoftmaxCrossEntropy"
+	w, err := kSCEFwdWarp.of(op, dt)
+	if err != nil {
+		return err
+	}
+	b, _ := kSCEFwdBlock.of(op, dt)
 	if err := fits32(op, "rows cols", rows, cols); err != nil {
 		return err
 	}
-	if rows > 0 && cols == 0 {
+	if rows == 0 {
+		return k.Fill(s, graph.F32, 0, loss, 1)
+	}
+	if cols == 0 {
 		return argErr(op, "cols = 0: no class for the labels")
 	}
-	if err := notNil(op, "logits labels loss", logits, labels, loss); err != nil {
+	if err := notNil(op, "logits labels loss work", logits, labels, loss, work); err != nil {
 		return err
 	}
-	return k.launch(s, kSCEFwd, cu.Dim3{X: 1, Y: 1, Z: 1}, block1D, logits, labels, loss, int32(rows), int32(cols))
+	if err := k.rows(s, w, b, rows, cols, logits, labels, work, int32(rows), int32(cols)); err != nil {
+		return err
+	}
+	return k.launch(s, kSCEFinal, one, block1D, work, loss, int32(rows))
 }
 
-// SoftmaxCrossEntropyBackward sets dlogits to the gradient of
-// SoftmaxCrossEntropy scaled by the float32 dloss in device memory:
-// dloss·(softmax(logits) − onehot(labels))/rows. A label outside [0, cols)
-// makes its row NaN.
-func (k *Kernels) SoftmaxCrossEntropyBackward(s *cu.Stream, logits, labels, dloss, dlogits cu.DevicePtr, rows, cols int) error {
+// SoftmaxCrossEntropyBackward sets dlogits (of dtype dt, as logits) to the
+// gradient of SoftmaxCrossEntropy scaled by the float32 dloss in device
+// memory: dloss·(softmax(logits) − onehot(labels))/rows. A label outside
+// [0, cols) makes its row NaN.
+func (k *Kernels) SoftmaxCrossEntropyBackward(s *cu.Stream, dt graph.DType, logits, labels, dloss, dlogits cu.DevicePtr, rows, cols int) error {
 	const op = "SoftmaxCrossEntropyBackward"
+	w, err := kSCEBwdWarp.of(op, dt)
+	if err != nil {
+		return err
+	}
+	b, _ := kSCEBwdBlock.of(op, dt)
 	if err := fits32(op, "rows cols", rows, cols); err != nil || rows == 0 {
 		return err
 	}
@@ -56,7 +80,7 @@ func (k *Kernels) SoftmaxCrossEntropyBackward(s *cu.Stream, logits, labels, dlos
 	if err := notNil(op, "logits labels dloss dlogits", logits, labels, dloss, dlogits); err != nil {
 		return err
 	}
-	return k.rows(s, kSCEBwdWarp, kSCEBwdBlock, rows, cols, logits, labels, dloss, dlogits, int32(rows), int32(cols))
+	return k.rows(s, w, b, rows, cols, logits, labels, dloss, dlogits, int32(rows), int32(cols))
 }
 
 // msqChunk is the elements each block of MeanSquare's first pass sums: a

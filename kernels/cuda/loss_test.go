@@ -12,45 +12,59 @@ import (
 func TestSoftmaxCrossEntropyGPU(t *testing.T) {
 	e := gpu(t)
 	rng := newRNG(9)
-	for _, sh := range [][2]int{{1, 1}, {64, 10}, {128, 10}, {33, 1000}, {5, 2000}, {300, 7}} {
-		rows, cols := sh[0], sh[1]
-		t.Run(name(sh), func(t *testing.T) {
-			n := rows * cols
-			x := randIn(rng, graph.F32, n, -10, 10)
-			labels := make([]int32, rows)
-			for i := range labels {
-				labels[i] = int32(rng.IntN(cols))
-			}
-			px, pl, ploss := e.put(t, graph.F32, x), e.putI32(t, labels), e.alloc(t, graph.F32, 1)
-			must(t, e.k.SoftmaxCrossEntropy(e.s, px, pl, ploss, rows, cols))
-			const dloss = 0.75
-			wl, wdx := refSCE(to64(x), labels, rows, cols, dloss)
-			loss := e.get(t, graph.F32, ploss, 1)
-			check(t, "loss", graph.F32, loss, []float64{wl}, exact)
-			cl, err := cpu.SoftmaxCrossEntropy(nil, x, labels, rows, cols)
-			must(t, err)
-			if math.Abs(float64(loss[0]-cl)) > 1e-6*math.Abs(float64(cl)) {
-				t.Errorf("loss %v, kernels/cpu %v", loss[0], cl)
-			}
+	for _, dt := range dtypes {
+		// Classifier heads (a warp a row, in registers or streamed) and
+		// vocabularies (a block a row).
+		for _, sh := range [][2]int{{1, 1}, {64, 10}, {128, 10}, {33, 1000}, {5, 2000}, {300, 7}, {70, 1024}, {6, 50257}} {
+			rows, cols := sh[0], sh[1]
+			t.Run(name(dt, "/", sh), func(t *testing.T) {
+				n := rows * cols
+				x := randIn(rng, dt, n, -10, 10)
+				labels := make([]int32, rows)
+				for i := range labels {
+					labels[i] = int32(rng.IntN(cols))
+				}
+				px, pl, ploss := e.put(t, dt, x), e.putI32(t, labels), e.alloc(t, graph.F32, 1)
+				work := e.alloc(t, graph.F32, int(SoftmaxCrossEntropyWorkspace(rows)/4))
+				must(t, e.k.SoftmaxCrossEntropy(e.s, dt, px, pl, ploss, work, rows, cols))
+				const dloss = 0.75
+				wl, wdx := refSCE(to64(x), labels, rows, cols, dloss)
+				loss := e.get(t, graph.F32, ploss, 1)
+				// bf16 inputs are exact: the loss, in double, is as
+				// accurate as f32's.
+				check(t, "loss", graph.F32, loss, []float64{wl}, exact)
+				cl, err := cpu.SoftmaxCrossEntropy(nil, x, labels, rows, cols)
+				must(t, err)
+				if math.Abs(float64(loss[0]-cl)) > 1e-6*math.Abs(float64(cl)) {
+					t.Errorf("loss %v, kernels/cpu %v", loss[0], cl)
+				}
 
-			pd, pdx := e.put(t, graph.F32, []float32{dloss}), e.alloc(t, graph.F32, n)
-			must(t, e.k.SoftmaxCrossEntropyBackward(e.s, px, pl, pd, pdx, rows, cols))
-			check(t, "dlogits", graph.F32, e.get(t, graph.F32, pdx, n), wdx, compound)
+				pd, pdx := e.put(t, graph.F32, []float32{dloss}), e.alloc(t, dt, n)
+				must(t, e.k.SoftmaxCrossEntropyBackward(e.s, dt, px, pl, pd, pdx, rows, cols))
+				check(t, "dlogits", dt, e.get(t, dt, pdx, n), wdx, compound)
 
-			// A label out of range shows as NaN, never as a stray read.
-			bad := make([]byte, 4)
-			binary.LittleEndian.PutUint32(bad, uint32(cols))
-			e.putBytes(t, pl, bad)
-			must(t, e.k.SoftmaxCrossEntropy(e.s, px, pl, ploss, rows, cols))
-			must(t, e.k.SoftmaxCrossEntropyBackward(e.s, px, pl, pd, pdx, rows, cols))
-			if l := e.get(t, graph.F32, ploss, 1)[0]; !math.IsNaN(float64(l)) {
-				t.Errorf("loss with a bad label: %v, want NaN", l)
-			}
-			if d := e.get(t, graph.F32, pdx, 1)[0]; !math.IsNaN(float64(d)) {
-				t.Errorf("dlogits with a bad label: %v, want NaN", d)
-			}
-		})
+				// A label out of range shows as NaN, never as a stray read.
+				bad := make([]byte, 4)
+				binary.LittleEndian.PutUint32(bad, uint32(cols))
+				e.putBytes(t, pl, bad)
+				must(t, e.k.SoftmaxCrossEntropy(e.s, dt, px, pl, ploss, work, rows, cols))
+				must(t, e.k.SoftmaxCrossEntropyBackward(e.s, dt, px, pl, pd, pdx, rows, cols))
+				if l := e.get(t, graph.F32, ploss, 1)[0]; !math.IsNaN(float64(l)) {
+					t.Errorf("loss with a bad label: %v, want NaN", l)
+				}
+				if d := e.get(t, dt, pdx, 1)[0]; !math.IsNaN(float64(d)) {
+					t.Errorf("dlogits with a bad label: %v, want NaN", d)
+				}
+			})
+		}
 	}
+	t.Run("no rows", func(t *testing.T) {
+		ploss := e.put(t, graph.F32, []float32{7})
+		must(t, e.k.SoftmaxCrossEntropy(e.s, graph.F32, e.alloc(t, graph.F32, 1), e.alloc(t, graph.I32, 1), ploss, e.alloc(t, graph.F32, 2), 0, 10))
+		if l := e.get(t, graph.F32, ploss, 1)[0]; l != 0 {
+			t.Errorf("loss of no rows: %v, want 0", l)
+		}
+	})
 }
 
 func TestMeanSquareGPU(t *testing.T) {

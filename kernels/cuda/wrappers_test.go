@@ -247,12 +247,9 @@ func TestWrappers(t *testing.T) {
 				k.RMSNormBackward(nil, dt, x, g, y, rstd, z, buf(r, dt, cols),
 					r.alloc("work", RMSNormWorkspace(rows, cols)), rows, cols),
 			)
-			if dt == graph.F32 {
-				labels, loss, dloss := i32(r, rows), r.alloc("loss", 4), r.alloc("dloss", 4)
-				err = errors.Join(err, k.SoftmaxCrossEntropy(nil, x, labels, loss, rows, cols),
-					k.SoftmaxCrossEntropyBackward(nil, x, labels, dloss, y, rows, cols))
-			}
-			return err
+			labels, loss, dloss := i32(r, rows), r.alloc("loss", 4), r.alloc("dloss", 4)
+			return errors.Join(err, k.SoftmaxCrossEntropy(nil, dt, x, labels, loss, r.alloc("work", SoftmaxCrossEntropyWorkspace(rows)), rows, cols),
+				k.SoftmaxCrossEntropyBackward(nil, dt, x, labels, dloss, y, rows, cols))
 		})
 	}
 	for _, sh := range [][3]int{{1, 1, 1}, {10, 7, 3}, {8192, 50257, 768}, {4, 3, 1000}} {
@@ -265,7 +262,8 @@ func TestWrappers(t *testing.T) {
 	add("feed", func(k *Kernels, r *recorder, dt graph.DType) error {
 		iter, pool, labels := r.alloc("iter", 8), r.alloc("pool", 4*1000*784), i32(r, 1000)
 		return errors.Join(k.IterAdvance(nil, iter), k.LossLog(nil, r.alloc("loss", 4), r.alloc("hist", 4*1024*3), iter, 2, 3, 1024),
-			k.GatherLabels(nil, i32(r, 64), labels, iter, 128, 64, 64, 1000),
+			k.GatherInts(nil, i32(r, 64), labels, iter, 128, 64, 64, 1, 1000),
+			k.GatherInts(nil, i32(r, 64*1024), i32(r, 1000*1024), iter, 128, 64, 64, 1024, 1000),
 			k.GatherRows(nil, dt, buf(r, dt, 64*784), pool, iter, 128, 64, 64, 784, 1000))
 	})
 	for _, a := range [][5]int{{1, 1, 1, 1, 0}, {2, 5, 2, 6, 1}, {3, 17, 3, 12, 0}, {1, 64, 12, 768, 1}} {
