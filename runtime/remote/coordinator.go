@@ -73,7 +73,10 @@ func Coordinate(ctx context.Context, o Options) (*Group, error) {
 	if o.Rank != 0 {
 		return nil, fmt.Errorf("remote: Coordinate is for rank 0, not rank %d (workers Join)", o.Rank)
 	}
-	g := newGroup(o)
+	g, err := newGroup(o)
+	if err != nil {
+		return nil, err
+	}
 	g.coord = &coordinator{members: make([]*member, o.World), replies: make([][]*wirepb.Reply, o.World)}
 	if _, err := g.serve(o.Master); err != nil {
 		g.end()

@@ -12,9 +12,14 @@
 // Next, Reply and Gather carry the coordinator's commands and the workers'
 // answers over the control stream of the join.
 //
-// Every call carries the run's shared token, compared in constant time; the
-// connections themselves are not encrypted, so a run's network must be
-// trusted.
+// The connections are TLS 1.3, both ends authenticated by one ed25519 key
+// that every rank derives from the run's shared token (HKDF-SHA256): a
+// peer that completes the handshake knows the token, which never crosses
+// the network, and what the ranks exchange is encrypted. Every call also
+// carries the token, inside the TLS connection, compared in constant time.
+// A rank given another token is told so as it joins ("runs with another
+// token"), not after a timeout. The security is the token's: make it long
+// and random (flowrun's --procs does) and keep it off shared disks.
 //
 // A rank that dies breaks its streams: every other rank's Link then fails
 // (Err names the lost rank, open Inbox channels close) and Next and Gather

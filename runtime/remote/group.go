@@ -11,7 +11,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/backoff"
-	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/keepalive"
 
 	"github.com/flowkit/flowkit/runtime"
@@ -42,6 +42,7 @@ const (
 // connections to the other ranks and the streams over them.
 type Group struct {
 	o      Options
+	creds  credentials.TransportCredentials // the run's TLS, keyed by its token (tlsCreds)
 	server *grpc.Server
 	life   context.Context // the streams' context, cancelled when the group ends
 	end    context.CancelFunc
@@ -57,11 +58,12 @@ type Group struct {
 	closed  bool          // Close was called
 	in      []bool        // per rank: its Deliver stream to this rank was accepted
 
-	coord  *coordinator // rank 0 only
-	worker *worker      // other ranks only
+	coord    *coordinator            // rank 0 only
+	worker   *worker                 // other ranks only
+	stopJoin context.CancelCauseFunc // while a worker joins: ends the join (keyRefused)
 }
 
-func newGroup(o Options) *Group {
+func newGroup(o Options) (*Group, error) {
 	life, end := context.WithCancel(context.Background())
 	g := &Group{
 		o:       o,
@@ -79,7 +81,23 @@ func newGroup(o Options) *Group {
 			g.out[r] = &outStream{to: r}
 		}
 	}
-	return g
+	var err error
+	if g.creds, err = tlsCreds(o.Token, g.keyRefused); err != nil {
+		end()
+		return nil, err
+	}
+	return g, nil
+}
+
+// keyRefused stops the join in progress, if any: a peer's TLS key was not
+// the run's (tlsCreds).
+func (g *Group) keyRefused(err error) {
+	g.mu.Lock()
+	stop := g.stopJoin
+	g.mu.Unlock()
+	if stop != nil {
+		stop(err)
+	}
 }
 
 // Link returns the group's link: Send, Inbox and Forget over the mesh of
@@ -157,6 +175,7 @@ func (g *Group) serve(addr string) (string, error) {
 	}
 	gd := newGuard(g.o.Token)
 	g.server = grpc.NewServer(
+		grpc.Creds(g.creds),
 		grpc.MaxRecvMsgSize(math.MaxInt32),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.ChainUnaryInterceptor(gd.unary),
@@ -177,7 +196,7 @@ func (g *Group) serve(addr string) (string, error) {
 // retries quickly, since the other side may not listen yet.
 func (g *Group) dial(addr string) (*grpc.ClientConn, error) {
 	conn, err := grpc.NewClient("passthrough:///"+addr,
-		grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithTransportCredentials(g.creds),
 		grpc.WithPerRPCCredentials(tokenCreds(g.o.Token)),
 		grpc.WithDefaultCallOptions(grpc.MaxCallRecvMsgSize(math.MaxInt32), grpc.MaxCallSendMsgSize(math.MaxInt32)),
 		grpc.WithConnectParams(grpc.ConnectParams{

@@ -144,5 +144,5 @@ func TestWrongToken(t *testing.T) {
 	require.EqualError(t, err, "remote: rank 1 never joined the coordinator at "+master+" within 2s")
 	require.Less(t, time.Since(start), 4*time.Second)
 	require.Equal(t, exitJoin, c.wait(t, 1, 5*time.Second))
-	require.Contains(t, c.stderr[1].String(), "JOIN: remote: coordinator at "+master+" refused the token")
+	require.Contains(t, c.stderr[1].String(), "JOIN: remote: coordinator at "+master+" runs with another token")
 }

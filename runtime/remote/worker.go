@@ -36,7 +36,10 @@ func Join(ctx context.Context, o Options) (*Group, error) {
 	if o.Rank == 0 {
 		return nil, errors.New("remote: Join is for workers (rank ≥ 1); rank 0 calls Coordinate")
 	}
-	g := newGroup(o)
+	g, err := newGroup(o)
+	if err != nil {
+		return nil, err
+	}
 	g.worker = &worker{}
 	addr, err := g.serve(o.Listen)
 	if err != nil {
@@ -77,14 +80,23 @@ func (w *worker) join(ctx context.Context, g *Group, addr string) ([]*wirepb.Pee
 	defer stopTimer()
 	// The control stream outlives ctx, which bounds only the join.
 	stop := context.AfterFunc(ctx, func() { cancel(context.Cause(ctx)) })
+	g.mu.Lock()
+	g.stopJoin = cancel
+	g.mu.Unlock()
 	req := &wirepb.JoinRequest{Rank: int32(g.o.Rank), World: int32(g.o.World), Address: addr, Hostname: g.o.Hostname}
 	stream, err := wirepb.NewWireClient(g.conns[0]).Join(sctx, req, grpc.WaitForReady(true))
 	var first *wirepb.Command
 	if err == nil {
 		first, err = stream.Recv()
 	}
+	g.mu.Lock()
+	g.stopJoin = nil
+	g.mu.Unlock()
 	if !stop() && err == nil {
 		err = context.Cause(ctx)
+	}
+	if cause := context.Cause(sctx); errors.Is(cause, errPeerKey) {
+		err = cause
 	}
 	if err != nil {
 		return nil, w.joinError(ctx, g, err)
@@ -100,6 +112,8 @@ func (w *worker) join(ctx context.Context, g *Group, addr string) ([]*wirepb.Pee
 // joinError says why joining failed.
 func (w *worker) joinError(ctx context.Context, g *Group, err error) error {
 	switch {
+	case errors.Is(err, errPeerKey):
+		return fmt.Errorf("remote: coordinator at %s runs with another token: %w", g.o.Master, err)
 	case status.Code(err) == codes.Unauthenticated:
 		return fmt.Errorf("remote: coordinator at %s refused the token: %w", g.o.Master, err)
 	case errors.Is(ctx.Err(), context.DeadlineExceeded):
