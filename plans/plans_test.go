@@ -636,10 +636,11 @@ func FuzzDecode(f *testing.F) {
 		{"mlp3x4096:depth=2,width=2", "dp=2,zero=2", 2},
 		{"mlp3x4096:depth=1,width=2", "dp=2,zero=3", 2},
 		{"mlp3x4096:depth=4,width=2", "pp=2,vpp=2,mb=2", 2},
+		{"mlp3x4096:depth=2,width=4", "dp=2,tp=2,zero=3", 2},
 	} {
 		strategy, shared := strings.CutSuffix(c.strategy, ",shared")
 		st, _ := ParseStrategy(strategy, c.batch)
-		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0), SharedTP: shared})
+		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0), SharedTP: shared})
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -186,7 +186,8 @@ func TestZeroWithTensorParallel(t *testing.T) {
 // without ZeRO, and the plan reads back.
 func TestZeroWithTensorParallelProperties(t *testing.T) {
 	const model = "gpt:layers=2,hidden=24,heads=4,seq=12,vocab=24" // some weights the replicas do not divide
-	plains := map[string]*Plan{}                                   // by strategy
+	// The plans without ZeRO, by strategy.
+	plains := map[string]*Plan{}
 	rapid.Check(t, func(rt *rapid.T) {
 		dp := rapid.IntRange(2, 4).Draw(rt, "dp")
 		tp := rapid.SampledFrom([]int{1, 2, 4}[:1+8/(2*dp)]).Draw(rt, "tp") // up to 8 devices

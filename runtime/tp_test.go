@@ -290,8 +290,8 @@ func TestCombinedStrategiesMatchOneDevice(t *testing.T) {
 // ZeRO over tensor-parallel groups computes what one device computes:
 // each rank's parts of the weights, and the weights every rank holds
 // whole, split over the replicas of the same stage and rank, at every
-// stage, with micro-batches, pipelines (interleaved too), sequence
-// parallelism and recompute. Assembled from the parts of the parts, the
+// stage, with micro-batches (uneven ones under stage 1), pipelines
+// (interleaved too), sequence parallelism and recompute. Assembled from the parts of the parts, the
 // weights and optimizer state are one device's, and the ranks of a group
 // hold the same bits of what they share.
 func TestZeroWithTensorParallelMatchesOneDevice(t *testing.T) {
@@ -303,7 +303,7 @@ func TestZeroWithTensorParallelMatchesOneDevice(t *testing.T) {
 	)
 	cases := map[string][]string{
 		"mlp": {"dp=2,tp=2,zero=1", "dp=2,tp=2,zero=2", "dp=2,tp=2,zero=3", "dp=4,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2",
-			"dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=2", "dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3"},
+			"dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=2", "dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3", "dp=2,tp=2,mb=3:1,zero=1"},
 		blocks: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3",
 			"dp=2,tp=2,mb=2,recompute=full,zero=3"},
 		gpt: {"dp=2,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,zero=2",
