@@ -43,6 +43,11 @@ type Shard struct {
 	// queries' heads·d rows, then the keys' and the values' kv_heads·d);
 	// nil means Blocks equal blocks.
 	Sizes []int `json:",omitempty"`
+	// Within, if set, says that Of is itself a part of a larger tensor:
+	// ZeRO over tensor-parallel groups splits a device's tensor-parallel
+	// part further over the data-parallel replicas. Of is then that
+	// part's name, and Within its shard of the whole.
+	Within *Shard `json:",omitempty"`
 }
 
 // Named returns the shard for a tensor of the same layout and part named
@@ -94,6 +99,17 @@ func (s *Shard) Check() error {
 		}
 		if sum != s.Full[s.Axis] {
 			return fmt.Errorf("graph: shard of %s: block sizes %v do not add up to axis %d of %v", s.Of, s.Sizes, s.Axis, s.Full)
+		}
+	}
+	if w := s.Within; w != nil {
+		if w.Within != nil {
+			return fmt.Errorf("graph: shard of %s: a part of a part of a part", s.Of)
+		}
+		if err := w.Check(); err != nil {
+			return err
+		}
+		if !w.Shape().Equal(s.Full) {
+			return fmt.Errorf("graph: shard of %s: %v is not %v, the shape of its part of %s", s.Of, s.Full, w.Shape(), w.Of)
 		}
 	}
 	return nil

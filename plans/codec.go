@@ -193,10 +193,12 @@ func (p *Plan) check() error {
 			if err := sh.Check(); err != nil {
 				return bad("registers", i, "%s: %v", r.Name, err)
 			}
-			tp := sh.Parts == p.TPDegree() && sh.Part == p.TPRank(r.Device)
-			zero := p.Zero > 0 && sh.Parts == p.DP && sh.Part == p.Replica(r.Device) && sh.Axis == 0
+			ofRank := func(sh *graph.Shard) bool { return sh.Parts == p.TPDegree() && sh.Part == p.TPRank(r.Device) }
+			tp := sh.Within == nil && ofRank(sh)
+			// Under ZeRO with tensor parallelism, a part of the rank's part.
+			zero := p.Zero > 0 && sh.Parts == p.DP && sh.Part == p.Replica(r.Device) && sh.Axis == 0 && (sh.Within == nil || ofRank(sh.Within))
 			if !r.Persistent || !(tp || zero) || !sh.Shape().Equal(r.Spec.Shape) {
-				return bad("registers", i, "%s (%v on device %d) is not part %d of %d of %s %v: a persistent part of the tensor-parallel rank (or, under ZeRO, the replica) of its device",
+				return bad("registers", i, "%s (%v on device %d) is not part %d of %d of %s %v: a persistent part of the tensor-parallel rank (or, under ZeRO, the replica, of the rank's part) of its device",
 					r.Name, r.Spec, r.Device, sh.Part, sh.Parts, sh.Of, sh.Full)
 			}
 		}
@@ -286,6 +288,10 @@ func (p *Plan) checkSplit(t *Task) error {
 				j, r.Name, r.Device, w.Name, w.Device, p.Streams[t.Streams[j]].Device)
 		}
 		seen[w.Device] = true
+		if d0 := p.Registers[t.Writes[0]].Device; !t.Sum && (p.Stage(w.Device) != p.Stage(d0) || p.TPRank(w.Device) != p.TPRank(d0)) {
+			return fmt.Errorf("member %d is on device %d of stage %d and tp rank %d, member 0 on device %d of stage %d and tp rank %d: ZeRO's group is the replicas' devices of one stage and rank",
+				j, w.Device, p.Stage(w.Device), p.TPRank(w.Device), d0, p.Stage(d0), p.TPRank(d0))
+		}
 		if !r.Spec.Shape.Equal(in.Shape) || r.Spec.DType != in.DType || !w.Spec.Shape.Equal(out.Shape) || w.Spec.DType != out.DType {
 			return fmt.Errorf("member %d reads %s %v and writes %s %v: want %v and %v like member 0", j, r.Name, r.Spec, w.Name, w.Spec, in, out)
 		}

@@ -57,8 +57,8 @@ func Compile(cfg Config) (*Plan, error) {
 	if st.Shares != nil && (len(st.Shares) != st.DP || slices.Min(st.Shares) < 1 || slices.Max(st.Shares) != st.MB) {
 		return nil, fmt.Errorf("%w: shares %v: want one count ≥ 1 per replica of dp=%d, the largest mb=%d", ErrInfeasible, st.Shares, st.DP, st.MB)
 	}
-	if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && (st.DP < 2 || st.TP > 1) || st.Zero > 1 && st.Shares != nil {
-		return nil, fmt.Errorf("%w: %s: zero=%d: want 0 to 3; ZeRO needs dp ≥ 2 and no tp, and stages 2 and 3 the same micro-batches per replica", ErrInfeasible, st, st.Zero)
+	if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && st.DP < 2 || st.Zero > 1 && st.Shares != nil {
+		return nil, fmt.Errorf("%w: %s: zero=%d: want 0 to 3; ZeRO needs dp ≥ 2, and stages 2 and 3 the same micro-batches per replica", ErrInfeasible, st, st.Zero)
 	}
 	if cfg.Batch < 1 || cfg.Batch%st.TotalMicros() != 0 {
 		if st.Shares != nil {
@@ -108,10 +108,12 @@ func Compile(cfg Config) (*Plan, error) {
 
 // zeroKey names a per-micro-batch ZeRO collective: the reduce-scatter of
 // a gradient (in the backward phase), or the all-gather of a weight before
-// its forward or backward readers.
+// its forward or backward readers, over the replicas' devices of one
+// tensor-parallel rank.
 type zeroKey struct {
 	tensor int
 	phase  graph.Phase
+	tp     int
 }
 
 type compiler struct {
@@ -409,11 +411,11 @@ func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
 		}
 		w, split := c.zero[t.ID]
 		if split && w != t.ID { // optimizer state: only this replica's part
-			c.regOf[dev][t.ID] = c.zeroPart(dev, replica, t, false)
+			c.regOf[dev][t.ID] = c.zeroPart(dev, replica, t, init, false)
 			continue
 		}
 		if split && c.st.Zero == 3 { // the weight too: its whole is gathered before each use (zeroGathered)
-			c.masterOf[dev][t.ID] = c.zeroPart(dev, replica, t, false)
+			c.masterOf[dev][t.ID] = c.zeroPart(dev, replica, t, init, false)
 			continue
 		}
 		reg := c.newRegister(dev, t.Name+init.Shard.Suffix(), t.Spec)
@@ -421,7 +423,7 @@ func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
 		c.p.Registers[reg].Init = init
 		c.regOf[dev][t.ID] = reg
 		if split { // the weight: whole for the forward and backward passes, a part to update
-			c.masterOf[dev][t.ID] = c.zeroPart(dev, replica, t, true)
+			c.masterOf[dev][t.ID] = c.zeroPart(dev, replica, t, init, true)
 		}
 	}
 	for _, in := range []*graph.Tensor{c.model.Images, c.model.Labels} {
@@ -446,7 +448,11 @@ func (c *compiler) buildInputs(replica int, consumers [][]*graph.Node) error {
 // zeroSplit returns, under ZeRO, the weights whose optimizer state the
 // replicas split and those states, each mapped to its weight: every
 // weight whose first axis the replicas divide (the others are all-reduced
-// and updated whole on every replica).
+// and updated whole on every replica). Under tensor parallelism the graph
+// is a rank's, so it is the rank's part of a split weight whose first axis
+// they must divide, and every rank splits the same weights; a weight
+// every rank holds whole (a layer norm's) is split over the replicas on
+// each rank alike.
 func (c *compiler) zeroSplit() map[int]int {
 	if c.st.Zero == 0 {
 		return nil
@@ -465,14 +471,18 @@ func (c *compiler) zeroSplit() map[int]int {
 }
 
 // zeroPart adds the persistent register of replica's part of tensor t on
-// device dev: its first axis split over the replicas. A weight's part
-// (master) is, under stages 1 and 2, a copy of its whole's, which the
-// store leaves out; under stage 3 it is the weight's only copy.
-func (c *compiler) zeroPart(dev, replica int, t *graph.Tensor, master bool) int {
-	sh := &graph.Shard{Of: t.Name, Full: t.Spec.Shape.Clone(), Axis: 0, Parts: c.st.DP, Part: replica, Blocks: 1}
-	init := t.Init
+// device dev, initialized (init) as the device's whole of t would be: its
+// first axis split over the replicas. Under tensor parallelism, where
+// that whole is the rank's part of a larger tensor (init.Shard), the
+// replica's part is a part of that part (graph.Shard.Within), as in
+// Megatron-LM's distributed optimizer. A weight's part (master) is, under
+// stages 1 and 2, a copy of its whole's, which the store leaves out;
+// under stage 3 it is the weight's only copy.
+func (c *compiler) zeroPart(dev, replica int, t *graph.Tensor, init graph.Init, master bool) int {
+	whole := t.Name + init.Shard.Suffix() // the device's register of t but for ZeRO
+	sh := &graph.Shard{Of: whole, Full: t.Spec.Shape.Clone(), Axis: 0, Parts: c.st.DP, Part: replica, Blocks: 1, Within: init.Shard}
 	init.Shard = sh
-	reg := c.newRegister(dev, fmt.Sprintf("%s [zero %d/%d]", t.Name, replica, c.st.DP), graph.Spec{Shape: sh.Shape(), DType: t.Spec.DType})
+	reg := c.newRegister(dev, fmt.Sprintf("%s [zero %d/%d]", whole, replica, c.st.DP), graph.Spec{Shape: sh.Shape(), DType: t.Spec.DType})
 	c.p.Registers[reg].Persistent = true
 	c.p.Registers[reg].Init = init
 	c.p.Registers[reg].Master = master
@@ -517,6 +527,9 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	}
 	switch n.Op.(type) {
 	case graph.TPCopy: // the identity: its output is its input's register
+		if c.gatheredWeight(n.Inputs[0]) != nil { // its readers read the gathered weight (see addNode's reads)
+			return nil
+		}
 		reg, err := c.readable(dev, n.Inputs[0], replica)
 		if err != nil {
 			return err
@@ -536,8 +549,8 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	var reads []Use
 	for _, in := range n.Inputs {
 		var reg int
-		if w, ok := c.zero[in.ID]; ok && w == in.ID && c.st.Zero == 3 {
-			reg = c.zeroGathered(dev, replica, c.stage[n.ID], in, phase)
+		if w := c.gatheredWeight(in); w != nil {
+			reg = c.zeroGathered(dev, replica, c.stage[n.ID], w, phase)
 		} else {
 			r, err := c.readable(dev, in, replica)
 			if err != nil {
@@ -577,6 +590,25 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	if accs != nil { // the previous producer's accumulations follow this one's reduce-scatters
 		c.flushZeroAccumulates(dev)
 		c.zeroAccs[dev] = accs
+	}
+	return nil
+}
+
+// gatheredWeight returns, under ZeRO stage 3, the split weight that
+// reading t reads: t itself, or the weight whose TPCopy t is (sequence
+// parallelism's replicated weights); nil for any other tensor.
+func (c *compiler) gatheredWeight(t *graph.Tensor) *graph.Tensor {
+	if c.st.Zero < 3 {
+		return nil
+	}
+	if p := t.Producer; p != nil {
+		if _, ok := p.Op.(graph.TPCopy); !ok {
+			return nil
+		}
+		t = p.Inputs[0]
+	}
+	if w, ok := c.zero[t.ID]; ok && w == t.ID {
+		return t
 	}
 	return nil
 }
@@ -622,7 +654,7 @@ func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, 
 	spec := graph.Spec{Shape: shape, DType: grad.Spec.DType}
 	b := grad.Spec.Bytes()
 	part := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, replica, c.st.DP)), spec)
-	id := c.joinZero(zeroKey{grad.ID, graph.Backward}, Task{Name: "reducescatter/" + c.weightName(dev, c.g.Tensors[w]), Kind: ReduceScatter,
+	id := c.joinZero(zeroKey{grad.ID, graph.Backward, c.tp}, Task{Name: c.onRank("reducescatter/"+c.weightName(dev, c.g.Tensors[w]), c.g.Tensors[w]), Kind: ReduceScatter,
 		Phase: graph.Backward.String(), Stage: stage, Replica: 0, PerMicro: true,
 		FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}},
@@ -668,17 +700,17 @@ func (c *compiler) flushZeroAccumulates(dev int) {
 // shapes, which registers are not. The price is that a GPU waits for its
 // gathers.
 func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase graph.Phase) int {
-	key := zeroKey{w.ID, phase}
+	key := zeroKey{w.ID, phase, c.tp}
 	if reg, ok := c.gatheredOf[dev][key]; ok {
 		return reg
 	}
-	name := w.Name + "@gather"
+	name := c.weightName(dev, w) + "@gather"
 	if phase == graph.Backward {
 		name += ".backward"
 	}
 	reg := c.newRegister(dev, c.taskName(dev, name), w.Spec)
 	b := w.Spec.Bytes()
-	id := c.joinZero(key, Task{Name: "allgather/" + name, Kind: AllGather, Phase: phase.String(), Stage: stage, Replica: 0, PerMicro: true,
+	id := c.joinZero(key, Task{Name: c.onRank("allgather/"+name, w), Kind: AllGather, Phase: phase.String(), Stage: stage, Replica: 0, PerMicro: true,
 		Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}},
 		Use{Reg: c.masterOf[dev][w.ID], Mode: ReadPrev}, reg, c.stream(dev, "compute"))
 	c.toBlock(dev, stage, phase, id)
@@ -686,12 +718,26 @@ func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase 
 	return reg
 }
 
+// onRank is the name of a ZeRO collective of weight w: under tensor
+// parallelism each rank's replicas have their own, and where every rank
+// holds w whole (a layer norm's weight), its name says which rank's it is.
+func (c *compiler) onRank(name string, w *graph.Tensor) string {
+	if c.st.TPDegree() > 1 && w.Init.Shard == nil {
+		return fmt.Sprintf("%s [rank %d/%d]", name, c.tp, c.st.TPDegree())
+	}
+	return name
+}
+
 // weightName is the name of weight w's register on device dev: its whole
 // register's, or under ZeRO stage 3, where the device holds only a part,
-// the weight's.
+// the name of what that is a part of (the weight, or its tensor-parallel
+// rank's part).
 func (c *compiler) weightName(dev int, w *graph.Tensor) string {
 	if reg, ok := c.regOf[dev][w.ID]; ok {
 		return c.p.Registers[reg].Name
+	}
+	if reg, ok := c.masterOf[dev][w.ID]; ok {
+		return c.p.Registers[reg].Init.Shard.Of
 	}
 	return w.Name
 }
@@ -768,6 +814,14 @@ func (c *compiler) addTPCollective(n *graph.Node, replica int, name string, phas
 	id := c.newTask(task)
 	for _, dev := range devs {
 		c.toBlock(dev, c.stage[n.ID], phase, id)
+	}
+	if _, ok := c.zeroGrads[out.ID]; ok && re == nil { // a replicated weight's gradient, summed over the group (sequence parallelism)
+		for i, dev := range devs {
+			c.tp = i
+			acc := c.addZeroScatterMicro(out, replica, dev, c.stage[n.ID], task.Writes[i])
+			c.flushZeroAccumulates(dev)
+			c.zeroAccs[dev] = []zeroAcc{acc}
+		}
 	}
 	return nil
 }
@@ -896,7 +950,7 @@ func (c *compiler) addZeroScatter(n *graph.Node, grad *graph.Tensor, s int) {
 	part := grad.Spec.Shape.Clone()
 	part[0] /= c.st.DP
 	b := grad.Spec.Bytes()
-	task := Task{Name: "reducescatter/" + c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, Kind: ReduceScatter, Phase: "comm",
+	task := Task{Name: c.onRank("reducescatter/"+c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, n.Inputs[0]), Kind: ReduceScatter, Phase: "comm",
 		Stage: s, Replica: -1, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}}
 	for r := range c.replicas() {
@@ -918,7 +972,7 @@ func (c *compiler) addZeroScatter(n *graph.Node, grad *graph.Tensor, s int) {
 // replica's part into every replica's whole, on the coll streams.
 func (c *compiler) addZeroGather(w *graph.Tensor, s int) {
 	b := w.Spec.Bytes()
-	task := Task{Name: "allgather/" + c.p.Registers[c.regOf[c.device(0, s)][w.ID]].Name, Kind: AllGather, Phase: "comm",
+	task := Task{Name: c.onRank("allgather/"+c.p.Registers[c.regOf[c.device(0, s)][w.ID]].Name, w), Kind: AllGather, Phase: "comm",
 		Stage: s, Replica: -1, Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}}
 	for r := range c.replicas() {
 		dev := c.device(r, s)

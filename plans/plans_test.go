@@ -56,8 +56,9 @@ func TestParseStrategy(t *testing.T) {
 		{"dp=2,mb=3:1,zero=1", Strategy{DP: 2, PP: 1, MB: 3, Zero: 1, Sched: OneFOneB, Shares: []int{3, 1}}, ""},
 		{"zero=1", Strategy{}, "it needs dp ≥ 2"},
 		{"zero=3", Strategy{}, "zero=3 splits optimizer state over data-parallel replicas: it needs dp ≥ 2"},
-		{"dp=2,tp=2,zero=2", Strategy{}, "so far, no tp"},
-		{"dp=2,tp=2,zero=1", Strategy{}, "so far, no tp"},
+		{"dp=2,tp=2,zero=2", Strategy{DP: 2, PP: 1, MB: 1, TP: 2, Zero: 2, Sched: OneFOneB}, ""},
+		{"dp=4,tp=2,sp=on,pp=2,mb=2,zero=3", Strategy{DP: 4, PP: 2, MB: 2, TP: 2, SP: true, Zero: 3, Sched: OneFOneB}, ""},
+		{"tp=2,zero=1", Strategy{}, "zero=1 splits optimizer state over data-parallel replicas: it needs dp ≥ 2"},
 		{"pp=2,vpp=1,mb=4", Strategy{DP: 1, PP: 2, MB: 4, Sched: OneFOneB}, ""},
 		{"dp=3,pp=2,mb=1:2:1,sched=gpipe", Strategy{DP: 3, PP: 2, MB: 2, Sched: GPipe, Shares: []int{1, 2, 1}}, ""},
 		{"dp=2,mb=2:2", Strategy{DP: 2, PP: 1, MB: 2, Sched: OneFOneB}, ""}, // even shares are uniform
@@ -635,10 +636,11 @@ func FuzzDecode(f *testing.F) {
 		{"mlp3x4096:depth=2,width=2", "dp=2,zero=2", 2},
 		{"mlp3x4096:depth=1,width=2", "dp=2,zero=3", 2},
 		{"mlp3x4096:depth=4,width=2", "pp=2,vpp=2,mb=2", 2},
+		{"mlp3x4096:depth=2,width=4", "dp=2,tp=2,zero=3", 2},
 	} {
 		strategy, shared := strings.CutSuffix(c.strategy, ",shared")
 		st, _ := ParseStrategy(strategy, c.batch)
-		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0), SharedTP: shared})
+		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(4, 0), SharedTP: shared})
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -44,7 +44,11 @@ type Strategy struct {
 	// it is produced and accumulated in parts. With 3 it keeps only its
 	// part of the weight too, all-gathered into a temporary before each
 	// micro-batch's forward and again before its backward use (as FSDP),
-	// with no all-gather after the update. 0: none.
+	// with no all-gather after the update. Under tensor parallelism
+	// (tp=T) a device's tensors are its rank's parts, which it splits
+	// with the replicas holding the same parts: the devices of the same
+	// stage and tensor-parallel rank (Megatron-LM's distributed
+	// optimizer). 0: none.
 	Zero int
 	// Place, when set (one device type per pipeline stage; pp=1: one;
 	// written place=v100:a100, a run of stages as v100*2:a100*6), says
@@ -405,8 +409,8 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	switch {
 	case s.SP && s.TP < 2:
 		return s, fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str)
-	case s.Zero > 0 && (s.DP < 2 || s.TP > 1):
-		return s, fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2 (and, so far, no tp)", str, s.Zero)
+	case s.Zero > 0 && s.DP < 2:
+		return s, fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2", str, s.Zero)
 	case s.Zero > 1 && (s.Shares != nil && slices.Min(s.Shares) != slices.Max(s.Shares) || s.AutoShares):
 		return s, fmt.Errorf("plans: strategy %q: zero=%d reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=%s", str, s.Zero, zeroSharesText(s))
 	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):

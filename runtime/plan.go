@@ -314,8 +314,10 @@ func (r *PlanRunner) Store() (*Store, error) {
 		// Replica 0's weights and state, and under ZeRO every replica's
 		// part of the state, and under stage 3 of the weights (under
 		// stages 1 and 2 a weight's parts are masters, Register.Master,
-		// and replica 0 holds it whole).
-		zeroPart := reg.Init.Shard != nil && r.p.Zero > 0 && !reg.Master
+		// and replica 0 holds it whole). A tensor-parallel rank's part,
+		// named for its rank, is replica 0's to put.
+		sh := reg.Init.Shard
+		zeroPart := sh != nil && r.p.Zero > 0 && !reg.Master && reg.Name != sh.Of+sh.Suffix()
 		if reg.Persistent && !reg.Master && (r.p.Replica(reg.Device) == 0 || zeroPart) && r.rk.local(reg.Device) {
 			b, err := r.value(i)
 			if err != nil {

@@ -61,7 +61,7 @@ func initialize(seed uint64, name string, init graph.Init, v []float32) {
 	if sh := init.Shard; sh != nil {
 		full := make([]float32, sh.Full.NumElements())
 		whole := init
-		whole.Shard = nil
+		whole.Shard = sh.Within // nil but for a part of a part (ZeRO over tensor-parallel groups)
 		initialize(seed, sh.Of, whole, full)
 		graph.Take(sh, full, v)
 		return
@@ -148,16 +148,26 @@ func (s *Store) Put(ts ...Tensor) error {
 			if !sh.Shape().Equal(t.Spec.Shape) {
 				return fmt.Errorf("runtime: tensor %s is %v, part %d of %d of %s %v along axis %d", t.Name, t.Spec, sh.Part, sh.Parts, sh.Of, sh.Full, sh.Axis)
 			}
-			full, ok := s.tensors[sh.Of]
-			if !ok || full.want != sh.Parts || !full.spec.Shape.Equal(sh.Full) {
-				full = &stored{spec: graph.Spec{Shape: sh.Full.Clone(), DType: t.Spec.DType}, want: sh.Parts, seen: map[int]bool{}}
-				full.buf = newBuffer(full.spec)
-				s.tensors[sh.Of] = full
-			}
-			graph.Place(sh, st.buf.F, full.buf.F)
-			full.seen[sh.Part] = true
+			s.place(st, sh)
 		}
 		s.tensors[t.Name] = st
 	}
 	return nil
+}
+
+// place copies part st into its place in the tensor shard sh says it is
+// part of, and that tensor, once whole, into the tensor it is part of in
+// turn (sh.Within: a replica's ZeRO part of a tensor-parallel part).
+func (s *Store) place(st *stored, sh *graph.Shard) {
+	full, ok := s.tensors[sh.Of]
+	if !ok || full.want != sh.Parts || !full.spec.Shape.Equal(sh.Full) {
+		full = &stored{spec: graph.Spec{Shape: sh.Full.Clone(), DType: st.spec.DType}, want: sh.Parts, seen: map[int]bool{}, shard: sh.Within}
+		full.buf = newBuffer(full.spec)
+		s.tensors[sh.Of] = full
+	}
+	graph.Place(sh, st.buf.F, full.buf.F)
+	full.seen[sh.Part] = true
+	if full.complete() && full.shard != nil {
+		s.place(full, full.shard)
+	}
 }

@@ -131,6 +131,51 @@ func TestStoreAssemblesParts(t *testing.T) {
 	require.ErrorContains(t, moved.Put(bad), "part 0 of 2")
 }
 
+// Under ZeRO with tensor parallelism a replica holds a part of a rank's
+// part (graph.Shard.Within): it is initialized as that piece of the whole
+// tensor, and a store assembles the rank's part from the replicas' parts
+// and the whole from the ranks' parts, in any order and after moving.
+func TestStoreAssemblesPartsOfParts(t *testing.T) {
+	full := graph.Shape{4, 2}
+	init := graph.Init{Kind: graph.Uniform, Scale: 1}
+	whole := make([]float32, 8)
+	initialize(7, "w", init, whole)
+	var parts []Tensor
+	for rank := range 2 { // columns
+		tp := &graph.Shard{Of: "w", Full: full, Axis: 1, Parts: 2, Part: rank, Blocks: 1}
+		for replica := range 2 { // rows of the rank's column
+			sh := &graph.Shard{Of: "w" + tp.Suffix(), Full: tp.Shape(), Axis: 0, Parts: 2, Part: replica, Blocks: 1, Within: tp}
+			require.NoError(t, sh.Check())
+			name, v := fmt.Sprintf("w%s [zero %d/2]", tp.Suffix(), replica), make([]float32, 2)
+			initialize(7, name, graph.Init{Kind: init.Kind, Scale: init.Scale, Shard: sh}, v)
+			require.Equal(t, []float32{whole[4*replica+rank], whole[4*replica+2+rank]}, v, "rank %d, replica %d: seeded by w's name", rank, replica)
+			parts = append(parts, Tensor{Name: name, Spec: graph.Spec{Shape: sh.Shape(), DType: graph.F32}, F: v, Shard: sh})
+		}
+	}
+	s := NewStore(7)
+	for _, i := range []int{3, 0, 2} {
+		require.NoError(t, s.Put(parts[i]))
+	}
+	_, ok := s.Get("w")
+	require.False(t, ok, "rank 0's part lacks replica 1's")
+	col, ok := s.Get("w [tp 1/2]")
+	require.True(t, ok, "rank 1's part is whole")
+	require.Equal(t, []float32{whole[1], whole[3], whole[5], whole[7]}, col)
+	require.NoError(t, s.Put(parts[1]))
+	w, ok := s.Get("w")
+	require.True(t, ok)
+	require.Equal(t, whole, w)
+	moved := NewStore(7)
+	require.NoError(t, moved.Put(s.Tensors()...))
+	w2, ok := moved.Get("w")
+	require.True(t, ok)
+	require.Equal(t, whole, w2, "the parts of the parts travel; the rest is assembled again")
+	bad := parts[0]
+	bad.Shard = &graph.Shard{Of: bad.Shard.Of, Full: graph.Shape{4, 1}, Axis: 0, Parts: 2, Blocks: 1, Within: bad.Shard.Within.Named("w")}
+	bad.Shard.Within.Within = bad.Shard.Within.Named("w")
+	require.ErrorContains(t, moved.Put(bad), "a part of a part of a part")
+}
+
 // ZeRO computes what one device computes: the same losses and, assembled
 // from the replicas' parts, the same weights and optimizer state — at
 // every stage, where the replicas divide a weight's first axis (mlp's
@@ -240,4 +285,88 @@ func TestCombinedStrategiesMatchOneDevice(t *testing.T) {
 			}
 		})
 	}
+}
+
+// ZeRO over tensor-parallel groups computes what one device computes:
+// each rank's parts of the weights, and the weights every rank holds
+// whole, split over the replicas of the same stage and rank, at every
+// stage, with micro-batches (uneven ones under stage 1), pipelines
+// (interleaved too), sequence parallelism and recompute. Assembled from the parts of the parts, the
+// weights and optimizer state are one device's, and the ranks of a group
+// hold the same bits of what they share.
+func TestZeroWithTensorParallelMatchesOneDevice(t *testing.T) {
+	const iters, batch = 3, 8
+	const (
+		blocks = "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16"
+		gpt    = "gpt:layers=4,hidden=32,heads=4,seq=8,vocab=64"
+		llama  = "llama:layers=2,hidden=32,heads=8,kv_heads=4,ffn=48,seq=8,vocab=64"
+	)
+	cases := map[string][]string{
+		"mlp": {"dp=2,tp=2,zero=1", "dp=2,tp=2,zero=2", "dp=2,tp=2,zero=3", "dp=4,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2",
+			"dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=2", "dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3", "dp=2,tp=2,mb=3:1,zero=1"},
+		blocks: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3",
+			"dp=2,tp=2,mb=2,recompute=full,zero=3"},
+		gpt: {"dp=2,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,zero=2",
+			"dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,recompute=selective,zero=2"},
+		llama: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3"},
+	}
+	for _, model := range []string{"mlp", blocks, gpt, llama} {
+		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
+		refStore, err := ref.Store()
+		require.NoError(t, err)
+		for _, s := range cases[model] {
+			t.Run(model+"/"+s, func(t *testing.T) {
+				p, r, got := trainPlan(t, model, s, batch, 8, iters)
+				for it := range iters {
+					require.InDelta(t, want.Loss[it], got.Loss[it], 1e-5*want.Loss[it], "iteration %d", it)
+				}
+				nested := 0 // parts of a rank's part
+				for _, reg := range p.Registers {
+					if sh := reg.Init.Shard; sh != nil && sh.Within != nil {
+						require.Equal(t, p.TPRank(reg.Device), sh.Within.Part, reg.Name)
+						require.Equal(t, p.Replica(reg.Device), sh.Part, reg.Name)
+						nested++
+					}
+				}
+				require.Positive(t, nested, "the replicas split the ranks' parts")
+				store, err := r.Store()
+				require.NoError(t, err)
+				for _, name := range refStore.Names() {
+					w, _ := refStore.Get(name)
+					g, ok := store.Get(name)
+					require.True(t, ok, "%s: in the store, assembled from the parts of the parts", name)
+					require.Less(t, relDiff(g, w), 1e-4, name)
+				}
+				requireRanksAgree(t, p, r)
+			})
+		}
+	}
+}
+
+// requireRanksAgree checks that the devices of a replica's
+// tensor-parallel group hold the same bits in every persistent register
+// they share by name: a weight every rank holds whole, or its ZeRO part.
+func requireRanksAgree(t *testing.T, p *plans.Plan, r *PlanRunner) {
+	t.Helper()
+	type key struct {
+		name           string
+		replica, stage int
+	}
+	first := map[key][]float32{}
+	shared := 0
+	for i, reg := range p.Registers {
+		if !reg.Persistent {
+			continue
+		}
+		b, err := r.value(i)
+		require.NoError(t, err)
+		k := key{reg.Name, p.Replica(reg.Device), p.Stage(reg.Device)}
+		if w, ok := first[k]; ok {
+			require.Equal(t, w, b.F, "%s on %s: the bits of tp rank 0", reg.Name, p.Devices[reg.Device].Name)
+			shared++
+			continue
+		}
+		first[k] = b.F
+	}
+	require.Positive(t, shared, "some weights every rank holds")
 }

@@ -592,6 +592,83 @@ func TestZeroStagesMemoryAndComm(t *testing.T) {
 	}
 }
 
+// ZeRO over tensor-parallel groups: with W a device's bytes of weights
+// (its rank's parts and the weights every rank holds whole) and S Adam's
+// state, its model states are TestZeroStagesMemoryAndComm's (W + S; W +
+// (W+S)/D; W + (W+S)/D with W/D accumulated; (W+S)/D), the collectives
+// over the replicas move G, 2G and (mb+1)·G of the gradients, each over
+// the D devices of one tensor-parallel rank and priced over them alone,
+// and the peaks fall with the stage.
+func TestZeroWithTensorParallelMemoryAndComm(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	comm := cost.NewComm(c)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
+	const d, mb = 4, 2
+	ops := map[plans.TaskKind]cost.Op{plans.AllReduce: cost.OpAllReduce, plans.AllGather: cost.OpAllGather, plans.ReduceScatter: cost.OpReduceScatter}
+	type stage struct {
+		persistent, accumulated, comm float64
+		peak                          units.Bytes
+	}
+	var z [4]stage
+	for k := range z {
+		p := compileBF16(t, c, "gpt2s-blocks:layers=2", fmt.Sprintf("dp=%d,tp=2,mb=%d,zero=%d", d, mb, k), 32, graph.Adam{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, false)
+		z[k] = stage{persistent: float64(p.Memory[0].Persistent), peak: p.Memory[0].Peak}
+		for _, r := range p.Registers {
+			if r.Device == 0 && len(r.Writers) > 0 && p.Tasks[r.Writers[0]].Kind == plans.Accumulate {
+				z[k].accumulated += float64(r.Bytes())
+			}
+		}
+		for i, task := range p.Tasks {
+			if !task.Kind.Collective() || task.Sum { // the tensor-parallel groups' sums, as without ZeRO
+				continue
+			}
+			group := groupOf(t, c, p, &task)
+			require.Len(t, group, d, task.Name)
+			rank := p.TPRank(p.Streams[task.Streams[0]].Device)
+			for j, s := range task.Streams {
+				require.Equal(t, 2*j+rank, p.Streams[s].Device, "%s: member %d is replica %d's device of rank %d", task.Name, j, j, rank)
+			}
+			want, err := comm.Collective(ops[task.Kind], group, task.Bytes, cost.Auto)
+			require.NoError(t, err)
+			got, err := m.Duration(p, i)
+			require.NoError(t, err)
+			require.Equal(t, want.Time, got, task.Name)
+			if rank == 0 {
+				n := 1
+				if task.PerMicro {
+					n = mb
+				}
+				z[k].comm += float64(n) * float64(task.Bytes)
+			}
+		}
+	}
+	grad := z[0].comm // the all-reduces of every gradient
+	w := grad
+	s := z[0].persistent - w
+	require.InDelta(t, 2, s/w, 0.01, "Adam's two moments")
+	near := func(want, got float64, what string) {
+		t.Helper()
+		require.InDelta(t, 1, got/want, 0.005, "%s: got %.0f, want %.0f", what, got, want)
+	}
+	near(w+(w+s)/d, z[1].persistent, "stage 1 persistent")
+	near(w+(w+s)/d, z[2].persistent, "stage 2 persistent")
+	near((w+s)/d, z[3].persistent, "stage 3 persistent")
+	near(w, z[1].accumulated, "stage 1 accumulated")
+	near(w/d, z[2].accumulated, "stage 2 accumulated")
+	near(w/d, z[3].accumulated, "stage 3 accumulated")
+	near(2*grad, z[1].comm, "stage 1 communication")
+	near(float64(mb+1)*grad, z[2].comm, "stage 2 communication")
+	require.Greater(t, z[3].comm, float64(2*mb)*grad, "stage 3: a reduce-scatter and a forward gather per micro-batch, and backward gathers")
+	for k := 1; k < 4; k++ {
+		require.Less(t, z[k].peak, z[k-1].peak, "peak of stage %d below stage %d's", k, k-1)
+	}
+	for k, s := range z {
+		t.Logf("dp=%d,tp=2,mb=%d,zero=%d: persistent %v, accumulated %v, peak %v; replicas' collectives %.1f MiB", d, mb, k,
+			units.Bytes(s.persistent), units.Bytes(s.accumulated), s.peak, s.comm/(1<<20))
+	}
+}
+
 // A plan that lists tensor-parallel rank 0 only (Config.SharedTP), or
 // data-parallel replica 0 only (SharedDP), or both, simulates to the step
 // its whole plan does, with every device's memory, for tensor, sequence,
@@ -608,6 +685,9 @@ func TestSharedRanksMatchWholePlan(t *testing.T) {
 		{"dgx-a100x2", "dp=8,pp=2,mb=2,zero=2"},
 		{"dgx-a100x2", "dp=4,pp=2,mb=4,zero=3,recompute=full"},
 		{"dgx-a100", "dp=4,pp=2,vpp=2,mb=2,zero=3"},
+		{"dgx-a100", "dp=2,tp=2,pp=2,mb=2,zero=1,recompute=full"},
+		{"dgx-a100x2", "dp=4,tp=4,sp=on,mb=2,zero=3"}, // ZeRO's groups across the machines
+		{"dgx-a100x2", "dp=8,tp=2,mb=2,zero=2"},
 	} {
 		cl, err := topology.Resolve(c.cluster)
 		require.NoError(t, err)

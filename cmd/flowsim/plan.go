@@ -54,13 +54,14 @@ are split along the sequence, each all-reduce becoming a reduce-scatter and
 an all-gather. vpp=V interleaves pipeline stages (Megatron-LM's interleaved
 1F1B): the model is cut into pp·V stages, device rank s running stages s,
 s+pp, …, which shrinks the bubble by V for V times the transfers; mb must
-be a multiple of pp. zero=1|2|3 (ZeRO, with dp ≥ 2 and no tp) splits over
+be a multiple of pp. zero=1|2|3 (ZeRO, with dp ≥ 2) splits over
 the replicas the optimizer state (1; the gradient is reduce-scattered and
 the updated weight all-gathered), also the gradients (2; each micro-batch's
 gradient reduce-scattered as it is produced, so every replica runs the same
 micro-batches) and also the weights (3; all-gathered before each
 micro-batch's forward and backward use); weights the replicas do not divide
-are all-reduced whole. recompute=full recomputes each layer's forward
+are all-reduced whole. With tp, a device splits its rank's parts with the
+devices of the same stage and rank in the other replicas. recompute=full recomputes each layer's forward
 pass before its backward pass instead of keeping its activations, and
 recompute=selective only its attention; slots=N caps every register's slot
 count.

@@ -42,7 +42,7 @@ sequence parallelism (sp=on), every dp × tp × pp = devices,
 micro-batches per replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for
 pipelines) that divide the batch, both schedules for pipelines, and 1F1B
 pipelines whose micro-batches are a multiple of their stages also
-interleaved (vpp=2) where the model has two layers per stage, and data-parallel strategies without tp also with
+interleaved (vpp=2) where the model has two layers per stage, and data-parallel strategies (with tp or not) also with
 each ZeRO stage (zero=1, 2, 3). With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
 mb=auto and each pipeline with layers=auto, resolved by their own searches

@@ -37,10 +37,10 @@ type Space struct {
 	// whose model has two layers per stage or more, is also tried with the
 	// interleaved schedule of two model stages per device (vpp=2).
 	Layers int
-	// Zero adds each data-parallel strategy without tensor parallelism
-	// with each ZeRO stage (zero=1, 2, 3): the optimizer state, then the
-	// gradients, then the weights split over the replicas, each saving
-	// memory for communication.
+	// Zero adds each data-parallel strategy (with or without tensor and
+	// sequence parallelism) with each ZeRO stage (zero=1, 2, 3): the
+	// optimizer state, then the gradients, then the weights split over
+	// the replicas, each saving memory for communication.
 	Zero bool
 	// Pool, when set and of several device types, is what pipelines are
 	// placed over: each is also tried with each placement of its stages
@@ -102,7 +102,7 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 						variants = append(variants, v)
 					}
 				}
-				if sp.Zero && dp > 1 && tp == 1 {
+				if sp.Zero && dp > 1 {
 					for _, v := range slices.Clone(variants) {
 						for stage := 1; stage <= 3; stage++ {
 							v.Zero = stage

@@ -50,7 +50,7 @@ func TestStrategies(t *testing.T) {
 
 	// Sequence parallelism for each tp, interleaving where the pipeline's
 	// micro-batches and the model's layers allow it, ZeRO for data
-	// parallelism without tp; every variant round-trips.
+	// parallelism with and without tp; every variant round-trips.
 	more, err := Strategies(64, Space{Devices: 4, MaxMB: 4, MaxTP: 2, SP: true, Layers: 8, Zero: true})
 	require.NoError(t, err)
 	has := map[string]bool{}
@@ -62,7 +62,7 @@ func TestStrategies(t *testing.T) {
 	}
 	for _, want := range []string{"pp=4,vpp=2,mb=4,sched=1f1b", "dp=2,pp=2,vpp=2,mb=2,sched=1f1b", "dp=2,pp=2,vpp=2,zero=1,mb=2,sched=1f1b",
 		"tp=2,sp=on,pp=2,vpp=2,mb=2,sched=1f1b", "dp=4,zero=1", "dp=2,tp=2,sp=on", "dp=4,zero=2", "dp=4,zero=3,mb=4,sched=1f1b",
-		"dp=2,pp=2,vpp=2,zero=3,mb=2,sched=1f1b", "dp=2,pp=2,zero=2,mb=4,sched=gpipe"} {
+		"dp=2,pp=2,vpp=2,zero=3,mb=2,sched=1f1b", "dp=2,pp=2,zero=2,mb=4,sched=gpipe", "dp=2,tp=2,zero=1", "dp=2,tp=2,sp=on,zero=3,mb=4,sched=1f1b"} {
 		require.True(t, has[want], want)
 	}
 	zeros := map[int]int{}
@@ -71,7 +71,7 @@ func TestStrategies(t *testing.T) {
 	}
 	require.Equal(t, zeros[1], zeros[2], "every stage where stage 1 is tried")
 	require.Equal(t, zeros[1], zeros[3])
-	for _, not := range []string{"pp=4,vpp=2,mb=2,sched=1f1b", "dp=2,tp=2,zero=1", "dp=2,tp=2,zero=3", "pp=4,vpp=2,mb=4,sched=gpipe"} {
+	for _, not := range []string{"pp=4,vpp=2,mb=2,sched=1f1b", "tp=2,zero=1", "tp=4,zero=3", "pp=4,vpp=2,mb=4,sched=gpipe"} {
 		require.False(t, has[not], not)
 	}
 	shallow, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Layers: 4})
