@@ -103,6 +103,12 @@ func Compile(cfg Config) (*Plan, error) {
 	if err := planMemory(c.p); err != nil {
 		return nil, err
 	}
+	// What a reader of the plan file would refuse, the compiler must not
+	// write: a failure here is a bug of the compiler's, caught before the
+	// plan is simulated or run.
+	if err := c.p.check(); err != nil {
+		return nil, fmt.Errorf("plans: compiled %s into an inconsistent plan (a compiler bug): %w", st, err)
+	}
 	return c.p, nil
 }
 
@@ -718,9 +724,10 @@ func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase 
 	return reg
 }
 
-// onRank is the name of a ZeRO collective of weight w: under tensor
-// parallelism each rank's replicas have their own, and where every rank
-// holds w whole (a layer norm's weight), its name says which rank's it is.
+// onRank is the name of a data-parallel collective of weight w (an
+// all-reduce, or ZeRO's): under tensor parallelism each rank's replicas
+// have their own, and where every rank holds w whole (a layer norm's
+// weight), its name says which rank's it is.
 func (c *compiler) onRank(name string, w *graph.Tensor) string {
 	if c.st.TPDegree() > 1 && w.Init.Shard == nil {
 		return fmt.Sprintf("%s [rank %d/%d]", name, c.tp, c.st.TPDegree())
@@ -932,7 +939,7 @@ func (c *compiler) buildAllReducesTP() {
 			streams = append(streams, c.commStream(dev, "coll"))
 		}
 		b := grad.Spec.Bytes()
-		task := c.newTask(Task{Name: "allreduce/" + c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, Kind: AllReduce, Phase: "comm",
+		task := c.newTask(Task{Name: c.onRank("allreduce/"+c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, n.Inputs[0]), Kind: AllReduce, Phase: "comm",
 			Stage: s, Replica: -1, PerMicro: false, Streams: streams,
 			Writes: regs, InPlace: true, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 			Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}})

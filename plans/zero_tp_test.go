@@ -2,6 +2,7 @@ package plans
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -214,4 +215,31 @@ func TestZeroWithTensorParallelProperties(t *testing.T) {
 		_, err := Decode(&b)
 		require.NoError(rt, err)
 	})
+}
+
+// Task names are unique within a plan, under every combination of
+// parallelism: traces, profiles and comparisons name tasks by them. (Each
+// tensor-parallel rank's data-parallel collective of a weight every rank
+// holds whole, a layer norm's, says its rank.)
+func TestTaskNamesUnique(t *testing.T) {
+	compiled := 0
+	for _, model := range []string{"mlp", "mnist-cnn", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=96"} {
+		for _, s := range []string{"single", "dp=2", "tp=2", "dp=2,tp=2", "dp=2,tp=2,sp=on", "pp=2,mb=2", "dp=2,tp=2,pp=2,mb=2",
+			"dp=2,zero=1", "dp=2,tp=2,zero=1", "dp=2,tp=2,sp=on,zero=3", "dp=2,pp=2,vpp=2,mb=2", "mb=2,recompute=full", "dp=2,mb=3:1"} {
+			st, err := ParseStrategy(s, 8)
+			require.NoError(t, err)
+			p, err := Compile(Config{Model: model, Batch: 8, Strategy: st, Optimizer: adam, Devices: devs(st.Devices(), 0)})
+			if errors.Is(err, ErrInfeasible) || err != nil && strings.Contains(err.Error(), "layout") {
+				continue // e.g. tp for the CNN, which has no tensor-parallel layout
+			}
+			require.NoError(t, err, "%s %s", model, s)
+			compiled++
+			seen := map[string]bool{}
+			for _, task := range p.Tasks {
+				require.False(t, seen[task.Name], "%s %s: two tasks named %q", model, s, task.Name)
+				seen[task.Name] = true
+			}
+		}
+	}
+	require.GreaterOrEqual(t, compiled, 39)
 }
