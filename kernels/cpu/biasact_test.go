@@ -75,6 +75,14 @@ func TestBiasActBackward(t *testing.T) {
 	}
 }
 
+// sameBits reports whether a and b are the same float32, bit for bit, or
+// both NaN: which NaN an operation on two NaNs gives (x86 gives its first
+// operand) is not IEEE 754's to say, and the Go compiler may swap the
+// operands of a commutative operation.
+func sameBits(a, b float32) bool {
+	return math.Float32bits(a) == math.Float32bits(b) || math.IsNaN(float64(a)) && math.IsNaN(float64(b))
+}
+
 // TestBiasActMatchesUnfused checks BiasAct and BiasActBackward bit for bit
 // against BiasAdd followed by ReLU or GELU and their backward kernels, on
 // random values and on those where the rules matter: sums of ±0, exactly
@@ -112,7 +120,7 @@ func TestBiasActMatchesUnfused(t *testing.T) {
 					BiasAct(tp.p, ac.act, x, b, y, a.outer, a.mid, a.inner)
 					BiasActBackward(tp.p, ac.act, x, b, dy, dx, a.outer, a.mid, a.inner)
 					for k := range y {
-						if math.Float32bits(y[k]) != math.Float32bits(want[k]) || math.Float32bits(dx[k]) != math.Float32bits(wantDX[k]) {
+						if !sameBits(y[k], want[k]) || !sameBits(dx[k], wantDX[k]) {
 							t.Fatalf("x+b = %v+%v: got y %v, dx %v; want %v, %v (unfused)",
 								x[k], b[k/a.inner%a.mid], y[k], dx[k], want[k], wantDX[k])
 						}

@@ -109,10 +109,11 @@ func GELU(p *Pool, x, y []float32) {
 	})
 }
 
-// gelu is v·Φ(v) as GELU and BiasAct compute it: in float64, rounded once.
+// gelu is v·Φ(v) as GELU and BiasAct compute it: in float64 from the
+// tabulated Φ (normalCDFAt), rounded once.
 func gelu(v float32) float32 {
 	t := float64(v)
-	return float32(0.5 * t * (1 + math.Erf(t*(1/math.Sqrt2))))
+	return float32(t * normalCDFAt(t))
 }
 
 // GELUBackward sets dx = dy·(Φ(x) + x·φ(x)), the derivative of GELU.
@@ -131,10 +132,8 @@ func GELUBackward(p *Pool, x, dy, dx []float32) {
 // geluGrad is dy·(Φ(v) + v·φ(v)) as GELUBackward and BiasActBackward
 // compute it: in float64, rounded once.
 func geluGrad(v, dy float32) float32 {
-	const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
 	t := float64(v)
-	cdf := 0.5 * (1 + math.Erf(t*(1/math.Sqrt2)))
-	pdf := invSqrt2Pi * math.Exp(-0.5*t*t)
+	cdf, pdf := normal(t)
 	return float32(float64(dy) * (cdf + t*pdf))
 }
 
