@@ -50,8 +50,9 @@ type TrainResult struct {
 	Steps        int
 	Batch        int
 	FinalLoss    float64 // mean training loss over the last epoch's steps
-	TestAccuracy float64
-	TestLoss     float64
+	TestAccuracy float64 // classifiers
+	TestLoss     float64 // mean over the test samples; a language model's over its bytes, in nats
+	TestBits     float64 // language models: TestLoss in bits a byte
 	StepTimes    []time.Duration
 	TrainTime    time.Duration // wall time of the training loop
 }
@@ -277,15 +278,35 @@ type PlanExecutor interface {
 // TrainOn is TrainPlan on an executor of p. Progress is reported step by
 // step by a PlanRunner; by other executors, once at the end.
 func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats)) (*TrainResult, error) {
-	if epochs < 1 {
-		return nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", epochs)
-	}
 	if err := checkInput(p.Model, train); err != nil {
 		return nil, err
 	}
 	feed, err := NewMNISTFeeder(train, p.Batch, p.Seed)
 	if err != nil {
 		return nil, err
+	}
+	res, store, err := trainOn(ctx, x, p, epochs, maxSteps, feed, progress)
+	if err != nil {
+		return nil, err
+	}
+	res.TestAccuracy, res.TestLoss, err = Evaluate(p.Model, store, NewCPU(0), test, 0)
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// epochFeeder is a Feeder of data in epochs of Steps steps.
+type epochFeeder interface {
+	Feeder
+	Steps() int
+}
+
+// trainOn runs epochs of feed through x (at most maxSteps steps, if > 0)
+// and returns what it measured, and the trained weights.
+func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxSteps int, feed epochFeeder, progress func(StepStats)) (*TrainResult, *Store, error) {
+	if epochs < 1 {
+		return nil, nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", epochs)
 	}
 	steps := epochs * feed.Steps()
 	if maxSteps > 0 {
@@ -306,7 +327,7 @@ func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxStep
 	start := time.Now()
 	run, err := x.Run(ctx, steps, feed)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if !stepwise {
 		report(steps-1, run.Loss[steps-1])
@@ -317,17 +338,13 @@ func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxStep
 	lastEpoch := (steps - 1) / feed.Steps() * feed.Steps()
 	for i := lastEpoch; i < steps; i++ {
 		if l := run.Loss[i]; math.IsNaN(l) || math.IsInf(l, 0) {
-			return nil, fmt.Errorf("%w at step %d: loss is %g (try a smaller learning rate)", ErrDiverged, i, l)
+			return nil, nil, fmt.Errorf("%w at step %d: loss is %g (try a smaller learning rate)", ErrDiverged, i, l)
 		}
 		res.FinalLoss += run.Loss[i] / float64(steps-lastEpoch)
 	}
 	store, err := x.Store()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	res.TestAccuracy, res.TestLoss, err = Evaluate(p.Model, store, NewCPU(0), test, 0)
-	if err != nil {
-		return nil, err
-	}
-	return res, nil
+	return res, store, nil
 }

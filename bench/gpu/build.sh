@@ -47,7 +47,11 @@ plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp mnist-cnn 64 f32 dp=2
 plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp-auto mnist-cnn 64 f32 dp=2,mbs=8,mb=auto
 rm -r "$(dirname "$flowsim")"
 
-# MNIST, for training on the GPU (the device machine has no network).
+# MNIST, for training on the GPU (the device machine has no network), and
+# text for a language model: Go's go/… packages (2 MB; the device machine
+# has no Go).
 mnist=$(go run ./bench/gpu/mnistdir)
 cp "$mnist"/*-ubyte* "$out/mnist/"
+mkdir -p "$out/text"
+(cd "$(go env GOROOT)/src/go" && find . -name '*.go' -not -path '*/testdata/*' -print0 | xargs -0 cp --parents -t "$OLDPWD/$out/text")
 du -sh "$out"

@@ -2,7 +2,8 @@
 # The GPU check, run on the device machine from the repository root after
 # bench/gpu/build.sh:  bash .gpu/device.sh
 # Runs the GPU tests, PyTorch's baseline, training on the GPU, calibration
-# and predicted-vs-measured runs of every workload, each step logged, none
+# and predicted-vs-measured runs of every workload, and a language model's
+# training on text, each step logged, none
 # stopping the others; prints one table last and leaves under $OUT:
 #   summary.json  every figure, with date, device and driver
 #   log.txt       every step's output
@@ -115,5 +116,11 @@ for policy in fused unfused; do
 		--iters 30 --warmup 5 --runs 3 --gemm "$policy" --json
 done
 cp "$work/calib.json" "$OUT/calib-cuda.json" 2>/dev/null
+
+# 6. Last, with what time is left: a byte-level GPT trained on the GPU on
+# Go's go/… packages (carried: the device machine has no Go), held-out
+# bits a byte against byte frequencies'.
+json train-gpt-text 90 "$bin/flowrun" train --device cuda --model gpt:layers=4,hidden=256,heads=8,seq=256,vocab=256 \
+	--optimizer adam --lr 0.002 --batch 32 --max-steps 300 --data "$here/text" --json
 
 python3 "$here/summarize.py" --gpu "$work/gpu.txt" --results "$res" --torch "$OUT/torch.jsonl" --log "$log" -o "$OUT/summary.json"

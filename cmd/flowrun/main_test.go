@@ -43,6 +43,10 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--device", "tpu"}, `--device "tpu": want cpu or cuda`},
 		{[]string{"--procs", "2"}, "a multi-process run trains through a plan: give --strategy"},
 		{[]string{"--procs", "0", "--strategy", "dp=2"}, "--procs must be ≥ 1"},
+		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8"}, "vocabulary of 50257: flowrun train feeds a language model text byte by byte; give it vocab=256"},
+		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=256", "--eval-windows", "0"}, "--eval-windows must be ≥ 1"},
+		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=256", "--data", t.TempDir()}, "data: no text"},
+		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=256", "--data", filepath.Join(t.TempDir(), "missing")}, "no such directory"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {

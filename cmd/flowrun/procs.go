@@ -133,15 +133,29 @@ type workerSetup struct {
 // feedSpec says how every rank makes the same inputs: from MNIST's training
 // set in MNIST (rank 0's folder; where a rank lacks it, its own copy as
 // data.LocateMNIST finds one) if set, shuffled by the plan's seed as
-// runtime.TrainOn does, else synthetic samples
+// runtime.TrainOn does; from the training text of the files named *Ext
+// under Text if set, as runtime.TrainTextOn does (every rank must read the
+// same text: TextSum is rank 0's checksum of it); else synthetic samples
 // (runtime.NewSyntheticFeeder(p.Images, Classes, Pool, p.Seed)).
 type feedSpec struct {
 	MNIST         string
+	Text, Ext     string
+	TextSum       uint64
 	Classes, Pool int
 }
 
 // feeder makes the inputs of the spec for p.
 func (s feedSpec) feeder(p *plans.Plan) (runtime.Feeder, error) {
+	if s.Text != "" {
+		train, _, err := data.LoadText(s.Text, s.Ext, textMaxFile)
+		if err != nil {
+			return nil, err
+		}
+		if sum := train.Sum(); sum != s.TextSum {
+			return nil, fmt.Errorf("the training text of %s*%s here (%d bytes, checksum %016x) is not rank 0's (checksum %016x): every rank needs the same files", s.Text, s.Ext, len(train.Bytes), sum, s.TextSum)
+		}
+		return runtime.NewTextFeeder(train, p.Images.Shape[1], p.Batch, p.Seed)
+	}
 	if s.MNIST == "" {
 		return runtime.NewSyntheticFeeder(p.Images, s.Classes, s.Pool, p.Seed), nil
 	}

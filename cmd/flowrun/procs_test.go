@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/topology"
@@ -166,6 +167,26 @@ func TestTrainProcs(t *testing.T) {
 	require.Equal(t, one["train_loss"], two["train_loss"])
 	require.Equal(t, one["test_accuracy"], two["test_accuracy"])
 	require.Greater(t, two["test_accuracy"], 0.2, "four steps learn something")
+}
+
+// A byte-level language model trains on Go source and reports bits a byte
+// beside byte frequencies'; over two processes (each reading the text) it
+// trains as in one.
+func TestTrainText(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	src, err := data.LocateText("")
+	require.NoError(t, err)
+	args := []string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=16,vocab=256", "--data", filepath.Join(src, "go"),
+		"--optimizer", "adam", "--lr", "0.01", "--batch", "8", "--max-steps", "6", "--eval-windows", "16", "--strategy", "dp=2"}
+	one := trainJSON(t, args...)
+	two := trainJSON(t, append(args, "--procs", "2")...)
+	require.Equal(t, 6.0, one["steps"])
+	require.Positive(t, one["train_bytes"])
+	require.Positive(t, one["test_bytes"])
+	require.InDelta(t, 5.5, one["unigram_bits_per_byte"], 1, "Go source's byte entropy")
+	require.Less(t, one["test_bits_per_byte"], 8.5, "near ln 256 nats untrained, less after six steps")
+	require.Equal(t, one["train_loss"], two["train_loss"])
+	require.Equal(t, one["test_bits_per_byte"], two["test_bits_per_byte"])
 }
 
 // Tensor-parallel training computes what one device does, up to the order

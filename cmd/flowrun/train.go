@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"os"
 	"path/filepath"
@@ -35,6 +37,8 @@ type trainFlags struct {
 	seed      uint64
 	workers   int
 	dataDir   string
+	ext       string
+	evalWins  int
 	maxSteps  int
 	json      bool
 	strategy  string
@@ -49,9 +53,19 @@ func newTrainCmd() *cobra.Command {
 	var f trainFlags
 	cmd := &cobra.Command{
 		Use:   "train",
-		Short: "Train a model of the zoo on MNIST on the CPU or a GPU and report test accuracy",
+		Short: "Train a model of the zoo on MNIST, or a language model on text, on the CPU or a GPU",
 		Long: `Train a model of the zoo on real MNIST through flowkit's runtime (real kernels
 on the CPU device), then evaluate it on the 10,000 test images.
+
+A language model of the zoo with a vocabulary of 256 (gpt:…,vocab=256,
+llama:…,vocab=256) trains byte by byte on real text instead: the files
+named *.go (--ext) under --data, else $FLOWKIT_TEXT, else the source tree
+of the Go installed here ($(go env GOROOT)/src, testdata left out). A tenth of
+the files, chosen by a hash of their path, is held out; the model is
+evaluated on --eval-windows windows of it, in bits a byte, beside what byte
+frequencies alone score. It trains through a plan (--strategy, default
+single) for --max-steps steps (default 300; an epoch of Go's source is
+tens of thousands).
 
 With --device cuda the model trains through a plan (--strategy, default
 single) compiled for --cluster (default h200-host: one H200 beside the host's
@@ -74,12 +88,13 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 		Example: `  flowrun train
   flowrun train --model mlp --epochs 3 --optimizer adam --lr 0.001
   flowrun train --json > result.json
-  flowrun train --device cuda`,
+  flowrun train --device cuda
+  flowrun train --model gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256 --optimizer adam --lr 0.003 --batch 16`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runTrain(cmd, f) },
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.model, "model", "mnist-cnn", "model to train: "+strings.Join(mnistModels(), ", "))
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model to train: "+strings.Join(mnistModels(), ", ")+", or a language model with vocab=256")
 	fl.IntVar(&f.epochs, "epochs", 1, "passes over the 60,000 training images")
 	fl.IntVar(&f.batch, "batch", 64, "samples per training step")
 	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
@@ -87,8 +102,10 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weights, the shuffling and dropout")
 	fl.IntVar(&f.workers, "workers", 0, "CPU worker goroutines (0: one per core)")
-	fl.StringVar(&f.dataDir, "data", "", "directory with the four MNIST IDX files (plain or .gz)")
-	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: train the full epochs)")
+	fl.StringVar(&f.dataDir, "data", "", "directory with the four MNIST IDX files (plain or .gz); for a language model, a directory of text files")
+	fl.StringVar(&f.ext, "ext", ".go", "language models: the suffix of the text files under --data")
+	fl.IntVar(&f.evalWins, "eval-windows", 256, "language models: held-out windows (of the model's sequence) to evaluate on")
+	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: train the full epochs; a language model: 300)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.strategy, "strategy", "", "train through a compiled plan with this strategy (e.g. single, dp=2, pp=2,mb=4), executed by the plan runtime")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
@@ -149,11 +166,28 @@ func (f trainFlags) validate() error {
 	case f.procs.multi() && f.strategy == "":
 		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
 	}
+	if zoo.IsLanguageModel(f.model) {
+		if v, _ := zoo.Classes(f.model); v != runtime.TextVocab {
+			return fmt.Errorf("model %s has a vocabulary of %d: flowrun train feeds a language model text byte by byte; give it vocab=%d", f.model, v, runtime.TextVocab)
+		}
+		if f.evalWins < 1 {
+			return fmt.Errorf("--eval-windows must be ≥ 1, got %d", f.evalWins)
+		}
+		return nil
+	}
 	if s, _ := zoo.InputShape(f.model); !s.Equal(graph.Shape{1, 28, 28}) {
-		return fmt.Errorf("model %s takes inputs of shape %v, not MNIST's images; flowrun train has MNIST only (models: %s); 'flowrun exec' runs any model's plan on synthetic inputs", f.model, s, strings.Join(mnistModels(), ", "))
+		return fmt.Errorf("model %s takes inputs of shape %v, not MNIST's images; flowrun train feeds classifiers MNIST only, and language models of vocab=%d text (models: %s; gpt, llama); 'flowrun exec' runs any model's plan on synthetic inputs", f.model, s, runtime.TextVocab, strings.Join(mnistModels(), ", "))
 	}
 	return nil
 }
+
+// textMaxFile is the largest text file a language model trains on: larger
+// ones are generated tables, not the language.
+const textMaxFile = 1 << 20
+
+// defaultTextSteps is a language model's training steps unless
+// --max-steps says otherwise.
+const defaultTextSteps = 300
 
 func runTrain(cmd *cobra.Command, f trainFlags) error {
 	if err := f.validate(); err != nil {
@@ -166,6 +200,9 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	dtype, err := zoo.ParseDType(f.dtype)
 	if err != nil {
 		return fmt.Errorf("--dtype: %w", err)
+	}
+	if zoo.IsLanguageModel(f.model) {
+		return runTrainText(cmd, f, opt, dtype)
 	}
 	dir, err := data.LocateMNIST(f.dataDir)
 	if err != nil {
@@ -201,12 +238,69 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		return err
 	}
 	if f.json {
-		return printTrainJSON(res, f)
+		return printTrainJSON(res, f, map[string]any{"test_accuracy": res.TestAccuracy})
 	}
 	fmt.Printf("%s: %d epoch(s), %d steps of batch %d, %s\n", res.Model, res.Epochs, res.Steps, res.Batch, res.Optimizer)
 	fmt.Printf("train loss %.4f, step %.1f ms (median), %.0f samples/s\n",
 		res.FinalLoss, ms(res.StepMedian()), res.SamplesPerSecond())
 	fmt.Printf("test accuracy %.2f%% (loss %.4f) on %d images\n", 100*res.TestAccuracy, res.TestLoss, test.N)
+	return nil
+}
+
+// runTrainText trains a language model on text through a plan.
+func runTrainText(cmd *cobra.Command, f trainFlags, opt graph.Optimizer, dtype graph.DType) error {
+	if f.strategy == "" {
+		f.strategy = "single"
+	}
+	if f.maxSteps == 0 {
+		f.maxSteps = defaultTextSteps
+	}
+	dir, err := data.LocateText(f.dataDir)
+	if err != nil {
+		return err
+	}
+	train, test, err := data.LoadText(dir, f.ext, textMaxFile)
+	if err != nil {
+		return err
+	}
+	p, err := compileLocal(f, opt, dtype)
+	if err != nil {
+		return err
+	}
+	policy, err := runtime.ParseGEMMPolicy(f.gemm)
+	if err != nil {
+		return fmt.Errorf("--gemm: %w", err)
+	}
+	bar := newProgress(f.batch)
+	var res *runtime.TrainResult
+	if f.procs.multi() {
+		var pr *procRunner
+		if pr, err = newProcRunner(cmd.Context(), p, f.procs, time.Minute, feedSpec{Text: dir, Ext: f.ext, TextSum: train.Sum()}); err == nil {
+			fmt.Fprintf(os.Stderr, "training over %d processes (progress is reported at the end)\n", pr.g.World())
+			res, err = runtime.TrainTextOn(cmd.Context(), pr, p, f.epochs, f.maxSteps, train, test, f.evalWins, bar.step)
+			err = errors.Join(err, pr.Close())
+		}
+	} else {
+		var r *runtime.PlanRunner
+		if r, err = runtime.NewPlanRunner(p); err == nil {
+			r.GEMM = policy
+			res, err = runtime.TrainTextOn(cmd.Context(), r, p, f.epochs, f.maxSteps, train, test, f.evalWins, bar.step)
+			err = errors.Join(err, r.Close())
+		}
+	}
+	bar.finish()
+	if err != nil {
+		return err
+	}
+	unigram := train.UnigramBits(test)
+	if f.json {
+		return printTrainJSON(res, f, map[string]any{"text": dir, "text_ext": f.ext, "train_bytes": len(train.Bytes), "test_bytes": len(test.Bytes),
+			"test_bits_per_byte": res.TestBits, "unigram_bits_per_byte": unigram, "eval_windows": f.evalWins})
+	}
+	fmt.Printf("%s: %d steps of batch %d on %s (%d files, %.1f MB; %d files held out), %s\n",
+		res.Model, res.Steps, res.Batch, dir, train.Files, float64(len(train.Bytes))/1e6, test.Files, res.Optimizer)
+	fmt.Printf("train loss %.4f, step %.1f ms (median), %.0f samples/s\n", res.FinalLoss, ms(res.StepMedian()), res.SamplesPerSecond())
+	fmt.Printf("test %.3f bits/byte (loss %.4f) on %d windows; byte frequencies alone: %.3f bits/byte\n", res.TestBits, res.TestLoss, f.evalWins, unigram)
 	return nil
 }
 
@@ -257,7 +351,8 @@ func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-func printTrainJSON(res *runtime.TrainResult, f trainFlags) error {
+// printTrainJSON prints res, with the fields of extra, as one JSON object.
+func printTrainJSON(res *runtime.TrainResult, f trainFlags, extra map[string]any) error {
 	out := map[string]any{
 		"model":          res.Model,
 		"optimizer":      res.Optimizer,
@@ -266,7 +361,6 @@ func printTrainJSON(res *runtime.TrainResult, f trainFlags) error {
 		"batch":          res.Batch,
 		"seed":           f.seed,
 		"train_loss":     res.FinalLoss,
-		"test_accuracy":  res.TestAccuracy,
 		"test_loss":      res.TestLoss,
 		"step_ms_median": ms(res.StepMedian()),
 		"samples_per_s":  res.SamplesPerSecond(),
@@ -277,6 +371,7 @@ func printTrainJSON(res *runtime.TrainResult, f trainFlags) error {
 		out["cluster"] = f.cluster
 	}
 	out["device"] = f.device
+	maps.Copy(out, extra)
 	return printJSON(out)
 }
 

@@ -749,6 +749,14 @@ func HasTP(name string) bool {
 	return err == nil && b.tp != nil
 }
 
+// IsLanguageModel reports whether the named model is a language model:
+// token ids in, a next-token loss at every position (Classes is its
+// vocabulary).
+func IsLanguageModel(name string) bool {
+	b, _, err := lookup(name)
+	return err == nil && b.tokens
+}
+
 // HasSP reports whether the named model has a sequence-parallel layout.
 func HasSP(name string) bool {
 	b, _, err := lookup(name)

@@ -1,0 +1,114 @@
+package runtime
+
+import (
+	"context"
+	"math"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/data"
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+)
+
+// goText is the text of Go's go/… packages, held-out files apart.
+func goText(t *testing.T) (train, test *data.Text) {
+	t.Helper()
+	src, err := data.LocateText("")
+	require.NoError(t, err)
+	train, test, err = data.LoadText(filepath.Join(src, "go"), ".go", 1<<20)
+	require.NoError(t, err)
+	return train, test
+}
+
+// A text feeder gives each sample a window and the bytes that follow it,
+// visits every window once an epoch, and gives a sample the same window
+// however the batch is split.
+func TestTextFeeder(t *testing.T) {
+	text := &data.Text{Name: "t", Bytes: []byte("0123456789abcdefghijklmnopqrstuvwxyz!")} // 37 bytes
+	const seq, batch = 4, 3
+	f, err := NewTextFeeder(text, seq, batch, 7)
+	require.NoError(t, err)
+	require.Equal(t, 3, f.Steps(), "9 windows of 4 (and their next byte), 3 batches of 3")
+	for epoch := range 2 {
+		var starts []int
+		for it := epoch * f.Steps(); it < (epoch+1)*f.Steps(); it++ {
+			tokens, labels := make([]int32, batch*seq), make([]int32, batch*seq)
+			require.NoError(t, f.FeedTokens(it, 0, batch, tokens))
+			require.NoError(t, f.Feed(it, 0, batch, nil, labels))
+			for k := range batch {
+				start := slices.Index(text.Bytes, byte(tokens[k*seq]))
+				require.Zero(t, start%seq, "windows start at multiples of seq")
+				for i := range seq {
+					require.Equal(t, int32(text.Bytes[start+i]), tokens[k*seq+i])
+					require.Equal(t, int32(text.Bytes[start+i+1]), labels[k*seq+i])
+				}
+				starts = append(starts, start)
+			}
+			// Split in two feeds: the same samples.
+			half := make([]int32, 2*seq)
+			require.NoError(t, f.FeedTokens(it, 1, 2, half))
+			require.Equal(t, tokens[seq:], half)
+		}
+		slices.Sort(starts)
+		require.Equal(t, []int{0, 4, 8, 12, 16, 20, 24, 28}, starts[:8], "epoch %d: 9 windows, each once", epoch)
+	}
+	require.ErrorContains(t, f.Feed(0, 0, 1, make([]float32, seq), make([]int32, seq)), "not float inputs")
+	require.ErrorContains(t, f.FeedTokens(0, 0, 2, make([]int32, seq)), "4 token slots for 2 sequences")
+	_, err = NewTextFeeder(text, seq, 10, 7)
+	require.ErrorContains(t, err, "9 windows of 4 bytes, fewer than a batch of 10")
+}
+
+// A byte-level GPT trained a hundred steps on Go source predicts held-out
+// Go files better than their byte frequencies do; data parallelism trains
+// it as one device does (over a few steps: Adam magnifies the differences
+// of summation order over many).
+func TestTrainTextOnGoSource(t *testing.T) {
+	train, test := goText(t)
+	const model = "gpt:layers=2,hidden=64,heads=2,seq=32,vocab=256"
+	runOn := func(strategy string, steps int) *TrainResult {
+		st, err := plans.ParseStrategy(strategy, 16)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: model, Batch: 16, Strategy: st, Seed: 1,
+			Optimizer: graph.Adam{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: cpuDevices(st.Devices())})
+		require.NoError(t, err)
+		r, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		defer r.Close()
+		res, err := TrainTextOn(context.Background(), r, p, 1, steps, train, test, 64, nil)
+		require.NoError(t, err)
+		return res
+	}
+	one := runOn("single", 100)
+	unigram := train.UnigramBits(test)
+	require.Less(t, one.TestBits, unigram-0.2, "bits/byte after 100 steps, against byte frequencies'")
+	require.InEpsilon(t, one.TestLoss/math.Ln2, one.TestBits, 1e-12)
+
+	one, dp := runOn("single", 5), runOn("dp=2", 5)
+	require.InEpsilon(t, one.FinalLoss, dp.FinalLoss, 1e-5)
+	require.InEpsilon(t, one.TestBits, dp.TestBits, 1e-5)
+}
+
+// Evaluation does not depend on its batch, and refuses more windows than
+// the text has and models that are not byte-level language models.
+func TestEvaluateText(t *testing.T) {
+	_, test := goText(t)
+	const model = "gpt:layers=1,hidden=32,heads=2,seq=16,vocab=256"
+	store := NewStore(3)
+	a, err := EvaluateText(model, store, NewCPU(0), test, 40, 32)
+	require.NoError(t, err)
+	b, err := EvaluateText(model, store, NewCPU(0), test, 40, 7)
+	require.NoError(t, err)
+	require.InEpsilon(t, a, b, 1e-6)
+	require.InDelta(t, 5.545, a, 0.2, "untrained: about ln 256 nats a byte")
+
+	_, err = EvaluateText(model, store, NewCPU(0), &data.Text{Name: "tiny", Bytes: make([]byte, 40)}, 3, 0)
+	require.ErrorContains(t, err, "evaluating on 3 windows of 16 bytes, tiny has 2")
+	_, err = EvaluateText("gpt:layers=1,hidden=32,heads=2,seq=16", store, NewCPU(0), test, 4, 0)
+	require.ErrorContains(t, err, "vocabulary of 50257")
+	_, err = EvaluateText("mlp", store, NewCPU(0), test, 4, 0)
+	require.ErrorContains(t, err, "not a language model")
+}
