@@ -97,21 +97,26 @@ func TestRMSNormGradientsMatchFiniteDifferences(t *testing.T) {
 }
 
 // The same check through a whole GPT of the zoo: embeddings, causal
-// blocks, the head and the cross-entropy over every position.
+// blocks, the head and the cross-entropy over every position; with the
+// head tied to the token embedding, whose gradient then sums both uses.
 func TestGPTGradientsMatchFiniteDifferences(t *testing.T) {
-	m, err := zoo.Build("gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7", zoo.Config{Batch: 2})
-	require.NoError(t, err)
-	for _, p := range m.Graph.Params() {
-		p.Init = graph.Init{Kind: graph.Uniform, Scale: 0.5} // larger than GPT's 0.02, for the differences to show
+	for _, model := range []string{"gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7", "gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7,tie=on"} {
+		t.Run(model, func(t *testing.T) {
+			m, err := zoo.Build(model, zoo.Config{Batch: 2})
+			require.NoError(t, err)
+			for _, p := range m.Graph.Params() {
+				p.Init = graph.Init{Kind: graph.Uniform, Scale: 0.5} // larger than GPT's 0.02, for the differences to show
+			}
+			checkGradients(t, m.Graph, m.Loss, func(ex *Executor, rng *rand.Rand) {
+				for i := range ex.Buffer(m.Images).I {
+					ex.Buffer(m.Images).I[i] = int32(rng.IntN(7))
+				}
+				for i := range ex.Buffer(m.Labels).I {
+					ex.Buffer(m.Labels).I[i] = int32(rng.IntN(7))
+				}
+			})
+		})
 	}
-	checkGradients(t, m.Graph, m.Loss, func(ex *Executor, rng *rand.Rand) {
-		for i := range ex.Buffer(m.Images).I {
-			ex.Buffer(m.Images).I[i] = int32(rng.IntN(7))
-		}
-		for i := range ex.Buffer(m.Labels).I {
-			ex.Buffer(m.Labels).I[i] = int32(rng.IntN(7))
-		}
-	})
 }
 
 // The same check through a small LLaMA: rotary embeddings, grouped-query

@@ -139,6 +139,7 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 		// pool on the GPU, embeddings, the head's cross-entropy at every
 		// position
 		{"gpt:layers=2,hidden=64,heads=4,seq=16,vocab=96", "wte.weight", 4},
+		{"gpt:layers=1,hidden=64,heads=4,seq=16,vocab=96,tie=on", "wte.weight", 4}, // the head is the embedding
 		{"llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=96,seq=16,vocab=96", "model.embed_tokens.weight", 4},
 	} {
 		if only := os.Getenv("FLOWKIT_GPU_TEST_MODELS"); only != "" && !slices.Contains(strings.Split(only, ";"), c.model) {

@@ -83,6 +83,38 @@ func TestTensorParallelMatchesOneDevice(t *testing.T) {
 	}
 }
 
+// A language model whose head is its token embedding (tie=on) trains as on
+// one device under data, tensor and sequence parallelism, ZeRO and
+// recompute; one weight read on two stages refuses pipelines.
+func TestTiedHeadMatchesOneDevice(t *testing.T) {
+	const iters, batch = 3, 8
+	for _, model := range []string{"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64,tie=on", "llama:layers=2,hidden=32,heads=8,kv_heads=4,ffn=48,seq=8,vocab=64,tie=on"} {
+		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
+		refStore, err := ref.Store()
+		require.NoError(t, err)
+		names := refStore.Names()
+		require.NotContains(t, names, "lm_head.weight", "tied: no head of its own")
+		for _, s := range []string{"dp=2", "tp=2", "dp=2,tp=2", "tp=2,sp=on", "dp=2,zero=1", "dp=2,tp=2,zero=3", "tp=2,mb=2,recompute=full"} {
+			t.Run(fmt.Sprintf("%s/%s", model, s), func(t *testing.T) {
+				_, r, got := trainPlan(t, model, s, batch, 8, iters)
+				require.InDeltaSlice(t, want.Loss, got.Loss, 1e-5*math.Abs(want.Loss[0]))
+				store, err := r.Store()
+				require.NoError(t, err)
+				for _, name := range names {
+					w, _ := refStore.Get(name)
+					g, ok := store.Get(name)
+					require.True(t, ok, name)
+					require.Less(t, relDiff(g, w), 1e-4, name)
+				}
+			})
+		}
+		st, err := plans.ParseStrategy("pp=2,mb=2", batch)
+		require.NoError(t, err)
+		_, err = plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: cpuDevices(2)})
+		require.ErrorContains(t, err, "is read on stages 0 and 1; a weight must live on one stage")
+	}
+}
+
 // A model without a tensor-parallel layout, or a group that does not
 // divide its layers, is refused at compile time with the reason.
 func TestTensorParallelRefused(t *testing.T) {

@@ -224,9 +224,9 @@ func fieldSizes(f hfFields, override map[string]string, fields [][2]string) ([][
 }
 
 // llamaConfig maps LlamaConfig's (and MistralConfig's) fields onto llama's
-// size options; it refuses what llama does not build (biases, a tied
-// head, scaled RoPE, an activation other than SiLU, sliding windows
-// shorter than the sequence).
+// size options; it refuses what llama does not build (biases, scaled
+// RoPE, an activation other than SiLU, sliding windows shorter than the
+// sequence).
 func llamaConfig(f hfFields, override map[string]string) (string, [][2]string, error) {
 	sizes, vals, err := fieldSizes(f, override, [][2]string{
 		{"layers", "num_hidden_layers"}, {"hidden", "hidden_size"}, {"heads", "num_attention_heads"},
@@ -272,10 +272,8 @@ func llamaConfig(f hfFields, override map[string]string) (string, [][2]string, e
 			return "", nil, f.errorf(field, "true is not supported: llama's projections have no biases")
 		}
 	}
-	if tied, err := f.flag("tie_word_embeddings"); err != nil {
+	if sizes, err = tieSize(f, sizes, false); err != nil { // LlamaConfig's default: untied
 		return "", nil, err
-	} else if tied {
-		return "", nil, f.errorf("tie_word_embeddings", "true is not supported: flowkit's language models untie the head (a pipeline keeps each weight on one stage)")
 	}
 	if f.present("rope_scaling") {
 		return "", nil, f.errorf("rope_scaling", "scaled rotary embeddings are not supported (set it to null to model the unscaled ones)")
@@ -301,9 +299,27 @@ func llamaConfig(f hfFields, override map[string]string) (string, [][2]string, e
 	return "llama", sizes, nil
 }
 
+// tieSize adds tie=on to sizes where the config ties the head to the token
+// embedding (tie_word_embeddings; def where absent, as the config class's
+// default).
+func tieSize(f hfFields, sizes [][2]string, def bool) ([][2]string, error) {
+	tied := def
+	if f.present("tie_word_embeddings") {
+		var err error
+		if tied, err = f.flag("tie_word_embeddings"); err != nil {
+			return nil, err
+		}
+	}
+	if tied {
+		sizes = append(sizes, [2]string{"tie", "on"})
+	}
+	return sizes, nil
+}
+
 // gpt2Config maps GPT2Config's fields onto gpt's size options. The GPT's
-// GELU is the exact one where GPT-2's gelu_new is its tanh approximation,
-// and its head is untied: the same FLOPs, vocab·hidden more parameters.
+// GELU is the exact one where GPT-2's gelu_new is its tanh approximation;
+// its head is tied to the token embedding unless tie_word_embeddings is
+// false (GPT2Config's default ties them).
 func gpt2Config(f hfFields, override map[string]string) (string, [][2]string, error) {
 	sizes, vals, err := fieldSizes(f, override, [][2]string{
 		{"layers", "n_layer"}, {"hidden", "n_embd"}, {"heads", "n_head"}, {"seq", "n_positions"}, {"vocab", "vocab_size"},
@@ -324,6 +340,9 @@ func gpt2Config(f hfFields, override map[string]string) (string, [][2]string, er
 		return "", nil, err
 	} else if act != "" && !strings.HasPrefix(act, "gelu") {
 		return "", nil, f.errorf("activation_function", "%q is not supported (the GPT's MLP uses GELU)", act)
+	}
+	if sizes, err = tieSize(f, sizes, true); err != nil {
+		return "", nil, err
 	}
 	return "gpt", sizes, nil
 }

@@ -24,7 +24,7 @@ func llamaModel(doc string, d llamaSizes) builder {
 	return builder{doc: doc,
 		sizes: []sizeOption{{name: "layers", def: d.layers}, {name: "hidden", def: d.hidden}, {name: "heads", def: d.heads},
 			{name: "kv_heads", def: d.kvHeads}, {name: "ffn", def: d.ffn}, {name: "seq", def: d.seq}, {name: "vocab", def: d.vocab},
-			{name: "theta", def: d.theta}, {name: "eps", choices: llamaEps}},
+			{name: "theta", def: d.theta}, {name: "eps", choices: llamaEps}, tieOption},
 		input:  func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} },
 		tokens: true, build: buildLLaMA, loss: gptLoss, derive: deriveLLaMA, check: checkLLaMA,
 		tp: llamaTP, sp: true,
@@ -37,7 +37,7 @@ func llamaModel(doc string, d llamaSizes) builder {
 func llamaBlocksModel() builder {
 	b := llamaModel("LLaMA blocks: llama's pre-RMSNorm blocks alone (RoPE, grouped-query attention, SwiGLU), input [seq, hidden], loss mean(out²); options as llama's but vocab",
 		llamaSizes{layers: 32, hidden: 4096, heads: 32, seq: 4096, theta: 10000})
-	b.sizes = slices.DeleteFunc(b.sizes, func(o sizeOption) bool { return o.name == "vocab" })
+	b.sizes = slices.DeleteFunc(b.sizes, func(o sizeOption) bool { return o.name == "vocab" || o.name == "tie" })
 	b.input = func(sz sizes) graph.Shape { return graph.Shape{sz["seq"], sz["hidden"]} }
 	b.tokens, b.build, b.loss, b.sp = false, buildLLaMABlocks, nil, false
 	b.tp = func(sz sizes) map[string]int {
@@ -99,10 +99,11 @@ func llamaTP(sz sizes) map[string]int {
 func buildLLaMA(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor {
 	h, seq, vocab := sz["hidden"], sz["seq"], sz["vocab"]
 	init := graph.Init{Kind: graph.Normal, Scale: 0.02}
-	x := l.tokenEmbedding("model.embed_tokens.weight", tokens, vocab, h, init)
+	emb := l.vocabWeight("model.embed_tokens.weight", vocab, h, init)
+	x := l.tokenEmbedding(emb, tokens)
 	x = l.llamaBlocks(x, sz, false)
 	x = l.llamaNorm("model.norm", x, sz)
-	return l.lmHead("lm_head.weight", x, tokens.Spec.Shape[0], seq, h, vocab, init)
+	return l.lmHead(x, l.headWeight("lm_head.weight", emb, sz, init), tokens.Spec.Shape[0], seq, h)
 }
 
 // buildLLaMABlocks is llama's blocks alone, without the embedding, the
@@ -153,25 +154,42 @@ func (l *layers) llamaBlocks(x *graph.Tensor, sz sizes, first bool) *graph.Tenso
 // tensor parallelism each device looks up its rows of the vocabulary and
 // the group sums (Megatron-LM's vocab-parallel embedding), each device
 // keeping its part of the sequence under sequence parallelism.
-func (l *layers) tokenEmbedding(name string, tokens *graph.Tensor, vocab, h int, init graph.Init) *graph.Tensor {
+func (l *layers) tokenEmbedding(w, tokens *graph.Tensor) *graph.Tensor {
 	switch {
 	case l.tp == 1:
-		return l.g.Embedding(l.param(name, graph.Shape{vocab, h}, init), tokens)
+		return l.g.Embedding(w, tokens)
 	case l.sp:
-		return l.g.TPScatter(l.g.VocabEmbedding(l.shard(name, graph.Shape{vocab, h}, init, 0, 1), tokens), seqAxis, l.tp)
+		return l.g.TPScatter(l.g.VocabEmbedding(w, tokens), seqAxis, l.tp)
 	}
-	return l.g.TPSum(l.g.VocabEmbedding(l.shard(name, graph.Shape{vocab, h}, init, 0, 1), tokens))
+	return l.g.TPSum(l.g.VocabEmbedding(w, tokens))
+}
+
+// vocabWeight is a [vocab, h] weight over the vocabulary, a token
+// embedding's or a head's: whole, or under tensor parallelism this
+// device's rows of it.
+func (l *layers) vocabWeight(name string, vocab, h int, init graph.Init) *graph.Tensor {
+	if l.tp == 1 {
+		return l.param(name, graph.Shape{vocab, h}, init)
+	}
+	return l.shard(name, graph.Shape{vocab, h}, init, 0, 1)
 }
 
 // lmHead is the head over the vocabulary, [n·seq, vocab] logits from x
-// [n, seq, h]: under tensor parallelism each device's columns of them (see
-// gptLoss), from the whole sequence.
-func (l *layers) lmHead(name string, x *graph.Tensor, n, seq, h, vocab int, init graph.Init) *graph.Tensor {
-	if l.tp == 1 {
-		return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), l.param(name, graph.Shape{vocab, h}, init), false, true)
+// [n, seq, h] and w (vocabWeight: the head's own, or with tie=on the token
+// embedding's): under tensor parallelism each device's columns of them
+// (see gptLoss), from the whole sequence.
+func (l *layers) lmHead(x, w *graph.Tensor, n, seq, h int) *graph.Tensor {
+	return l.g.MatMul(l.g.Reshape(l.enter(x), graph.Shape{n * seq, h}), w, false, true)
+}
+
+// headWeight is a language model's head: its own weight named name, or
+// under tie=on the token embedding's, emb (GPT-2's and many small models'
+// tying, which keeps the model on one pipeline stage: see plans).
+func (l *layers) headWeight(name string, emb *graph.Tensor, sz sizes, init graph.Init) *graph.Tensor {
+	if sz["tie"] == 1 {
+		return emb
 	}
-	x = l.enter(x)
-	return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), l.shard(name, graph.Shape{vocab, h}, init, 0, 1), false, true)
+	return l.vocabWeight(name, sz["vocab"], sz["hidden"], init)
 }
 
 // enter marks x as entering column-parallel layers: the whole sequence

@@ -2,6 +2,7 @@ package zoo
 
 import (
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -37,8 +38,13 @@ func TestLLaMAParamCounts(t *testing.T) {
 		{"llama:layers=1,hidden=96,heads=4,seq=8,vocab=50", llamaParams(1, 96, 4, 4, 256, 50)}, // ffn 2/3·4·96 → 256
 		// the blocks alone: no embedding, head or final norm
 		{"llama-blocks:layers=3,hidden=64,heads=8,kv_heads=2,ffn=96,seq=16", llamaParams(3, 64, 8, 2, 96, 0) - 64},
-		// GPT-2 small's config: the gpt model (its head untied).
-		{"testdata/gpt2.json", 124_439_808 + 50257*768},
+		// GPT-2 small's config: the gpt model, its head tied as GPT2Config
+		// ties it by default (GPT-2 small's 124,439,808 parameters); untied
+		// on request.
+		{"testdata/gpt2.json", 124_439_808},
+		{"testdata/gpt2.json:tie=off", 124_439_808 + 50257*768},
+		// LLaMA-3.2 1B's sizes tie too: the head is the embedding.
+		{"llama:layers=16,hidden=2048,heads=32,kv_heads=8,ffn=8192,seq=128,vocab=128256,tie=on", llamaParams(16, 2048, 32, 8, 8192, 128256) - 128256*2048},
 	} {
 		t.Run(tt.model, func(t *testing.T) {
 			m, err := Build(tt.model, Config{Batch: 1})
@@ -150,7 +156,8 @@ func TestResolveConfig(t *testing.T) {
 	for _, tt := range []struct{ name, want string }{
 		{"testdata/llama-3-8b.json", "llama:layers=32,hidden=4096,heads=32,ffn=14336,seq=8192,vocab=128256,kv_heads=8,theta=500000,eps=1e-5"},
 		{"testdata/llama-2-7b.json:seq=2048,layers=2", "llama:hidden=4096,heads=32,ffn=11008,vocab=32000,kv_heads=32,theta=10000,eps=1e-5,seq=2048,layers=2"},
-		{"testdata/gpt2.json", "gpt:layers=12,hidden=768,heads=12,seq=1024,vocab=50257"},
+		{"testdata/gpt2.json", "gpt:layers=12,hidden=768,heads=12,seq=1024,vocab=50257,tie=on"},
+		{"testdata/gpt2.json:tie=off", "gpt:layers=12,hidden=768,heads=12,seq=1024,vocab=50257,tie=off"},
 		{"gpt:layers=2", "gpt:layers=2"},
 	} {
 		got, err := Resolve(tt.name)
@@ -189,7 +196,7 @@ func TestConfigErrors(t *testing.T) {
 		{edit(`"hidden_size": 4096,`, `"hidden_size": 40.5,`), "", "field hidden_size: want a positive integer, got 40.5"},
 		{edit(`"rope_theta": 500000.0,`, `"rope_theta": 0.5,`), "", "field rope_theta: want a positive integer"},
 		{edit(`"rms_norm_eps": 1e-05,`, `"rms_norm_eps": 1e-07,`), "", "field rms_norm_eps: 1e-07 is not supported"},
-		{edit(`"tie_word_embeddings": false,`, `"tie_word_embeddings": true,`), "", "field tie_word_embeddings: true is not supported"},
+		{edit(`"tie_word_embeddings": false,`, `"tie_word_embeddings": "yes",`), "", "field tie_word_embeddings: want true or false"},
 		{edit(`"attention_bias": false,`, `"attention_bias": 1,`), "", "field attention_bias: want true or false"},
 		{edit(`"hidden_act": "silu",`, `"hidden_act": "gelu",`), "", `field hidden_act: "gelu" is not supported`},
 		{edit(`"rope_scaling": null,`, `"rope_scaling": {"rope_type": "llama3", "factor": 8.0},`), "", "field rope_scaling: scaled rotary embeddings are not supported"},
@@ -216,4 +223,21 @@ func TestConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, `unknown size option "depth"`)
 	require.True(t, Known("testdata/gpt2.json:layers=1"))
 	require.True(t, HasTP("testdata/llama-3-8b.json"))
+}
+
+// A LLaMA config that ties its head resolves with tie=on, and builds
+// without a head of its own.
+func TestResolveTiedConfig(t *testing.T) {
+	llama3, err := os.ReadFile("testdata/llama-3-8b.json")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "tied.json")
+	require.NoError(t, os.WriteFile(path, []byte(strings.Replace(string(llama3), `"tie_word_embeddings": false,`, `"tie_word_embeddings": true,`, 1)), 0o644))
+	name, err := Resolve(path + ":layers=1,seq=16")
+	require.NoError(t, err)
+	require.Contains(t, name, ",tie=on,")
+	m, err := Build(path+":layers=1,seq=16", Config{Batch: 1})
+	require.NoError(t, err)
+	for _, p := range m.Graph.Params() {
+		require.NotEqual(t, "lm_head.weight", p.Name)
+	}
 }

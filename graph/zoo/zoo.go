@@ -45,7 +45,9 @@
 //     defaulting to LLaMA-2 7B's 32, 4096, 32, 32, 11008, 4096, 32000,
 //     10000, 1e-5 and LLaMA-3 8B's 32, 4096, 32, 8, 14336, 8192, 128256,
 //     500000, 1e-5;
-//   - llama-blocks: llama's options but vocab.
+//   - the GPTs and LLaMAs: tie (off, or on: the head is the token
+//     embedding's weight, as GPT-2's; a pipeline is then refused);
+//   - llama-blocks: llama's options but vocab and tie.
 //
 // "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16" is a small transformer
 // for tests. The name, options included, is the model's name everywhere:
@@ -163,11 +165,11 @@ var models = map[string]builder{
 		build: buildDeepMLP,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"width": sz["width"]} },
 	},
-	"gpt": gptModel("GPT language model: token and position embeddings, causal pre-norm blocks, final norm, untied head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default)",
+	"gpt": gptModel("GPT language model: token and position embeddings, causal pre-norm blocks, final norm, head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default), tie (off: the head's own weight; on: the token embedding's)",
 		12, 768, 12, 1024),
 	"gpt3-1.3b": gptModel("GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048", 24, 2048, 16, 2048),
 	"gpt3-175b": gptModel("GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048", 96, 12288, 96, 2048),
-	"llama": llamaModel("LLaMA-style language model: token embedding, pre-RMSNorm causal blocks with rotary embeddings (grouped-query attention when kv_heads < heads) and a SwiGLU MLP without biases, final RMSNorm, untied head; options layers, hidden, heads, kv_heads, ffn, seq, vocab, theta, eps (LLaMA-2 7B's by default)",
+	"llama": llamaModel("LLaMA-style language model: token embedding, pre-RMSNorm causal blocks with rotary embeddings (grouped-query attention when kv_heads < heads) and a SwiGLU MLP without biases, final RMSNorm, head; options layers, hidden, heads, kv_heads, ffn, seq, vocab, theta, eps (LLaMA-2 7B's by default), tie (off: the head's own weight; on: the token embedding's)",
 		llamaSizes{layers: 32, hidden: 4096, heads: 32, seq: 4096, vocab: 32000, theta: 10000}),
 	"llama-blocks": llamaBlocksModel(),
 	"llama2-7b": llamaModel("LLaMA-2 7B (Touvron et al., 2023): llama with 32 layers, hidden 4096, 32 heads, ffn 11008, vocab 32000, seq 4096",
@@ -203,8 +205,13 @@ func gptTP(sz sizes) map[string]int {
 // vocabulary.
 func gptSizes(layers, hidden, heads, seq int) []sizeOption {
 	return []sizeOption{{name: "layers", def: layers}, {name: "hidden", def: hidden}, {name: "heads", def: heads},
-		{name: "seq", def: seq}, {name: "vocab", def: 50257}}
+		{name: "seq", def: seq}, {name: "vocab", def: 50257}, tieOption}
 }
+
+// tieOption is a language model's tie=off|on: a head of its own (flowkit's
+// default, GPT-NeoX's and LLaMA's), or the token embedding's weight
+// (GPT-2's).
+var tieOption = sizeOption{name: "tie", choices: []string{"off", "on"}}
 
 // Names lists the models Build knows, sorted (without size options).
 func Names() []string {
@@ -671,7 +678,7 @@ func (l *layers) block(p string, x *graph.Tensor, sz sizes, norm func(string, *g
 // LayerNorm and a linear head over the vocabulary. The head is its own
 // weight, not the token embedding's (GPT-NeoX and LLaMA untie them too), so
 // that a pipeline's last stage holds it: the model has V·h more parameters
-// than GPT-2's tied count. Embeddings are initialized normal with standard
+// than GPT-2's tied count, which tie=on gives (one stage only). Embeddings are initialized normal with standard
 // deviation 0.02, as GPT-2 does. Under tensor parallelism the blocks are
 // split, and so are the token embedding and the head by rows of the
 // vocabulary (Megatron-LM's vocab-parallel layers); the position
@@ -680,18 +687,15 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 	h, seq, vocab := sz["hidden"], sz["seq"], sz["vocab"]
 	emb := graph.Init{Kind: graph.Normal, Scale: 0.02}
 	n := tokens.Spec.Shape[0]
-	var x *graph.Tensor   // [n, seq, h]; [n, seq/tp, h] under sequence parallelism
-	var pos *graph.Tensor // [seq, h]; this device's positions' rows under sequence parallelism
-	switch {
-	case l.tp == 1:
-		x = l.g.Embedding(l.param("wte.weight", graph.Shape{vocab, h}, emb), tokens)
-	case l.sp: // the group sums the lookups, each device keeping its positions
-		x = l.g.TPScatter(l.g.VocabEmbedding(l.shard("wte.weight", graph.Shape{vocab, h}, emb, 0, 1), tokens), seqAxis, l.tp)
+	// Each device of a tensor-parallel group looks up its rows of the
+	// vocabulary and the group sums the lookups; under sequence
+	// parallelism each keeps its positions.
+	wte := l.vocabWeight("wte.weight", vocab, h, emb)
+	x := l.tokenEmbedding(wte, tokens) // [n, seq, h]; [n, seq/tp, h] under sequence parallelism
+	var pos *graph.Tensor              // [seq, h]; this device's positions' rows under sequence parallelism
+	if l.sp {
 		pos = l.shard("wpe.weight", graph.Shape{seq, h}, emb, 0, 1)
-	default: // each device looks up its rows of the vocabulary, the group sums
-		x = l.g.TPSum(l.g.VocabEmbedding(l.shard("wte.weight", graph.Shape{vocab, h}, emb, 0, 1), tokens))
-	}
-	if pos == nil {
+	} else {
 		pos = l.param("wpe.weight", graph.Shape{seq, h}, emb)
 	}
 	local := pos.Spec.Shape[0] // positions on this device
@@ -703,17 +707,7 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 		x = l.block("h."+strconv.Itoa(i)+".", x, sz, l.layerNorm, true)
 	}
 	x = l.layerNorm("ln_f", x, h)
-	if l.tp == 1 {
-		return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), l.param("lm_head.weight", graph.Shape{vocab, h}, emb), false, true)
-	}
-	// Each device computes its columns of the logits (see gptLoss), from
-	// the whole sequence.
-	if l.sp {
-		x = l.g.TPGather(x, seqAxis, l.tp)
-	} else {
-		x = l.g.TPCopy(x)
-	}
-	return l.g.MatMul(l.g.Reshape(x, graph.Shape{n * seq, h}), l.shard("lm_head.weight", graph.Shape{vocab, h}, emb, 0, 1), false, true)
+	return l.lmHead(x, l.headWeight("lm_head.weight", wte, sz, emb), n, seq, h)
 }
 
 // gptLoss is a GPT's mean cross-entropy: the softmax cross-entropy of the

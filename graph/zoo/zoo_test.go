@@ -168,6 +168,7 @@ func TestWorkloadParamCounts(t *testing.T) {
 		{"gpt2s-blocks:layers=2,hidden=16,heads=4,seq=8", 2 * (12*16*16 + 13*16)},
 		// GPT-2 small's 124,439,808 (tied), plus the untied head.
 		{"gpt", 124_439_808 + 50257*768},
+		{"gpt:tie=on", 124_439_808}, // GPT-2 small exactly
 		{"gpt3-175b", gptParams(96, 12288, 2048, 50257)},
 		{"gpt3-1.3b", gptParams(24, 2048, 2048, 50257)},
 	}
