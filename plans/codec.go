@@ -129,6 +129,11 @@ func (p *Plan) check() error {
 		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.fires(f.Task))) || (!per && f.Micro != -1) {
 			return bad("firings", i, "micro-batch %d invalid for task %s", f.Micro, p.Tasks[f.Task].Name)
 		}
+		for _, a := range f.After {
+			if a < 0 || a >= len(p.Firings) || a == i {
+				return bad("firings", i, "after %d: want another firing, 0 to %d", a, len(p.Firings)-1)
+			}
+		}
 	}
 	if want := p.firingCount(); want != len(p.Firings) {
 		return fmt.Errorf("plans: the tasks fire %d times per iteration, the plan lists %d firings", want, len(p.Firings))

@@ -60,6 +60,9 @@ func Compile(cfg Config) (*Plan, error) {
 	if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && st.DP < 2 || st.Zero > 1 && st.Shares != nil {
 		return nil, fmt.Errorf("%w: %s: zero=%d: want 0 to 3; ZeRO needs dp ≥ 2, and stages 2 and 3 the same micro-batches per replica", ErrInfeasible, st, st.Zero)
 	}
+	if st.Prefetch < 0 || st.Prefetch > 0 && st.Zero != 3 {
+		return nil, fmt.Errorf("%w: %s: prefetch=%d: want 0, or layers ahead ≥ 1 under zero=3", ErrInfeasible, st, st.Prefetch)
+	}
 	if cfg.Batch < 1 || cfg.Batch%st.TotalMicros() != 0 {
 		if st.Shares != nil {
 			return nil, fmt.Errorf("%w: batch %d does not split into mb=%s micro-batches of one size", ErrInfeasible, cfg.Batch, FormatCounts(st.Shares))
@@ -153,7 +156,11 @@ type compiler struct {
 	zeroColls  map[zeroKey]int
 	zeroAccs   [][]zeroAcc // device → accumulations of gradient parts not yet in a block
 	gatheredOf []map[zeroKey]int
-	xfers      map[[2]int][]int // (src task, dst device) → transfer tasks
+	// Under stage 3 with prefetch: the layer of each forward node (see
+	// layerStarts), and of each gather task its first reader's.
+	layerOf     map[int]int
+	gatherLayer map[int]int
+	xfers       map[[2]int][]int // (src task, dst device) → transfer tasks
 }
 
 // device is the device of a replica's stage in the tensor-parallel rank
@@ -297,6 +304,14 @@ func (c *compiler) build() error {
 			if _, ok := c.zero[u.Inputs[0].ID]; ok {
 				c.zeroGrads[u.Inputs[1].ID] = u.Inputs[0].ID
 			}
+		}
+	}
+	if c.st.Zero == 3 && c.st.Prefetch > 0 {
+		c.layerOf, c.gatherLayer = map[int]int{}, map[int]int{}
+		fwd := forwardNodes(c.g)
+		starts := layerStarts(fwd)
+		for i, n := range fwd {
+			c.layerOf[n.ID], _ = slices.BinarySearch(starts, i+1)
 		}
 	}
 	c.xfers = map[[2]int][]int{}
@@ -556,7 +571,7 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	for _, in := range n.Inputs {
 		var reg int
 		if w := c.gatheredWeight(in); w != nil {
-			reg = c.zeroGathered(dev, replica, c.stage[n.ID], w, phase)
+			reg = c.zeroGathered(dev, replica, n, w, phase)
 		} else {
 			r, err := c.readable(dev, in, replica)
 			if err != nil {
@@ -697,15 +712,14 @@ func (c *compiler) flushZeroAccumulates(dev int) {
 // its forward use and gathers it again for the backward. One slot each:
 // the next micro-batch's gather waits until this one's readers are done.
 //
-// The gather runs on the compute stream, so a whole weight lives from its
-// gather to its last reader of the block. On a coll stream nothing would
-// hold the gathers back (a task waits for the slots it writes, and each
-// weight has its own register), so they could all run ahead of the
-// compute and keep every weight whole at once; FSDP's prefetch of one
-// layer ahead would need buffers shared between weights of different
-// shapes, which registers are not. The price is that a GPU waits for its
-// gathers.
-func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase graph.Phase) int {
+// Without prefetch the gather runs on the compute stream, so a whole
+// weight lives from its gather to its last reader of the block, and a GPU
+// waits for its gathers. With prefetch (Strategy.Prefetch) it runs on the
+// device's "gather" stream, and prefetchBlock moves it ahead and bounds
+// how far: on a stream of their own nothing else would hold the gathers
+// back (a task waits only for the slots it writes, and each weight has
+// its own register), so every weight could be whole at once.
+func (c *compiler) zeroGathered(dev, replica int, n *graph.Node, w *graph.Tensor, phase graph.Phase) int {
 	key := zeroKey{w.ID, phase, c.tp}
 	if reg, ok := c.gatheredOf[dev][key]; ok {
 		return reg
@@ -716,10 +730,17 @@ func (c *compiler) zeroGathered(dev, replica, stage int, w *graph.Tensor, phase 
 	}
 	reg := c.newRegister(dev, c.taskName(dev, name), w.Spec)
 	b := w.Spec.Bytes()
+	stage, stream := c.stage[n.ID], c.stream(dev, "compute")
+	if c.st.Prefetch > 0 {
+		stream = c.commStream(dev, "gather")
+	}
 	id := c.joinZero(key, Task{Name: c.onRank("allgather/"+name, w), Kind: AllGather, Phase: phase.String(), Stage: stage, Replica: 0, PerMicro: true,
 		Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}},
-		Use{Reg: c.masterOf[dev][w.ID], Mode: ReadPrev}, reg, c.stream(dev, "compute"))
+		Use{Reg: c.masterOf[dev][w.ID], Mode: ReadPrev}, reg, stream)
 	c.toBlock(dev, stage, phase, id)
+	if c.gatherLayer != nil {
+		c.gatherLayer[id] = c.nodeLayer(n)
+	}
 	c.gatheredOf[dev][key] = reg
 	return reg
 }

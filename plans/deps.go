@@ -25,7 +25,8 @@ import (
 //   - for an in-place write, the previous write,
 //   - for any write of version v, every read of version v − Slots
 //     (consumer → slot reuse: the slot must be free),
-//   - the previous firing on each of its streams (stream order).
+//   - the previous firing on each of its streams (stream order),
+//   - the firings it lists as After, of the same iteration.
 
 // writes returns the firings writing register r, in order, for one
 // iteration.
@@ -231,6 +232,11 @@ func (p *Plan) Deps() ([]Edge, error) {
 			}
 		}
 	}
+	for f, fi := range p.Firings {
+		for _, a := range fi.After {
+			add(a, f, 0, after, f)
+		}
+	}
 	for si, s := range p.Streams {
 		for i, f := range s.Order {
 			if i > 0 {
@@ -276,6 +282,7 @@ const (
 	frees               // the source's read frees the slot the target writes (register)
 	follows             // the target follows the source on a stream (stream)
 	wraps               // the next iteration of a stream starts after this one (stream)
+	after               // the target lists the source as After (firing)
 )
 
 // ruled is an edge with its rule.
@@ -295,6 +302,8 @@ func (p *Plan) ruleText(why rule, ref int) string {
 		return fmt.Sprintf("frees a slot of %s (%d slots)", p.Registers[ref].Name, p.Registers[ref].Slots)
 	case follows:
 		return "follows on stream " + p.streamName(p.Streams[ref])
+	case after:
+		return "is ordered after it (after)"
 	default:
 		return "next iteration on stream " + p.streamName(p.Streams[ref])
 	}

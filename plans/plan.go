@@ -298,6 +298,12 @@ func (r *Register) Bytes() units.Bytes { return r.SlotBytes * units.Bytes(r.Slot
 type Firing struct {
 	Task  int `json:"task"`
 	Micro int `json:"micro"` // -1 for per-iteration tasks
+	// After lists firings of the same iteration that this one waits for
+	// beyond what its registers and streams say: an order the compiler
+	// imposes for memory, not data (ZeRO stage 3's prefetch, see
+	// Strategy.Prefetch: a layer's gathers wait until an earlier layer's
+	// gathered weights are released), as OneFlow's control registers do.
+	After []int `json:"after,omitempty"`
 }
 
 // Memory is a device's planned memory.

@@ -59,6 +59,13 @@ func TestParseStrategy(t *testing.T) {
 		{"dp=2,tp=2,zero=2", Strategy{DP: 2, PP: 1, MB: 1, TP: 2, Zero: 2, Sched: OneFOneB}, ""},
 		{"dp=4,tp=2,sp=on,pp=2,mb=2,zero=3", Strategy{DP: 4, PP: 2, MB: 2, TP: 2, SP: true, Zero: 3, Sched: OneFOneB}, ""},
 		{"tp=2,zero=1", Strategy{}, "zero=1 splits optimizer state over data-parallel replicas: it needs dp ≥ 2"},
+		{"dp=2,mb=2,zero=3,prefetch=1", Strategy{DP: 2, PP: 1, MB: 2, Zero: 3, Prefetch: 1, Sched: OneFOneB}, ""},
+		{"dp=2,tp=2,pp=2,mb=4,zero=3,prefetch=2", Strategy{DP: 2, TP: 2, PP: 2, MB: 4, Zero: 3, Prefetch: 2, Sched: OneFOneB}, ""},
+		{"dp=2,zero=3,prefetch=0", Strategy{DP: 2, PP: 1, MB: 1, Zero: 3, Sched: OneFOneB}, ""},
+		{"dp=2,zero=2,prefetch=1", Strategy{}, "prefetch=1 gathers ZeRO stage 3's weights ahead of their use: it needs zero=3"},
+		{"dp=2,prefetch=1", Strategy{}, "it needs zero=3"},
+		{"dp=2,zero=3,prefetch=-1", Strategy{}, "prefetch=-1: want the layers gathered ahead"},
+		{"dp=2,zero=3,prefetch=on", Strategy{}, "prefetch=on: want the layers gathered ahead"},
 		{"pp=2,vpp=1,mb=4", Strategy{DP: 1, PP: 2, MB: 4, Sched: OneFOneB}, ""},
 		{"dp=3,pp=2,mb=1:2:1,sched=gpipe", Strategy{DP: 3, PP: 2, MB: 2, Sched: GPipe, Shares: []int{1, 2, 1}}, ""},
 		{"dp=2,mb=2:2", Strategy{DP: 2, PP: 1, MB: 2, Sched: OneFOneB}, ""}, // even shares are uniform
@@ -637,6 +644,7 @@ func FuzzDecode(f *testing.F) {
 		{"mlp3x4096:depth=1,width=2", "dp=2,zero=3", 2},
 		{"mlp3x4096:depth=4,width=2", "pp=2,vpp=2,mb=2", 2},
 		{"mlp3x4096:depth=2,width=4", "dp=2,tp=2,zero=3", 2},
+		{"mlp3x4096:depth=3,width=2", "dp=2,mb=2,zero=3,prefetch=1", 4}, // firings with After
 	} {
 		strategy, shared := strings.CutSuffix(c.strategy, ",shared")
 		st, _ := ParseStrategy(strategy, c.batch)

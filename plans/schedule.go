@@ -40,10 +40,28 @@ func (c *compiler) order() {
 		}
 		compute := &c.p.Streams[cs]
 		f, b := c.fwd[d], c.bwd[d]
+		// ZeRO stage 3's prefetch: gathers ahead of their layers, and
+		// bounded by the release of earlier layers (prefetch.go).
+		var fu, bu [][]gatherUnit
+		var released []int
+		if c.gatherLayer != nil {
+			fu, bu = make([][]gatherUnit, len(f)), make([][]gatherUnit, len(b))
+			for k := range f {
+				f[k], fu[k] = c.prefetchBlock(d, f[k])
+				b[k], bu[k] = c.prefetchBlock(d, b[k])
+			}
+		}
 		for _, step := range c.schedule(c.p.Replica(d), c.p.Stage(d)) {
 			tasks := b[step.chunk]
 			if step.forward {
 				tasks = f[step.chunk]
+			}
+			if fu != nil {
+				units := bu[step.chunk]
+				if step.forward {
+					units = fu[step.chunk]
+				}
+				released = c.boundGathers(units, step.micro, released, at)
 			}
 			// A block's tasks on another stream of the device (ZeRO's
 			// per-micro-batch collectives on a GPU's coll stream) keep

@@ -50,6 +50,15 @@ type Strategy struct {
 	// stage and tensor-parallel rank (Megatron-LM's distributed
 	// optimizer). 0: none.
 	Zero int
+	// Prefetch, under zero=3, gathers each layer's weights Prefetch
+	// layers ahead of their use, as FSDP's forward and backward prefetch
+	// (prefetch=N; 1 is FSDP's, whose limit_all_gathers keeps two layers
+	// gathered): the gathers run on the device's communication stream
+	// ("gather"), beside the compute, and a layer's wait until the
+	// layer N+1 before it in the device's order has released its gathered
+	// weights, so that at most N+1 layers are whole at once. 0: each
+	// gather in line on the compute stream, just before its first reader.
+	Prefetch int
 	// Place, when set (one device type per pipeline stage; pp=1: one;
 	// written place=v100:a100, a run of stages as v100*2:a100*6), says
 	// where each stage runs: replica r's stage s takes the next
@@ -196,6 +205,9 @@ func (s Strategy) String() string {
 	if s.Zero > 0 {
 		parts = append(parts, "zero="+strconv.Itoa(s.Zero))
 	}
+	if s.Prefetch > 0 {
+		parts = append(parts, "prefetch="+strconv.Itoa(s.Prefetch))
+	}
 	switch {
 	case s.AutoLayers:
 		parts = append(parts, "layers=auto")
@@ -248,7 +260,8 @@ func formatPlace(place []string) string {
 const maxCount = 1 << 20
 
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
-// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), zero=0|1|2|3, mb=M or
+// compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), zero=0|1|2|3,
+// prefetch=N (layers gathered ahead under zero=3; see Strategy.Prefetch), mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, slots=N (cap register
 // slots) and place=T0:T1:… (the device type of each stage; see
@@ -324,6 +337,13 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			default:
 				return s, fmt.Errorf("plans: strategy %q: zero=%s: want 0, 1, 2 or 3", str, v)
 			}
+			continue
+		case k == "prefetch":
+			n, err := strconv.Atoi(v)
+			if err != nil || n < 0 || n > maxCount {
+				return s, fmt.Errorf("plans: strategy %q: prefetch=%s: want the layers gathered ahead, 0 to %d", str, v, maxCount)
+			}
+			s.Prefetch = n
 			continue
 		case k == "mb" && v == "auto":
 			s.AutoShares = true
@@ -403,7 +423,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, mb, mbs, layers, place, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {
@@ -411,6 +431,8 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		return s, fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str)
 	case s.Zero > 0 && s.DP < 2:
 		return s, fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2", str, s.Zero)
+	case s.Prefetch > 0 && s.Zero != 3:
+		return s, fmt.Errorf("plans: strategy %q: prefetch=%d gathers ZeRO stage 3's weights ahead of their use: it needs zero=3", str, s.Prefetch)
 	case s.Zero > 1 && (s.Shares != nil && slices.Min(s.Shares) != slices.Max(s.Shares) || s.AutoShares):
 		return s, fmt.Errorf("plans: strategy %q: zero=%d reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=%s", str, s.Zero, zeroSharesText(s))
 	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):

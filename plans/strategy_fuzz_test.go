@@ -12,7 +12,8 @@ func FuzzParseStrategy(f *testing.F) {
 		"dp=4294967296,mbs=4294967296", "dp=2,mb=3:1", "dp=3,pp=2,mb=1:2:1", "dp=2,mbs=8,mb=auto", "dp=2,mb=1048576:1048576",
 		"pp=2,layers=3:1", "pp=2,layers=auto", "pp=2,layers=auto,mbs=8,mb=auto", "dp=3,mb=auto:8", "pp=2,recompute=full",
 		"dp=2,zero=1", "dp=2,zero=2", "dp=4,pp=2,mb=4,zero=3", "dp=2,mb=3:1,zero=2", "dp=2,mb=2:2,zero=3", "dp=2,mbs=8,mb=auto,zero=3",
-		"dp=2,zero=9", "zero=3", "dp=2,tp=2,zero=2", "tp=2,zero=1", "dp=2,tp=4,sp=on,pp=2,mb=2,zero=3", "dp=2,zero=02"} {
+		"dp=2,zero=9", "zero=3", "dp=2,tp=2,zero=2", "tp=2,zero=1", "dp=2,tp=4,sp=on,pp=2,mb=2,zero=3", "dp=2,zero=02",
+		"dp=2,zero=3,prefetch=1", "dp=2,zero=2,prefetch=1", "dp=4,pp=2,mb=4,zero=3,prefetch=2", "dp=2,zero=3,prefetch=-1", "dp=2,zero=3,prefetch=01"} {
 		f.Add(s, 64)
 	}
 	f.Add("dp=2,pp=2,place=v100:a100,layers=auto", 64)
@@ -45,8 +46,11 @@ func FuzzParseStrategy(f *testing.F) {
 		if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && st.DP < 2 || st.Zero > 1 && (st.Shares != nil || st.AutoShares) {
 			t.Fatalf("ParseStrategy(%q, %d) = %+v: a ZeRO stage the compiler refuses", s, batch, st)
 		}
+		if st.Prefetch < 0 || st.Prefetch > 0 && st.Zero != 3 {
+			t.Fatalf("ParseStrategy(%q, %d) = %+v: a prefetch the compiler refuses", s, batch, st)
+		}
 		if st.Zero > 0 {
-			if back, err := ParseStrategy(st.String(), batch); err != nil || back.Zero != st.Zero {
+			if back, err := ParseStrategy(st.String(), batch); err != nil || back.Zero != st.Zero || back.Prefetch != st.Prefetch {
 				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
 			}
 		}

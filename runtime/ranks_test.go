@@ -207,6 +207,7 @@ func TestRanksMatchOneProcess(t *testing.T) {
 		{"dp=2,mb=2,zero=2", []int{0, 1}, ""}, // per micro-batch
 		{"dp=2,mb=4,zero=3", []int{0, 1}, ""}, // and the weights' gathers before forward and backward
 		{"dp=2,pp=2,mb=2,zero=3", []int{0, 1, 1, 0}, ""},
+		{"dp=2,pp=2,mb=4,zero=3,prefetch=1", []int{0, 1, 1, 0}, ""}, // gathers ahead, bounded by other ranks' releases
 		{"dp=2,pp=2,mb=2,zero=2", []int{0, 0, 1, 1}, "mlp"},
 		{"dp=2,tp=2,mb=2,zero=3", []int{0, 0, 1, 1}, "mlp"},                                                 // ZeRO over each rank's replicas crosses
 		{"dp=2,tp=2,sp=on,mb=2,zero=2", []int{0, 1, 1, 0}, "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"}, // so do the groups' sums

@@ -232,6 +232,9 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 		{"mlp3x4096:depth=3,width=12", "dp=3,mb=2,zero=1", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,mb=2,zero=2", 12},
 		{"mlp3x4096:depth=3,width=12", "dp=3,zero=3", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,mb=2,zero=3", 12},
 		{"mlp3x4096:depth=3,width=12", "dp=3,pp=2,mb=2,zero=2", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,pp=2,mb=4,sched=gpipe,zero=3", 12},
+		// Gathers a layer or two ahead of their use (prefetch).
+		{"mlp", "dp=2,mb=2,zero=3,prefetch=1", 8}, {"mlp", "dp=2,pp=2,mb=4,sched=gpipe,zero=3,prefetch=1", 8},
+		{"mlp3x4096:depth=3,width=12", "dp=3,mb=2,recompute=full,zero=3,prefetch=1", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,pp=2,mb=2,zero=3,prefetch=2", 12},
 	} {
 		t.Run(c.model+"/"+c.strategy, func(t *testing.T) {
 			key := fmt.Sprintf("%s/%d", c.model, c.batch)
@@ -301,6 +304,7 @@ func TestCombinedStrategiesMatchOneDevice(t *testing.T) {
 	require.NoError(t, err)
 	for _, s := range []string{"dp=2,pp=2,vpp=2,zero=1,mb=2", "dp=2,pp=2,vpp=2,zero=3,mb=2", "dp=2,pp=2,mb=4,zero=2,recompute=selective",
 		"dp=2,mb=2,zero=3,recompute=full", "tp=2,sp=on,pp=2,vpp=2,mb=2,recompute=full",
+		"dp=2,pp=2,vpp=2,zero=3,prefetch=1,mb=2", "dp=2,mb=2,zero=3,prefetch=2,recompute=full",
 		"dp=2,tp=2,sp=on,pp=2,mb=2,sched=gpipe,recompute=selective"} {
 		t.Run(s, func(t *testing.T) {
 			_, r, got := trainPlan(t, model, s, batch, 8, iters)
@@ -335,12 +339,15 @@ func TestZeroWithTensorParallelMatchesOneDevice(t *testing.T) {
 	)
 	cases := map[string][]string{
 		"mlp": {"dp=2,tp=2,zero=1", "dp=2,tp=2,zero=2", "dp=2,tp=2,zero=3", "dp=4,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2",
-			"dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=2", "dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3", "dp=2,tp=2,mb=3:1,zero=1"},
+			"dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=2", "dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3", "dp=2,tp=2,mb=3:1,zero=1",
+			"dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3,prefetch=1"},
 		blocks: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3",
-			"dp=2,tp=2,mb=2,recompute=full,zero=3"},
+			"dp=2,tp=2,mb=2,recompute=full,zero=3", "dp=2,tp=2,mb=2,recompute=full,zero=3,prefetch=1", "dp=2,tp=2,pp=2,mb=4,zero=3,prefetch=1"},
 		gpt: {"dp=2,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,zero=2",
-			"dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,recompute=selective,zero=2"},
-		llama: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3"},
+			"dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,recompute=selective,zero=2",
+			"dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3,prefetch=1"},
+		llama: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3",
+			"dp=2,tp=2,sp=on,mb=2,recompute=full,zero=3,prefetch=1"},
 	}
 	for _, model := range []string{"mlp", blocks, gpt, llama} {
 		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)

@@ -688,6 +688,8 @@ func TestSharedRanksMatchWholePlan(t *testing.T) {
 		{"dgx-a100", "dp=2,tp=2,pp=2,mb=2,zero=1,recompute=full"},
 		{"dgx-a100x2", "dp=4,tp=4,sp=on,mb=2,zero=3"}, // ZeRO's groups across the machines
 		{"dgx-a100x2", "dp=8,tp=2,mb=2,zero=2"},
+		{"dgx-a100x2", "dp=4,pp=2,mb=4,zero=3,prefetch=1,recompute=full"}, // gathers ahead, on their own streams
+		{"dgx-a100", "dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3,prefetch=2"},
 	} {
 		cl, err := topology.Resolve(c.cluster)
 		require.NoError(t, err)

@@ -61,7 +61,10 @@ gradient reduce-scattered as it is produced, so every replica runs the same
 micro-batches) and also the weights (3; all-gathered before each
 micro-batch's forward and backward use); weights the replicas do not divide
 are all-reduced whole. With tp, a device splits its rank's parts with the
-devices of the same stage and rank in the other replicas. recompute=full recomputes each layer's forward
+devices of the same stage and rank in the other replicas. zero=3,prefetch=N
+gathers each layer's weights N layers ahead of their use, on a stream of
+their own beside the compute (FSDP's prefetch; N=1 is FSDP's), with at most
+N+1 layers' weights whole at once: faster, for that memory. recompute=full recomputes each layer's forward
 pass before its backward pass instead of keeping its activations, and
 recompute=selective only its attention; slots=N caps every register's slot
 count.

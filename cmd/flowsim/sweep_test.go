@@ -119,7 +119,7 @@ func TestSweepRecompute(t *testing.T) {
 		var file sweepFile
 		require.NoError(t, json.Unmarshal([]byte(out), &file))
 		require.True(t, file.Recompute)
-		require.Equal(t, 5*(1+len(tt.modes)), len(file.Entries), "dp=2 (without ZeRO and with each stage) and pp=2, each plain and with each mode")
+		require.Equal(t, 6*(1+len(tt.modes)), len(file.Entries), "dp=2 (without ZeRO, with each stage, and stage 3 with prefetch) and pp=2, each plain and with each mode")
 		for _, mode := range tt.modes {
 			n := 0
 			for _, e := range file.Entries {
@@ -127,7 +127,7 @@ func TestSweepRecompute(t *testing.T) {
 					n++
 				}
 			}
-			require.Equal(t, 5, n, "%s: %s", tt.model, mode)
+			require.Equal(t, 6, n, "%s: %s", tt.model, mode)
 		}
 		for stage := 1; stage <= 3; stage++ {
 			n := 0
@@ -137,7 +137,11 @@ func TestSweepRecompute(t *testing.T) {
 					require.Empty(t, e.Error, "%s: %s", tt.model, e.Asked)
 				}
 			}
-			require.Equal(t, 1+len(tt.modes), n, "%s: zero=%d", tt.model, stage)
+			want := 1 + len(tt.modes)
+			if stage == 3 {
+				want *= 2 // with and without prefetch
+			}
+			require.Equal(t, want, n, "%s: zero=%d", tt.model, stage)
 		}
 	}
 }

@@ -40,7 +40,8 @@ type Space struct {
 	// Zero adds each data-parallel strategy (with or without tensor and
 	// sequence parallelism) with each ZeRO stage (zero=1, 2, 3): the
 	// optimizer state, then the gradients, then the weights split over
-	// the replicas, each saving memory for communication.
+	// the replicas, each saving memory for communication; and stage 3
+	// with its gathers a layer ahead (prefetch=1).
 	Zero bool
 	// Pool, when set and of several device types, is what pipelines are
 	// placed over: each is also tried with each placement of its stages
@@ -108,6 +109,8 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 							v.Zero = stage
 							variants = append(variants, v)
 						}
+						v.Prefetch = 1 // stage 3's gathers a layer ahead: faster, for some memory
+						variants = append(variants, v)
 					}
 				}
 				var places [][]string

@@ -62,15 +62,20 @@ func TestStrategies(t *testing.T) {
 	}
 	for _, want := range []string{"pp=4,vpp=2,mb=4,sched=1f1b", "dp=2,pp=2,vpp=2,mb=2,sched=1f1b", "dp=2,pp=2,vpp=2,zero=1,mb=2,sched=1f1b",
 		"tp=2,sp=on,pp=2,vpp=2,mb=2,sched=1f1b", "dp=4,zero=1", "dp=2,tp=2,sp=on", "dp=4,zero=2", "dp=4,zero=3,mb=4,sched=1f1b",
-		"dp=2,pp=2,vpp=2,zero=3,mb=2,sched=1f1b", "dp=2,pp=2,zero=2,mb=4,sched=gpipe", "dp=2,tp=2,zero=1", "dp=2,tp=2,sp=on,zero=3,mb=4,sched=1f1b"} {
+		"dp=2,pp=2,vpp=2,zero=3,mb=2,sched=1f1b", "dp=2,pp=2,zero=2,mb=4,sched=gpipe", "dp=2,tp=2,zero=1", "dp=2,tp=2,sp=on,zero=3,mb=4,sched=1f1b",
+		"dp=4,zero=3,prefetch=1,mb=4,sched=1f1b", "dp=2,pp=2,vpp=2,zero=3,prefetch=1,mb=2,sched=1f1b", "dp=2,tp=2,sp=on,zero=3,prefetch=1"} {
 		require.True(t, has[want], want)
 	}
-	zeros := map[int]int{}
+	zeros, prefetched := map[int]int{}, 0
 	for _, st := range more {
 		zeros[st.Zero]++
+		if st.Prefetch > 0 {
+			prefetched++
+		}
 	}
 	require.Equal(t, zeros[1], zeros[2], "every stage where stage 1 is tried")
-	require.Equal(t, zeros[1], zeros[3])
+	require.Equal(t, 2*zeros[1], zeros[3], "stage 3 also with prefetch")
+	require.Equal(t, zeros[1], prefetched)
 	for _, not := range []string{"pp=4,vpp=2,mb=2,sched=1f1b", "tp=2,zero=1", "tp=4,zero=3", "pp=4,vpp=2,mb=4,sched=gpipe"} {
 		require.False(t, has[not], not)
 	}
