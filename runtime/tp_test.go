@@ -94,7 +94,7 @@ func TestTiedHeadMatchesOneDevice(t *testing.T) {
 		require.NoError(t, err)
 		names := refStore.Names()
 		require.NotContains(t, names, "lm_head.weight", "tied: no head of its own")
-		for _, s := range []string{"dp=2", "tp=2", "dp=2,tp=2", "tp=2,sp=on", "dp=2,zero=1", "dp=2,tp=2,zero=3", "tp=2,mb=2,recompute=full"} {
+		for _, s := range []string{"dp=2", "tp=2", "dp=2,tp=2", "tp=2,sp=on", "dp=2,zero=1", "dp=2,tp=2,zero=3", "dp=2,mb=2,zero=3,prefetch=1", "tp=2,mb=2,recompute=full"} {
 			t.Run(fmt.Sprintf("%s/%s", model, s), func(t *testing.T) {
 				_, r, got := trainPlan(t, model, s, batch, 8, iters)
 				require.InDeltaSlice(t, want.Loss, got.Loss, 1e-5*math.Abs(want.Loss[0]))
