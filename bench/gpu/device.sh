@@ -121,6 +121,6 @@ cp "$work/calib.json" "$OUT/calib-cuda.json" 2>/dev/null
 # Go's go/… packages (carried: the device machine has no Go), held-out
 # bits a byte against byte frequencies'.
 json train-gpt-text 90 "$bin/flowrun" train --device cuda --model gpt:layers=4,hidden=256,heads=8,seq=256,vocab=256 \
-	--optimizer adam --lr 0.002 --batch 32 --max-steps 300 --data "$here/text" --json
+	--optimizer adam --lr 0.002 --batch 32 --epochs 3 --max-steps 300 --data "$here/text" --json
 
 python3 "$here/summarize.py" --gpu "$work/gpu.txt" --results "$res" --torch "$OUT/torch.jsonl" --log "$log" -o "$OUT/summary.json"
