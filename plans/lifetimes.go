@@ -237,6 +237,7 @@ type unrolled struct {
 	rank  []int32 // node → rank
 	start []int32 // predecessors of rank i: pred[start[i]:start[i+1]], as ranks
 	pred  []int32
+	table []int32 // the clocks of the last pass, reused by the next
 }
 
 func newUnrolled(p *Plan, edges []Edge) *unrolled {
@@ -303,10 +304,14 @@ func (t *clockTable) before(v int, cs []int) clock {
 }
 
 // clocks computes every node's clock over the tracked streams cols, given
-// where each firing sits on which stream (spots).
+// where each firing sits on which stream (spots). The table is valid until
+// the next pass.
 func (g *unrolled) clocks(p *Plan, cols []int, spots [][]spot) *clockTable {
 	w := len(cols)
-	t := &clockTable{g: g, width: w, upto: make([]int32, 2*g.n*w)}
+	if size := 2 * g.n * w; cap(g.table) < size {
+		g.table = make([]int32, size)
+	}
+	t := &clockTable{g: g, width: w, upto: g.table[:2*g.n*w]}
 	col := make([]int32, len(p.Streams))
 	for s := range col {
 		col[s] = -1
@@ -318,12 +323,17 @@ func (g *unrolled) clocks(p *Plan, cols []int, spots [][]spot) *clockTable {
 	}
 	for i, v := range g.order {
 		at := t.row(int32(i))
-		for c := range at {
-			at[c] = -1
-		}
-		for _, u := range g.pred[g.start[i]:g.start[i+1]] {
-			for c, x := range t.row(u) {
-				at[c] = max(at[c], x)
+		if preds := g.pred[g.start[i]:g.start[i+1]]; len(preds) == 0 {
+			for c := range at {
+				at[c] = -1
+			}
+		} else { // positions are at least −1: the first predecessor's clock is the start
+			copy(at, t.row(preds[0]))
+			for _, u := range preds[1:] {
+				row := t.row(u)[:len(at)]
+				for c, x := range row {
+					at[c] = max(at[c], x)
+				}
 			}
 		}
 		f, second := int(v), int(v) >= g.n
