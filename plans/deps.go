@@ -243,9 +243,7 @@ func (p *Plan) Deps() ([]Edge, error) {
 	}
 	// Sorted by target, one edge per (from, to, delta): the first rule
 	// that asked for it names it.
-	slices.SortStableFunc(edges, func(a, b ruled) int {
-		return cmp.Or(cmp.Compare(a.To, b.To), cmp.Compare(a.From, b.From), cmp.Compare(a.Delta, b.Delta))
-	})
+	edges = sortByTarget(edges, len(p.Firings))
 	edges = slices.CompactFunc(edges, func(a, b ruled) bool { return a.Edge == b.Edge })
 	plain := make([]Edge, len(edges))
 	for i, e := range edges {
@@ -265,6 +263,30 @@ func (p *Plan) Deps() ([]Edge, error) {
 	}
 	p.deps = plain
 	return plain, nil
+}
+
+// sortByTarget sorts edges by (To, From, Delta), stably: by target by
+// counting (a firing has few edges in), then each target's edges.
+func sortByTarget(edges []ruled, firings int) []ruled {
+	start := make([]int, firings+1)
+	for _, e := range edges {
+		start[e.To+1]++
+	}
+	for f := range firings {
+		start[f+1] += start[f]
+	}
+	out := make([]ruled, len(edges))
+	next := slices.Clone(start[:firings])
+	for _, e := range edges {
+		out[next[e.To]] = e
+		next[e.To]++
+	}
+	for f := range firings {
+		slices.SortStableFunc(out[start[f]:start[f+1]], func(a, b ruled) int {
+			return cmp.Or(cmp.Compare(a.From, b.From), cmp.Compare(a.Delta, b.Delta))
+		})
+	}
+	return out
 }
 
 // rule is why an edge exists, for deadlock messages.

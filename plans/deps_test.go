@@ -1,0 +1,28 @@
+package plans
+
+import (
+	"cmp"
+	"slices"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
+)
+
+// sortByTarget orders edges as a stable sort by (To, From, Delta) does, so
+// that the first rule asking for an edge still names it.
+func TestSortByTargetIsStable(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		firings := rapid.IntRange(1, 8).Draw(rt, "firings")
+		f := rapid.IntRange(0, firings-1)
+		edges := make([]ruled, rapid.IntRange(0, 60).Draw(rt, "edges"))
+		for i := range edges {
+			edges[i] = ruled{Edge{From: f.Draw(rt, "from"), To: f.Draw(rt, "to"), Delta: rapid.IntRange(0, 1).Draw(rt, "delta")}, rule(rapid.IntRange(0, 4).Draw(rt, "why")), i}
+		}
+		want := slices.Clone(edges)
+		slices.SortStableFunc(want, func(a, b ruled) int {
+			return cmp.Or(cmp.Compare(a.To, b.To), cmp.Compare(a.From, b.From), cmp.Compare(a.Delta, b.Delta))
+		})
+		require.Equal(rt, want, sortByTarget(edges, firings))
+	})
+}
