@@ -215,21 +215,26 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 		}
 		return 2*int(h.Link) + 1
 	}
+	// left is what the channels so far left of each directed link (none
+	// below a millionth of it), as the channel's searches ask for it.
+	left := make([]units.BytesPerSecond, len(res))
 	capacity := func(l topology.LinkID, fwd bool) units.BytesPerSecond {
-		i := 2 * int(l)
-		if !fwd {
-			i++
+		if fwd {
+			return left[2*int(l)]
 		}
-		if res[i] <= 1e-6*float64(links[l].Effective()) {
-			return 0
-		}
-		return units.BytesPerSecond(res[i])
+		return left[2*int(l)+1]
 	}
 	p = packed{lat: map[[2]topology.DeviceID]time.Duration{}, bw: map[int]float64{}}
 	var first float64
 	load := make([]float64, len(res))
 	families := map[string]bool{}
 	for ch := 0; ch < max(1, m.MaxChannels); ch++ {
+		for i, r := range res {
+			left[i] = units.BytesPerSecond(r)
+			if r <= 1e-6*float64(links[i/2].Effective()) {
+				left[i] = 0
+			}
+		}
 		flows := gen(ch, capacity)
 		routes, found := m.routes(flows, capacity)
 		clear(load)
