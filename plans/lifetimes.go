@@ -242,62 +242,71 @@ type unrolled struct {
 
 func newUnrolled(p *Plan, edges []Edge) *unrolled {
 	n := len(p.Firings)
-	type arc struct{ from, to int }
-	var arcs []arc
-	for _, e := range edges {
-		switch e.Delta {
-		case 0:
-			arcs = append(arcs, arc{e.From, e.To}, arc{e.From + n, e.To + n})
-		case 1:
-			arcs = append(arcs, arc{e.From, e.To + n})
+	// arcs visits the edges over two iterations, in the edges' order.
+	arcs := func(visit func(from, to int32)) {
+		for _, e := range edges {
+			from, to := int32(e.From), int32(e.To)
+			switch e.Delta {
+			case 0:
+				visit(from, to)
+				visit(from+int32(n), to+int32(n))
+			case 1:
+				visit(from, to+int32(n))
+			}
 		}
 	}
-	succ := make([][]int, 2*n)
-	for _, a := range arcs {
-		succ[a.from] = append(succ[a.from], a.to)
+	// Successors, then predecessors by rank, as compressed lists: a
+	// 1T-parameter plan has some 30 million arcs.
+	succStart := make([]int32, 2*n+1)
+	arcs(func(from, _ int32) { succStart[from+1]++ })
+	for v := range 2 * n {
+		succStart[v+1] += succStart[v]
 	}
-	g := &unrolled{n: n, rank: make([]int32, 2*n), start: make([]int32, 2*n+1), pred: make([]int32, len(arcs))}
-	for i, v := range depthFirstOrder(succ) { // the plan has no same-iteration cycle: Deps checked
-		g.order = append(g.order, int32(v))
+	succ := make([]int32, succStart[2*n])
+	fill := slices.Clone(succStart[:2*n])
+	arcs(func(from, to int32) {
+		succ[fill[from]] = to
+		fill[from]++
+	})
+	g := &unrolled{n: n, order: depthFirstOrder(succStart, succ), rank: make([]int32, 2*n), start: make([]int32, 2*n+1), pred: make([]int32, len(succ))}
+	for i, v := range g.order { // every node: the plan has no same-iteration cycle (Deps checked)
 		g.rank[v] = int32(i)
 	}
-	for _, a := range arcs {
-		g.start[g.rank[a.to]+1]++
-	}
+	arcs(func(_, to int32) { g.start[g.rank[to]+1]++ })
 	for i := range 2 * n {
 		g.start[i+1] += g.start[i]
 	}
-	fill := slices.Clone(g.start[:2*n])
-	for _, a := range arcs {
-		to := g.rank[a.to]
-		g.pred[fill[to]] = g.rank[a.from]
-		fill[to]++
-	}
+	copy(fill, g.start[:2*n])
+	arcs(func(from, to int32) {
+		at := g.rank[to]
+		g.pred[fill[at]] = g.rank[from]
+		fill[at]++
+	})
 	return g
 }
 
-// depthFirstOrder is topoOrder taking the node that became ready last
-// first: a firing tends to follow the one it waits for, so that clock
-// passes find predecessors' clocks near (in cache).
-func depthFirstOrder(succ [][]int) []int {
-	indeg := make([]int, len(succ))
-	for _, ws := range succ {
-		for _, w := range ws {
-			indeg[w]++
-		}
+// depthFirstOrder is topoOrder, over successor lists succ[start[v]:
+// start[v+1]], taking the node that became ready last first: a firing
+// tends to follow the one it waits for, so that clock passes find
+// predecessors' clocks near (in cache).
+func depthFirstOrder(start, succ []int32) []int32 {
+	nodes := len(start) - 1
+	indeg := make([]int32, nodes)
+	for _, w := range succ {
+		indeg[w]++
 	}
-	var ready []int
-	for v := len(succ) - 1; v >= 0; v-- {
+	var ready []int32
+	for v := nodes - 1; v >= 0; v-- {
 		if indeg[v] == 0 {
-			ready = append(ready, v)
+			ready = append(ready, int32(v))
 		}
 	}
-	order := make([]int, 0, len(succ))
+	order := make([]int32, 0, nodes)
 	for len(ready) > 0 {
 		v := ready[len(ready)-1]
 		ready = ready[:len(ready)-1]
 		order = append(order, v)
-		ws := succ[v]
+		ws := succ[start[v]:start[v+1]]
 		for i := len(ws) - 1; i >= 0; i-- {
 			w := ws[i]
 			if indeg[w]--; indeg[w] == 0 {

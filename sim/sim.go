@@ -61,10 +61,9 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		}
 	}
 	nf := len(p.Firings)
-	out := make([][]plans.Edge, nf)
-	waiting := make([]int, nf*iters) // unfinished dependencies, by instance f + i·nf
+	out := outEdges(edges, nf)
+	waiting := make([]int32, nf*iters) // unfinished dependencies, by instance f + i·nf
 	for _, e := range edges {
-		out[e.From] = append(out[e.From], e)
 		for i := e.Delta; i < iters; i++ {
 			waiting[e.To+i*nf]++
 		}
@@ -98,7 +97,8 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		tr.Events = append(tr.Events, trace.Event{Task: int32(fi.Task), Iter: int32(i), Micro: int32(fi.Micro), Start: r.start, End: ev.at})
 		s.free = append(s.free, r)
 		done++
-		for _, e := range out[f] {
+		for _, k := range out.of(f) {
+			e := edges[k]
 			j := i + e.Delta
 			if j >= iters {
 				continue
@@ -114,6 +114,28 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	}
 	return tr, nil
 }
+
+// outs lists each firing's edges out, in the plan's order, as indexes
+// into its edges: of(f) = edges[start[f]:start[f+1]].
+type outs struct{ start, edges []int32 }
+
+func outEdges(edges []plans.Edge, firings int) outs {
+	o := outs{start: make([]int32, firings+1), edges: make([]int32, len(edges))}
+	for _, e := range edges {
+		o.start[e.From+1]++
+	}
+	for f := range firings {
+		o.start[f+1] += o.start[f]
+	}
+	next := slices.Clone(o.start[:firings])
+	for k, e := range edges {
+		o.edges[next[e.From]] = int32(k)
+		next[e.From]++
+	}
+	return o
+}
+
+func (o outs) of(f int) []int32 { return o.edges[o.start[f]:o.start[f+1]] }
 
 // linkShare is a firing's share of one link direction (dense index).
 type linkShare struct {
