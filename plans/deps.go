@@ -174,7 +174,7 @@ func (p *Plan) Deps() ([]Edge, error) {
 		if from == to && delta == 0 {
 			return
 		}
-		edges = append(edges, ruled{Edge{From: from, To: to, Delta: delta}, why, ref})
+		edges = append(edges, ruled{int32(from), int32(to), int32(delta), why, int32(ref)})
 	}
 
 	wseq := make([][]int, len(p.Registers))
@@ -244,7 +244,7 @@ func (p *Plan) Deps() ([]Edge, error) {
 	// Sorted by target, one edge per (from, to, delta): the first rule
 	// that asked for it names it.
 	order := byTarget(edges, len(p.Firings))
-	unique := func(k int) bool { return k == 0 || edges[order[k]].Edge != edges[order[k-1]].Edge }
+	unique := func(k int) bool { return k == 0 || edges[order[k]].edge() != edges[order[k-1]].edge() }
 	n := 0
 	for k := range order {
 		if unique(k) {
@@ -254,14 +254,14 @@ func (p *Plan) Deps() ([]Edge, error) {
 	plain := make([]Edge, 0, n)
 	for k, i := range order {
 		if unique(k) {
-			plain = append(plain, edges[i].Edge)
+			plain = append(plain, edges[i].edge())
 		}
 	}
 	if cycle := p.findCycle(plain); cycle != nil {
 		why := map[Edge]string{}
 		for _, i := range order {
-			if e := edges[i]; why[e.Edge] == "" {
-				why[e.Edge] = p.ruleText(e.why, e.ref)
+			if e := edges[i]; why[e.edge()] == "" {
+				why[e.edge()] = p.ruleText(e.why, int(e.ref))
 			}
 		}
 		var b strings.Builder
@@ -282,7 +282,7 @@ func (p *Plan) Deps() ([]Edge, error) {
 func byTarget(edges []ruled, firings int) []int32 {
 	start := make([]int32, firings+1)
 	for _, e := range edges {
-		start[e.To+1]++
+		start[e.to+1]++
 	}
 	for f := range firings {
 		start[f+1] += start[f]
@@ -290,12 +290,12 @@ func byTarget(edges []ruled, firings int) []int32 {
 	order := make([]int32, len(edges))
 	next := slices.Clone(start[:firings])
 	for i, e := range edges {
-		order[next[e.To]] = int32(i)
-		next[e.To]++
+		order[next[e.to]] = int32(i)
+		next[e.to]++
 	}
 	for f := range firings {
 		slices.SortStableFunc(order[start[f]:start[f+1]], func(a, b int32) int {
-			return cmp.Or(cmp.Compare(edges[a].From, edges[b].From), cmp.Compare(edges[a].Delta, edges[b].Delta))
+			return cmp.Or(cmp.Compare(edges[a].from, edges[b].from), cmp.Compare(edges[a].delta, edges[b].delta))
 		})
 	}
 	return order
@@ -312,12 +312,15 @@ const (
 	wraps               // the next iteration of a stream starts after this one (stream)
 )
 
-// ruled is an edge with its rule.
+// ruled is an edge with its rule, in 20 bytes: a 1T-parameter plan has
+// some 15 million. Indexes fit 31 bits (2³¹ firings would take 32 GiB).
 type ruled struct {
-	Edge
-	why rule
-	ref int
+	from, to, delta int32
+	why             rule
+	ref             int32
 }
+
+func (r ruled) edge() Edge { return Edge{From: int(r.from), To: int(r.to), Delta: int(r.delta)} }
 
 func (p *Plan) ruleText(why rule, ref int) string {
 	switch why {

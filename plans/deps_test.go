@@ -17,11 +17,11 @@ func TestByTargetIsStable(t *testing.T) {
 		f := rapid.IntRange(0, firings-1)
 		edges := make([]ruled, rapid.IntRange(0, 60).Draw(rt, "edges"))
 		for i := range edges {
-			edges[i] = ruled{Edge{From: f.Draw(rt, "from"), To: f.Draw(rt, "to"), Delta: rapid.IntRange(0, 1).Draw(rt, "delta")}, rule(rapid.IntRange(0, 4).Draw(rt, "why")), i}
+			edges[i] = ruled{int32(f.Draw(rt, "from")), int32(f.Draw(rt, "to")), int32(rapid.IntRange(0, 1).Draw(rt, "delta")), rule(rapid.IntRange(0, 4).Draw(rt, "why")), int32(i)}
 		}
 		want := slices.Clone(edges)
 		slices.SortStableFunc(want, func(a, b ruled) int {
-			return cmp.Or(cmp.Compare(a.To, b.To), cmp.Compare(a.From, b.From), cmp.Compare(a.Delta, b.Delta))
+			return cmp.Or(cmp.Compare(a.to, b.to), cmp.Compare(a.from, b.from), cmp.Compare(a.delta, b.delta))
 		})
 		got := make([]ruled, 0, len(edges))
 		for _, i := range byTarget(edges, firings) {

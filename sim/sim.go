@@ -119,6 +119,7 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 // into its edges: of(f) = edges[start[f]:start[f+1]].
 type outs struct{ start, edges []int32 }
 
+// outEdges groups edges by the firing they leave.
 func outEdges(edges []plans.Edge, firings int) outs {
 	o := outs{start: make([]int32, firings+1), edges: make([]int32, len(edges))}
 	for _, e := range edges {
