@@ -57,12 +57,13 @@ type Comm struct {
 
 	mu     sync.Mutex
 	cache  map[string]packed
-	orders map[string][]topology.DeviceID // baseOrders' rings, by segment
+	orders map[string][]topology.DeviceID          // baseOrders' rings, by segment
+	direct map[[2]topology.DeviceID]topology.Route // point-to-point routes, on the full capacities
 }
 
 // NewComm returns the communication model of c.
 func NewComm(c *topology.Cluster) *Comm {
-	return &Comm{c: c, MaxChannels: 16, cache: map[string]packed{}, orders: map[string][]topology.DeviceID{}}
+	return &Comm{c: c, MaxChannels: 16, cache: map[string]packed{}, orders: map[string][]topology.DeviceID{}, direct: map[[2]topology.DeviceID]topology.Route{}}
 }
 
 // Cluster is the cluster being modeled.
@@ -102,7 +103,7 @@ func (m *Comm) PointToPointUse(src, dst topology.DeviceID, size units.Bytes) (ti
 	if src == dst {
 		return 0, nil, nil
 	}
-	r, ok := m.c.RouteWith(src, dst, m.full())
+	r, ok := m.directRoute(src, dst)
 	if !ok {
 		return 0, nil, fmt.Errorf("%w from %s to %s", topology.ErrNoRoute, m.c.Devices[src].Name, m.c.Devices[dst].Name)
 	}
@@ -117,6 +118,24 @@ func (m *Comm) PointToPointUse(src, dst topology.DeviceID, size units.Bytes) (ti
 			Share: float64(r.Bandwidth) / float64(m.c.Links[h.Link].Effective()) * moving.Seconds() / t.Seconds()})
 	}
 	return t, uses, nil
+}
+
+// directRoute is the route of a transfer from src to dst on the full
+// capacities (cached: every transfer between two devices asks for it).
+func (m *Comm) directRoute(src, dst topology.DeviceID) (topology.Route, bool) {
+	key := [2]topology.DeviceID{src, dst}
+	m.mu.Lock()
+	r, ok := m.direct[key]
+	m.mu.Unlock()
+	if ok {
+		return r, true
+	}
+	if r, ok = m.c.RouteWith(src, dst, m.full()); ok {
+		m.mu.Lock()
+		m.direct[key] = r
+		m.mu.Unlock()
+	}
+	return r, ok
 }
 
 // usage sums the phases of a collective: by directed link (2·link, +1
@@ -196,30 +215,36 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 		}
 		return 2*int(h.Link) + 1
 	}
+	// left is what the channels so far left of each directed link (none
+	// below a millionth of it), as the channel's searches ask for it.
+	left := make([]units.BytesPerSecond, len(res))
 	capacity := func(l topology.LinkID, fwd bool) units.BytesPerSecond {
-		i := 2 * int(l)
-		if !fwd {
-			i++
+		if fwd {
+			return left[2*int(l)]
 		}
-		if res[i] <= 1e-6*float64(links[l].Effective()) {
-			return 0
-		}
-		return units.BytesPerSecond(res[i])
+		return left[2*int(l)+1]
 	}
 	p = packed{lat: map[[2]topology.DeviceID]time.Duration{}, bw: map[int]float64{}}
 	var first float64
 	load := make([]float64, len(res))
 	families := map[string]bool{}
 	for ch := 0; ch < max(1, m.MaxChannels); ch++ {
+		for i, r := range res {
+			left[i] = units.BytesPerSecond(r)
+			if r <= 1e-6*float64(links[i/2].Effective()) {
+				left[i] = 0
+			}
+		}
 		flows := gen(ch, capacity)
+		routes, found := m.routes(flows, capacity)
 		clear(load)
 		routed := true
 		var lats [][3]int64
-		for _, f := range flows {
+		for i, f := range flows {
 			if f.src == f.dst || f.w == 0 {
 				continue
 			}
-			r, ok := m.c.RouteWith(f.src, f.dst, capacity)
+			r, ok := routes[i], found[i]
 			if !ok {
 				if ch == 0 {
 					return packed{}, fmt.Errorf("%w from %s to %s", topology.ErrNoRoute, m.c.Devices[f.src].Name, m.c.Devices[f.dst].Name)
@@ -274,6 +299,35 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 	m.cache[key] = p
 	m.mu.Unlock()
 	return p, nil
+}
+
+// routes routes every flow under capacity (by flow; flows that move
+// nothing are not routed), with one search of widest paths per source.
+func (m *Comm) routes(flows []flow, capacity topology.Capacity) ([]topology.Route, []bool) {
+	routes, found := make([]topology.Route, len(flows)), make([]bool, len(flows))
+	bySrc := map[topology.DeviceID][]int{}
+	var srcs []topology.DeviceID
+	for i, f := range flows {
+		if f.src == f.dst || f.w == 0 {
+			continue
+		}
+		if _, ok := bySrc[f.src]; !ok {
+			srcs = append(srcs, f.src)
+		}
+		bySrc[f.src] = append(bySrc[f.src], i)
+	}
+	for _, src := range srcs {
+		idx := bySrc[src]
+		dsts := make([]topology.DeviceID, len(idx))
+		for k, i := range idx {
+			dsts[k] = flows[i].dst
+		}
+		rs, ok := m.c.RoutesWith(src, dsts, capacity)
+		for k, i := range idx {
+			routes[i], found[i] = rs[k], ok[k]
+		}
+	}
+	return routes, found
 }
 
 func (m *Comm) family(l topology.LinkID) string {
@@ -343,10 +397,9 @@ func (m *Comm) bestCycle(members []topology.DeviceID, capacity topology.Capacity
 	}
 	w := make([][]float64, n)
 	for i, a := range members {
-		all := m.c.Widest(a, capacity)
 		w[i] = make([]float64, n)
-		for j, b := range members {
-			w[i][j] = float64(all[b])
+		for j, b := range m.c.WidestTo(a, members, capacity) {
+			w[i][j] = float64(b)
 		}
 	}
 	best, bestVal := make([]int, n), -1.0

@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"pgregory.net/rapid"
 
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
@@ -77,4 +78,32 @@ func TestCollectiveLinks(t *testing.T) {
 			}
 		}
 	}
+}
+
+// Channel packing routes a channel's flows with one widest-path search per
+// source: each flow gets the route RouteWith finds for it alone, and one
+// that moves nothing (to itself, or weightless) none.
+func TestRoutesAreRouteWith(t *testing.T) {
+	c, err := topology.Preset("dgx-a100-80gx4")
+	require.NoError(t, err)
+	m := NewComm(c)
+	rapid.Check(t, func(rt *rapid.T) {
+		device := rapid.Custom(func(rt *rapid.T) topology.DeviceID {
+			return topology.DeviceID(rapid.IntRange(0, len(c.Devices)-1).Draw(rt, "device"))
+		})
+		flows := make([]flow, rapid.IntRange(1, 12).Draw(rt, "flows"))
+		for i := range flows {
+			flows[i] = flow{device.Draw(rt, "src"), device.Draw(rt, "dst"), float64(rapid.IntRange(0, 2).Draw(rt, "w"))}
+		}
+		routes, found := m.routes(flows, m.full())
+		for i, f := range flows {
+			if f.src == f.dst || f.w == 0 {
+				require.False(rt, found[i], "flow %d moves nothing", i)
+				continue
+			}
+			want, ok := c.RouteWith(f.src, f.dst, m.full())
+			require.Equal(rt, ok, found[i], "flow %d", i)
+			require.Equal(rt, want, routes[i], "flow %d", i)
+		}
+	})
 }

@@ -1,7 +1,6 @@
 package sim
 
 import (
-	"container/heap"
 	"fmt"
 	"math"
 	"slices"
@@ -62,15 +61,17 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		}
 	}
 	nf := len(p.Firings)
-	out := make([][]plans.Edge, nf)
-	waiting := make([]int, nf*iters) // unfinished dependencies, by instance f + i·nf
+	out := outEdges(edges, nf)
+	waiting := make([]int32, nf*iters) // unfinished dependencies, by instance f + i·nf
 	for _, e := range edges {
-		out[e.From] = append(out[e.From], e)
 		for i := e.Delta; i < iters; i++ {
 			waiting[e.To+i*nf]++
 		}
 	}
-	s := &engine{p: p, dur: dur, hosts: newHosts(p, d)}
+	s := &engine{p: p, dur: dur, hosts: newHosts(p, d), homes: make([]int, len(p.Tasks))}
+	for t, task := range p.Tasks {
+		s.homes[t] = p.Streams[task.Streams[0]].Device
+	}
 	if ls, ok := d.(LinkSharing); ok {
 		if s.links, err = linkShares(p, ls); err != nil {
 			return nil, err
@@ -84,8 +85,8 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		}
 	}
 	done := 0
-	for s.Len() > 0 {
-		ev := heap.Pop(s).(event)
+	for len(s.q) > 0 {
+		ev := s.pop()
 		r := s.running[ev.inst]
 		if r == nil || r.version != ev.version {
 			continue // rescheduled since
@@ -94,8 +95,10 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		f, i := ev.inst%nf, ev.inst/nf
 		fi := p.Firings[f]
 		tr.Events = append(tr.Events, trace.Event{Task: int32(fi.Task), Iter: int32(i), Micro: int32(fi.Micro), Start: r.start, End: ev.at})
+		s.free = append(s.free, r)
 		done++
-		for _, e := range out[f] {
+		for _, k := range out.of(f) {
+			e := edges[k]
 			j := i + e.Delta
 			if j >= iters {
 				continue
@@ -111,6 +114,29 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	}
 	return tr, nil
 }
+
+// outs lists each firing's edges out, in the plan's order, as indexes
+// into its edges: of(f) = edges[start[f]:start[f+1]].
+type outs struct{ start, edges []int32 }
+
+// outEdges groups edges by the firing they leave.
+func outEdges(edges []plans.Edge, firings int) outs {
+	o := outs{start: make([]int32, firings+1), edges: make([]int32, len(edges))}
+	for _, e := range edges {
+		o.start[e.From+1]++
+	}
+	for f := range firings {
+		o.start[f+1] += o.start[f]
+	}
+	next := slices.Clone(o.start[:firings])
+	for k, e := range edges {
+		o.edges[next[e.From]] = int32(k)
+		next[e.From]++
+	}
+	return o
+}
+
+func (o outs) of(f int) []int32 { return o.edges[o.start[f]:o.start[f+1]] }
 
 // linkShare is a firing's share of one link direction (dense index).
 type linkShare struct {
@@ -224,10 +250,11 @@ type event struct {
 }
 
 // engine is the simulation state and its event queue, a heap ordered by
-// (time, sequence).
+// (time, sequence): sequences are unique, so the order is total.
 type engine struct {
 	p     *plans.Plan
-	dur   []time.Duration
+	dur   []time.Duration // by task
+	homes []int           // device by task
 	hosts *hosts
 	links *links // nil: links are not shared
 	flows []int  // running instances whose tasks use links, in start order
@@ -240,14 +267,12 @@ type engine struct {
 	q       []event
 	seq     uint64
 	running map[int]*running
-	byDev   [][]int // running instances by device, in start order
-	busy    []int   // devices busy on each host
+	free    []*running // finished, for reuse
+	byDev   [][]int    // running instances by device, in start order
+	busy    []int      // devices busy on each host
 }
 
-func (s *engine) home(inst int) int {
-	t := s.p.Tasks[s.p.Firings[inst%len(s.p.Firings)].Task]
-	return s.p.Streams[t.Streams[0]].Device
-}
+func (s *engine) home(inst int) int { return s.homes[s.task(inst)] }
 
 // rate is the progress rate of a firing on dev now.
 func (s *engine) rate(dev int) float64 {
@@ -266,7 +291,17 @@ func (s *engine) schedule(inst int, r *running, now trace.Time) {
 	r.version++
 	s.seq++
 	end := now + trace.Time(math.Ceil(r.remaining/r.rate()))
-	heap.Push(s, event{at: end, seq: s.seq, inst: inst, version: r.version})
+	s.push(event{at: end, seq: s.seq, inst: inst, version: r.version})
+}
+
+// newRunning returns a finished firing's record to reuse, or a new one.
+func (s *engine) newRunning() *running {
+	if n := len(s.free); n > 0 {
+		r := s.free[n-1]
+		s.free = s.free[:n-1]
+		return r
+	}
+	return new(running)
 }
 
 func (s *engine) start(inst int, now trace.Time) {
@@ -282,7 +317,8 @@ func (s *engine) start(inst int, now trace.Time) {
 		s.changeBusy(dev, +1, now)
 	}
 	task := s.p.Firings[inst%len(s.p.Firings)].Task
-	r := &running{dev: dev, start: now, since: now, remaining: float64(s.dur[task]), host: s.rate(dev), link: 1}
+	r := s.newRunning()
+	*r = running{dev: dev, start: now, since: now, remaining: float64(s.dur[task]), host: s.rate(dev), link: 1}
 	s.running[inst] = r
 	if s.links != nil && len(s.links.of[task]) > 0 {
 		s.flows = append(s.flows, inst)
@@ -438,19 +474,50 @@ func (s *engine) changeBusy(dev, delta int, now trace.Time) {
 	}
 }
 
-func (s *engine) Len() int { return len(s.q) }
-func (s *engine) Less(i, j int) bool {
-	if s.q[i].at != s.q[j].at {
-		return s.q[i].at < s.q[j].at
+// before orders events by time, then by when they were scheduled.
+func (e event) before(f event) bool {
+	if e.at != f.at {
+		return e.at < f.at
 	}
-	return s.q[i].seq < s.q[j].seq
+	return e.seq < f.seq
 }
-func (s *engine) Swap(i, j int) { s.q[i], s.q[j] = s.q[j], s.q[i] }
-func (s *engine) Push(x any)    { s.q = append(s.q, x.(event)) }
-func (s *engine) Pop() any {
-	e := s.q[len(s.q)-1]
-	s.q = s.q[:len(s.q)-1]
-	return e
+
+// push adds an event to the queue, a binary heap.
+func (s *engine) push(e event) {
+	q := append(s.q, e)
+	for i := len(q) - 1; i > 0; {
+		p := (i - 1) / 2
+		if !q[i].before(q[p]) {
+			break
+		}
+		q[i], q[p] = q[p], q[i]
+		i = p
+	}
+	s.q = q
+}
+
+// pop removes the first event from the queue.
+func (s *engine) pop() event {
+	q := s.q
+	top, n := q[0], len(q)-1
+	q[0] = q[n]
+	q = q[:n]
+	for i := 0; ; {
+		l, m := 2*i+1, i
+		if l < n && q[l].before(q[m]) {
+			m = l
+		}
+		if r := l + 1; r < n && q[r].before(q[m]) {
+			m = r
+		}
+		if m == i {
+			break
+		}
+		q[i], q[m] = q[m], q[i]
+		i = m
+	}
+	s.q = q
+	return top
 }
 
 // DurationFunc adapts a function to Durations.

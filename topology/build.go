@@ -137,7 +137,7 @@ func (d *yamlDecoder) build(fs *fileSpec, scale int) (*Cluster, error) {
 	if err := b.checkConnected(); err != nil {
 		return nil, err
 	}
-	c.buildAdjacency()
+	c.buildIndexes()
 	return c, nil
 }
 

@@ -33,8 +33,11 @@ type Cluster struct {
 	Switches    []Switch
 	Links       []Link
 
-	adj  [][]adjacent // per vertex, in link order
-	port []Vertex     // by device: the fabric port it leaves its node through; −1: none of its own
+	adj      [][]adjacent // per vertex, in link order
+	port     []Vertex     // by device: the fabric port it leaves its node through; −1: none of its own
+	portNode []int        // by vertex: the node whose devices' port it is; −1: no device's
+	searches sync.Pool    // of *search, route searches' scratch
+	byName   map[string]DeviceID
 
 	mu     sync.Mutex
 	routes map[[2]DeviceID]Route
@@ -119,12 +122,8 @@ func (c *Cluster) VertexNode(v Vertex) int {
 
 // DeviceByName finds a device by its qualified name.
 func (c *Cluster) DeviceByName(name string) (DeviceID, bool) {
-	for _, d := range c.Devices {
-		if d.Name == name {
-			return d.ID, true
-		}
-	}
-	return 0, false
+	id, ok := c.byName[name]
+	return id, ok
 }
 
 // LinkByName finds the link between two named vertices.
@@ -161,11 +160,29 @@ func (c *Cluster) Graph() graph.WeightedUndirected {
 	return g
 }
 
-func (c *Cluster) buildAdjacency() {
+// buildIndexes derives what searches use from the loaded cluster: the
+// links at each vertex, the nodes of ports, devices by name.
+func (c *Cluster) buildIndexes() {
 	c.adj = make([][]adjacent, c.NumVertices())
 	for _, l := range c.Links {
 		c.adj[l.A] = append(c.adj[l.A], adjacent{link: l.ID, other: l.B, fwd: true})
 		c.adj[l.B] = append(c.adj[l.B], adjacent{link: l.ID, other: l.A, fwd: false})
+	}
+	c.portNode = make([]int, c.NumVertices())
+	for v := range c.portNode {
+		c.portNode[v] = -1
+	}
+	for d, p := range c.port {
+		if p >= 0 {
+			c.portNode[p] = c.Devices[d].Node
+		}
+	}
+	c.searches.New = func() any { return newSearch(c.NumVertices()) }
+	c.byName = make(map[string]DeviceID, len(c.Devices))
+	for _, d := range c.Devices {
+		if _, dup := c.byName[d.Name]; !dup { // the first, as a search in order finds
+			c.byName[d.Name] = d.ID
+		}
 	}
 	c.routes = make(map[[2]DeviceID]Route)
 }

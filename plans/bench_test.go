@@ -1,0 +1,41 @@
+package plans
+
+import (
+	"testing"
+
+	"github.com/flowkit/flowkit/graph"
+)
+
+// The lifetimes of a pipeline of 16 stages with 64 micro-batches under
+// 1F1B and full recompute, as memory planning computes them: vector clocks
+// over two unrolled iterations, a pass per few devices.
+func BenchmarkLifetimes_GPT_PP16_MB64(b *testing.B) {
+	st, err := ParseStrategy("pp=16,mb=64,recompute=full", 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := Compile(Config{Model: "gpt:layers=16,hidden=32,heads=2,seq=8,vocab=64", Batch: 64, Strategy: st,
+		Optimizer: graph.SGD{LR: 0.01}, Devices: devs(16, 0)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	edges, err := p.Deps()
+	if err != nil {
+		b.Fatal(err)
+	}
+	touch := make([][]int, len(p.Registers))
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		for _, u := range t.Reads {
+			touch[u.Reg] = append(touch[u.Reg], f)
+		}
+		for _, r := range t.Writes {
+			touch[r] = append(touch[r], f)
+		}
+	}
+	versions := p.versionTouches()
+	for b.Loop() {
+		newLifetimes(p, edges, touch, versions)
+	}
+	b.ReportMetric(float64(len(p.Firings)), "firings")
+}
