@@ -18,8 +18,10 @@
 // the network, and what the ranks exchange is encrypted. Every call also
 // carries the token, inside the TLS connection, compared in constant time.
 // A rank given another token is told so as it joins ("runs with another
-// token"), not after a timeout. The security is the token's: make it long
-// and random (flowrun's --procs does) and keep it off shared disks.
+// token"), not after a timeout. The security is the token's: whoever
+// connects receives a rank's certificate, from which a guessable token can
+// be found offline, so make it long and random (flowrun's --procs makes
+// one of 128 bits) and keep it off shared disks.
 //
 // A rank that dies breaks its streams: every other rank's Link then fails
 // (Err names the lost rank, open Inbox channels close) and Next and Gather
