@@ -23,17 +23,7 @@ func BenchmarkLifetimes_GPT_PP16_MB64(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	touch := make([][]int, len(p.Registers))
-	for f, fi := range p.Firings {
-		t := &p.Tasks[fi.Task]
-		for _, u := range t.Reads {
-			touch[u.Reg] = append(touch[u.Reg], f)
-		}
-		for _, r := range t.Writes {
-			touch[r] = append(touch[r], f)
-		}
-	}
-	versions := p.versionTouches()
+	touch, versions := p.registerTouches(), p.versionTouches()
 	for b.Loop() {
 		newLifetimes(p, edges, touch, versions)
 	}

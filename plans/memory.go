@@ -10,6 +10,21 @@ import (
 // align is the alignment of every register in a device arena.
 const align = 64
 
+// registerTouches lists, by register, the firings that read or write it.
+func (p *Plan) registerTouches() [][]int {
+	touch := make([][]int, len(p.Registers))
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		for _, u := range t.Reads {
+			touch[u.Reg] = append(touch[u.Reg], f)
+		}
+		for _, r := range t.Writes {
+			touch[r] = append(touch[r], f)
+		}
+	}
+	return touch
+}
+
 // planMemory gives every register an offset in its device's arena, letting
 // two registers share memory only when their lifetimes are ordered in every
 // execution the dependency edges allow, and records each device's peak.
@@ -22,18 +37,7 @@ func planMemory(p *Plan) error {
 	if err := checkPlannable(p); err != nil {
 		return err
 	}
-	touch := make([][]int, len(p.Registers)) // firings reading or writing
-	for f, fi := range p.Firings {
-		t := &p.Tasks[fi.Task]
-		for _, u := range t.Reads {
-			touch[u.Reg] = append(touch[u.Reg], f)
-		}
-		for _, r := range t.Writes {
-			touch[r] = append(touch[r], f)
-		}
-	}
-	versions := p.versionTouches()
-	lives := newLifetimes(p, edges, touch, versions)
+	lives := newLifetimes(p, edges, p.registerTouches(), p.versionTouches())
 
 	p.Memory = make([]Memory, len(p.Devices))
 	for d := range p.Devices {
