@@ -27,19 +27,13 @@ func TestLifetimesMatchReachability(t *testing.T) {
 		p := mustCompile(t, c.model, c.strategy, c.batch)
 		edges, err := p.Deps()
 		require.NoError(t, err)
-		touch := make([][]int, len(p.Registers))
+		touch, versions := p.registerTouches(), p.versionTouches()
 		writers := make([][]int, len(p.Registers))
 		for f, fi := range p.Firings {
-			task := &p.Tasks[fi.Task]
-			for _, u := range task.Reads {
-				touch[u.Reg] = append(touch[u.Reg], f)
-			}
-			for _, r := range task.Writes {
-				touch[r] = append(touch[r], f)
+			for _, r := range p.Tasks[fi.Task].Writes {
 				writers[r] = append(writers[r], f)
 			}
 		}
-		versions := p.versionTouches()
 		lives := newLifetimes(p, edges, touch, versions)
 		reach := newReachability(len(p.Firings), edges)
 		all := func(xs []int, ok func(int) bool) bool {
