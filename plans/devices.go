@@ -72,10 +72,11 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 // DevicesFor returns the devices of cluster c that a plan of strategy st
 // is compiled over (Config.Devices): its first st.Devices() (see
 // DevicesFromCluster), or, when st places its stages by device type
-// (Strategy.Place), every device of the cluster, to choose from.
+// (Strategy.Place) or names its devices (Strategy.DeviceNames), every
+// device of the cluster, to choose from.
 func DevicesFor(c *topology.Cluster, st Strategy, oversubscribe bool) ([]Device, error) {
 	n := st.Devices()
-	if st.Place != nil {
+	if st.Place != nil || st.DeviceNames != nil {
 		n = max(n, len(c.Devices))
 	}
 	return DevicesFromCluster(c, n, oversubscribe)

@@ -16,6 +16,9 @@ import (
 // type, by how many devices, or which entry names no type or several.
 func (s Strategy) PlaceDevices(pool []Device) ([]Device, error) {
 	n := s.Devices()
+	if s.DeviceNames != nil {
+		return s.namedDevices(pool)
+	}
 	if s.Place == nil {
 		if n > len(pool) {
 			return nil, fmt.Errorf("%w: %s needs %d devices, %d given", ErrInfeasible, s, n, len(pool))
@@ -60,6 +63,52 @@ func (s Strategy) PlaceDevices(pool []Device) ([]Device, error) {
 		}
 	}
 	return used, nil
+}
+
+// namedDevices returns the devices s.DeviceNames names, from pool. The
+// error says which replica's stage and rank names a device the pool does
+// not have, or names one twice.
+func (s Strategy) namedDevices(pool []Device) ([]Device, error) {
+	if len(s.DeviceNames) != s.Devices() {
+		return nil, fmt.Errorf("%w: %s: devices names %d devices for the %d the strategy runs on", ErrInfeasible, s, len(s.DeviceNames), s.Devices())
+	}
+	index := make(map[string]int, len(pool))
+	for i, d := range pool {
+		index[d.Name] = i
+	}
+	tp, pp := s.TPDegree(), s.PP
+	where := func(i int) string {
+		if tp == 1 {
+			return fmt.Sprintf("replica %d's stage %d", i/pp, i%pp)
+		}
+		return fmt.Sprintf("replica %d's stage %d, tensor-parallel rank %d", i/tp/pp, i/tp%pp, i%tp)
+	}
+	first := make(map[string]int, len(s.DeviceNames))
+	used := make([]Device, len(s.DeviceNames))
+	for i, name := range s.DeviceNames {
+		j, ok := index[name]
+		if !ok {
+			return nil, fmt.Errorf("%w: devices: %s is %q, which the cluster does not have (its devices: %s)", ErrInfeasible, where(i), name, someNames(pool, 8))
+		}
+		if k, dup := first[name]; dup {
+			return nil, fmt.Errorf("%w: devices: %q is named for %s and for %s: a device takes one place in a plan", ErrInfeasible, name, where(k), where(i))
+		}
+		first[name] = i
+		used[i] = pool[j]
+	}
+	return used, nil
+}
+
+// someNames lists the first n devices' names of pool, and how many more.
+func someNames(pool []Device, n int) string {
+	var names []string
+	for _, d := range pool[:min(n, len(pool))] {
+		names = append(names, d.Name)
+	}
+	if len(pool) > n {
+		names = append(names, fmt.Sprintf("… %d more", len(pool)-n))
+	}
+	return strings.Join(names, ", ")
 }
 
 // placeTypes resolves place's entries against the device types of pool:

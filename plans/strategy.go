@@ -68,7 +68,14 @@ type Strategy struct {
 	// contains, case aside (a100, v100, cpu). Unset, the plan takes the
 	// pool's first devices in order (see PlaceDevices).
 	Place []string
-	Sched Schedule
+	// DeviceNames, when set, names the plan's devices one by one, in the
+	// plan's order (device (replica·pp + stage)·tp + rank), from the pool
+	// the compiler is given: a stage's group, replica by replica, where
+	// Place only gives its device type (written devices=A+B+…; a strategy
+	// file lists them stage by stage, see ParseStrategyFile). Unset, Place
+	// or the pool's order decides.
+	DeviceNames []string
+	Sched       Schedule
 	// Shares, when set (one count per replica), splits the iteration's
 	// micro-batches unevenly: replica r runs Shares[r] of them, all of one
 	// size, and MB is the largest share; mb=auto (AutoShares) has
@@ -183,7 +190,7 @@ func FormatCounts(shares []int) string {
 }
 
 func (s Strategy) String() string {
-	if s.DP == 1 && s.TPDegree() == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone && s.Place == nil {
+	if s.DP == 1 && s.TPDegree() == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone && s.Place == nil && s.DeviceNames == nil {
 		return "single"
 	}
 	var parts []string
@@ -216,6 +223,9 @@ func (s Strategy) String() string {
 	}
 	if s.Place != nil {
 		parts = append(parts, "place="+formatPlace(s.Place))
+	}
+	if s.DeviceNames != nil {
+		parts = append(parts, "devices="+strings.Join(s.DeviceNames, "+"))
 	}
 	switch {
 	case s.AutoShares:
@@ -264,8 +274,9 @@ const maxCount = 1 << 20
 // prefetch=N (layers gathered ahead under zero=3; see Strategy.Prefetch), mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, slots=N (cap register
-// slots) and place=T0:T1:… (the device type of each stage; see
-// Strategy.Place).
+// slots), place=T0:T1:… (the device type of each stage; see
+// Strategy.Place) and devices=A+B+… (every device by name, in the plan's
+// order; see Strategy.DeviceNames).
 // Data parallelism may be
 // uneven: mb=M0:M1:… gives each replica's micro-batches (one count per
 // replica; the micro-batch size is the batch over their sum), and
@@ -373,6 +384,15 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				}
 			}
 			continue
+		case k == "devices":
+			for name := range strings.SplitSeq(v, "+") {
+				name = strings.TrimSpace(name)
+				if name == "" || len(s.DeviceNames) == maxCount {
+					return s, fmt.Errorf("plans: strategy %q: devices=%s: want device names joined by +, as dgx0/gpu0+dgx0/gpu1, at most %d", str, v, maxCount)
+				}
+				s.DeviceNames = append(s.DeviceNames, name)
+			}
+			continue
 		case k == "layers" && v == "auto":
 			s.AutoLayers = true
 			continue
@@ -423,7 +443,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, devices, sched, recompute, slots)", str, k)
 		}
 	}
 	switch {
@@ -443,6 +463,10 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		return s, fmt.Errorf("plans: strategy %q: layers gives %d counts for pp=%d stages", str, len(s.Layers), s.PP)
 	case s.Place != nil && len(s.Place) != s.PP:
 		return s, fmt.Errorf("plans: strategy %q: place gives %d device types for pp=%d stages", str, len(s.Place), s.PP)
+	case s.Place != nil && s.DeviceNames != nil:
+		return s, fmt.Errorf("plans: strategy %q: give place (a device type per stage) or devices (every device by name), not both", str)
+	case s.DeviceNames != nil && len(s.DeviceNames) != s.Devices():
+		return s, fmt.Errorf("plans: strategy %q: devices names %d devices; dp×pp×tp = %d×%d×%d needs %d", str, len(s.DeviceNames), s.DP, s.PP, s.TPDegree(), s.Devices())
 	case s.AutoLayers && s.AutoShares:
 		return s, fmt.Errorf("plans: strategy %q: layers=auto and mb=auto are searched one at a time: fix one (e.g. mb=7:1) and search the other", str)
 	}

@@ -17,6 +17,8 @@ func FuzzParseStrategy(f *testing.F) {
 		f.Add(s, 64)
 	}
 	f.Add("dp=2,pp=2,place=v100:a100,layers=auto", 64)
+	f.Add("dp=2,devices=host/cpu0:1+host/cpu0:0", 64)
+	f.Add("pp=2,devices=a+b,place=v100:a100", 64)
 	f.Fuzz(func(t *testing.T, s string, batch int) {
 		st, err := ParseStrategy(s, batch)
 		if err != nil {
@@ -59,6 +61,14 @@ func FuzzParseStrategy(f *testing.F) {
 				t.Fatalf("ParseStrategy(%q, %d) = %+v: place is not one type per stage", s, batch, st)
 			}
 			if back, err := ParseStrategy(st.String(), batch); err != nil || !slices.Equal(back.Place, st.Place) {
+				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
+			}
+		}
+		if st.DeviceNames != nil {
+			if len(st.DeviceNames) != st.Devices() || st.Place != nil || slices.Contains(st.DeviceNames, "") {
+				t.Fatalf("ParseStrategy(%q, %d) = %+v: devices do not name each of the strategy's devices", s, batch, st)
+			}
+			if back, err := ParseStrategy(st.String(), batch); err != nil || !slices.Equal(back.DeviceNames, st.DeviceNames) {
 				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
 			}
 		}

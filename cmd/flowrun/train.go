@@ -107,7 +107,7 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.IntVar(&f.evalWins, "eval-windows", 256, "language models: held-out windows (of the model's sequence) to evaluate on")
 	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: train the full epochs; a language model: 300)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
-	fl.StringVar(&f.strategy, "strategy", "", "train through a compiled plan with this strategy (e.g. single, dp=2, pp=2,mb=4), executed by the plan runtime")
+	fl.StringVar(&f.strategy, "strategy", "", "train through a compiled plan with this strategy (e.g. single, dp=2, pp=2,mb=4, or a strategy file, *.yaml: see 'flowsim plan --help'), executed by the plan runtime")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
 	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
@@ -322,7 +322,7 @@ func trainProcs(ctx context.Context, p *plans.Plan, f trainFlags, dir string, tr
 
 // compileLocal compiles the plan of a --strategy training run.
 func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.Plan, error) {
-	st, err := plans.ParseStrategy(f.strategy, f.batch)
+	st, err := plans.LoadStrategy(f.strategy, f.batch)
 	if err != nil {
 		return nil, err
 	}

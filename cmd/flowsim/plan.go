@@ -90,6 +90,23 @@ name only it contains (a100, v100, cpu); place=cpu with no pipeline runs a
 single-device plan on h200-host's CPU.
 On a CPU cluster with fewer devices than the strategy needs, the cores are
 divided among devices (local with 2 cores: dp=2 gets two 1-core devices).
+devices=A+B+… names every device instead, in the plan's order.
+
+A strategy file (--strategy FILE.yaml) says the same in YAML, with the
+grammar's keys, lists where the grammar joins counts or names, and the
+devices stage by stage:
+
+  dp: 2
+  pp: 2
+  mb: [3, 1]         # replica 0 runs 3 micro-batches, replica 1 one
+  stages:            # per stage: layers, place (a type) or devices
+    - layers: 3
+      devices: [a100-0/gpu0, a100-1/gpu0]   # replica 0's, replica 1's
+    - layers: 1
+      devices: [v100-0/gpu0, v100-1/gpu0]
+
+A stage's devices are its dp·tp places, replica by replica (tensor-parallel
+ranks within a replica). The plan records the strategy as a string.
 
 A model name may carry size options (see graph/zoo), e.g.
 gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16. --dtype sets the dtype of
@@ -105,7 +122,7 @@ every float tensor of the model; memory is planned at its size.`,
 	}
 	fl := cmd.Flags()
 	f.register(fl, "the candidates of mb=auto or layers=auto")
-	fl.StringVar(&f.strategy, "strategy", "single", "parallel strategy")
+	fl.StringVar(&f.strategy, "strategy", "single", "parallel strategy: the grammar above, or a strategy file (*.yaml)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the plan here (default: a summary only)")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object")
 	return cmd
@@ -116,7 +133,7 @@ func runPlan(w io.Writer, f planFlags) error {
 	if f.model, err = zoo.Resolve(f.model); err != nil { // a config.json: the plan names the zoo model it maps to
 		return err
 	}
-	st, err := plans.ParseStrategy(f.strategy, f.batch)
+	st, err := plans.LoadStrategy(f.strategy, f.batch)
 	if err != nil {
 		if _, merr := zoo.InputShape(f.model); merr != nil { // an unknown model or bad size options, said first
 			return merr

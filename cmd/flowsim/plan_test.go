@@ -2,7 +2,10 @@ package main
 
 import (
 	"encoding/json"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -87,4 +90,26 @@ func TestPlanFromConfig(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &res))
 	require.Equal(t, "llama:hidden=4096,heads=32,ffn=14336,vocab=128256,kv_heads=8,theta=500000,eps=1e-5,layers=2,seq=64", res.Model)
+}
+
+// --strategy takes a YAML file: the plan runs where the file says, and
+// records the strategy as a string; a bad file is named with its line.
+func TestPlanStrategyFile(t *testing.T) {
+	dir := t.TempDir()
+	good := filepath.Join(dir, "two-types.yaml")
+	require.NoError(t, os.WriteFile(good, []byte("dp: 2\npp: 2\nmb: [3, 1]\nstages:\n  - {layers: 3, devices: [a100-1/gpu0, a100-0/gpu0]}\n  - {layers: 1, devices: [v100-0/gpu0, v100-1/gpu0]}\n"), 0o644))
+	out, err := run(t, "plan", "--model", "mnist-cnn", "--cluster", "mixed-a100-v100", "--strategy", good, "--json")
+	require.NoError(t, err)
+	var res struct {
+		Strategy string           `json:"strategy"`
+		Peak     map[string]int64 `json:"peak_mem_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res), out)
+	require.Equal(t, "dp=2,pp=2,layers=3:1,devices=a100-1/gpu0+v100-0/gpu0+a100-0/gpu0+v100-1/gpu0,mb=3:1,sched=1f1b", res.Strategy)
+	require.ElementsMatch(t, []string{"a100-1/gpu0", "v100-0/gpu0", "a100-0/gpu0", "v100-1/gpu0"}, slices.Collect(maps.Keys(res.Peak)))
+
+	bad := filepath.Join(dir, "bad.yml")
+	require.NoError(t, os.WriteFile(bad, []byte("dp: 2\nmb: [3, x]\n"), 0o644))
+	_, err = run(t, "plan", "--strategy", bad)
+	require.ErrorContains(t, err, "bad.yml:2: mb[1]: want an integer")
 }
