@@ -79,6 +79,10 @@ func NormTable() (t [256]float32) {
 // Epoch returns the epoch set by the last Reset.
 func (l *Loader) Epoch() int { return l.epoch }
 
+// Skip passes over the epoch's next steps batches without filling
+// anything, as that many calls of Next would.
+func (l *Loader) Skip(steps int) { l.pos = min(len(l.perm), l.pos+max(steps, 0)*l.batch) }
+
 // Steps returns the number of batches per epoch.
 func (l *Loader) Steps() int {
 	if l.DropLast {

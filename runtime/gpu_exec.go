@@ -65,7 +65,7 @@ func (x *run) harvest(f, it int) error {
 	if isLoss {
 		var v float32
 		dev := x.r.p.Streams[x.r.streamOf(f)].Device
-		off := cu.DevicePtr(4 * ((it%lossCap)*g.nloss + g.lossIdx[f]))
+		off := cu.DevicePtr(4 * (((x.r.iteration+it)%lossCap)*g.nloss + g.lossIdx[f]))
 		if err := copyBack(g.host[dev], unsafe.Pointer(&v), g.lossHist+off, 4); err != nil {
 			return err
 		}

@@ -355,7 +355,7 @@ func (x *run) runGraph(ctx context.Context) error {
 	gg := g.graph
 	dev := g.firstGPU()
 	s := gg.origin
-	if err := s.Memset32(g.counter, 0, 2); err != nil {
+	if err := g.setInts(g.counter, []int64{int64(r.iteration)}); err != nil { // the replays advance it
 		return err
 	}
 	marks := make([]*cu.Event, x.iters+1)
@@ -389,7 +389,7 @@ func (x *run) runGraph(ctx context.Context) error {
 		}
 		for it := from; it < to; it++ {
 			for j := range g.nloss {
-				loss := float64(hist[(it%lossCap)*g.nloss+j]) / float64(r.p.TotalMicros())
+				loss := float64(hist[((r.iteration+it)%lossCap)*g.nloss+j]) / float64(r.p.TotalMicros())
 				x.mu.Lock()
 				mean, report := x.addLoss(it, loss)
 				x.mu.Unlock()
@@ -487,7 +487,7 @@ func (r *PlanRunner) fill(h cu.HostBuffer, f, it int, feed Feeder) error {
 	} else {
 		ints = unsafe.Slice((*int32)(h.Ptr), n)
 	}
-	if err := feedInput(feed, r.tokens[t.ID], it, t.Offset+fi.Micro*p.MicroBatch, p.MicroBatch, images, ints); err != nil {
+	if err := feedInput(feed, r.tokens[t.ID], r.iteration+it, t.Offset+fi.Micro*p.MicroBatch, p.MicroBatch, images, ints); err != nil {
 		return err
 	}
 	if spec.DType == graph.BF16 {

@@ -45,9 +45,10 @@ type gpuPlan struct {
 	base       *cu.Event     // time zero of a run's GPU events
 	baseAt     time.Duration // host time of base, since the run's start
 
-	iters    cu.DevicePtr // int64 iteration numbers 0…itersCap−1, for eager runs
-	itersCap int
-	counter  cu.DevicePtr // int64 iteration counter advanced by graph replays
+	iters     cu.DevicePtr // int64 iteration numbers itersBase…itersBase+itersCap−1, for eager runs
+	itersCap  int
+	itersBase int
+	counter   cu.DevicePtr // int64 iteration counter advanced by graph replays
 
 	lossIdx  []int        // by firing: index among GPU loss firings, or −1
 	nloss    int          // GPU loss firings per iteration
@@ -446,35 +447,44 @@ func (g *gpuPlan) firstIndex() int {
 }
 
 // iterationNumbers makes sure the device holds the iteration numbers
-// 0…n−1 that eager firings point their kernels at.
-func (g *gpuPlan) iterationNumbers(n int) error {
-	if n <= g.itersCap {
+// base…base+n−1 that a run's eager firings point their kernels at (the
+// run's iteration i at g.iters + 8i).
+func (g *gpuPlan) iterationNumbers(base, n int) error {
+	if n <= g.itersCap && base == g.itersBase {
 		return nil
 	}
 	first := g.firstGPU()
-	if g.iters != 0 {
+	if n > g.itersCap && g.iters != 0 {
 		if err := first.ctx.Free(g.iters); err != nil {
 			return err
 		}
 		g.iters, g.itersCap = 0, 0
 	}
-	ptr, err := first.ctx.Malloc(units.Bytes(8 * n))
-	if err != nil {
-		return err
+	if g.iters == 0 {
+		ptr, err := first.ctx.Malloc(units.Bytes(8 * n))
+		if err != nil {
+			return err
+		}
+		g.iters, g.itersCap = ptr, n
 	}
-	v := make([]int64, n)
+	v := make([]int64, g.itersCap)
 	for i := range v {
-		v[i] = int64(i)
+		v[i] = int64(base + i)
 	}
-	s := g.host[g.firstIndex()]
-	if err := s.CopyHtoD(ptr, unsafe.Pointer(unsafe.SliceData(v)), units.Bytes(8*n)); err != nil {
+	if err := g.setInts(g.iters, v); err != nil {
 		return err
 	}
-	if err := s.Synchronize(); err != nil {
-		return err
-	}
-	g.iters, g.itersCap = ptr, n
+	g.itersBase = base
 	return nil
+}
+
+// setInts copies v to the device at ptr, synchronously.
+func (g *gpuPlan) setInts(ptr cu.DevicePtr, v []int64) error {
+	s := g.host[g.firstIndex()]
+	if err := s.CopyHtoD(ptr, unsafe.Pointer(unsafe.SliceData(v)), units.Bytes(8*len(v))); err != nil {
+		return err
+	}
+	return s.Synchronize()
 }
 
 // eventTime converts a GPU event to the run's clock.

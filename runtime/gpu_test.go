@@ -289,3 +289,53 @@ func TestGPUHeterogeneous(t *testing.T) {
 		})
 	}
 }
+
+// On the GPU, too, iterations are numbered across Run calls, and a run
+// resumed from a checkpoint goes on as one run does: Adam's step,
+// dropout's masks (cifar-cnn) and the pooled feeder's batches follow the
+// iteration number, in a captured graph and eagerly, with pooled and
+// host-fed inputs.
+func TestGPUResume(t *testing.T) {
+	openGPU(t)
+	st, err := plans.ParseStrategy("single", 8)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "cifar-cnn", Batch: 8, Strategy: st, Seed: 3,
+		Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: gpuDevices(t), Cluster: "h200-host"})
+	require.NoError(t, err)
+	pool := NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7)
+	for _, eager := range []bool{false, true} {
+		for _, feed := range []Feeder{pool, hostFeeder{pool}} {
+			run := func(r *PlanRunner, iters int) {
+				t.Helper()
+				_, err := r.Run(context.Background(), iters, feed)
+				require.NoError(t, err)
+			}
+			newRunner := func() *PlanRunner {
+				r, err := NewPlanRunner(p)
+				require.NoError(t, err)
+				t.Cleanup(func() { require.NoError(t, r.Close()) })
+				r.Eager = eager
+				return r
+			}
+			store := func(r *PlanRunner) *Store {
+				s, err := r.Store()
+				require.NoError(t, err)
+				return s
+			}
+			whole := newRunner()
+			run(whole, 4)
+			split := newRunner()
+			run(split, 1)
+			run(split, 3)
+			requireSameWeights(t, store(whole), store(split))
+
+			half := newRunner()
+			run(half, 2)
+			resumed := newRunner()
+			require.NoError(t, resumed.Resume(&Checkpoint{Model: p.Model, Seed: p.Seed, Step: half.Iteration(), Weights: store(half)}))
+			run(resumed, 2)
+			require.Equal(t, 4, resumed.Iteration())
+			requireSameWeights(t, store(whole), store(resumed))
+		}
+	}
+}

@@ -65,6 +65,12 @@ type PlanRunner struct {
 	// same, up to rounding.
 	GEMM GEMMPolicy
 
+	// iteration counts the iterations run so far, over every Run: an
+	// iteration's number says Adam's step, dropout's masks and the
+	// feeder's batch, so that runs in several calls (or resumed from a
+	// checkpoint, SetIteration) compute what one run would.
+	iteration int
+
 	gpu       *gpuPlan // nil for plans of CPU devices only
 	rk        *ranked  // nil unless the run spans processes
 	lossTasks int      // loss firings per iteration
@@ -392,7 +398,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	x.progress = x.start
 	if r.gpu != nil {
 		x.issued = make([]int, iters)
-		if err := r.gpu.iterationNumbers(iters); err != nil {
+		if err := r.gpu.iterationNumbers(r.iteration, iters); err != nil {
 			return nil, err
 		}
 		if sf, ok := feed.(*SyntheticFeeder); ok {
@@ -404,6 +410,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 			if err := x.runGraph(ctx); err != nil {
 				return nil, err
 			}
+			r.iteration += iters
 			return x.result(), nil
 		}
 		if err := x.markBase(); err != nil {
@@ -460,6 +467,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 			}
 		}
 	}
+	r.iteration += iters
 	res := x.result()
 	if x.rr != nil {
 		res.Part = &RankResult{Rank: r.rk.me, Start: x.wall, Events: res.Trace.Events, Landed: x.rr.landed, Loss: res.Loss}
@@ -704,7 +712,7 @@ func (x *run) fire(f, it int) (float64, error) {
 		if _, ok := op.(graph.Mutator); ok {
 			out = nil // updates write their inputs in place
 		}
-		at := step{iter: it, micro: p.FirstMicro(t.Replica) + fi.Micro, micros: p.TotalMicros()}
+		at := step{iter: x.r.iteration + it, micro: p.FirstMicro(t.Replica) + fi.Micro, micros: p.TotalMicros()}
 		if err := dev.launch(op, x.r.in[t.ID], x.r.out[t.ID], at, reads, out); err != nil {
 			return 0, err
 		}
@@ -714,7 +722,7 @@ func (x *run) fire(f, it int) (float64, error) {
 	case plans.Input:
 		b := writes[0]
 		from := t.Offset + fi.Micro*p.MicroBatch
-		return 0, feedInput(x.feed, x.r.tokens[t.ID], it, from, p.MicroBatch, b.F, b.I)
+		return 0, feedInput(x.feed, x.r.tokens[t.ID], x.r.iteration+it, from, p.MicroBatch, b.F, b.I)
 	case plans.Transfer:
 		if !x.r.rk.local(p.Registers[t.Writes[0]].Device) {
 			return 0, x.sendTransfer(f, it, reads[0])

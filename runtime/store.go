@@ -171,3 +171,39 @@ func (s *Store) place(st *stored, sh *graph.Shard) {
 		s.place(full, full.shard)
 	}
 }
+
+// whole returns the store's whole tensors (shared, not copied), sorted by
+// name: those stored whole and those assembled from all their parts, not
+// the parts.
+func (s *Store) whole() []Tensor {
+	var ts []Tensor
+	for _, n := range s.Names() {
+		if st := s.tensors[n]; st.shard == nil {
+			ts = append(ts, Tensor{Name: n, Spec: st.spec, F: st.buf.F})
+		}
+	}
+	return ts
+}
+
+// fill sets v to the value of tensor name of the given shape, which a
+// graph initializes by init: the stored tensor, or, for a part
+// (init.Shard), its part of the stored whole, as initialize takes it.
+func (s *Store) fill(name string, init graph.Init, shape graph.Shape, v []float32) error {
+	if sh := init.Shard; sh != nil {
+		full := make([]float32, sh.Full.NumElements())
+		if err := s.fill(sh.Of, graph.Init{Shard: sh.Within}, sh.Full, full); err != nil {
+			return err
+		}
+		graph.Take(sh, full, v)
+		return nil
+	}
+	st, ok := s.tensors[name]
+	switch {
+	case !ok || !st.complete():
+		return fmt.Errorf("runtime: the weights have no tensor %s", name)
+	case !st.spec.Shape.Equal(shape):
+		return fmt.Errorf("runtime: tensor %s is %v in the weights, %v in the plan", name, st.spec.Shape, shape)
+	}
+	copy(v, st.buf.F)
+	return nil
+}

@@ -32,6 +32,10 @@ type TrainConfig struct {
 	// computes every float dtype in f32, so it changes no result here;
 	// evaluation builds the f32 graph.
 	DType graph.DType
+	// Resume, if set, starts from a checkpoint of the same model (its
+	// weights, optimizer state and steps) instead of the seed's weights:
+	// the run goes on as the run that wrote it would have.
+	Resume *Checkpoint
 }
 
 // StepStats is reported after every training step.
@@ -55,6 +59,11 @@ type TrainResult struct {
 	TestBits     float64 // language models: TestLoss in bits a byte
 	StepTimes    []time.Duration
 	TrainTime    time.Duration // wall time of the training loop
+	// Weights holds the trained weights and optimizer state (replica 0's,
+	// whole), for a checkpoint; Step is the steps they have taken, a
+	// resumed run's included.
+	Weights *Store `json:"-"`
+	Step    int    `json:"-"`
 }
 
 // StepMedian is the median step time.
@@ -101,7 +110,13 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 		return nil, err
 	}
 	dev := NewCPU(cfg.Workers)
-	store := NewStore(cfg.Seed)
+	store, first := NewStore(cfg.Seed), 0
+	if c := cfg.Resume; c != nil {
+		if err := c.check(cfg.Model, m.Graph); err != nil {
+			return nil, err
+		}
+		store, first = c.Weights, c.Step
+	}
 	ex, err := NewExecutor(m.Graph, dev, store)
 	if err != nil {
 		return nil, err
@@ -109,6 +124,10 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 
 	loader := data.NewLoader(train, cfg.Batch, true, cfg.Seed)
 	loader.DropLast = true
+	if first > 0 { // where the checkpoint's run was: its epoch, its batch
+		loader.Reset(first / loader.Steps())
+		loader.Skip(first % loader.Steps())
+	}
 	steps := cfg.Epochs * loader.Steps()
 	if cfg.MaxSteps > 0 {
 		steps = min(steps, cfg.MaxSteps)
@@ -128,7 +147,7 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 			return nil, fmt.Errorf("runtime: training stopped after %d of %d steps: %w", res.Steps, steps, err)
 		}
 		t0 := time.Now()
-		if err := ex.Run(res.Steps); err != nil {
+		if err := ex.Run(first + res.Steps); err != nil {
 			return nil, err
 		}
 		dt := time.Since(t0)
@@ -145,7 +164,8 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 		}
 	}
 	res.TrainTime = time.Since(start)
-	res.Epochs = loader.Epoch() + 1
+	res.Epochs = loader.Epoch() + 1 - first/loader.Steps()
+	res.Weights, res.Step = store, first+res.Steps
 	if epochSteps > 0 {
 		res.FinalLoss = epochLoss / float64(epochSteps)
 	}
@@ -345,6 +365,10 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxStep
 	store, err := x.Store()
 	if err != nil {
 		return nil, nil, err
+	}
+	res.Weights, res.Step = store, steps
+	if stepwise {
+		res.Step = r.Iteration() // a resumed run's steps too
 	}
 	return res, store, nil
 }

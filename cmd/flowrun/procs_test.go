@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"math"
 	"os"
@@ -241,6 +242,49 @@ func TestCalibrateLink(t *testing.T) {
 		cmd.SetArgs(append([]string{"link"}, tt.args...))
 		cmd.SetOut(io.Discard)
 		cmd.SetErr(io.Discard)
+		require.ErrorContains(t, cmd.Execute(), tt.want, "%v", tt.args)
+	}
+}
+
+// Training in two runs, the second resumed from the first's checkpoint,
+// ends where one run ends: with the default eager executor, through a
+// plan, and for a language model.
+func TestTrainResume(t *testing.T) {
+	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
+	src, err := data.LocateText("")
+	require.NoError(t, err)
+	dir := t.TempDir()
+	for i, args := range [][]string{
+		{"--model", "mlp", "--optimizer", "adam", "--lr", "0.001"},
+		{"--model", "mlp", "--strategy", "dp=2", "--seed", "4"},
+		{"--model", "gpt:layers=1,hidden=32,heads=2,seq=16,vocab=256", "--data", filepath.Join(src, "go"),
+			"--optimizer", "adam", "--lr", "0.01", "--batch", "8", "--eval-windows", "16"},
+	} {
+		ckpt := filepath.Join(dir, fmt.Sprintf("run%d.safetensors", i))
+		one := trainJSON(t, append(args, "--max-steps", "5")...)
+		first := trainJSON(t, append(args, "--max-steps", "2", "--save", ckpt)...)
+		require.Equal(t, 2.0, first["steps_total"])
+		second := trainJSON(t, append(args, "--max-steps", "3", "--resume", ckpt, "--save", ckpt)...)
+		require.Equal(t, 5.0, second["steps_total"], "%v", args)
+		require.Equal(t, one["test_loss"], second["test_loss"], "%v", args)
+	}
+
+	ckpt := filepath.Join(dir, "run0.safetensors")
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--resume", filepath.Join(dir, "none.safetensors")}, "--resume: runtime: checkpoint: open"},
+		{[]string{"--resume", ckpt, "--model", "mnist-cnn"}, "the checkpoint is of model mlp, not mnist-cnn"},
+		{[]string{"--resume", ckpt, "--model", "mlp", "--seed", "9"}, "the checkpoint's run has seed 1 (its data order and dropout), --seed says 9"},
+		{[]string{"--resume", ckpt, "--model", "mlp", "--strategy", "dp=2", "--procs", "2"}, "a multi-process run starts from the seed's weights"},
+		{[]string{"--resume", ckpt, "--model", "mlp", "--strategy", "single"}, "have no tensor fc1.weight.momentum (the checkpoint of mlp, saved with adam("},
+	} {
+		cmd := newTrainCmd()
+		cmd.SetArgs(append(tt.args, "--max-steps", "1"))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		cmd.SilenceUsage = true
 		require.ErrorContains(t, cmd.Execute(), tt.want, "%v", tt.args)
 	}
 }

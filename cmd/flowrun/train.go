@@ -47,6 +47,10 @@ type trainFlags struct {
 	device    string
 	gemm      string
 	procs     procFlags
+	save      string // checkpoint to write after training
+	resume    string // checkpoint to start from
+	// checkpoint is --resume's, read by PreRunE.
+	checkpoint *runtime.Checkpoint
 }
 
 func newTrainCmd() *cobra.Command {
@@ -112,6 +116,8 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
 	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
 	f.procs.register(fl, 1)
+	fl.StringVar(&f.save, "save", "", "write a checkpoint here after training (safetensors: the weights and optimizer state, whole, and the steps run)")
+	fl.StringVar(&f.resume, "resume", "", "start from this checkpoint (from --save) instead of the seed's weights, and go on as its run would have: the same model, its seed, the next batch and Adam step")
 	fl.StringVar(&f.gemm, "gemm", "tuned", "with --device cuda: how dense layers and matrix products run, as for 'flowrun exec --gemm' (fused or unfused: no timing, so runs repeat bit for bit)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
 		switch f.device {
@@ -129,6 +135,17 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 		if _, err := runtime.ParseGEMMPolicy(f.gemm); err != nil {
 			return fmt.Errorf("--gemm: %w", err)
 		}
+		if f.resume == "" {
+			return nil
+		}
+		c, err := runtime.ReadCheckpoint(f.resume)
+		if err != nil {
+			return fmt.Errorf("--resume: %w", err)
+		}
+		if cmd.Flags().Changed("seed") && f.seed != c.Seed {
+			return fmt.Errorf("--resume: the checkpoint's run has seed %d (its data order and dropout), --seed says %d: drop --seed to go on with its own", c.Seed, f.seed)
+		}
+		f.seed, f.checkpoint = c.Seed, c
 		return nil
 	}
 	return cmd
@@ -165,6 +182,8 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
 	case f.procs.multi() && f.strategy == "":
 		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
+	case f.procs.multi() && f.resume != "":
+		return fmt.Errorf("--resume: a multi-process run starts from the seed's weights (resuming one is not supported yet; --save works)")
 	}
 	if zoo.IsLanguageModel(f.model) {
 		if v, _ := zoo.Classes(f.model); v != runtime.TextVocab {
@@ -226,14 +245,21 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		if f.procs.multi() {
 			res, err = trainProcs(cmd.Context(), p, f, dir, train, test, bar)
 		} else {
-			res, err = runtime.TrainPlan(cmd.Context(), p, f.epochs, f.maxSteps, train, test, bar.step, runtime.WithGEMM(policy))
+			var r *runtime.PlanRunner
+			if r, err = newTrainRunner(p, f, policy); err == nil {
+				res, err = runtime.TrainOn(cmd.Context(), r, p, f.epochs, f.maxSteps, train, test, bar.step)
+				err = errors.Join(err, r.Close())
+			}
 		}
 	} else {
 		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
-			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype}
+			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype, Resume: f.checkpoint}
 		res, err = runtime.Train(cmd.Context(), cfg, train, test, bar.step)
 	}
 	bar.finish()
+	if err == nil {
+		err = saveCheckpoint(res, f)
+	}
 	if err != nil {
 		return err
 	}
@@ -282,13 +308,15 @@ func runTrainText(cmd *cobra.Command, f trainFlags, opt graph.Optimizer, dtype g
 		}
 	} else {
 		var r *runtime.PlanRunner
-		if r, err = runtime.NewPlanRunner(p); err == nil {
-			r.GEMM = policy
+		if r, err = newTrainRunner(p, f, policy); err == nil {
 			res, err = runtime.TrainTextOn(cmd.Context(), r, p, f.epochs, f.maxSteps, train, test, f.evalWins, bar.step)
 			err = errors.Join(err, r.Close())
 		}
 	}
 	bar.finish()
+	if err == nil {
+		err = saveCheckpoint(res, f)
+	}
 	if err != nil {
 		return err
 	}
@@ -301,6 +329,35 @@ func runTrainText(cmd *cobra.Command, f trainFlags, opt graph.Optimizer, dtype g
 		res.Model, res.Steps, res.Batch, dir, train.Files, float64(len(train.Bytes))/1e6, test.Files, res.Optimizer)
 	fmt.Printf("train loss %.4f, step %.1f ms (median), %.0f samples/s\n", res.FinalLoss, ms(res.StepMedian()), res.SamplesPerSecond())
 	fmt.Printf("test %.3f bits/byte (loss %.4f) on %d windows; byte frequencies alone: %.3f bits/byte\n", res.TestBits, res.TestLoss, f.evalWins, unigram)
+	return nil
+}
+
+// newTrainRunner makes the runner of a one-process training run through
+// p, resumed from --resume's checkpoint if there is one.
+func newTrainRunner(p *plans.Plan, f trainFlags, policy runtime.GEMMPolicy) (*runtime.PlanRunner, error) {
+	r, err := runtime.NewPlanRunner(p)
+	if err != nil {
+		return nil, err
+	}
+	r.GEMM = policy
+	if f.checkpoint != nil {
+		if err := r.Resume(f.checkpoint); err != nil {
+			return nil, errors.Join(fmt.Errorf("--resume %s: %w", f.resume, err), r.Close())
+		}
+	}
+	return r, nil
+}
+
+// saveCheckpoint writes --save's checkpoint of a finished run.
+func saveCheckpoint(res *runtime.TrainResult, f trainFlags) error {
+	if f.save == "" {
+		return nil
+	}
+	c := runtime.Checkpoint{Model: f.model, Optimizer: res.Optimizer, Seed: f.seed, Step: res.Step, Weights: res.Weights}
+	if err := runtime.WriteCheckpoint(f.save, c); err != nil {
+		return fmt.Errorf("--save: %w", err)
+	}
+	fmt.Fprintf(os.Stderr, "wrote checkpoint %s (%d steps run)\n", f.save, res.Step)
 	return nil
 }
 
@@ -358,6 +415,7 @@ func printTrainJSON(res *runtime.TrainResult, f trainFlags, extra map[string]any
 		"optimizer":      res.Optimizer,
 		"epochs":         res.Epochs,
 		"steps":          res.Steps,
+		"steps_total":    res.Step, // a resumed run's too
 		"batch":          res.Batch,
 		"seed":           f.seed,
 		"train_loss":     res.FinalLoss,
@@ -371,6 +429,12 @@ func printTrainJSON(res *runtime.TrainResult, f trainFlags, extra map[string]any
 		out["cluster"] = f.cluster
 	}
 	out["device"] = f.device
+	if f.resume != "" {
+		out["resumed_from"] = f.resume
+	}
+	if f.save != "" {
+		out["checkpoint"] = f.save
+	}
 	maps.Copy(out, extra)
 	return printJSON(out)
 }

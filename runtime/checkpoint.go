@@ -1,0 +1,230 @@
+package runtime
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/nlpodyssey/safetensors"
+
+	"github.com/flowkit/flowkit/graph"
+)
+
+// A Checkpoint is a training run's state between two steps: every
+// persistent tensor whole (weights and optimizer state, tensor-parallel
+// and ZeRO parts assembled), and the steps run, which say Adam's next
+// step, dropout's next masks and the data's next batch, so that a run
+// resumed from it computes what the run that wrote it would have gone on
+// to compute. Its file is safetensors (Hugging Face's format: a JSON
+// header of names, dtypes, shapes and offsets, then the raw data), in
+// f32, which Python reads with safetensors.torch.load_file; the metadata
+// names the model, the optimizer, the seed and the steps.
+type Checkpoint struct {
+	Model     string
+	Optimizer string
+	Seed      uint64
+	Step      int    // steps run
+	Weights   *Store // whole tensors
+}
+
+// checkpointFormat is the metadata's "format": what wrote the file.
+const checkpointFormat = "flowkit-checkpoint"
+
+// WriteCheckpoint writes c to path, atomically: to a temporary file in
+// the same folder, renamed over path once complete, so that an
+// interrupted write leaves the previous checkpoint.
+func WriteCheckpoint(path string, c Checkpoint) (err error) {
+	views := map[string]safetensors.TensorView{}
+	for _, t := range c.Weights.whole() {
+		data := make([]byte, 4*len(t.F))
+		for i, v := range t.F {
+			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+		}
+		shape := make([]uint64, len(t.Spec.Shape))
+		for i, d := range t.Spec.Shape {
+			shape[i] = uint64(d)
+		}
+		v, err := safetensors.NewTensorView(safetensors.F32, shape, data)
+		if err != nil {
+			return fmt.Errorf("runtime: checkpoint: tensor %s: %w", t.Name, err)
+		}
+		views[t.Name] = v
+	}
+	if len(views) == 0 {
+		return errors.New("runtime: checkpoint: no weights to write")
+	}
+	meta := map[string]string{
+		"format": checkpointFormat, "model": c.Model, "optimizer": c.Optimizer,
+		"seed": strconv.FormatUint(c.Seed, 10), "step": strconv.Itoa(c.Step),
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("runtime: checkpoint: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}()
+	if err := safetensors.SerializeToWriter(views, meta, f); err != nil {
+		return fmt.Errorf("runtime: checkpoint %s: %w", path, err)
+	}
+	if err := f.Sync(); err != nil {
+		return fmt.Errorf("runtime: checkpoint %s: %w", path, err)
+	}
+	if err := f.Close(); err != nil {
+		return fmt.Errorf("runtime: checkpoint %s: %w", path, err)
+	}
+	if err := os.Rename(f.Name(), path); err != nil {
+		return fmt.Errorf("runtime: checkpoint: %w", err)
+	}
+	return nil
+}
+
+// ReadCheckpoint reads a checkpoint written by WriteCheckpoint. Tensors
+// in bf16 are read too (widened to f32), so that weights saved elsewhere
+// in either dtype load.
+func ReadCheckpoint(path string) (*Checkpoint, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: checkpoint: %w", err)
+	}
+	c, err := ParseCheckpoint(data)
+	if err != nil {
+		return nil, fmt.Errorf("runtime: checkpoint %s: %w", path, err)
+	}
+	return c, nil
+}
+
+// ParseCheckpoint parses a checkpoint file's contents.
+func ParseCheckpoint(data []byte) (*Checkpoint, error) {
+	_, md, err := safetensors.ReadMetadata(data)
+	if err != nil {
+		return nil, fmt.Errorf("not a safetensors file: %w", err)
+	}
+	st, err := safetensors.Deserialize(data)
+	if err != nil {
+		return nil, fmt.Errorf("not a safetensors file: %w", err)
+	}
+	meta := md.Metadata()
+	if meta["format"] != checkpointFormat {
+		return nil, fmt.Errorf("metadata format is %q, not %q: not written by flowkit (a model's weights alone, without its optimizer state and steps, are not a checkpoint)", meta["format"], checkpointFormat)
+	}
+	c := &Checkpoint{Model: meta["model"], Optimizer: meta["optimizer"]}
+	if c.Seed, err = strconv.ParseUint(meta["seed"], 10, 64); err != nil {
+		return nil, fmt.Errorf("metadata seed %q: want an unsigned integer", meta["seed"])
+	}
+	if c.Step, err = strconv.Atoi(meta["step"]); err != nil || c.Step < 0 {
+		return nil, fmt.Errorf("metadata step %q: want the steps run, ≥ 0", meta["step"])
+	}
+	c.Weights = NewStore(c.Seed)
+	for _, nt := range st.Tensors() {
+		v := nt.TensorView
+		shape := make(graph.Shape, len(v.Shape()))
+		for i, d := range v.Shape() {
+			if d > math.MaxInt32 {
+				return nil, fmt.Errorf("tensor %s: dimension %d of %d", nt.Name, i, d)
+			}
+			shape[i] = int(d)
+		}
+		raw := v.Data()
+		n := shape.NumElements()
+		f := make([]float32, n)
+		switch v.DType() {
+		case safetensors.F32:
+			for i := range f {
+				f[i] = math.Float32frombits(binary.LittleEndian.Uint32(raw[4*i:]))
+			}
+		case safetensors.BF16:
+			for i := range f {
+				f[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
+			}
+		default:
+			return nil, fmt.Errorf("tensor %s is %s; checkpoints hold F32 or BF16", nt.Name, v.DType())
+		}
+		if err := c.Weights.Put(Tensor{Name: nt.Name, Spec: graph.Spec{Shape: shape, DType: graph.F32}, F: f}); err != nil {
+			return nil, err
+		}
+	}
+	return c, nil
+}
+
+// Iteration is the number of iterations the runner has run, over all
+// its Run calls (or set by SetIteration).
+func (r *PlanRunner) Iteration() int { return r.iteration }
+
+// SetIteration sets the number of iterations run so far: the next Run's
+// first iteration is number n (Adam's step n+1, dropout's masks and the
+// feeder's batch of iteration n), as when resuming from a checkpoint.
+func (r *PlanRunner) SetIteration(n int) error {
+	if n < 0 {
+		return fmt.Errorf("runtime: iteration %d: want ≥ 0", n)
+	}
+	r.iteration = n
+	return nil
+}
+
+// Load sets every persistent register of the plan on this process's
+// devices (weights, their ZeRO masters, optimizer state, in every
+// replica) from w, which holds each tensor whole: a register that is a
+// part takes its part. Every register must be there, of the plan's shape.
+func (r *PlanRunner) Load(w *Store) error {
+	p := r.p
+	for i := range p.Registers {
+		reg := &p.Registers[i]
+		if !reg.Persistent || !r.rk.local(reg.Device) {
+			continue
+		}
+		b := newBuffer(reg.Spec)
+		if err := w.fill(reg.Name, reg.Init, reg.Spec.Shape, b.F); err != nil {
+			return err
+		}
+		if r.devs[reg.Device] != nil {
+			copy(r.slot(i, 0).F, b.F)
+			continue
+		}
+		if err := r.upload(i, 0, b); err != nil {
+			return fmt.Errorf("runtime: loading %s: %w", reg.Name, err)
+		}
+	}
+	return nil
+}
+
+// check says whether c can resume training model, whose graph is g: the
+// same model, and every persistent tensor of g there, of its shape.
+func (c *Checkpoint) check(model string, g *graph.Graph) error {
+	if c.Model != model {
+		return fmt.Errorf("runtime: the checkpoint is of model %s, not %s", c.Model, model)
+	}
+	for _, t := range g.Tensors {
+		if !t.Persistent() {
+			continue
+		}
+		st, ok := c.Weights.tensors[t.Name]
+		switch {
+		case !ok || !st.complete():
+			return fmt.Errorf("runtime: the checkpoint of %s has no tensor %s (saved with another optimizer?)", c.Model, t.Name)
+		case !st.spec.Shape.Equal(t.Spec.Shape):
+			return fmt.Errorf("runtime: tensor %s is %v in the checkpoint, %v in model %s", t.Name, st.spec.Shape, t.Spec.Shape, model)
+		}
+	}
+	return nil
+}
+
+// Resume loads c into r, which runs a plan of the same model: its
+// weights and state on every device, and its steps, so that the next
+// Run goes on from there.
+func (r *PlanRunner) Resume(c *Checkpoint) error {
+	if c.Model != r.p.Model {
+		return fmt.Errorf("runtime: the checkpoint is of model %s, the plan of %s", c.Model, r.p.Model)
+	}
+	if err := r.Load(c.Weights); err != nil {
+		return fmt.Errorf("%w (the checkpoint of %s, saved with %s)", err, c.Model, c.Optimizer)
+	}
+	return r.SetIteration(c.Step)
+}

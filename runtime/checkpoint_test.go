@@ -1,0 +1,225 @@
+package runtime
+
+import (
+	"context"
+	"encoding/binary"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+)
+
+var adamOpt = graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
+
+// A checkpoint reads back what was written, bit for bit, with its
+// metadata; the write leaves no temporary file behind.
+func TestCheckpointRoundTrip(t *testing.T) {
+	w := NewStore(7)
+	require.NoError(t, w.Put(
+		Tensor{Name: "a.weight", Spec: graph.Spec{Shape: graph.Shape{2, 3}, DType: graph.F32}, F: []float32{1, -2, 3.5, 0, -0, 1e-30}},
+		Tensor{Name: "a.weight.adam_m", Spec: graph.Spec{Shape: graph.Shape{2, 3}, DType: graph.BF16}, F: []float32{0.5, 0, 0, 0, 0, 7}},
+		Tensor{Name: "b", Spec: graph.Spec{Shape: graph.Shape{1}, DType: graph.F32}, F: []float32{float32(1) / 3}},
+	))
+	dir := t.TempDir()
+	path := filepath.Join(dir, "c.safetensors")
+	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: "adam(lr=0.001)", Seed: 7, Step: 42, Weights: w}))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file left")
+
+	c, err := ReadCheckpoint(path)
+	require.NoError(t, err)
+	require.Equal(t, "mlp", c.Model)
+	require.Equal(t, "adam(lr=0.001)", c.Optimizer)
+	require.Equal(t, uint64(7), c.Seed)
+	require.Equal(t, 42, c.Step)
+	require.Equal(t, w.Names(), c.Weights.Names())
+	for _, n := range w.Names() {
+		want, _ := w.Get(n)
+		got, _ := c.Weights.Get(n)
+		require.Equal(t, want, got, n)
+		require.Equal(t, w.tensors[n].spec.Shape, c.Weights.tensors[n].spec.Shape, n)
+	}
+
+	// Rewriting replaces; a folder that does not exist is an error that
+	// names it, and the old file stays.
+	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: "sgd", Seed: 7, Step: 43, Weights: w}))
+	c, err = ReadCheckpoint(path)
+	require.NoError(t, err)
+	require.Equal(t, 43, c.Step)
+	require.ErrorContains(t, WriteCheckpoint(filepath.Join(dir, "none", "c.safetensors"), Checkpoint{Weights: w}), "none")
+	require.ErrorContains(t, WriteCheckpoint(path, Checkpoint{Weights: NewStore(1)}), "no weights")
+}
+
+func TestCheckpointErrors(t *testing.T) {
+	w := NewStore(1)
+	require.NoError(t, w.Put(Tensor{Name: "x", Spec: graph.Spec{Shape: graph.Shape{2}, DType: graph.F32}, F: []float32{1, 2}}))
+	path := filepath.Join(t.TempDir(), "c.safetensors")
+	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Seed: 1, Step: 3, Weights: w}))
+	good, err := os.ReadFile(path)
+	require.NoError(t, err)
+
+	_, err = ReadCheckpoint(filepath.Join(t.TempDir(), "none.safetensors"))
+	require.ErrorContains(t, err, "none.safetensors")
+	for _, tt := range []struct {
+		name string
+		data []byte
+		want string
+	}{
+		{"empty", nil, "not a safetensors file"},
+		{"truncated", good[:len(good)-1], "not a safetensors file"},
+		{"huge header", binary.LittleEndian.AppendUint64(nil, 1<<40), "not a safetensors file"},
+		{"not flowkit's", safetensorsFile(t, `{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4), `metadata format is ""`},
+		{"f16", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"1","step":"0"},"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}`, 4), "tensor x is F16"},
+		{"bad step", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"1","step":"-1"}}`, 0), `metadata step "-1"`},
+		{"bad seed", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"x","step":"1"}}`, 0), `metadata seed "x"`},
+	} {
+		_, err := ParseCheckpoint(tt.data)
+		require.ErrorContains(t, err, tt.want, tt.name)
+	}
+}
+
+// safetensorsFile is a file of the given header and n zero bytes of data.
+func safetensorsFile(t *testing.T, header string, n int) []byte {
+	t.Helper()
+	b := binary.LittleEndian.AppendUint64(nil, uint64(len(header)))
+	b = append(b, header...)
+	return append(b, make([]byte, n)...)
+}
+
+// ParseCheckpoint never panics.
+func FuzzParseCheckpoint(f *testing.F) {
+	w := NewStore(1)
+	if err := w.Put(Tensor{Name: "x", Spec: graph.Spec{Shape: graph.Shape{2}, DType: graph.F32}, F: []float32{1, 2}}); err != nil {
+		f.Fatal(err)
+	}
+	path := filepath.Join(f.TempDir(), "c.safetensors")
+	if err := WriteCheckpoint(path, Checkpoint{Model: "mlp", Seed: 1, Step: 3, Weights: w}); err != nil {
+		f.Fatal(err)
+	}
+	good, err := os.ReadFile(path)
+	if err != nil {
+		f.Fatal(err)
+	}
+	f.Add(good)
+	f.Add([]byte{})
+	f.Fuzz(func(t *testing.T, data []byte) {
+		c, err := ParseCheckpoint(data)
+		if err == nil && (c.Weights == nil || c.Step < 0) {
+			t.Fatalf("accepted %q as %+v", data, c)
+		}
+	})
+}
+
+// Training in two runs, the second resumed from the first's checkpoint,
+// computes what one run computes, bit for bit: the weights, Adam's state
+// and step, the data order across an epoch's end.
+func TestResumeMatchesOneRun(t *testing.T) {
+	train, test := realMNIST(t)
+	train = subset(train, 16*5) // five steps an epoch: the runs cross epochs
+	test = subset(test, 100)
+	cfg := TrainConfig{Model: "mlp", Epochs: 2, Batch: 16, Optimizer: adamOpt, Seed: 5, Workers: 1}
+	cfg.MaxSteps = 8
+	whole, err := Train(context.Background(), cfg, train, test, nil)
+	require.NoError(t, err)
+	require.Equal(t, 8, whole.Step)
+
+	cfg.MaxSteps = 3
+	first, err := Train(context.Background(), cfg, train, test, nil)
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "c.safetensors")
+	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: first.Optimizer, Seed: 5, Step: first.Step, Weights: first.Weights}))
+	c, err := ReadCheckpoint(path)
+	require.NoError(t, err)
+	cfg.MaxSteps, cfg.Resume = 5, c
+	second, err := Train(context.Background(), cfg, train, test, nil)
+	require.NoError(t, err)
+	require.Equal(t, 8, second.Step)
+	requireSameWeights(t, whole.Weights, second.Weights)
+	require.Equal(t, whole.TestLoss, second.TestLoss)
+
+	// Another model's checkpoint, or one without Adam's state, is refused.
+	cfg.Model = "mnist-cnn"
+	_, err = Train(context.Background(), cfg, train, test, nil)
+	require.ErrorContains(t, err, "the checkpoint is of model mlp, not mnist-cnn")
+	cfg.Model = "mlp"
+	sgd, err := Train(context.Background(), TrainConfig{Model: "mlp", Epochs: 1, Batch: 16, Optimizer: graph.SGD{LR: 0.1}, Seed: 5, MaxSteps: 1}, train, test, nil)
+	require.NoError(t, err)
+	cfg.Resume = &Checkpoint{Model: "mlp", Seed: 5, Step: 1, Weights: sgd.Weights}
+	_, err = Train(context.Background(), cfg, train, test, nil)
+	require.ErrorContains(t, err, "has no tensor fc1.weight.adam_m")
+}
+
+// The same holds through plans: a checkpoint of one plan's run resumes
+// another plan of the same model, whatever its parallelism, and goes on
+// as the one-device run does (data parallelism and ZeRO compute the same
+// sums in another order, so within rounding; one device to one device,
+// bit for bit).
+func TestResumePlans(t *testing.T) {
+	train, test := realMNIST(t)
+	train = subset(train, 32*4)
+	test = subset(test, 100)
+	compile := func(strategy string) *plans.Plan {
+		st, err := plans.ParseStrategy(strategy, 32)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 32, Strategy: st, Optimizer: adamOpt, Seed: 9, Devices: cpuDevices(st.Devices())})
+		require.NoError(t, err)
+		return p
+	}
+	trainOn := func(p *plans.Plan, steps int, c *Checkpoint) *TrainResult {
+		r, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		defer r.Close()
+		if c != nil {
+			require.NoError(t, r.Resume(c))
+		}
+		res, err := TrainOn(context.Background(), r, p, 2, steps, train, test, nil)
+		require.NoError(t, err)
+		return res
+	}
+	single := compile("single")
+	whole := trainOn(single, 6, nil)
+	first := trainOn(single, 2, nil)
+	path := filepath.Join(t.TempDir(), "c.safetensors")
+	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: first.Optimizer, Seed: 9, Step: first.Step, Weights: first.Weights}))
+	c, err := ReadCheckpoint(path)
+	require.NoError(t, err)
+	again := trainOn(single, 4, c)
+	require.Equal(t, 6, again.Step)
+	requireSameWeights(t, whole.Weights, again.Weights)
+
+	for _, strategy := range []string{"dp=2,zero=1", "dp=2,zero=3", "pp=2,mb=2"} {
+		got := trainOn(compile(strategy), 4, c)
+		for _, n := range whole.Weights.Names() {
+			want, _ := whole.Weights.Get(n)
+			have, ok := got.Weights.Get(n)
+			require.True(t, ok, "%s: %s", strategy, n)
+			require.InDeltaSlice(t, want, have, 1e-4, "%s: %s", strategy, n)
+		}
+		require.InDelta(t, whole.TestLoss, got.TestLoss, 1e-4, strategy)
+	}
+
+	// A checkpoint of another model is refused.
+	c.Model = "mnist-cnn"
+	r, err := NewPlanRunner(single)
+	require.NoError(t, err)
+	defer r.Close()
+	require.ErrorContains(t, r.Resume(c), "the checkpoint is of model mnist-cnn, the plan of mlp")
+}
+
+// requireSameWeights checks that two stores hold the same whole tensors,
+// bit for bit.
+func requireSameWeights(t *testing.T, want, got *Store) {
+	t.Helper()
+	w, g := want.whole(), got.whole()
+	require.Equal(t, len(w), len(g))
+	for i := range w {
+		require.Equal(t, w[i].Name, g[i].Name)
+		require.Equal(t, w[i].F, g[i].F, w[i].Name)
+	}
+}
+
