@@ -222,4 +222,3 @@ func requireSameWeights(t *testing.T, want, got *Store) {
 		require.Equal(t, w[i].F, g[i].F, w[i].Name)
 	}
 }
-
