@@ -407,7 +407,7 @@ func (x *run) allReduceChunks(t *plans.Task, f, it int, dev *CPU, local []int, w
 		for _, i := range local {
 			bufs[i] = writes[i].F[lo:hi]
 		}
-		if err := x.members(t, f, got, bufs, func(m *Message) (int, bool) { return hi - lo, m.Chunk == mine }); err != nil {
+		if err := x.members(t, f, got, bufs, func(int) (int, int) { return mine, hi - lo }); err != nil {
 			return err
 		}
 		reduce(dev.pool, bufs, p.AllReduceWeights(t))
@@ -486,7 +486,7 @@ func (x *run) reduceScatterRanks(t *plans.Task, f, it int, dev *CPU, local []int
 				mine = append(mine, m)
 			}
 		}
-		if err := x.members(t, f, mine, bufs, func(*Message) (int, bool) { return size(i), true }); err != nil {
+		if err := x.members(t, f, mine, bufs, func(int) (int, int) { return i, size(i) }); err != nil {
 			return err
 		}
 		reduce(dev.pool, bufs, weights)
@@ -518,10 +518,7 @@ func (x *run) allGatherRanks(t *plans.Task, f, it int, dev *CPU, local []int, re
 	for _, i := range local {
 		ins[i] = reads[i].F
 	}
-	if err := x.members(t, f, got, ins, func(m *Message) (int, bool) {
-		i := slices.Index(t.Writes, m.Reg)
-		return p.Registers[t.Reads[i].Reg].Spec.Shape.NumElements(), m.Chunk == i
-	}); err != nil {
+	if err := x.members(t, f, got, ins, func(i int) (int, int) { return i, p.Registers[t.Reads[i].Reg].Spec.Shape.NumElements() }); err != nil {
 		return err
 	}
 	bufs := make([]Buffer, len(ins))
@@ -533,17 +530,16 @@ func (x *run) allGatherRanks(t *plans.Task, f, it int, dev *CPU, local []int, re
 
 // members puts the payloads of parts, one from each member of t not on
 // this rank, into bufs by member, and checks that every member has one.
-// want says how many values a part should hold and whether its chunk is
-// the one expected.
-func (x *run) members(t *plans.Task, f int, parts []*Message, bufs [][]float32, want func(*Message) (int, bool)) error {
+// want(i) is the chunk and the number of values member i's part holds.
+func (x *run) members(t *plans.Task, f int, parts []*Message, bufs [][]float32, want func(i int) (chunk, n int)) error {
 	p := x.r.p
 	for _, m := range parts {
 		i := slices.Index(t.Writes, m.Reg)
 		if i < 0 || x.r.rk.local(p.Registers[m.Reg].Device) || bufs[i] != nil {
 			return fmt.Errorf("runtime: rank %d sent register %d for %s, not one of its parts", m.From, m.Reg, p.FiringName(f))
 		}
-		n, ok := want(m)
-		if !ok {
+		chunk, n := want(i)
+		if m.Chunk != chunk {
 			return fmt.Errorf("runtime: rank %d sent chunk %d of %s for %s, not the one this rank takes", m.From, m.Chunk, p.Registers[m.Reg].Name, p.FiringName(f))
 		}
 		if len(m.F) != n {
