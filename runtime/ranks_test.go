@@ -468,3 +468,42 @@ func TestRanksAllReduceBytesPerRank(t *testing.T) {
 		})
 	}
 }
+
+// Collectives over ranks send what the ranks need, no more: with one
+// replica on each of n ranks, all of them together send 2(n−1) times an
+// all-reduce's register, n−1 times a reduce-scatter's input (each rank
+// its members' parts to their ranks) and n−1 times an all-gather's output
+// (each rank its part to every other).
+func TestRanksCollectiveBytes(t *testing.T) {
+	const gpt3 = "gpt:layers=2,hidden=36,heads=4,seq=8,vocab=64"
+	for _, strategy := range []string{"dp=3,mb=2", "dp=3,mb=2,zero=1", "dp=3,mb=2,zero=2", "dp=3,mb=2,zero=3,prefetch=1"} {
+		t.Run(strategy, func(t *testing.T) {
+			p := compile(t, gpt3, strategy, 12)
+			const n, iters = 3, 2
+			h := newMemHub(n)
+			links := make([]Link, n)
+			sent := make([]atomic.Int64, n)
+			for k := range links {
+				links[k] = countLink{memLink{h, k}, &sent[k]}
+			}
+			runRanksOn(t, p, []int{0, 1, 2}, links, iters, 1)
+			want := 0
+			for _, fi := range p.Firings {
+				task := &p.Tasks[fi.Task]
+				switch task.Kind {
+				case plans.AllReduce:
+					want += 2 * (n - 1) * p.Registers[task.Writes[0]].Spec.Shape.NumElements()
+				case plans.ReduceScatter:
+					want += (n - 1) * p.Registers[task.Reads[0].Reg].Spec.Shape.NumElements()
+				case plans.AllGather:
+					want += (n - 1) * p.Registers[task.Writes[0]].Spec.Shape.NumElements()
+				}
+			}
+			var all int64
+			for k := range sent {
+				all += sent[k].Load()
+			}
+			require.Equal(t, int64(iters*want), all, "values sent by all ranks")
+		})
+	}
+}
