@@ -21,25 +21,33 @@ import (
 //
 //   - A firing's *performers* are the ranks that see it finish: its home
 //     rank; for a transfer to another rank, also the receiver, which sees
-//     it finish when the data lands; for an all-reduce over replicas on
-//     several ranks, each of those, which finishes its own part.
+//     it finish when the data lands; for a collective (all-reduce,
+//     reduce-scatter, all-gather) whose members are on several ranks,
+//     each of those, whose part finishes when its own members' writes
+//     are complete.
 //   - A rank that waits on an edge from a firing it does not perform hears
 //     of it from the firing's *notifiers* (MsgDone): the receiver of a
-//     cross-rank transfer (the data has landed), every part of an
-//     all-reduce, else the home rank.
-//   - A collective over several ranks moves only what each rank needs.
-//     An all-reduce splits its registers into one contiguous chunk per
-//     rank taking part (see chunkOf): each rank sends chunk k of its
-//     replicas' registers to the k-th of those ranks (MsgPart), once its
-//     own edges allow; that rank sums chunk k over every replica in
-//     replica order, with the weights one process uses, and sends the
-//     result to the others (MsgReduced). A reduce-scatter sends each
-//     member's part i of its read to member i's rank, which sums it as
-//     one process does; an all-gather sends each member's read to the
-//     others. So every replica gets the bits one process computes. An
-//     edge into the collective from a firing that another of its ranks
-//     performs is that rank's to wait for: its parts are sent after it,
-//     and every rank's result is made of every rank's parts.
+//     cross-rank transfer (the data has landed), every rank of a
+//     collective (the waiter counts them all), else the home rank.
+//   - A collective's ranks exchange only what each needs, directly. An
+//     all-reduce splits its registers into one contiguous chunk per rank
+//     taking part (chunkOf; small registers leave the last chunks empty):
+//     once its own edges allow, each rank sends chunk k of each of its
+//     members' registers to the k-th of those ranks (MsgPart); that rank
+//     sums chunk k over all members in member order, with the weights one
+//     process uses (reduce), and sends the result to the others
+//     (MsgReduced). A reduce-scatter sends each member's part i of its
+//     read to member i's rank, which sums the parts as one process does;
+//     an all-gather sends each member's read to the other ranks. So every
+//     replica gets the bits one process computes, and an all-reduce costs
+//     each rank 2(n−1)/n of the register, not n−1 times it. An edge into a
+//     collective from a firing that another of its ranks performs is
+//     that rank's alone to wait for: it sends its parts after, and every
+//     rank's result is made of every rank's parts.
+//
+// Every message names its run, firing, iteration and sender, and a part
+// its member (Reg) and chunk; a rank keeps a collective's messages until
+// its part takes them, since other ranks may be ahead of it.
 //
 // A transfer's sender holds its stream until the receiver acknowledges
 // (the receiver's MsgDone), so that the transfer occupies its stream from
