@@ -4,7 +4,7 @@ package runtime
 // (ranks); each runs the streams of its own devices with a PlanRunner (see
 // NewRankRunner), and they tell one another, through a Link, what the
 // others need to know: that a firing finished, a transfer's data, a
-// replica's part of an all-reduce.
+// replica's part of a collective and the reduced chunks of an all-reduce.
 
 // MessageKind is what a Message says.
 type MessageKind uint8
@@ -16,9 +16,16 @@ const (
 	// MsgData carries the value a cross-rank transfer writes into its
 	// destination register (Reg) on the receiver.
 	MsgData
-	// MsgPart carries the sender's register Reg, one of an all-reduce's
-	// writes, for the other ranks taking part in it.
+	// MsgPart carries a collective's input for the rank that reduces or
+	// gathers it: chunk Chunk of the sender's register Reg (one of the
+	// collective's writes, naming its member) for an all-reduce, part
+	// Chunk of that member's read for a reduce-scatter, and the member's
+	// whole read (Chunk its member index) for an all-gather.
 	MsgPart
+	// MsgReduced carries chunk Chunk of an all-reduce's result, which the
+	// sender reduced from every member's MsgPart, for the other ranks
+	// taking part.
+	MsgReduced
 )
 
 // Message is one notice between the ranks of a multi-process run, about
@@ -30,7 +37,8 @@ type Message struct {
 	Firing int
 	Iter   int
 	Reg    int       // MsgData, MsgPart
-	F      []float32 // MsgData, MsgPart: the payload (I for int32 registers)
+	Chunk  int       // MsgPart, MsgReduced
+	F      []float32 // MsgData, MsgPart, MsgReduced: the payload (I for int32 registers)
 	I      []int32
 }
 

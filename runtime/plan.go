@@ -816,22 +816,34 @@ func splitCollective(pool *cpu.Pool, p *plans.Plan, t *plans.Task, ins, outs []B
 }
 
 // allReduce replaces every buffer by the mean of all, or with weights (see
-// plans.Plan.AllReduceWeights) by their weighted sum, summing in buffer
-// order so that every replica gets the same bits.
+// plans.Plan.AllReduceWeights) by their weighted sum, as reduce computes
+// it, so that every replica gets the same bits.
 func allReduce(p *cpu.Pool, bufs []Buffer, weights []float64) {
-	acc := bufs[0].F
+	fs := make([][]float32, len(bufs))
+	for i, b := range bufs {
+		fs[i] = b.F
+	}
+	reduce(p, fs, weights)
+	for _, b := range fs[1:] {
+		cpu.Copy(p, fs[0], b)
+	}
+}
+
+// reduce sets bufs[0] to the mean of bufs, or with weights to their
+// weighted sum, adding them in order. Each element is computed alone, so
+// a range of elements reduced apart (an all-reduce's chunk on a rank) gets
+// the bits the whole gets.
+func reduce(p *cpu.Pool, bufs [][]float32, weights []float64) {
+	acc := bufs[0]
 	if weights == nil {
 		for _, b := range bufs[1:] {
-			cpu.Add(p, acc, b.F, acc)
+			cpu.Add(p, acc, b, acc)
 		}
 		cpu.Scale(p, 1/float32(len(bufs)), acc, acc)
-	} else {
-		cpu.Scale(p, float32(weights[0]), acc, acc)
-		for i, b := range bufs[1:] {
-			cpu.Axpy(p, float32(weights[i+1]), b.F, acc)
-		}
+		return
 	}
-	for _, b := range bufs[1:] {
-		cpu.Copy(p, acc, b.F)
+	cpu.Scale(p, float32(weights[0]), acc, acc)
+	for i, b := range bufs[1:] {
+		cpu.Axpy(p, float32(weights[i+1]), b, acc)
 	}
 }

@@ -21,9 +21,15 @@ func cpuDevices(n int) []plans.Device {
 
 func compile(t *testing.T, model, strategy string, batch int) *plans.Plan {
 	t.Helper()
+	return compileDType(t, model, strategy, batch, graph.F32)
+}
+
+// compileDType is compile with the model's float tensors of dtype.
+func compileDType(t *testing.T, model, strategy string, batch int, dtype graph.DType) *plans.Plan {
+	t.Helper()
 	st, err := plans.ParseStrategy(strategy, batch)
 	require.NoError(t, err)
-	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 5,
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 5, DType: dtype,
 		Optimizer: graph.SGD{LR: 0.05, Momentum: 0.9}, Devices: cpuDevices(4)})
 	require.NoError(t, err)
 	return p

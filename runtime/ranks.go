@@ -7,6 +7,8 @@ import (
 	"slices"
 	"time"
 
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/trace"
 )
@@ -19,18 +21,33 @@ import (
 //
 //   - A firing's *performers* are the ranks that see it finish: its home
 //     rank; for a transfer to another rank, also the receiver, which sees
-//     it finish when the data lands; for an all-reduce over replicas on
-//     several ranks, each of those, which finishes its own part.
+//     it finish when the data lands; for a collective (all-reduce,
+//     reduce-scatter, all-gather) whose members are on several ranks,
+//     each of those, whose part finishes when its own members' writes
+//     are complete.
 //   - A rank that waits on an edge from a firing it does not perform hears
 //     of it from the firing's *notifiers* (MsgDone): the receiver of a
-//     cross-rank transfer (the data has landed), every part of an
-//     all-reduce, else the home rank.
-//   - The ranks of an all-reduce each send their replicas' registers to
-//     the others (MsgPart) once their own edges allow, and each sums all
-//     of them in replica order: every replica gets the bits one process
-//     would compute. An edge into the all-reduce from a firing that
-//     another of its ranks performs is that rank's to wait for: its part
-//     arrives after it.
+//     cross-rank transfer (the data has landed), every rank of a
+//     collective (the waiter counts them all), else the home rank.
+//   - A collective's ranks exchange only what each needs, directly. An
+//     all-reduce splits its registers into one contiguous chunk per rank
+//     taking part (chunkOf; small registers leave the last chunks empty):
+//     once its own edges allow, each rank sends chunk k of each of its
+//     members' registers to the k-th of those ranks (MsgPart); that rank
+//     sums chunk k over all members in member order, with the weights one
+//     process uses (reduce), and sends the result to the others
+//     (MsgReduced). A reduce-scatter sends each member's part i of its
+//     read to member i's rank, which sums the parts as one process does;
+//     an all-gather sends each member's read to the other ranks. So every
+//     replica gets the bits one process computes, and an all-reduce costs
+//     each rank 2(n−1)/n of the register, not n−1 times it. An edge into a
+//     collective from a firing that another of its ranks performs is
+//     that rank's alone to wait for: it sends its parts after, and every
+//     rank's result is made of every rank's parts.
+//
+// Every message names its run, firing, iteration and sender, and a part
+// its member (Reg) and chunk; a rank keeps a collective's messages until
+// its part takes them, since other ranks may be ahead of it.
 //
 // A transfer's sender holds its stream until the receiver acknowledges
 // (the receiver's MsgDone), so that the transfer occupies its stream from
@@ -51,7 +68,8 @@ type ranked struct {
 	need    []int          // MsgDones it waits for, if it does not perform it
 	waits   [][]plans.Edge // the incoming edges this rank waits on
 	home    []int          // its stream on this rank (−1: none)
-	parts   []int          // all-reduces: registers of other ranks to receive
+	parts   []int          // collectives: MsgParts to receive
+	sums    []int          // all-reduces: MsgReduced to receive
 }
 
 // NewRankRunner prepares rank link.Rank()'s part of a multi-process run of
@@ -103,6 +121,7 @@ func (rk *ranked) derive(p *plans.Plan, edges []plans.Edge) {
 	rk.waits = make([][]plans.Edge, n)
 	rk.home = make([]int, n)
 	rk.parts = make([]int, n)
+	rk.sums = make([]int, n)
 	for f, fi := range p.Firings {
 		t := &p.Tasks[fi.Task]
 		src := rk.ranks[p.Streams[t.Streams[0]].Device]
@@ -119,19 +138,15 @@ func (rk *ranked) derive(p *plans.Plan, edges []plans.Edge) {
 		case plans.AllReduce, plans.AllGather, plans.ReduceScatter:
 			var on []int
 			for _, w := range t.Writes {
-				k := rk.ranks[p.Registers[w].Device]
-				if !slices.Contains(on, k) {
+				if k := rk.ranks[p.Registers[w].Device]; !slices.Contains(on, k) {
 					on = append(on, k)
 				}
-				if k != rk.me {
-					rk.parts[f]++
-				}
-			}
-			if !slices.Contains(on, rk.me) {
-				rk.parts[f] = 0
 			}
 			slices.Sort(on)
 			rk.active[f], rk.perform[f], rk.notify[f] = on, on, on
+			if slices.Contains(on, rk.me) {
+				rk.parts[f], rk.sums[f] = rk.expect(p, t, on)
+			}
 		}
 		rk.home[f] = -1
 		for _, s := range t.Streams {
@@ -171,6 +186,54 @@ func (rk *ranked) addSub(f, j, k int) {
 	}
 }
 
+// expect returns the MsgParts and MsgReduced this rank receives for a
+// firing of collective t over ranks on, this rank among them.
+func (rk *ranked) expect(p *plans.Plan, t *plans.Task, on []int) (parts, sums int) {
+	mine, theirs := 0, 0
+	for _, w := range t.Writes {
+		if rk.local(p.Registers[w].Device) {
+			mine++
+		} else {
+			theirs++
+		}
+	}
+	switch t.Kind {
+	case plans.AllGather:
+		return theirs, 0
+	case plans.ReduceScatter:
+		return theirs * mine, 0
+	}
+	size := p.Registers[t.Writes[0]].Spec.Shape.NumElements()
+	for c, k := range on {
+		lo, hi := chunkOf(size, len(on), c)
+		switch {
+		case lo == hi:
+		case k == rk.me:
+			parts = theirs
+		default:
+			sums++
+		}
+	}
+	return parts, sums
+}
+
+// Chunks of an all-reduce over ranks: at least minChunk elements (16 KiB
+// of float32), below which a message's fixed cost outweighs the bytes it
+// saves, and a multiple of chunkAlign (a cache line).
+const (
+	minChunk   = 4096
+	chunkAlign = 16
+)
+
+// chunkOf returns the elements [lo, hi) of chunk c of the n chunks of a
+// register of size elements: contiguous, in order, of equal size but the
+// last; the last ones are empty where the register is small.
+func chunkOf(size, n, c int) (lo, hi int) {
+	per := (size + n - 1) / n
+	per = max(minChunk, (per+chunkAlign-1)/chunkAlign*chunkAlign)
+	return min(c*per, size), min((c+1)*per, size)
+}
+
 // performs says whether this rank sees firing f finish by itself.
 func (rk *ranked) performs(f int) bool { return slices.Contains(rk.perform[f], rk.me) }
 
@@ -178,7 +241,7 @@ func (rk *ranked) performs(f int) bool { return slices.Contains(rk.perform[f], r
 type rankRun struct {
 	id     int
 	heard  map[[2]int]int        // MsgDones by (firing, iteration), for notifiers of several ranks
-	parts  map[[2]int][]*Message // all-reduce parts received, by (firing, iteration)
+	parts  map[[2]int][]*Message // MsgParts and MsgReduced received, by (firing, iteration)
 	landed []trace.Event         // cross-rank transfers received here
 }
 
@@ -249,7 +312,7 @@ func (x *run) handle(m *Message) error {
 		x.finish(f, it)
 		x.mu.Unlock()
 		return x.notify(f, it)
-	case MsgPart:
+	case MsgPart, MsgReduced:
 		x.mu.Lock()
 		key := [2]int{f, it}
 		x.rr.parts[key] = append(x.rr.parts[key], m)
@@ -302,66 +365,246 @@ func (x *run) await(cond func() bool) error {
 }
 
 // allReduceRanks runs this rank's part of a collective over several
-// ranks: it sends its members' registers to the other ranks, receives
-// theirs, and combines them all in member order into its own: for an
-// all-reduce the registers written (each a copy of its read, for a
-// tensor-parallel sum), for an all-gather or a reduce-scatter the
-// registers read.
+// ranks (see the rules above): for an all-reduce the registers written
+// (each a copy of its read, for a tensor-parallel sum), for an all-gather
+// or a reduce-scatter from the registers read.
 func (x *run) allReduceRanks(t *plans.Task, f, it int, reads, writes []Buffer) error {
 	p := x.r.p
-	rk := x.r.rk
-	split := t.Kind != plans.AllReduce
-	send, sizeOf := writes, func(i int) int { return p.Registers[t.Writes[i]].Spec.Shape.NumElements() }
-	if split {
-		send, sizeOf = reads, func(i int) int { return p.Registers[t.Reads[i].Reg].Spec.Shape.NumElements() }
-	}
 	var dev *CPU
+	var local []int // members on this rank
 	for i, w := range t.Writes {
-		d := p.Registers[w].Device
-		if !rk.local(d) {
+		if d := p.Registers[w].Device; x.r.rk.local(d) {
+			dev = x.r.devs[d]
+			local = append(local, i)
+		}
+	}
+	switch t.Kind {
+	case plans.AllGather:
+		return x.allGatherRanks(t, f, it, dev, local, reads, writes)
+	case plans.ReduceScatter:
+		return x.reduceScatterRanks(t, f, it, dev, local, reads, writes)
+	}
+	return x.allReduceChunks(t, f, it, dev, local, writes)
+}
+
+// allReduceChunks is an all-reduce's part on this rank: it reduces its own
+// chunk of the members' writes and gathers the other ranks' chunks.
+func (x *run) allReduceChunks(t *plans.Task, f, it int, dev *CPU, local []int, writes []Buffer) error {
+	p := x.r.p
+	rk := x.r.rk
+	on := rk.active[f]
+	size := p.Registers[t.Writes[0]].Spec.Shape.NumElements()
+	for c, k := range on {
+		lo, hi := chunkOf(size, len(on), c)
+		if k == rk.me || lo == hi {
 			continue
 		}
-		dev = x.r.devs[d]
-		for _, k := range rk.active[f] {
+		for _, i := range local {
+			if err := x.send(k, &Message{Kind: MsgPart, Firing: f, Iter: it, Reg: t.Writes[i], Chunk: c, F: writes[i].F[lo:hi]}); err != nil {
+				return err
+			}
+		}
+	}
+	mine := slices.Index(on, rk.me)
+	if lo, hi := chunkOf(size, len(on), mine); lo < hi {
+		got, err := x.collect(f, it, MsgPart, rk.parts[f])
+		if err != nil {
+			return err
+		}
+		bufs := make([][]float32, len(t.Writes))
+		for _, i := range local {
+			bufs[i] = writes[i].F[lo:hi]
+		}
+		if err := x.members(t, f, got, bufs, func(int) (int, int) { return mine, hi - lo }); err != nil {
+			return err
+		}
+		reduce(dev.pool, bufs, p.AllReduceWeights(t))
+		for _, i := range local {
+			if i != 0 {
+				cpu.Copy(dev.pool, bufs[0], bufs[i])
+			}
+		}
+		for _, k := range on {
 			if k == rk.me {
 				continue
 			}
-			m := &Message{Run: x.rr.id, From: rk.me, Kind: MsgPart, Firing: f, Iter: it, Reg: w, F: send[i].F}
-			if err := rk.link.Send(k, m); err != nil {
-				return fmt.Errorf("sending to rank %d: %w", k, err)
+			if err := x.send(k, &Message{Kind: MsgReduced, Firing: f, Iter: it, Chunk: mine, F: bufs[0]}); err != nil {
+				return err
 			}
 		}
 	}
-	key := [2]int{f, it}
-	if err := x.await(func() bool { return len(x.rr.parts[key]) == rk.parts[f] }); err != nil {
+	got, err := x.collect(f, it, MsgReduced, rk.sums[f])
+	if err != nil {
 		return err
 	}
-	x.mu.Lock()
-	got := x.rr.parts[key]
-	delete(x.rr.parts, key)
-	x.mu.Unlock()
-	bufs := slices.Clone(send)
+	seen := make([]bool, len(on))
 	for _, m := range got {
+		c := m.Chunk
+		if c < 0 || c >= len(on) || on[c] != m.From || seen[c] {
+			return fmt.Errorf("runtime: rank %d sent chunk %d of %s, not its own", m.From, c, p.FiringName(f))
+		}
+		seen[c] = true
+		lo, hi := chunkOf(size, len(on), c)
+		if len(m.F) != hi-lo {
+			return fmt.Errorf("runtime: rank %d sent %d values of chunk %d of %s, which has %d", m.From, len(m.F), c, p.FiringName(f), hi-lo)
+		}
+		for _, i := range local {
+			cpu.Copy(dev.pool, m.F, writes[i].F[lo:hi])
+		}
+	}
+	return nil
+}
+
+// reduceScatterRanks is a reduce-scatter's part on this rank: each member
+// gets part i of every member's read, i the member's own index, from every
+// member's rank, and reduces them as one process does.
+func (x *run) reduceScatterRanks(t *plans.Task, f, it int, dev *CPU, local []int, reads, writes []Buffer) error {
+	p := x.r.p
+	rk := x.r.rk
+	n := len(t.Writes)
+	shard := func(i int) *graph.Shard { return graph.SeqShard(p.Registers[t.Reads[i].Reg].Spec.Shape, t.Axis, n, i) }
+	size := func(i int) int { return p.Registers[t.Writes[i]].Spec.Shape.NumElements() }
+	for i, w := range t.Writes {
+		k := rk.ranks[p.Registers[w].Device]
+		if k == rk.me {
+			continue
+		}
+		part := make([]float32, size(i)) // Send copies it
+		for _, j := range local {
+			graph.Take(shard(i), reads[j].F, part)
+			if err := x.send(k, &Message{Kind: MsgPart, Firing: f, Iter: it, Reg: t.Writes[j], Chunk: i, F: part}); err != nil {
+				return err
+			}
+		}
+	}
+	got, err := x.collect(f, it, MsgPart, rk.parts[f])
+	if err != nil {
+		return err
+	}
+	weights := p.AllReduceWeights(t)
+	for _, i := range local {
+		bufs := make([][]float32, n)
+		for _, j := range local {
+			bufs[j] = make([]float32, size(i))
+			graph.Take(shard(i), reads[j].F, bufs[j])
+		}
+		var mine []*Message
+		for _, m := range got {
+			if m.Chunk == i {
+				mine = append(mine, m)
+			}
+		}
+		if err := x.members(t, f, mine, bufs, func(int) (int, int) { return i, size(i) }); err != nil {
+			return err
+		}
+		reduce(dev.pool, bufs, weights)
+		cpu.Copy(dev.pool, bufs[0], writes[i].F)
+	}
+	return nil
+}
+
+// allGatherRanks is an all-gather's part on this rank: it sends its
+// members' reads to the other ranks and places every member's in its own.
+func (x *run) allGatherRanks(t *plans.Task, f, it int, dev *CPU, local []int, reads, writes []Buffer) error {
+	p := x.r.p
+	rk := x.r.rk
+	for _, k := range rk.active[f] {
+		if k == rk.me {
+			continue
+		}
+		for _, i := range local {
+			if err := x.send(k, &Message{Kind: MsgPart, Firing: f, Iter: it, Reg: t.Writes[i], Chunk: i, F: reads[i].F}); err != nil {
+				return err
+			}
+		}
+	}
+	got, err := x.collect(f, it, MsgPart, rk.parts[f])
+	if err != nil {
+		return err
+	}
+	ins := make([][]float32, len(t.Writes))
+	for _, i := range local {
+		ins[i] = reads[i].F
+	}
+	if err := x.members(t, f, got, ins, func(i int) (int, int) { return i, p.Registers[t.Reads[i].Reg].Spec.Shape.NumElements() }); err != nil {
+		return err
+	}
+	bufs := make([]Buffer, len(ins))
+	for i, in := range ins {
+		bufs[i] = Buffer{F: in}
+	}
+	return splitCollective(dev.pool, p, t, bufs, writes)
+}
+
+// members puts the payloads of parts, one from each member of t not on
+// this rank, into bufs by member, and checks that every member has one.
+// want(i) is the chunk and the number of values member i's part holds.
+func (x *run) members(t *plans.Task, f int, parts []*Message, bufs [][]float32, want func(i int) (chunk, n int)) error {
+	p := x.r.p
+	for _, m := range parts {
 		i := slices.Index(t.Writes, m.Reg)
-		if i < 0 || rk.local(p.Registers[m.Reg].Device) || bufs[i].F != nil {
+		if i < 0 || x.r.rk.local(p.Registers[m.Reg].Device) || bufs[i] != nil {
 			return fmt.Errorf("runtime: rank %d sent register %d for %s, not one of its parts", m.From, m.Reg, p.FiringName(f))
 		}
-		if len(m.F) != sizeOf(i) {
-			return fmt.Errorf("runtime: rank %d sent %d values of %s for %s, which has %d",
-				m.From, len(m.F), p.Registers[m.Reg].Name, p.FiringName(f), sizeOf(i))
+		chunk, n := want(i)
+		if m.Chunk != chunk {
+			return fmt.Errorf("runtime: rank %d sent chunk %d of %s for %s, not the one this rank takes", m.From, m.Chunk, p.Registers[m.Reg].Name, p.FiringName(f))
 		}
-		bufs[i] = Buffer{F: m.F}
+		if len(m.F) != n {
+			return fmt.Errorf("runtime: rank %d sent %d values of %s for %s, want %d",
+				m.From, len(m.F), p.Registers[m.Reg].Name, p.FiringName(f), n)
+		}
+		bufs[i] = m.F
 	}
 	for i, b := range bufs {
-		if b.F == nil {
+		if b == nil {
 			return fmt.Errorf("runtime: %s lacks %s", p.FiringName(f), p.Registers[t.Writes[i]].Name)
 		}
 	}
-	if split {
-		return splitCollective(dev.pool, p, t, bufs, writes)
-	}
-	allReduce(dev.pool, bufs, p.AllReduceWeights(t))
 	return nil
+}
+
+// send sends m, of this run and from this rank, to rank k.
+func (x *run) send(k int, m *Message) error {
+	m.Run, m.From = x.rr.id, x.r.rk.me
+	if err := x.r.rk.link.Send(k, m); err != nil {
+		return fmt.Errorf("sending to rank %d: %w", k, err)
+	}
+	return nil
+}
+
+// collect waits for the n messages of kind about firing f of iteration it
+// and takes them.
+func (x *run) collect(f, it int, kind MessageKind, n int) ([]*Message, error) {
+	key := [2]int{f, it}
+	count := func() int {
+		c := 0
+		for _, m := range x.rr.parts[key] {
+			if m.Kind == kind {
+				c++
+			}
+		}
+		return c
+	}
+	if err := x.await(func() bool { return count() == n }); err != nil {
+		return nil, err
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	var got, rest []*Message
+	for _, m := range x.rr.parts[key] {
+		if m.Kind == kind {
+			got = append(got, m)
+		} else {
+			rest = append(rest, m)
+		}
+	}
+	if rest == nil {
+		delete(x.rr.parts, key)
+	} else {
+		x.rr.parts[key] = rest
+	}
+	return got, nil
 }
 
 // RankResult is what one rank of a multi-process run measured, for

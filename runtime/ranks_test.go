@@ -6,12 +6,15 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/runtime/internal/plantest"
 )
 
 // memHub connects ranks of one process as a Link connects processes:
@@ -147,11 +150,21 @@ func (l memLink) Forget(run int) {
 // result of each run.
 func runRanks(t *testing.T, p *plans.Plan, ranks []int, iters, runs int) ([]*PlanRunner, []*RunResult) {
 	t.Helper()
-	n := slices.Max(ranks) + 1
-	h := newMemHub(n)
+	h := newMemHub(slices.Max(ranks) + 1)
+	links := make([]Link, len(h.boxes))
+	for k := range links {
+		links[k] = memLink{h, k}
+	}
+	return runRanksOn(t, p, ranks, links, iters, runs)
+}
+
+// runRanksOn is runRanks over the given links, one a rank.
+func runRanksOn(t *testing.T, p *plans.Plan, ranks []int, links []Link, iters, runs int) ([]*PlanRunner, []*RunResult) {
+	t.Helper()
+	n := len(links)
 	rs := make([]*PlanRunner, n)
 	for k := range rs {
-		r, err := NewRankRunner(p, ranks, memLink{h, k})
+		r, err := NewRankRunner(p, ranks, links[k])
 		require.NoError(t, err)
 		rs[k] = r
 	}
@@ -187,35 +200,55 @@ func runRanks(t *testing.T, p *plans.Plan, ranks []int, iters, runs int) ([]*Pla
 // stages and all-reduces between replicas on different ranks, even and
 // uneven, with runs continuing from one another.
 func TestRanksMatchOneProcess(t *testing.T) {
+	const gpt = "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"
+	const gpt3 = "gpt:layers=2,hidden=36,heads=4,seq=8,vocab=64" // ZeRO divides its weights by 3
 	cases := []struct {
 		strategy string
 		ranks    []int
-		model    string // default mnist-cnn
+		model    string      // default mnist-cnn
+		batch    int         // default 16
+		dtype    graph.DType // default f32
 	}{
-		{"dp=2", []int{0, 1}, ""},
-		{"pp=2,mb=4,sched=1f1b", []int{0, 1}, ""},
-		{"dp=2,pp=2,mb=2", []int{0, 0, 1, 1}, ""}, // replicas on ranks: all-reduces cross
-		{"dp=2,pp=2,mb=2", []int{0, 1, 0, 1}, ""}, // stages on ranks: transfers cross
-		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}, ""}, // both, three ranks
-		{"dp=3,mb=2:1:1", []int{0, 1, 1}, ""},     // uneven; one rank holds two replicas
-		{"pp=3,layers=1:2:1,mb=4", []int{2, 0, 1}, ""},
-		{"tp=2,pp=2,mb=2", []int{0, 1, 0, 1}, "mlp"},                                                 // tensor-parallel sums cross
-		{"dp=2,tp=2", []int{0, 0, 1, 1}, "mlp"},                                                      // gradient all-reduces cross
-		{"tp=2,sp=on,pp=2,mb=2", []int{0, 1, 1, 0}, "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"}, // all-gathers and reduce-scatters cross
-		{"pp=2,vpp=2,mb=4", []int{0, 1}, ""},
-		{"dp=2,mb=2,zero=1", []int{0, 1}, ""}, // ZeRO's reduce-scatters and all-gathers cross
-		{"dp=2,mb=2,zero=2", []int{0, 1}, ""}, // per micro-batch
-		{"dp=2,mb=4,zero=3", []int{0, 1}, ""}, // and the weights' gathers before forward and backward
-		{"dp=2,pp=2,mb=2,zero=3", []int{0, 1, 1, 0}, ""},
-		{"dp=2,pp=2,mb=4,zero=3,prefetch=1", []int{0, 1, 1, 0}, ""}, // gathers ahead, bounded by other ranks' releases
-		{"dp=2,pp=2,mb=2,zero=2", []int{0, 0, 1, 1}, "mlp"},
-		{"dp=2,tp=2,mb=2,zero=3", []int{0, 0, 1, 1}, "mlp"},                                                 // ZeRO over each rank's replicas crosses
-		{"dp=2,tp=2,sp=on,mb=2,zero=2", []int{0, 1, 1, 0}, "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"}, // so do the groups' sums
+		{"dp=2", []int{0, 1}, "", 0, 0},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}, "", 0, 0},
+		{"dp=2,pp=2,mb=2", []int{0, 0, 1, 1}, "", 0, 0}, // replicas on ranks: all-reduces cross
+		{"dp=2,pp=2,mb=2", []int{0, 1, 0, 1}, "", 0, 0}, // stages on ranks: transfers cross
+		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}, "", 0, 0}, // both, three ranks
+		{"dp=3,mb=2:1:1", []int{0, 1, 1}, "", 0, 0},     // uneven; one rank holds two replicas
+		{"pp=3,layers=1:2:1,mb=4", []int{2, 0, 1}, "", 0, 0},
+		{"tp=2,pp=2,mb=2", []int{0, 1, 0, 1}, "mlp", 0, 0},     // tensor-parallel sums cross
+		{"dp=2,tp=2", []int{0, 0, 1, 1}, "mlp", 0, 0},          // gradient all-reduces cross
+		{"tp=2,sp=on,pp=2,mb=2", []int{0, 1, 1, 0}, gpt, 0, 0}, // all-gathers and reduce-scatters cross
+		{"pp=2,vpp=2,mb=4", []int{0, 1}, "", 0, 0},
+		{"dp=2,mb=2,zero=1", []int{0, 1}, "", 0, 0}, // ZeRO's reduce-scatters and all-gathers cross
+		{"dp=2,mb=2,zero=2", []int{0, 1}, "", 0, 0}, // per micro-batch
+		{"dp=2,mb=4,zero=3", []int{0, 1}, "", 0, 0}, // and the weights' gathers before forward and backward
+		{"dp=2,pp=2,mb=2,zero=3", []int{0, 1, 1, 0}, "", 0, 0},
+		{"dp=2,pp=2,mb=4,zero=3,prefetch=1", []int{0, 1, 1, 0}, "", 0, 0}, // gathers ahead, bounded by other ranks' releases
+		{"dp=2,pp=2,mb=2,zero=2", []int{0, 0, 1, 1}, "mlp", 0, 0},
+		{"dp=2,tp=2,mb=2,zero=3", []int{0, 0, 1, 1}, "mlp", 0, 0},     // ZeRO over each rank's replicas crosses
+		{"dp=2,tp=2,sp=on,mb=2,zero=2", []int{0, 1, 1, 0}, gpt, 0, 0}, // so do the groups' sums
+		// Three and four ranks: all-reduces in chunks, some of
+		// several, some empty; ZeRO's parts to their ranks only.
+		{"dp=3,mb=2", []int{0, 1, 2}, "mlp", 12, 0},
+		{"dp=3,mb=3:1:2", []int{2, 0, 1}, "mlp", 12, 0},
+		{"dp=4", []int{0, 1, 2, 3}, "", 0, 0},
+		{"dp=4,mb=1:2:1:4", []int{0, 1, 2, 3}, "mlp", 16, 0},
+		{"dp=4", []int{0, 1, 2, 3}, "mlp", 0, graph.BF16},
+		{"dp=2,tp=2", []int{0, 1, 2, 3}, "mlp", 0, 0},
+		{"dp=3,mb=2,zero=1", []int{0, 1, 2}, gpt3, 12, 0},
+		{"dp=3,mb=2,zero=2", []int{0, 1, 2}, gpt3, 12, 0},
+		{"dp=3,mb=2,zero=3", []int{0, 1, 2}, gpt3, 12, 0},
+		{"dp=3,mb=2,zero=3,prefetch=1", []int{1, 2, 0}, gpt3, 12, graph.BF16},
+		{"dp=3,mb=2:1:3,zero=1", []int{2, 0, 1}, gpt3, 12, 0}, // weighted
+		{"dp=3,mb=2,zero=2", []int{0, 1, 2}, gpt3, 12, graph.BF16},
+		{"dp=4,mb=2,zero=2", []int{0, 1, 2, 3}, "mlp", 16, 0},
 	}
 	for _, c := range cases {
 		model := cmp.Or(c.model, "mnist-cnn")
-		t.Run(fmt.Sprintf("%s/%s/%v", model, c.strategy, c.ranks), func(t *testing.T) {
-			p := compile(t, model, c.strategy, 16)
+		dtype := cmp.Or(c.dtype, graph.F32)
+		t.Run(fmt.Sprintf("%s/%s/%v/%v", model, c.strategy, c.ranks, dtype), func(t *testing.T) {
+			p := compileDType(t, model, c.strategy, cmp.Or(c.batch, 16), dtype)
 			one, err := NewPlanRunner(p)
 			require.NoError(t, err)
 			feed := NewSyntheticFeeder(p.Images, 10, 64, 9)
@@ -276,4 +309,201 @@ func TestNewRankRunnerErrors(t *testing.T) {
 	require.ErrorContains(t, err, "device cpu1 is placed on rank 2, outside the 2 ranks")
 	_, err = NewRankRunner(p, []int{0, 0}, memLink{h, 0})
 	require.ErrorContains(t, err, "rank 1 has none of the plan's 2 devices")
+}
+
+// countLink counts the values a rank sends in collectives' messages.
+type countLink struct {
+	Link
+	sent *atomic.Int64
+}
+
+func (l countLink) Send(to int, m *Message) error {
+	if m.Kind == MsgPart || m.Kind == MsgReduced {
+		l.sent.Add(int64(len(m.F)))
+	}
+	return l.Link.Send(to, m)
+}
+
+// meanInOrder is the all-reduce of vals (one a replica) as one process
+// computes it, element by element: the members' sum in order, then the
+// mean, or with weights their weighted sum.
+func meanInOrder(vals [][]float32, weights []float64) []float32 {
+	out := slices.Clone(vals[0])
+	for e := range out {
+		if weights == nil {
+			acc := vals[0][e]
+			for _, v := range vals[1:] {
+				acc += v[e]
+			}
+			out[e] = 1 / float32(len(vals)) * acc
+			continue
+		}
+		acc := float32(weights[0]) * vals[0][e]
+		for j, v := range vals[1:] {
+			acc += float32(weights[j+1]) * v[e]
+		}
+		out[e] = acc
+	}
+	return out
+}
+
+// An all-reduce over ranks, each reducing its chunk of the registers,
+// gives every replica the bits one process computes: over 2, 3 and 4
+// ranks, several replicas on a rank or one, the plain mean and a weighted
+// one, registers smaller than the ranks (empty chunks), than a chunk, and
+// of several chunks with a shorter last. With one replica a rank, the
+// ranks together send 2(n−1) times the registers, where every rank
+// sending its registers to every other sent n(n−1) times.
+func TestRanksAllReduceChunks(t *testing.T) {
+	sizes := []int{1, 3, 5, minChunk - 1, minChunk + 1, 3*minChunk + 5, 4*12345 + 2}
+	cases := []struct {
+		ranks  []int // by device, one replica a device
+		shares []int // micro-batches by replica (nil: even)
+	}{
+		{[]int{0, 1}, nil},
+		{[]int{1, 0}, []int{3, 1}},
+		{[]int{0, 1, 2}, nil},
+		{[]int{0, 1, 2}, []int{1, 2, 4}},
+		{[]int{0, 1, 2, 3}, nil},
+		{[]int{3, 1, 0, 2}, []int{3, 1, 2, 1}},
+		{[]int{2, 0, 1, 0, 1}, nil}, // several replicas a rank, out of order
+		{[]int{2, 0, 1, 0, 1}, []int{1, 2, 1, 3, 1}},
+	}
+	const iters = 2
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%v/%v", c.ranks, c.shares), func(t *testing.T) {
+			p := plantest.AllReduces(sizes, len(c.ranks), c.shares)
+			initial, err := NewPlanRunner(p)
+			require.NoError(t, err)
+			one, err := NewPlanRunner(p)
+			require.NoError(t, err)
+			_, err = one.Run(context.Background(), iters, NewSyntheticFeeder(p.Images, 10, 64, 9))
+			require.NoError(t, err)
+
+			n := slices.Max(c.ranks) + 1
+			h := newMemHub(n)
+			links := make([]Link, n)
+			sent := make([]atomic.Int64, n)
+			for k := range links {
+				links[k] = countLink{memLink{h, k}, &sent[k]}
+			}
+			rs, _ := runRanksOn(t, p, c.ranks, links, iters, 1)
+
+			var total int64
+			for ti, task := range p.Tasks {
+				initials := make([][]float32, len(task.Writes))
+				for i, w := range task.Writes {
+					b, err := initial.value(w)
+					require.NoError(t, err)
+					initials[i] = b.F
+				}
+				weights := p.AllReduceWeights(&task)
+				want := initials
+				for range iters {
+					mean := meanInOrder(want, weights)
+					want = slices.Repeat([][]float32{mean}, len(want))
+				}
+				for i, w := range task.Writes {
+					reg := &p.Registers[w]
+					got, err := one.value(w)
+					require.NoError(t, err)
+					require.Equal(t, want[i], got.F, "%s in one process: the members summed in order", reg.Name)
+					got, err = rs[c.ranks[reg.Device]].value(w)
+					require.NoError(t, err)
+					require.Equal(t, want[i], got.F, "%s on rank %d: the bits of one process", reg.Name, c.ranks[reg.Device])
+				}
+				if ti == len(p.Tasks)-1 && len(initials) > 2 {
+					// The data tell orders apart: summed in another
+					// order, the largest register gets other bits.
+					rev, rw := slices.Clone(initials), slices.Clone(weights)
+					slices.Reverse(rev)
+					slices.Reverse(rw)
+					require.NotEqual(t, meanInOrder(initials, weights), meanInOrder(rev, rw))
+				}
+				size := p.Registers[task.Writes[0]].Spec.Shape.NumElements()
+				for ch := range n {
+					lo, hi := chunkOf(size, n, ch)
+					others := 0 // replicas not on the chunk's rank
+					for _, k := range c.ranks {
+						if k != ch {
+							others++
+						}
+					}
+					total += int64((hi - lo) * (others + n - 1))
+				}
+			}
+			var all int64
+			for k := range sent {
+				all += sent[k].Load()
+			}
+			require.Equal(t, iters*total, all, "values sent by all ranks")
+			if len(c.ranks) == n {
+				elems := 0
+				for _, s := range sizes {
+					elems += s
+				}
+				require.Equal(t, int64(iters*2*(n-1)*elems), all, "2(n−1) times the registers")
+			}
+		})
+	}
+}
+
+// With chunks of equal size, each of n ranks sends 2(n−1)/n of the
+// register: its parts of the others' chunks, and its chunk to each.
+func TestRanksAllReduceBytesPerRank(t *testing.T) {
+	for n := 2; n <= 4; n++ {
+		t.Run(fmt.Sprint(n), func(t *testing.T) {
+			size := n * 3 * minChunk
+			p := plantest.AllReduces([]int{size}, n, nil)
+			h := newMemHub(n)
+			links := make([]Link, n)
+			sent := make([]atomic.Int64, n)
+			for k := range links {
+				links[k] = countLink{memLink{h, k}, &sent[k]}
+			}
+			runRanksOn(t, p, []int{0, 1, 2, 3}[:n], links, 1, 1)
+			for k := range sent {
+				require.Equal(t, int64(2*(n-1)*size/n), sent[k].Load(), "values rank %d sent", k)
+			}
+		})
+	}
+}
+
+// Collectives over ranks send what the ranks need, no more: with one
+// replica on each of n ranks, all of them together send 2(n−1) times an
+// all-reduce's register, n−1 times a reduce-scatter's input (each rank
+// its members' parts to their ranks) and n−1 times an all-gather's output
+// (each rank its part to every other).
+func TestRanksCollectiveBytes(t *testing.T) {
+	const gpt3 = "gpt:layers=2,hidden=36,heads=4,seq=8,vocab=64"
+	for _, strategy := range []string{"dp=3,mb=2", "dp=3,mb=2,zero=1", "dp=3,mb=2,zero=2", "dp=3,mb=2,zero=3,prefetch=1"} {
+		t.Run(strategy, func(t *testing.T) {
+			p := compile(t, gpt3, strategy, 12)
+			const n, iters = 3, 2
+			h := newMemHub(n)
+			links := make([]Link, n)
+			sent := make([]atomic.Int64, n)
+			for k := range links {
+				links[k] = countLink{memLink{h, k}, &sent[k]}
+			}
+			runRanksOn(t, p, []int{0, 1, 2}, links, iters, 1)
+			want := 0
+			for _, fi := range p.Firings {
+				task := &p.Tasks[fi.Task]
+				switch task.Kind {
+				case plans.AllReduce:
+					want += 2 * (n - 1) * p.Registers[task.Writes[0]].Spec.Shape.NumElements()
+				case plans.ReduceScatter:
+					want += (n - 1) * p.Registers[task.Reads[0].Reg].Spec.Shape.NumElements()
+				case plans.AllGather:
+					want += (n - 1) * p.Registers[task.Writes[0]].Spec.Shape.NumElements()
+				}
+			}
+			var all int64
+			for k := range sent {
+				all += sent[k].Load()
+			}
+			require.Equal(t, int64(iters*want), all, "values sent by all ranks")
+		})
+	}
 }

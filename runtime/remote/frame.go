@@ -29,6 +29,7 @@ func encodeFrame(m *runtime.Message) *wirepb.Frame {
 		Firing: int64(m.Firing),
 		Iter:   int64(m.Iter),
 		Reg:    int64(m.Reg),
+		Chunk:  int64(m.Chunk),
 		F:      encodeWords(m.F),
 		I:      encodeWords(m.I),
 	}
@@ -46,7 +47,7 @@ func decodeFrame(from int, f *wirepb.Frame) (*runtime.Message, error) {
 	for _, v := range [...]struct {
 		name string
 		n    int64
-	}{{"firing", f.Firing}, {"iteration", f.Iter}, {"register", f.Reg}} {
+	}{{"firing", f.Firing}, {"iteration", f.Iter}, {"register", f.Reg}, {"chunk", f.Chunk}} {
 		if v.n < math.MinInt || v.n > math.MaxInt {
 			return nil, fmt.Errorf("remote: frame from rank %d: %s %d out of range", from, v.name, v.n)
 		}
@@ -66,6 +67,7 @@ func decodeFrame(from int, f *wirepb.Frame) (*runtime.Message, error) {
 		Firing: int(f.Firing),
 		Iter:   int(f.Iter),
 		Reg:    int(f.Reg),
+		Chunk:  int(f.Chunk),
 		F:      fs,
 		I:      is,
 	}, nil

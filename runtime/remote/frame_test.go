@@ -12,7 +12,7 @@ import (
 )
 
 func TestFrameRoundTrip(t *testing.T) {
-	m := &runtime.Message{Run: 3, From: 2, Kind: runtime.MsgPart, Firing: 17, Iter: 5, Reg: -1,
+	m := &runtime.Message{Run: 3, From: 2, Kind: runtime.MsgPart, Firing: 17, Iter: 5, Reg: -1, Chunk: 3,
 		F: []float32{1.5, float32(math.Inf(-1)), -0, math.MaxFloat32}, I: []int32{math.MinInt32, -1, 0, 7}}
 	b, err := proto.Marshal(encodeFrame(m))
 	require.NoError(t, err)
@@ -66,6 +66,7 @@ func FuzzDecodeFrame(f *testing.F) {
 		{Run: 1, Kind: runtime.MsgDone, Firing: 3},
 		{Run: 2, Kind: runtime.MsgData, Reg: 4, F: []float32{1, 2}},
 		{Run: 0, Kind: runtime.MsgPart, I: []int32{-1}},
+		{Run: 3, Kind: runtime.MsgReduced, Chunk: 2, F: []float32{0.5}},
 	} {
 		b, err := proto.Marshal(encodeFrame(m))
 		require.NoError(f, err)

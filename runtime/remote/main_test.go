@@ -225,13 +225,15 @@ func receiveAll(g *Group, run int, s step) error {
 // in turn, float and int payloads of various sizes, and every tenth with
 // both payloads.
 func testMessage(from, to, run, i int, s step) *runtime.Message {
-	m := &runtime.Message{Run: run, From: from, Kind: runtime.MessageKind(i%3) + runtime.MsgDone, Firing: i, Iter: run, Reg: 100*from + to}
+	m := &runtime.Message{Run: run, From: from, Kind: runtime.MessageKind(i%4) + runtime.MsgDone, Firing: i, Iter: run, Reg: 100*from + to, Chunk: i % 5}
 	nf, ni := 0, 0
 	switch m.Kind {
 	case runtime.MsgData:
 		nf = 1 + i%7
 	case runtime.MsgPart:
 		ni = 1 + i%5
+	case runtime.MsgReduced:
+		nf = i % 3
 	}
 	if i%10 == 9 {
 		nf, ni = 4096+i, 1000+i
@@ -256,7 +258,7 @@ func testMessage(from, to, run, i int, s step) *runtime.Message {
 
 // sameMessage says how got differs from want, nil when it does not.
 func sameMessage(got, want *runtime.Message) error {
-	if got.Run != want.Run || got.From != want.From || got.Kind != want.Kind || got.Firing != want.Firing || got.Iter != want.Iter || got.Reg != want.Reg {
+	if got.Run != want.Run || got.From != want.From || got.Kind != want.Kind || got.Firing != want.Firing || got.Iter != want.Iter || got.Reg != want.Reg || got.Chunk != want.Chunk {
 		return fmt.Errorf("got %+v, want %+v (payloads aside)", *got, *want)
 	}
 	if err := sameWords("F", got.F, want.F); err != nil {

@@ -433,8 +433,10 @@ type Frame struct {
 	Iter   int64                  `protobuf:"varint,4,opt,name=iter,proto3" json:"iter,omitempty"`
 	Reg    int64                  `protobuf:"varint,5,opt,name=reg,proto3" json:"reg,omitempty"`
 	// f holds float32 values, i int32 values, each 4 bytes little-endian.
-	F             []byte `protobuf:"bytes,6,opt,name=f,proto3" json:"f,omitempty"`
-	I             []byte `protobuf:"bytes,7,opt,name=i,proto3" json:"i,omitempty"`
+	F []byte `protobuf:"bytes,6,opt,name=f,proto3" json:"f,omitempty"`
+	I []byte `protobuf:"bytes,7,opt,name=i,proto3" json:"i,omitempty"`
+	// chunk says which chunk of a collective's registers a part carries.
+	Chunk         int64 `protobuf:"varint,8,opt,name=chunk,proto3" json:"chunk,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -516,6 +518,13 @@ func (x *Frame) GetI() []byte {
 		return x.I
 	}
 	return nil
+}
+
+func (x *Frame) GetChunk() int64 {
+	if x != nil {
+		return x.Chunk
+	}
+	return 0
 }
 
 type Reply struct {
@@ -649,7 +658,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x05peers\x18\x01 \x01(\v2\x1e.flowkit.remote.wire.PeerTableH\x00R\x05peers\x128\n" +
 	"\apayload\x18\x02 \x01(\v2\x1c.flowkit.remote.wire.PayloadH\x00R\apayload\x12,\n" +
 	"\x03bye\x18\x03 \x01(\v2\x18.flowkit.remote.wire.ByeH\x00R\x03byeB\x06\n" +
-	"\x04body\"\x87\x01\n" +
+	"\x04body\"\x9d\x01\n" +
 	"\x05Frame\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\x03R\x03run\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x16\n" +
@@ -657,7 +666,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x04iter\x18\x04 \x01(\x03R\x04iter\x12\x10\n" +
 	"\x03reg\x18\x05 \x01(\x03R\x03reg\x12\f\n" +
 	"\x01f\x18\x06 \x01(\fR\x01f\x12\f\n" +
-	"\x01i\x18\a \x01(\fR\x01i\"E\n" +
+	"\x01i\x18\a \x01(\fR\x01i\x12\x14\n" +
+	"\x05chunk\x18\b \x01(\x03R\x05chunk\"E\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +

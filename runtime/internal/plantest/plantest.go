@@ -1,0 +1,63 @@
+// Package plantest builds small plans by hand for the runtime's tests and
+// benchmarks: plans that hold nothing but collectives, whose sizes and
+// placement a test chooses freely, which the compiler would not make.
+package plantest
+
+import (
+	"fmt"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/units"
+)
+
+// AllReduces returns a plan of one all-reduce per size, in order, over
+// len(shares) CPU devices of one replica each: device d's persistent
+// register of each size (initialized at random, named for its size and
+// replica) on its coll stream. Shares are the replicas' micro-batches: the
+// all-reduces' weights (AllReduceWeights); nil for the plain mean.
+func AllReduces(sizes []int, devices int, shares []int) *plans.Plan {
+	p := &plans.Plan{
+		Version: plans.Version, Model: "allreduces", Strategy: fmt.Sprintf("dp=%d", devices),
+		Batch: devices, MicroBatch: 1, MB: 1, DP: devices, PP: 1, Optimizer: "sgd", Seed: 7,
+		Images: graph.Spec{Shape: graph.Shape{devices, 1}, DType: graph.F32},
+	}
+	if shares != nil {
+		p.Shares, p.MB, p.Batch = shares, 0, 0
+		for _, m := range shares {
+			p.MB = max(p.MB, m)
+			p.Batch += m
+		}
+		p.Images.Shape[0] = p.Batch
+	}
+	var total units.Bytes
+	for _, n := range sizes {
+		total += units.Bytes(4 * n)
+	}
+	for d := range devices {
+		p.Devices = append(p.Devices, plans.Device{Name: fmt.Sprintf("cpu%d", d), Type: "cpu", Workers: 1, Memory: total})
+		p.Streams = append(p.Streams, plans.Stream{Device: d, Name: "coll"})
+		p.Memory = append(p.Memory, plans.Memory{Device: d, Peak: total, Persistent: total, Unshared: total})
+	}
+	for _, n := range sizes {
+		t := plans.Task{ID: len(p.Tasks), Name: fmt.Sprintf("allreduce/%d", n), Kind: plans.AllReduce, Phase: "comm",
+			Replica: -1, InPlace: true, Bytes: units.Bytes(4 * n), Key: fmt.Sprintf("allreduce(%d,%d)", devices, 4*n)}
+		for d := range devices {
+			off := units.Bytes(0)
+			if len(p.Registers) >= devices {
+				prev := &p.Registers[len(p.Registers)-devices]
+				off = prev.Offset + prev.SlotBytes
+			}
+			spec := graph.Spec{Shape: graph.Shape{n}, DType: graph.F32}
+			p.Registers = append(p.Registers, plans.Register{ID: len(p.Registers), Name: fmt.Sprintf("r%d/%d", d, n), Device: d,
+				Spec: spec, SlotBytes: spec.Bytes(), Slots: 1, Offset: off, Persistent: true,
+				Init: graph.Init{Kind: graph.Normal, Scale: 1}, Writers: []int{t.ID}})
+			t.Writes = append(t.Writes, len(p.Registers)-1)
+			t.Streams = append(t.Streams, d)
+			p.Streams[d].Order = append(p.Streams[d].Order, t.ID)
+		}
+		p.Tasks = append(p.Tasks, t)
+		p.Firings = append(p.Firings, plans.Firing{Task: t.ID, Micro: -1})
+	}
+	return p
+}
