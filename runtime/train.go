@@ -367,8 +367,8 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxStep
 		return nil, nil, err
 	}
 	res.Weights, res.Step = store, steps
-	if stepwise {
-		res.Step = r.Iteration() // a resumed run's steps too
+	if it, ok := x.(interface{ Iteration() int }); ok {
+		res.Step = it.Iteration() // a resumed run's steps too
 	}
 	return res, store, nil
 }

@@ -118,7 +118,8 @@ func placeRanks(p *plans.Plan, spec string, world int) ([]int, error) {
 const (
 	cmdSetup = "setup"
 	cmdRun   = "run"
-	cmdStore = "store" // replica 0's weights on the worker's devices
+	cmdStore  = "store"  // replica 0's weights on the worker's devices
+	cmdResume = "resume" // a checkpoint to go on from (workerResume)
 )
 
 // workerSetup is what a worker needs to run its part: the plan, the ranks
@@ -175,6 +176,14 @@ func (s feedSpec) feeder(p *plans.Plan) (runtime.Feeder, error) {
 }
 
 type workerRun struct{ Iters int }
+
+// workerResume is a checkpoint, for every rank to load its parts of.
+type workerResume struct {
+	Model   string
+	Seed    uint64
+	Step    int
+	Tensors []runtime.Tensor // whole
+}
 
 type workerReply struct {
 	Err     string
@@ -381,6 +390,20 @@ func (pr *procRunner) Run(ctx context.Context, iters int, feed runtime.Feeder) (
 		offsets = append(offsets, off)
 	}
 	return runtime.MergeRanks(pr.p, parts, offsets)
+}
+
+// Resume loads checkpoint c on every rank: each its devices' parts of the
+// weights and state, and the steps run.
+func (pr *procRunner) Resume(c *runtime.Checkpoint) error {
+	if err := pr.PlanRunner.Resume(c); err != nil {
+		return err
+	}
+	b, err := encodeGob(workerResume{Model: c.Model, Seed: c.Seed, Step: c.Step, Tensors: c.Weights.Tensors()})
+	if err != nil {
+		return err
+	}
+	_, err = pr.ask(context.Background(), cmdResume, b)
+	return pr.why(err)
 }
 
 // Store returns replica 0's weights, from every rank.

@@ -182,8 +182,6 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
 	case f.procs.multi() && f.strategy == "":
 		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
-	case f.procs.multi() && f.resume != "":
-		return fmt.Errorf("--resume: a multi-process run starts from the seed's weights (resuming one is not supported yet; --save works)")
 	}
 	if zoo.IsLanguageModel(f.model) {
 		if v, _ := zoo.Classes(f.model); v != runtime.TextVocab {
@@ -303,7 +301,9 @@ func runTrainText(cmd *cobra.Command, f trainFlags, opt graph.Optimizer, dtype g
 		var pr *procRunner
 		if pr, err = newProcRunner(cmd.Context(), p, f.procs, time.Minute, feedSpec{Text: dir, Ext: f.ext, TextSum: train.Sum()}); err == nil {
 			fmt.Fprintf(os.Stderr, "training over %d processes (progress is reported at the end)\n", pr.g.World())
-			res, err = runtime.TrainTextOn(cmd.Context(), pr, p, f.epochs, f.maxSteps, train, test, f.evalWins, bar.step)
+			if err = pr.resume(f); err == nil {
+				res, err = runtime.TrainTextOn(cmd.Context(), pr, p, f.epochs, f.maxSteps, train, test, f.evalWins, bar.step)
+			}
 			err = errors.Join(err, pr.Close())
 		}
 	} else {
@@ -374,7 +374,21 @@ func trainProcs(ctx context.Context, p *plans.Plan, f trainFlags, dir string, tr
 	}
 	defer pr.Close()
 	fmt.Fprintf(os.Stderr, "training over %d processes (progress is reported at the end)\n", pr.g.World())
+	if err := pr.resume(f); err != nil {
+		return nil, err
+	}
 	return runtime.TrainOn(ctx, pr, p, f.epochs, f.maxSteps, train, test, bar.step)
+}
+
+// resume loads --resume's checkpoint on every rank, if there is one.
+func (pr *procRunner) resume(f trainFlags) error {
+	if f.checkpoint == nil {
+		return nil
+	}
+	if err := pr.Resume(f.checkpoint); err != nil {
+		return fmt.Errorf("--resume %s: %w", f.resume, err)
+	}
+	return nil
 }
 
 // compileLocal compiles the plan of a --strategy training run.

@@ -117,6 +117,23 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 					return err
 				}
 			}
+		case cmdResume:
+			var r workerResume
+			if err := decodeGob(payload, &r); err != nil {
+				return fmt.Errorf("resume from the coordinator: %w", err)
+			}
+			if runner == nil {
+				reply.Err = "resume before setup"
+				break
+			}
+			w := runtime.NewStore(r.Seed)
+			err := w.Put(r.Tensors...)
+			if err == nil {
+				err = runner.Resume(&runtime.Checkpoint{Model: r.Model, Seed: r.Seed, Step: r.Step, Weights: w})
+			}
+			if err != nil {
+				reply.Err = err.Error()
+			}
 		case cmdStore:
 			if runner == nil {
 				reply.Err = "store before setup"
