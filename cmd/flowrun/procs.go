@@ -116,8 +116,8 @@ func placeRanks(p *plans.Plan, spec string, world int) ([]int, error) {
 
 // The coordinator's commands to the workers, and their replies.
 const (
-	cmdSetup = "setup"
-	cmdRun   = "run"
+	cmdSetup  = "setup"
+	cmdRun    = "run"
 	cmdStore  = "store"  // replica 0's weights on the worker's devices
 	cmdResume = "resume" // a checkpoint to go on from (workerResume)
 )
