@@ -177,7 +177,7 @@ func TestResumePlans(t *testing.T) {
 		if c != nil {
 			require.NoError(t, r.Resume(c))
 		}
-		res, err := TrainOn(context.Background(), r, p, 2, steps, train, test, nil)
+		res, err := TrainOn(context.Background(), r, p, Loop{Epochs: 2, MaxSteps: steps}, train, test)
 		require.NoError(t, err)
 		return res
 	}
@@ -221,4 +221,76 @@ func requireSameWeights(t *testing.T, want, got *Store) {
 		require.Equal(t, w[i].Name, g[i].Name)
 		require.Equal(t, w[i].F, g[i].F, w[i].Name)
 	}
+}
+
+// Saving every k steps saves after k, 2k, … (not after the last step,
+// which the result holds), each checkpoint what the run has then: one
+// resumed from the last goes on to the run's end, bit for bit. A save
+// that fails stops the run with its error.
+func TestSaveEvery(t *testing.T) {
+	train, test := realMNIST(t)
+	train, test = subset(train, 16*5), subset(test, 100)
+	type saved struct {
+		step int
+		w    []Tensor
+	}
+	keep := func(into *[]saved) func(int, *Store) error {
+		return func(step int, w *Store) error {
+			*into = append(*into, saved{step, w.Tensors()}) // copies
+			return nil
+		}
+	}
+	resumeFrom := func(s saved) *Checkpoint {
+		w := NewStore(5)
+		require.NoError(t, w.Put(s.w...))
+		return &Checkpoint{Model: "mlp", Seed: 5, Step: s.step, Weights: w}
+	}
+
+	// The executor.
+	var got []saved
+	cfg := TrainConfig{Model: "mlp", Epochs: 2, Batch: 16, Optimizer: adamOpt, Seed: 5, Workers: 1, MaxSteps: 7, SaveEvery: 3, Save: keep(&got)}
+	whole, err := Train(context.Background(), cfg, train, test, nil)
+	require.NoError(t, err)
+	require.Len(t, got, 2)
+	require.Equal(t, []int{3, 6}, []int{got[0].step, got[1].step})
+	cfg.MaxSteps, cfg.SaveEvery, cfg.Resume = 1, 0, resumeFrom(got[1])
+	end, err := Train(context.Background(), cfg, train, test, nil)
+	require.NoError(t, err)
+	requireSameWeights(t, whole.Weights, end.Weights)
+
+	// A plan, in Run calls of 3 steps.
+	st, err := plans.ParseStrategy("dp=2", 16)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 16, Strategy: st, Optimizer: adamOpt, Seed: 5, Devices: cpuDevices(2)})
+	require.NoError(t, err)
+	trainOn := func(loop Loop, c *Checkpoint) *TrainResult {
+		r, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		defer r.Close()
+		if c != nil {
+			require.NoError(t, r.Resume(c))
+		}
+		var steps []int
+		loop.Progress = func(s StepStats) { steps = append(steps, s.Step) }
+		res, err := TrainOn(context.Background(), r, p, loop, train, test)
+		require.NoError(t, err)
+		require.Len(t, steps, res.Steps, "progress once a step")
+		require.Equal(t, res.Steps, steps[len(steps)-1])
+		return res
+	}
+	got = nil
+	whole = trainOn(Loop{Epochs: 2, MaxSteps: 7}, nil)
+	chunked := trainOn(Loop{Epochs: 2, MaxSteps: 7, SaveEvery: 3, Save: keep(&got)}, nil)
+	requireSameWeights(t, whole.Weights, chunked.Weights)
+	require.Len(t, chunked.StepTimes, 7)
+	require.Equal(t, whole.FinalLoss, chunked.FinalLoss)
+	require.Equal(t, []int{3, 6}, []int{got[0].step, got[1].step})
+	end = trainOn(Loop{Epochs: 2, MaxSteps: 1}, resumeFrom(got[1]))
+	requireSameWeights(t, whole.Weights, end.Weights)
+
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	defer r.Close()
+	_, err = TrainOn(context.Background(), r, p, Loop{Epochs: 1, MaxSteps: 4, SaveEvery: 2, Save: func(int, *Store) error { return os.ErrPermission }}, train, test)
+	require.ErrorIs(t, err, os.ErrPermission)
 }

@@ -263,7 +263,7 @@ func TestFakeGPUHostFed(t *testing.T) {
 		// The losses TrainPlan checks for divergence are the fake's fill
 		// pattern (no kernel writes them): 0xA5A5A5A5, a finite float.
 		p := compileOn(t, gpuDevices(t), "mnist-cnn", "single", 32, 0)
-		res, err := TrainPlan(context.Background(), p, 1, 5, randomDigits(320, 1), randomDigits(100, 2), nil)
+		res, err := TrainPlan(context.Background(), p, Loop{Epochs: 1, MaxSteps: 5}, randomDigits(320, 1), randomDigits(100, 2))
 		require.NoError(t, err)
 		require.Equal(t, 5, res.Steps)
 		require.Len(t, res.StepTimes, 5)

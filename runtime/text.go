@@ -97,11 +97,12 @@ func checkText(model string) (seq int, err error) {
 	return in[0], nil
 }
 
-// TrainTextOn trains language model p.Model through x on train for steps
-// steps (maxSteps > 0: at most that many, else epochs passes), then
-// evaluates the weights on evalWindows windows of test (EvaluateText).
-// TrainResult.TestLoss is the test loss in nats a byte, TestBits in bits.
-func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxSteps int, train, test *data.Text, evalWindows int, progress func(StepStats)) (*TrainResult, error) {
+// TrainTextOn trains language model p.Model through x on train for
+// loop's steps (MaxSteps > 0: at most that many, else Epochs passes),
+// then evaluates the weights on evalWindows windows of test
+// (EvaluateText). TrainResult.TestLoss is the test loss in nats a byte,
+// TestBits in bits.
+func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, train, test *data.Text, evalWindows int) (*TrainResult, error) {
 	seq, err := checkText(p.Model)
 	if err != nil {
 		return nil, err
@@ -110,7 +111,7 @@ func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, max
 	if err != nil {
 		return nil, err
 	}
-	res, store, err := trainOn(ctx, x, p, epochs, maxSteps, feed, progress)
+	res, store, err := trainOn(ctx, x, p, loop, feed)
 	if err != nil {
 		return nil, err
 	}

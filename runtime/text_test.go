@@ -78,7 +78,7 @@ func TestTrainTextOnGoSource(t *testing.T) {
 		r, err := NewPlanRunner(p)
 		require.NoError(t, err)
 		defer r.Close()
-		res, err := TrainTextOn(context.Background(), r, p, 1, steps, train, test, 64, nil)
+		res, err := TrainTextOn(context.Background(), r, p, Loop{Epochs: 1, MaxSteps: steps}, train, test, 64)
 		require.NoError(t, err)
 		return res
 	}

@@ -36,6 +36,24 @@ type TrainConfig struct {
 	// weights, optimizer state and steps) instead of the seed's weights:
 	// the run goes on as the run that wrote it would have.
 	Resume *Checkpoint
+	// SaveEvery > 0 calls Save with the weights and the steps run (a
+	// resumed run's included) every SaveEvery steps of this run, but not
+	// after the last: the result has those.
+	SaveEvery int
+	Save      func(step int, w *Store) error
+}
+
+// Loop says how long a training loop through a plan runs, what it
+// reports, and how it saves as it goes (see TrainConfig for the fields
+// of the same names).
+type Loop struct {
+	Epochs   int
+	MaxSteps int // > 0: stop after this many steps
+	Progress func(StepStats)
+	// Progress is reported step by step by a PlanRunner; by other
+	// executors, once a Run call (at the end, or every SaveEvery steps).
+	SaveEvery int
+	Save      func(step int, w *Store) error
 }
 
 // StepStats is reported after every training step.
@@ -157,6 +175,11 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 		}
 		res.Steps++
 		res.StepTimes = append(res.StepTimes, dt)
+		if cfg.SaveEvery > 0 && res.Steps%cfg.SaveEvery == 0 && res.Steps < steps {
+			if err := cfg.Save(first+res.Steps, store); err != nil {
+				return nil, err
+			}
+		}
 		epochLoss += float64(loss)
 		epochSteps++
 		if progress != nil {
@@ -275,8 +298,8 @@ func WithGEMM(p GEMMPolicy) RunnerOption { return func(r *PlanRunner) { r.GEMM =
 // TrainPlan trains through a compiled plan, executed unchanged by a
 // PlanRunner on the plan's devices, on train in shuffled epochs (the
 // batches Train would see with the plan's seed), then evaluates replica 0's
-// weights on test. maxSteps > 0 stops early; opts configure the runner.
-func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats), opts ...RunnerOption) (*TrainResult, error) {
+// weights on test. opts configure the runner.
+func TrainPlan(ctx context.Context, p *plans.Plan, loop Loop, train, test *data.Dataset, opts ...RunnerOption) (*TrainResult, error) {
 	r, err := NewPlanRunner(p)
 	if err != nil {
 		return nil, err
@@ -285,7 +308,7 @@ func TrainPlan(ctx context.Context, p *plans.Plan, epochs, maxSteps int, train, 
 	for _, o := range opts {
 		o(r)
 	}
-	return TrainOn(ctx, r, p, epochs, maxSteps, train, test, progress)
+	return TrainOn(ctx, r, p, loop, train, test)
 }
 
 // PlanExecutor runs a plan's iterations and gives back the trained
@@ -295,9 +318,8 @@ type PlanExecutor interface {
 	Store() (*Store, error)
 }
 
-// TrainOn is TrainPlan on an executor of p. Progress is reported step by
-// step by a PlanRunner; by other executors, once at the end.
-func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxSteps int, train, test *data.Dataset, progress func(StepStats)) (*TrainResult, error) {
+// TrainOn is TrainPlan on an executor of p.
+func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, train, test *data.Dataset) (*TrainResult, error) {
 	if err := checkInput(p.Model, train); err != nil {
 		return nil, err
 	}
@@ -305,7 +327,7 @@ func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxStep
 	if err != nil {
 		return nil, err
 	}
-	res, store, err := trainOn(ctx, x, p, epochs, maxSteps, feed, progress)
+	res, store, err := trainOn(ctx, x, p, loop, feed)
 	if err != nil {
 		return nil, err
 	}
@@ -322,21 +344,28 @@ type epochFeeder interface {
 	Steps() int
 }
 
-// trainOn runs epochs of feed through x (at most maxSteps steps, if > 0)
-// and returns what it measured, and the trained weights.
-func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxSteps int, feed epochFeeder, progress func(StepStats)) (*TrainResult, *Store, error) {
-	if epochs < 1 {
-		return nil, nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", epochs)
+// trainOn runs loop's steps of feed through x, in Run calls of
+// loop.SaveEvery steps with a checkpoint between (else one), and returns
+// what it measured, and the trained weights.
+func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, feed epochFeeder) (*TrainResult, *Store, error) {
+	if loop.Epochs < 1 {
+		return nil, nil, fmt.Errorf("runtime: epochs must be ≥ 1, got %d", loop.Epochs)
 	}
-	steps := epochs * feed.Steps()
-	if maxSteps > 0 {
-		steps = min(steps, maxSteps)
+	steps := loop.Epochs * feed.Steps()
+	if loop.MaxSteps > 0 {
+		steps = min(steps, loop.MaxSteps)
+	}
+	chunk := steps
+	if loop.SaveEvery > 0 {
+		chunk = loop.SaveEvery
 	}
 	last := time.Now()
+	done := 0 // steps of the Run calls before this one
 	report := func(iter int, loss float64) {
 		now := time.Now()
-		if progress != nil {
-			progress(StepStats{Step: iter + 1, Steps: steps, Epoch: iter / feed.Steps(), Loss: float32(loss), StepTime: now.Sub(last)})
+		if loop.Progress != nil {
+			iter += done
+			loop.Progress(StepStats{Step: iter + 1, Steps: steps, Epoch: iter / feed.Steps(), Loss: float32(loss), StepTime: now.Sub(last)})
 		}
 		last = now
 	}
@@ -345,30 +374,54 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, epochs, maxStep
 		r.Progress = report
 	}
 	start := time.Now()
-	run, err := x.Run(ctx, steps, feed)
-	if err != nil {
-		return nil, nil, err
-	}
-	if !stepwise {
-		report(steps-1, run.Loss[steps-1])
-	}
+	losses := make([]float64, 0, steps)
 	res := &TrainResult{Model: p.Model, Optimizer: p.Optimizer, Batch: p.Batch, Steps: steps,
-		Epochs: (steps + feed.Steps() - 1) / feed.Steps(), TrainTime: time.Since(start)}
-	res.StepTimes = run.Steps
+		Epochs: (steps + feed.Steps() - 1) / feed.Steps()}
+	for done < steps {
+		n := min(chunk, steps-done)
+		run, err := x.Run(ctx, n, feed)
+		if err != nil {
+			if done > 0 {
+				err = fmt.Errorf("%w (after %d of %d steps)", err, done, steps)
+			}
+			return nil, nil, err
+		}
+		if !stepwise {
+			report(n-1, run.Loss[n-1])
+		}
+		losses = append(losses, run.Loss...)
+		res.StepTimes = append(res.StepTimes, run.Steps...)
+		if done += n; done < steps {
+			w, err := x.Store()
+			if err == nil {
+				err = loop.Save(stepsRun(x, done), w)
+			}
+			if err != nil {
+				return nil, nil, err
+			}
+		}
+	}
+	res.TrainTime = time.Since(start)
 	lastEpoch := (steps - 1) / feed.Steps() * feed.Steps()
 	for i := lastEpoch; i < steps; i++ {
-		if l := run.Loss[i]; math.IsNaN(l) || math.IsInf(l, 0) {
+		if l := losses[i]; math.IsNaN(l) || math.IsInf(l, 0) {
 			return nil, nil, fmt.Errorf("%w at step %d: loss is %g (try a smaller learning rate)", ErrDiverged, i, l)
 		}
-		res.FinalLoss += run.Loss[i] / float64(steps-lastEpoch)
+		res.FinalLoss += losses[i] / float64(steps-lastEpoch)
 	}
 	store, err := x.Store()
 	if err != nil {
 		return nil, nil, err
 	}
-	res.Weights, res.Step = store, steps
-	if it, ok := x.(interface{ Iteration() int }); ok {
-		res.Step = it.Iteration() // a resumed run's steps too
-	}
+	res.Weights, res.Step = store, stepsRun(x, steps)
 	return res, store, nil
+}
+
+// stepsRun is the steps x's weights have taken: its iteration count if
+// it keeps one (a resumed run's steps included), else done.
+func stepsRun(x PlanExecutor, done int) int {
+	if it, ok := x.(interface{ Iteration() int }); ok {
+		return it.Iteration()
+	}
+	return done
 }

@@ -112,7 +112,7 @@ func TestTrainPlan(t *testing.T) {
 		require.NoError(t, err)
 		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 32, Strategy: st, Optimizer: opt, Seed: 3, Devices: cpuDevices(st.Devices())})
 		require.NoError(t, err)
-		got, err := TrainPlan(context.Background(), p, 1, 100, train, subset(test, 1000), nil)
+		got, err := TrainPlan(context.Background(), p, Loop{Epochs: 1, MaxSteps: 100}, train, subset(test, 1000))
 		require.NoError(t, err)
 		require.Equal(t, 100, got.Steps)
 		require.InDelta(t, want.FinalLoss, got.FinalLoss, 1e-4*want.FinalLoss, strategy)

@@ -262,7 +262,7 @@ func TestTrainResume(t *testing.T) {
 	} {
 		ckpt := filepath.Join(dir, fmt.Sprintf("run%d.safetensors", i))
 		one := trainJSON(t, append(args, "--max-steps", "5")...)
-		first := trainJSON(t, append(args, "--max-steps", "2", "--save", ckpt)...)
+		first := trainJSON(t, append(args, "--max-steps", "2", "--save", ckpt, "--save-every", "1")...)
 		require.Equal(t, 2.0, first["steps_total"])
 		second := trainJSON(t, append(args, "--max-steps", "3", "--resume", ckpt, "--save", ckpt)...)
 		require.Equal(t, 5.0, second["steps_total"], "%v", args)

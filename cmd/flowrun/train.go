@@ -48,6 +48,7 @@ type trainFlags struct {
 	gemm      string
 	procs     procFlags
 	save      string // checkpoint to write after training
+	saveEvery int    // and every so many steps
 	resume    string // checkpoint to start from
 	// checkpoint is --resume's, read by PreRunE.
 	checkpoint *runtime.Checkpoint
@@ -117,6 +118,7 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
 	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
 	f.procs.register(fl, 1)
 	fl.StringVar(&f.save, "save", "", "write a checkpoint here after training (safetensors: the weights and optimizer state, whole, and the steps run)")
+	fl.IntVar(&f.saveEvery, "save-every", 0, "with --save, also write the checkpoint every N steps (0: at the end only), so that a run that dies loses at most N steps")
 	fl.StringVar(&f.resume, "resume", "", "start from this checkpoint (from --save) instead of the seed's weights, and go on as its run would have: the same model, its seed, the next batch and Adam step")
 	fl.StringVar(&f.gemm, "gemm", "tuned", "with --device cuda: how dense layers and matrix products run, as for 'flowrun exec --gemm' (fused or unfused: no timing, so runs repeat bit for bit)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
@@ -180,6 +182,10 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--max-steps must be ≥ 0, got %d", f.maxSteps)
 	case f.procs.procs < 1:
 		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	case f.saveEvery < 0:
+		return fmt.Errorf("--save-every must be ≥ 0, got %d", f.saveEvery)
+	case f.saveEvery > 0 && f.save == "":
+		return fmt.Errorf("--save-every %d: give --save FILE, the checkpoint to write", f.saveEvery)
 	case f.procs.multi() && f.strategy == "":
 		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
 	}
@@ -245,13 +251,15 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		} else {
 			var r *runtime.PlanRunner
 			if r, err = newTrainRunner(p, f, policy); err == nil {
-				res, err = runtime.TrainOn(cmd.Context(), r, p, f.epochs, f.maxSteps, train, test, bar.step)
+				res, err = runtime.TrainOn(cmd.Context(), r, p, f.loop(bar), train, test)
 				err = errors.Join(err, r.Close())
 			}
 		}
 	} else {
+		loop := f.loop(bar)
 		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
-			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype, Resume: f.checkpoint}
+			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype, Resume: f.checkpoint,
+			SaveEvery: loop.SaveEvery, Save: loop.Save}
 		res, err = runtime.Train(cmd.Context(), cfg, train, test, bar.step)
 	}
 	bar.finish()
@@ -302,14 +310,14 @@ func runTrainText(cmd *cobra.Command, f trainFlags, opt graph.Optimizer, dtype g
 		if pr, err = newProcRunner(cmd.Context(), p, f.procs, time.Minute, feedSpec{Text: dir, Ext: f.ext, TextSum: train.Sum()}); err == nil {
 			fmt.Fprintf(os.Stderr, "training over %d processes (progress is reported at the end)\n", pr.g.World())
 			if err = pr.resume(f); err == nil {
-				res, err = runtime.TrainTextOn(cmd.Context(), pr, p, f.epochs, f.maxSteps, train, test, f.evalWins, bar.step)
+				res, err = runtime.TrainTextOn(cmd.Context(), pr, p, f.loop(bar), train, test, f.evalWins)
 			}
 			err = errors.Join(err, pr.Close())
 		}
 	} else {
 		var r *runtime.PlanRunner
 		if r, err = newTrainRunner(p, f, policy); err == nil {
-			res, err = runtime.TrainTextOn(cmd.Context(), r, p, f.epochs, f.maxSteps, train, test, f.evalWins, bar.step)
+			res, err = runtime.TrainTextOn(cmd.Context(), r, p, f.loop(bar), train, test, f.evalWins)
 			err = errors.Join(err, r.Close())
 		}
 	}
@@ -353,12 +361,39 @@ func saveCheckpoint(res *runtime.TrainResult, f trainFlags) error {
 	if f.save == "" {
 		return nil
 	}
-	c := runtime.Checkpoint{Model: f.model, Optimizer: res.Optimizer, Seed: f.seed, Step: res.Step, Weights: res.Weights}
+	return f.writeCheckpoint(res.Optimizer, res.Step, res.Weights)
+}
+
+// writeCheckpoint writes --save's checkpoint of weights w after step
+// steps.
+func (f trainFlags) writeCheckpoint(optimizer string, step int, w *runtime.Store) error {
+	c := runtime.Checkpoint{Model: f.model, Optimizer: optimizer, Seed: f.seed, Step: step, Weights: w}
 	if err := runtime.WriteCheckpoint(f.save, c); err != nil {
 		return fmt.Errorf("--save: %w", err)
 	}
-	fmt.Fprintf(os.Stderr, "wrote checkpoint %s (%d steps run)\n", f.save, res.Step)
+	fmt.Fprintf(os.Stderr, "wrote checkpoint %s (%d steps run)\n", f.save, step)
 	return nil
+}
+
+// optimizerName is the optimizer's name with its settings, as a plan and
+// a TrainResult give it.
+func (f trainFlags) optimizerName() string {
+	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum)
+	if err != nil {
+		return f.optimizer
+	}
+	return opt.Name()
+}
+
+// loop is the training loop the flags ask for, reporting to bar and
+// saving every --save-every steps.
+func (f trainFlags) loop(bar *trainProgress) runtime.Loop {
+	l := runtime.Loop{Epochs: f.epochs, MaxSteps: f.maxSteps, Progress: bar.step, SaveEvery: f.saveEvery}
+	if f.saveEvery > 0 {
+		opt := f.optimizerName()
+		l.Save = func(step int, w *runtime.Store) error { return f.writeCheckpoint(opt, step, w) }
+	}
+	return l
 }
 
 // trainProcs trains through p over several processes, each reading MNIST
@@ -377,7 +412,7 @@ func trainProcs(ctx context.Context, p *plans.Plan, f trainFlags, dir string, tr
 	if err := pr.resume(f); err != nil {
 		return nil, err
 	}
-	return runtime.TrainOn(ctx, pr, p, f.epochs, f.maxSteps, train, test, bar.step)
+	return runtime.TrainOn(ctx, pr, p, f.loop(bar), train, test)
 }
 
 // resume loads --resume's checkpoint on every rank, if there is one.
