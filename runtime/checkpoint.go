@@ -12,6 +12,7 @@ import (
 	"github.com/nlpodyssey/safetensors"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
 )
 
 // A Checkpoint is a training run's state between two steps: every
@@ -227,4 +228,24 @@ func (r *PlanRunner) Resume(c *Checkpoint) error {
 		return fmt.Errorf("%w (the checkpoint of %s, saved with %s)", err, c.Model, c.Optimizer)
 	}
 	return r.SetIteration(c.Step)
+}
+
+// CheckWeights says whether w holds every weight of model (as evaluation
+// builds it: without optimizer state), each of its shape: Evaluate would
+// otherwise initialize a missing weight from the seed, silently.
+func CheckWeights(model string, w *Store) error {
+	m, err := zoo.Build(model, zoo.Config{Batch: 1})
+	if err != nil {
+		return err
+	}
+	for _, t := range m.Graph.Params() {
+		st, ok := w.tensors[t.Name]
+		switch {
+		case !ok || !st.complete():
+			return fmt.Errorf("runtime: the weights of %s have no tensor %s", model, t.Name)
+		case !st.spec.Shape.Equal(t.Spec.Shape):
+			return fmt.Errorf("runtime: tensor %s is %v in the weights, %v in model %s", t.Name, st.spec.Shape, t.Spec.Shape, model)
+		}
+	}
+	return nil
 }

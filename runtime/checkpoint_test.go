@@ -294,3 +294,23 @@ func TestSaveEvery(t *testing.T) {
 	_, err = TrainOn(context.Background(), r, p, Loop{Epochs: 1, MaxSteps: 4, SaveEvery: 2, Save: func(int, *Store) error { return os.ErrPermission }}, train, test)
 	require.ErrorIs(t, err, os.ErrPermission)
 }
+
+// CheckWeights wants every weight of the model, of its shape, and nothing
+// of the optimizer.
+func TestCheckWeights(t *testing.T) {
+	w := NewStore(1)
+	put := func(name string, shape ...int) {
+		require.NoError(t, w.Put(Tensor{Name: name, Spec: graph.Spec{Shape: shape, DType: graph.F32}, F: make([]float32, graph.Shape(shape).NumElements())}))
+	}
+	put("fc1.weight", 256, 784)
+	put("fc1.bias", 256)
+	put("fc2.weight", 256, 256)
+	put("fc2.bias", 256)
+	put("fc3.weight", 10, 256)
+	require.ErrorContains(t, CheckWeights("mlp", w), "the weights of mlp have no tensor fc3.bias")
+	put("fc3.bias", 11)
+	require.ErrorContains(t, CheckWeights("mlp", w), "tensor fc3.bias is [11] in the weights, [10] in model mlp")
+	put("fc3.bias", 10)
+	require.NoError(t, CheckWeights("mlp", w))
+	require.ErrorContains(t, CheckWeights("nope", w), "nope")
+}

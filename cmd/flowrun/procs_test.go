@@ -267,6 +267,24 @@ func TestTrainResume(t *testing.T) {
 		second := trainJSON(t, append(args, "--max-steps", "3", "--resume", ckpt, "--save", ckpt)...)
 		require.Equal(t, 5.0, second["steps_total"], "%v", args)
 		require.Equal(t, one["test_loss"], second["test_loss"], "%v", args)
+
+		// flowrun eval scores the checkpoint as training scored its weights.
+		evalArgs := []string{ckpt}
+		if _, ok := second["test_bits_per_byte"]; ok {
+			evalArgs = append(evalArgs, "--data", filepath.Join(src, "go"), "--eval-windows", "16")
+		}
+		var err error
+		out := captureStdout(t, func() {
+			cmd := newEvalCmd()
+			cmd.SetArgs(append(evalArgs, "--json"))
+			cmd.SetErr(io.Discard)
+			err = cmd.Execute()
+		})
+		require.NoError(t, err)
+		var eval map[string]any
+		require.NoError(t, json.Unmarshal(out, &eval))
+		require.Equal(t, second["test_loss"], eval["test_loss"], "%v", args)
+		require.Equal(t, 5.0, eval["steps_total"])
 	}
 	// Over two processes (each rank loading its parts), from a checkpoint
 	// of one process: as one process goes on.
