@@ -347,8 +347,8 @@ func (f *strategyFile) stages(n *yaml.Node, add func(n *yaml.Node, key, value st
 			keys[k.Value]++
 		}
 	}
-	for k, c := range keys {
-		if c != len(stages) {
+	for _, k := range []string{"layers", "place", "devices"} {
+		if c := keys[k]; c > 0 && c != len(stages) {
 			return f.errAt(n, "stages", "%s given for %d of %d stages: give it for every stage or for none", k, c, len(stages))
 		}
 	}
