@@ -8,6 +8,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/flowkit/flowkit/internal/yamlnode"
 )
 
 // A strategy file is the strategy grammar (ParseStrategy) written as YAML,
@@ -105,7 +107,7 @@ func strategyFileString(name string, data []byte) (string, error) {
 	f := &strategyFile{name: name}
 	top := doc.Content[0]
 	if top.Kind != yaml.MappingNode {
-		return "", f.errAt(top, "strategy", "want a mapping of strategy keys (dp: 2, pp: 2, …), got %s", kindName(top))
+		return "", f.errAt(top, "strategy", "want a mapping of strategy keys (dp: 2, pp: 2, …), got %s", yamlnode.Describe(top))
 	}
 	var parts []string
 	var staged stageDevices
@@ -187,23 +189,11 @@ func (f *strategyFile) errAt(n *yaml.Node, field, format string, args ...any) er
 	return &StrategyFileError{File: f.name, Line: n.Line, Field: field, Err: fmt.Errorf(format, args...)}
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.AliasNode:
-		return "an alias"
-	}
-	return fmt.Sprintf("%q", n.Value)
-}
-
 // scalar returns a plain scalar's text; aliases, lists and mappings are
 // refused.
 func (f *strategyFile) scalar(n *yaml.Node, field, want string) (string, error) {
 	if n.Kind != yaml.ScalarNode {
-		return "", f.errAt(n, field, "want %s, got %s", want, kindName(n))
+		return "", f.errAt(n, field, "want %s, got %s", want, yamlnode.Describe(n))
 	}
 	return strings.TrimSpace(n.Value), nil
 }
@@ -264,7 +254,7 @@ func (f *strategyFile) countsOr(n *yaml.Node, field, sep string, ok func(string)
 		return f.integer(n, field)
 	}
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		return "", f.errAt(n, field, "want a count or a list of counts, got %s", kindName(n))
+		return "", f.errAt(n, field, "want a count or a list of counts, got %s", yamlnode.Describe(n))
 	}
 	items := make([]string, len(n.Content))
 	for i, c := range n.Content {
@@ -283,7 +273,7 @@ func (f *strategyFile) words(n *yaml.Node, field, sep string) (string, error) {
 		return f.word(n, field)
 	}
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		return "", f.errAt(n, field, "want a list of names, got %s", kindName(n))
+		return "", f.errAt(n, field, "want a list of names, got %s", yamlnode.Describe(n))
 	}
 	items := make([]string, len(n.Content))
 	for i, c := range n.Content {
@@ -305,7 +295,7 @@ func (f *strategyFile) words(n *yaml.Node, field, sep string) (string, error) {
 // known.
 func (f *strategyFile) stages(n *yaml.Node, add func(n *yaml.Node, key, value string) error, devices *stageDevices) error {
 	if n.Kind != yaml.SequenceNode || len(n.Content) == 0 {
-		return f.errAt(n, "stages", "want a list of stages (each with layers, place or devices), got %s", kindName(n))
+		return f.errAt(n, "stages", "want a list of stages (each with layers, place or devices), got %s", yamlnode.Describe(n))
 	}
 	type stage struct {
 		layers, place string
@@ -316,7 +306,7 @@ func (f *strategyFile) stages(n *yaml.Node, add func(n *yaml.Node, key, value st
 	for s, sn := range n.Content {
 		field := fmt.Sprintf("stages[%d]", s)
 		if sn.Kind != yaml.MappingNode {
-			return f.errAt(sn, field, "want a mapping (layers, place, devices), got %s", kindName(sn))
+			return f.errAt(sn, field, "want a mapping (layers, place, devices), got %s", yamlnode.Describe(sn))
 		}
 		given := map[string]bool{}
 		for i := 0; i+1 < len(sn.Content); i += 2 {

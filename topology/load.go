@@ -13,6 +13,8 @@ import (
 
 	"go.yaml.in/yaml/v3"
 
+	"github.com/flowkit/flowkit/internal/yamlnode"
+
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -83,23 +85,11 @@ func deref(n *yaml.Node) *yaml.Node {
 	return n
 }
 
-func kindName(n *yaml.Node) string {
-	switch n.Kind {
-	case yaml.MappingNode:
-		return "a mapping"
-	case yaml.SequenceNode:
-		return "a list"
-	case yaml.ScalarNode:
-		return fmt.Sprintf("%q", n.Value)
-	}
-	return "something else"
-}
-
 // fields decodes a mapping, rejecting unknown and repeated keys.
 func (d *yamlDecoder) fields(n *yaml.Node, path string, allowed ...string) (map[string]*yaml.Node, error) {
 	n = deref(n)
 	if n == nil || n.Kind != yaml.MappingNode {
-		return nil, d.invalid(n, path, "want a mapping with fields %s, got %s", strings.Join(allowed, ", "), kindName(n))
+		return nil, d.invalid(n, path, "want a mapping with fields %s, got %s", strings.Join(allowed, ", "), yamlnode.Describe(n))
 	}
 	m := make(map[string]*yaml.Node)
 	for i := 0; i+1 < len(n.Content); i += 2 {
@@ -117,14 +107,14 @@ func (d *yamlDecoder) fields(n *yaml.Node, path string, allowed ...string) (map[
 
 func (d *yamlDecoder) scalar(n *yaml.Node, path string) (string, error) {
 	if n == nil || n.Kind != yaml.ScalarNode || n.Tag == "!!null" {
-		return "", d.invalid(n, path, "want a value, got %s", kindName(n))
+		return "", d.invalid(n, path, "want a value, got %s", yamlnode.Describe(n))
 	}
 	return n.Value, nil
 }
 
 func (d *yamlDecoder) list(n *yaml.Node, path string) ([]*yaml.Node, error) {
 	if n.Kind != yaml.SequenceNode {
-		return nil, d.invalid(n, path, "want a list, got %s", kindName(n))
+		return nil, d.invalid(n, path, "want a list, got %s", yamlnode.Describe(n))
 	}
 	out := make([]*yaml.Node, len(n.Content))
 	for i, c := range n.Content {
