@@ -59,11 +59,7 @@ func runEval(path string, f evalFlags) error {
 	out := map[string]any{"checkpoint": path, "model": c.Model, "optimizer": c.Optimizer, "seed": c.Seed, "steps_total": c.Step}
 	dev := runtime.NewCPU(f.workers)
 	if zoo.IsLanguageModel(c.Model) {
-		dir, err := data.LocateText(f.dataDir)
-		if err != nil {
-			return err
-		}
-		train, test, err := data.LoadText(dir, f.ext, textMaxFile)
+		dir, train, test, err := loadText(f.dataDir, f.ext)
 		if err != nil {
 			return err
 		}

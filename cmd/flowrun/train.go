@@ -204,6 +204,16 @@ func (f trainFlags) validate() error {
 	return nil
 }
 
+// loadText locates a language model's text (--data) and splits it, as
+// flowrun train and eval read it.
+func loadText(dataDir, ext string) (dir string, train, test *data.Text, err error) {
+	if dir, err = data.LocateText(dataDir); err != nil {
+		return "", nil, nil, err
+	}
+	train, test, err = data.LoadText(dir, ext, textMaxFile)
+	return dir, train, test, err
+}
+
 // textMaxFile is the largest text file a language model trains on: larger
 // ones are generated tables, not the language.
 const textMaxFile = 1 << 20
@@ -287,11 +297,7 @@ func runTrainText(cmd *cobra.Command, f trainFlags, opt graph.Optimizer, dtype g
 	if f.maxSteps == 0 {
 		f.maxSteps = defaultTextSteps
 	}
-	dir, err := data.LocateText(f.dataDir)
-	if err != nil {
-		return err
-	}
-	train, test, err := data.LoadText(dir, f.ext, textMaxFile)
+	dir, train, test, err := loadText(f.dataDir, f.ext)
 	if err != nil {
 		return err
 	}
