@@ -1,11 +1,14 @@
 package runtime
 
 import (
+	"context"
 	"math/rand/v2"
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 )
 
 // benchTrainStep times one training iteration (forward, backward, SGD with
@@ -49,3 +52,50 @@ func BenchmarkTrainStep_MNISTCNN_B64_1Worker(b *testing.B) {
 	benchTrainStep(b, "mnist-cnn", 64, 1)
 }
 func BenchmarkTrainStep_MLP_B64(b *testing.B) { benchTrainStep(b, "mlp", 64, 0) }
+
+// benchTrainPlanStep times one training iteration of model through a
+// single-device plan on the local cluster (all cores one device), as
+// flowrun train runs it, with Adam.
+func benchTrainPlanStep(b *testing.B, model string, batch int) {
+	cluster, err := topology.Resolve("local")
+	if err != nil {
+		b.Fatal(err)
+	}
+	st, err := plans.ParseStrategy("single", batch)
+	if err != nil {
+		b.Fatal(err)
+	}
+	devs, err := plans.DevicesFor(cluster, st, false)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 1,
+		Optimizer: graph.Adam{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Cluster: cluster.Name, Devices: devs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	r, err := NewPlanRunner(p)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer r.Close()
+	var flops float64
+	for _, t := range p.Tasks {
+		flops += float64(t.FLOPs)
+	}
+	classes, _ := zoo.Classes(model)
+	feed := NewSyntheticFeeder(p.Images, classes, batch, 9)
+	for b.Loop() {
+		if _, err := r.Run(context.Background(), 1, feed); err != nil {
+			b.Fatal(err)
+		}
+	}
+	sec := b.Elapsed().Seconds() / float64(b.N)
+	b.ReportMetric(sec*1e3, "ms/step")
+	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
+}
+
+// The language model of results/text-gpt-cpu.
+func BenchmarkTrainStep_GPTText_B16(b *testing.B) {
+	benchTrainPlanStep(b, "gpt:layers=4,hidden=128,heads=4,seq=128,vocab=256", 16)
+}

@@ -55,3 +55,22 @@ func BenchmarkSgemm_MNISTFC1Fwd(b *testing.B) {
 func BenchmarkSgemm_MNISTFC1DGrad(b *testing.B) {
 	benchSgemm(b, NewPool(0), false, false, 64, 3136, 128)
 }
+
+// The byte-level GPT of results/text-gpt-cpu (hidden 128, 4 heads, seq
+// 128, batch 16: 2048 rows): the weight gradients dW = dYᵀ·X, whose A is
+// transposed.
+
+// BenchmarkSgemm_GPTQKVWGrad: dW [384, 128] of the fused q/k/v projection.
+func BenchmarkSgemm_GPTQKVWGrad(b *testing.B) {
+	benchSgemm(b, NewPool(0), true, false, 384, 128, 2048)
+}
+
+// BenchmarkSgemm_GPTFC2WGrad: dW [128, 512] of the MLP's second layer.
+func BenchmarkSgemm_GPTFC2WGrad(b *testing.B) {
+	benchSgemm(b, NewPool(0), true, false, 128, 512, 2048)
+}
+
+// BenchmarkSgemm_GPTFC1Fwd: Y = X·Wᵀ of the MLP's first layer.
+func BenchmarkSgemm_GPTFC1Fwd(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, true, 2048, 512, 128)
+}
