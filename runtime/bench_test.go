@@ -1,9 +1,15 @@
 package runtime
 
 import (
+	"cmp"
 	"context"
+	"maps"
+	"os"
 	"math/rand/v2"
+	"slices"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
@@ -85,14 +91,44 @@ func benchTrainPlanStep(b *testing.B, model string, batch int) {
 	}
 	classes, _ := zoo.Classes(model)
 	feed := NewSyntheticFeeder(p.Images, classes, batch, 9)
+	byOp := map[string]time.Duration{}
+	cpu0 := cpuTime(b)
 	for b.Loop() {
-		if _, err := r.Run(context.Background(), 1, feed); err != nil {
+		res, err := r.Run(context.Background(), 1, feed)
+		if err != nil {
 			b.Fatal(err)
 		}
+		for _, e := range res.Trace.Events {
+			t := res.Trace.Tasks[e.Task]
+			byOp[t.Phase+" "+t.Op] += e.Dur()
+			if os.Getenv("KEYS") != "" && (t.Op == "matmul" || t.Op == "dense_grad" || t.Op == "dense") {
+				byOp[p.Tasks[e.Task].Key] += e.Dur()
+			}
+		}
 	}
+	cpuSec := (cpuTime(b) - cpu0).Seconds() / float64(b.N)
 	sec := b.Elapsed().Seconds() / float64(b.N)
+	if testing.Verbose() {
+		// Where a step's time goes, by phase and op (-test.v).
+		ops := slices.SortedFunc(maps.Keys(byOp), func(x, y string) int { return cmp.Compare(byOp[y], byOp[x]) })
+		for _, op := range ops {
+			b.Logf("%-30s %7.2f ms/step", op, byOp[op].Seconds()*1e3/float64(b.N))
+		}
+	}
 	b.ReportMetric(sec*1e3, "ms/step")
 	b.ReportMetric(flops/sec/1e9, "GFLOP/s")
+	// The process's CPU time a step: the work, less sensitive than the
+	// wall time to other jobs on a shared machine.
+	b.ReportMetric(cpuSec*1e3, "cpu-ms/step")
+}
+
+// cpuTime returns the CPU time the process has used, user and system.
+func cpuTime(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		b.Fatal(err)
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
 // The language model of results/text-gpt-cpu.

@@ -74,3 +74,18 @@ func BenchmarkSgemm_GPTFC2WGrad(b *testing.B) {
 func BenchmarkSgemm_GPTFC1Fwd(b *testing.B) {
 	benchSgemm(b, NewPool(0), false, true, 2048, 512, 128)
 }
+
+// BenchmarkSgemm_GPTProjFwd: Y = X·Wᵀ of the attention's output projection.
+func BenchmarkSgemm_GPTProjFwd(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, true, 2048, 128, 128)
+}
+
+// BenchmarkSgemm_GPTFC2DGrad: dX = dY·W of the MLP's second layer.
+func BenchmarkSgemm_GPTFC2DGrad(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, false, 2048, 512, 128)
+}
+
+// BenchmarkSgemm_GPTFC1DGrad: dX = dY·W of the MLP's first layer.
+func BenchmarkSgemm_GPTFC1DGrad(b *testing.B) {
+	benchSgemm(b, NewPool(0), false, false, 2048, 128, 512)
+}
