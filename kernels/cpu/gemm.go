@@ -273,7 +273,7 @@ func (g *gemmArgs) packA(buf *gemmBuffers, dst []float32, ic, mc, pc, kc int) {
 // packTransA packs op(A) = Aᵀ for packA: dst gets the mc columns of the kc
 // rows of src (row stride ld) as gemmMR-column micro-panels, each stored
 // row by row, the last padded by zero columns. It walks src a row at a
-// time, contiguously, and copies element by element: a copy() of six
+// time, contiguously, and copies word by word: a copy() of six
 // floats is a call to memmove, which cost more than the multiplications of
 // a weight gradient's thin panels.
 func packTransA(src []float32, ld, kc, mc int, dst []float32) {
@@ -281,9 +281,10 @@ func packTransA(src []float32, ld, kc, mc int, dst []float32) {
 	for p := range kc {
 		row := src[p*ld : p*ld+mc]
 		for ir := 0; ir < full; ir += gemmMR {
-			o := (*[gemmMR]float32)(dst[ir*kc+p*gemmMR:])
-			s := (*[gemmMR]float32)(row[ir:])
-			o[0], o[1], o[2], o[3], o[4], o[5] = s[0], s[1], s[2], s[3], s[4], s[5]
+			// Six floats as three 8-byte words.
+			o := (*[gemmMR / 2]uint64)(unsafe.Pointer((*[gemmMR]float32)(dst[ir*kc+p*gemmMR:])))
+			s := (*[gemmMR / 2]uint64)(unsafe.Pointer((*[gemmMR]float32)(row[ir:])))
+			o[0], o[1], o[2] = s[0], s[1], s[2]
 		}
 		if full < mc {
 			o := (*[gemmMR]float32)(dst[full*kc+p*gemmMR:])

@@ -167,3 +167,14 @@ func BenchmarkSoftmaxCE_GPTText(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkBiasGrad_GPTText: the bias gradient of the MLP's first layer.
+func BenchmarkBiasGrad_GPTText(b *testing.B) {
+	const rows, cols = 2048, 512
+	p := NewPool(0)
+	dy := randSlice(newRNG(1), rows*cols)
+	db := make([]float32, cols)
+	for b.Loop() {
+		BiasGrad(p, dy, db, rows, cols, 1)
+	}
+}
