@@ -105,15 +105,19 @@ func benchAttention(b *testing.B, batch, seq, heads, hid int) {
 	dqkv := make([]float32, len(qkv))
 	flops := 2 * float64(batch*seq*seq*hid)
 	b.Run("Forward", func(b *testing.B) {
+		c0 := cpuTime(b)
 		for b.Loop() {
 			AttentionForward(p, qkv, out, probs, batch, seq, heads, heads, hid, true)
 		}
+		reportCPU(b, c0)
 		b.ReportMetric(2*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
 	b.Run("Backward", func(b *testing.B) {
+		c0 := cpuTime(b)
 		for b.Loop() {
 			AttentionBackward(p, qkv, probs, dout, dqkv, batch, seq, heads, heads, hid, true)
 		}
+		reportCPU(b, c0)
 		b.ReportMetric(4*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
 }
@@ -131,14 +135,18 @@ func benchBiasGELU(b *testing.B, rows, cols int) {
 	}
 	y := make([]float32, rows*cols)
 	b.Run("Forward", func(b *testing.B) {
+		c0 := cpuTime(b)
 		for b.Loop() {
 			BiasAct(p, ActGELU, x, bias, y, rows, cols, 1)
 		}
+		reportCPU(b, c0)
 	})
 	b.Run("Backward", func(b *testing.B) {
+		c0 := cpuTime(b)
 		for b.Loop() {
 			BiasActBackward(p, ActGELU, x, bias, dy, y, rows, cols, 1)
 		}
+		reportCPU(b, c0)
 	})
 }
 
@@ -153,18 +161,22 @@ func BenchmarkSoftmaxCE_GPTText(b *testing.B) {
 	labels := randLabels(2, rows, cols)
 	dlogits := make([]float32, rows*cols)
 	b.Run("Forward", func(b *testing.B) {
+		c0 := cpuTime(b)
 		for b.Loop() {
 			if _, err := SoftmaxCrossEntropy(p, logits, labels, rows, cols); err != nil {
 				b.Fatal(err)
 			}
 		}
+		reportCPU(b, c0)
 	})
 	b.Run("Backward", func(b *testing.B) {
+		c0 := cpuTime(b)
 		for b.Loop() {
 			if err := SoftmaxCrossEntropyBackward(p, logits, labels, 1, dlogits, rows, cols); err != nil {
 				b.Fatal(err)
 			}
 		}
+		reportCPU(b, c0)
 	})
 }
 
@@ -174,7 +186,9 @@ func BenchmarkBiasGrad_GPTText(b *testing.B) {
 	p := NewPool(0)
 	dy := randSlice(newRNG(1), rows*cols)
 	db := make([]float32, cols)
+	c0 := cpuTime(b)
 	for b.Loop() {
 		BiasGrad(p, dy, db, rows, cols, 1)
 	}
+	reportCPU(b, c0)
 }
