@@ -159,7 +159,8 @@ func geluGradInto(x, dy, dx []float32) {
 	}
 }
 
-// geluBlock is the elements of the stack blocks of geluGradInto.
+// geluBlock is the elements of the stack blocks of geluGradInto and
+// geluGradBias.
 const geluBlock = 256
 
 // geluGrad64 sets dx = geluGrad(t, dy) for t already in float64, with the
