@@ -190,3 +190,75 @@ func TestAttentionPanicsOnBadCall(t *testing.T) {
 		t.Run(name, func(t *testing.T) { mustPanicShape(t, f) })
 	}
 }
+
+// attentionGradRef returns the gradient of attention's out with respect to
+// qkv given dout, by the formulas AttentionBackward documents, in float64
+// from attentionRef's probabilities.
+func attentionGradRef(qkv, dout []float64, s attnShape) []float64 {
+	_, probs := attentionRef(qkv, s)
+	d := s.hid / s.heads
+	ld, kw, group := s.width(), s.kvHeads()*d, s.heads/s.kvHeads()
+	scale := 1 / math.Sqrt(float64(d))
+	dqkv := make([]float64, len(qkv))
+	for b := range s.batch {
+		for h := range s.heads {
+			row := func(i int) int { return (b*s.seq + i) * ld }
+			q, k, v := h*d, s.hid+h/group*d, s.hid+kw+h/group*d
+			do := func(i, c int) float64 { return dout[(b*s.seq+i)*s.hid+h*d+c] }
+			pr := probs[(b*s.heads+h)*s.seq*s.seq:]
+			for i := range s.seq {
+				dp := make([]float64, s.seq)
+				var dot float64
+				for j := range s.seq {
+					for c := range d {
+						dp[j] += do(i, c) * qkv[row(j)+v+c]
+					}
+					dot += dp[j] * pr[i*s.seq+j]
+				}
+				for j := range s.seq {
+					p := pr[i*s.seq+j]
+					ds := p * (dp[j] - dot) * scale
+					for c := range d {
+						dqkv[row(j)+v+c] += p * do(i, c)
+						dqkv[row(i)+q+c] += ds * qkv[row(j)+k+c]
+						dqkv[row(j)+k+c] += ds * qkv[row(i)+q+c]
+					}
+				}
+			}
+		}
+	}
+	return dqkv
+}
+
+// Causal attention's products run on blocks of attnBlock rows that skip the
+// zeros above the diagonal: sequences shorter than a block, of one block,
+// just over, over two and over several, against float64 references
+// forward and backward, on every test pool.
+func TestAttentionCausalBlocks(t *testing.T) {
+	for i, s := range []attnShape{
+		{1, 1, 1, 6, true, 0},
+		{2, attnBlock - 1, 1, 6, true, 0},
+		{1, attnBlock, 2, 8, true, 0},
+		{1, attnBlock + 1, 3, 9, true, 0},
+		{2, 2*attnBlock + 1, 2, 12, true, 1},
+		{1, 3*attnBlock + 17, 4, 16, true, 2},
+		{1, 2*attnBlock + 1, 2, 12, false, 0},
+	} {
+		qkv := scaledQKV(uint64(i)+40, s)
+		dout := randSlice(newRNG(uint64(i)+41), s.batch*s.seq*s.hid)
+		wantOut, wantProbs := attentionRef(to64(qkv), s)
+		wantGrad := attentionGradRef(to64(qkv), to64(dout), s)
+		for _, tp := range testPools {
+			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
+				out := randSlice(newRNG(99), len(wantOut)) // garbage to overwrite
+				probs := randSlice(newRNG(98), len(wantProbs))
+				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+				checkClose(t, "out", out, wantOut, fwdTol)
+				checkClose(t, "probs", probs, wantProbs, fwdTol)
+				dqkv := randSlice(newRNG(97), len(qkv))
+				AttentionBackward(tp.p, qkv, probs, dout, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+				checkClose(t, "dqkv", dqkv, wantGrad, fwdTol)
+			})
+		}
+	}
+}

@@ -63,8 +63,9 @@ func BiasAct(p *Pool, act Activation, x, b, y []float32, outer, c, inner int) {
 					}
 				} else {
 					for j := range yr {
-						yr[j] = gelu(xr[j] + b[j])
+						yr[j] = xr[j] + b[j]
 					}
+					geluInto(yr, yr)
 				}
 			}
 		})
@@ -81,8 +82,9 @@ func BiasAct(p *Pool, act Activation, x, b, y []float32, outer, c, inner int) {
 				}
 			} else {
 				for i := range yr {
-					yr[i] = gelu(xr[i] + bj)
+					yr[i] = xr[i] + bj
 				}
+				geluInto(yr, yr)
 			}
 		}
 	})
@@ -108,9 +110,7 @@ func BiasActBackward(p *Pool, act Activation, x, b, dy, dx []float32, outer, c, 
 						dxr[j] = reluGrad(xr[j]+b[j], dyr[j])
 					}
 				} else {
-					for j := range dxr {
-						dxr[j] = geluGrad(xr[j]+b[j], dyr[j])
-					}
+					geluGradBias(xr, b, dyr, dxr)
 				}
 			}
 		})
@@ -126,10 +126,29 @@ func BiasActBackward(p *Pool, act Activation, x, b, dy, dx []float32, outer, c, 
 					dxr[i] = reluGrad(xr[i]+bj, dyr[i])
 				}
 			} else {
-				for i := range dxr {
-					dxr[i] = geluGrad(xr[i]+bj, dyr[i])
-				}
+				geluGradBias(xr, []float32{bj}, dyr, dxr)
 			}
 		}
 	})
+}
+
+// geluGradBias sets dx = geluGrad(x + b, dy), with b as long as x or of one
+// element for all, x + b rounded to float32 as BiasAct rounds it; dx may
+// alias dy.
+func geluGradBias(x, b, dy, dx []float32) {
+	var z [geluBlock]float64
+	for lo := 0; lo < len(x); lo += geluBlock {
+		n := min(geluBlock, len(x)-lo)
+		zc := z[:n]
+		if len(b) == 1 {
+			for k, v := range x[lo : lo+n] {
+				zc[k] = float64(v + b[0])
+			}
+		} else {
+			for k, v := range x[lo : lo+n] {
+				zc[k] = float64(v + b[lo+k])
+			}
+		}
+		geluGrad64(zc, dy[lo:lo+n], dx[lo:lo+n])
+	}
 }

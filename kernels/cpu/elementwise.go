@@ -101,11 +101,7 @@ func ReLUBackward(p *Pool, x, dy, dx []float32) {
 func GELU(p *Pool, x, y []float32) {
 	checkLen("GELU", "y", len(y), len(x))
 	p.For(len(x), grainElems/8, func(lo, hi int) {
-		x, y := x[lo:hi], y[lo:hi]
-		y = y[:len(x)]
-		for i, v := range x {
-			y[i] = gelu(v)
-		}
+		geluInto(x[lo:hi], y[lo:hi])
 	})
 }
 
@@ -116,16 +112,29 @@ func gelu(v float32) float32 {
 	return float32(t * normalCDFAt(t))
 }
 
+// geluInto sets y = gelu(x), element by element; y may alias x. The
+// lookup in the table is inlined for the values inside it: a call of
+// normalCDFAt an element, which the compiler does not inline, cost as much
+// as the arithmetic.
+func geluInto(x, y []float32) {
+	y = y[:len(x)]
+	for i, v := range x {
+		t := float64(v)
+		k, u, ok := normalStep(t)
+		if !ok {
+			y[i] = gelu(v)
+			continue
+		}
+		y[i] = float32(t * horner(&normalCDF[k], u))
+	}
+}
+
 // GELUBackward sets dx = dy·(Φ(x) + x·φ(x)), the derivative of GELU.
 func GELUBackward(p *Pool, x, dy, dx []float32) {
 	checkLen("GELUBackward", "dy", len(dy), len(x))
 	checkLen("GELUBackward", "dx", len(dx), len(x))
 	p.For(len(x), grainElems/8, func(lo, hi int) {
-		x, dy, dx := x[lo:hi], dy[lo:hi], dx[lo:hi]
-		dy, dx = dy[:len(x)], dx[:len(x)]
-		for i, v := range x {
-			dx[i] = geluGrad(v, dy[i])
-		}
+		geluGradInto(x[lo:hi], dy[lo:hi], dx[lo:hi])
 	})
 }
 
@@ -135,6 +144,42 @@ func geluGrad(v, dy float32) float32 {
 	t := float64(v)
 	cdf, pdf := normal(t)
 	return float32(float64(dy) * (cdf + t*pdf))
+}
+
+// geluGradInto sets dx = geluGrad(x, dy), element by element; dx may alias
+// dy. It converts x to float64 a block at a time for geluGrad64.
+func geluGradInto(x, dy, dx []float32) {
+	var t [geluBlock]float64
+	for lo := 0; lo < len(x); lo += geluBlock {
+		n := min(geluBlock, len(x)-lo)
+		for k, v := range x[lo : lo+n] {
+			t[k] = float64(v)
+		}
+		geluGrad64(t[:n], dy[lo:lo+n], dx[lo:lo+n])
+	}
+}
+
+// geluBlock is the elements of the stack blocks of geluGradInto and
+// geluGradBias.
+const geluBlock = 256
+
+// geluGrad64 sets dx = geluGrad(t, dy) for t already in float64, with the
+// lookup in the table inlined as geluInto does. Its input comes in float64
+// because the conversion from float32 in the loop (CVTSS2SD) merges into
+// the register the compiler last gave the previous element's result: a
+// false dependence that made every element wait for the one before (half
+// the speed).
+func geluGrad64(t []float64, dy, dx []float32) {
+	dy, dx = dy[:len(t)], dx[:len(t)]
+	for i, v := range t {
+		k, u, ok := normalStep(v)
+		if !ok {
+			dx[i] = geluGrad(float32(v), dy[i])
+			continue
+		}
+		cdf, pdf := horner(&normalCDF[k], u), horner(&normalPDF[k], u)
+		dx[i] = float32(float64(dy[i]) * (cdf + v*pdf))
+	}
 }
 
 // Add sets y = a + b.

@@ -99,16 +99,20 @@ func sgemm(p *Pool, impl gemmImpl, transA, transB bool, m, n, k int, alpha float
 }
 
 // gemmGrid splits the tiles of an m×n C among at most w workers as a wm×wn
-// grid that minimizes the tiles of the busiest worker, preferring to split
-// columns: each worker then packs its own part of B, the larger operand in
-// the skinny products of training.
+// grid that minimizes the tiles of the busiest worker. Between grids as
+// good it splits the longer side of C: each worker packs its own part of
+// the larger operand (B when C is wider than tall, A when taller) and all
+// of the smaller. A weight gradient dW = dYᵀ·X of a layer widening its
+// input, or the forward pass's 2048×384 projection, would otherwise have
+// every worker pack all of the larger one.
 func gemmGrid(w, m, n int) (wm, wn int) {
 	tm, tn := gemmBlocks(m, gemmMR), gemmBlocks(n, gemmNR)
 	wm, wn = 1, 1
 	best := tm * tn
 	for cm := 1; cm <= min(w, tm); cm++ {
 		cn := min(w/cm, tn)
-		if cost := gemmBlocks(tm, cm) * gemmBlocks(tn, cn); cost < best || cost == best && cm*cn < wm*wn {
+		cost := gemmBlocks(tm, cm) * gemmBlocks(tn, cn)
+		if cost < best || cost == best && (cm*cn < wm*wn || cm*cn == wm*wn && m > n) {
 			best, wm, wn = cost, cm, cn
 		}
 	}
@@ -242,24 +246,15 @@ func (g *gemmArgs) edgeTile(buf *gemmBuffers, ap, bp []float32, off, kc, mr, nr 
 // packA copies op(A)[ic:ic+mc, pc:pc+kc] into dst as gemmMR-row micro-panels,
 // each stored column by column, with the last one padded by zero rows.
 func (g *gemmArgs) packA(buf *gemmBuffers, dst []float32, ic, mc, pc, kc int) {
+	if g.transA {
+		packTransA(g.a[pc*g.lda+ic:], g.lda, kc, mc, dst)
+		return
+	}
 	for ir := 0; ir < mc; ir += gemmMR {
 		mr := min(gemmMR, mc-ir)
 		out := dst[ir*kc : (ir+gemmMR)*kc]
 		i := ic + ir
 		switch {
-		case g.transA:
-			// op(A)[i+r, p] = A[p, i+r]: each step is a short contiguous run.
-			if mr < gemmMR {
-				clear(out)
-			}
-			for p := range kc {
-				src := g.a[(pc+p)*g.lda+i:]
-				if mr == gemmMR {
-					*(*[gemmMR]float32)(out[p*gemmMR:]) = *(*[gemmMR]float32)(src)
-				} else {
-					copy(out[p*gemmMR:p*gemmMR+mr], src[:mr])
-				}
-			}
 		case mr == gemmMR:
 			g.packRows(gemmMR, kc, g.a[i*g.lda+pc:], g.lda, out)
 		default:
@@ -271,6 +266,30 @@ func (g *gemmArgs) packA(buf *gemmBuffers, dst []float32, ic, mc, pc, kc int) {
 			}
 			clear(pad[mr*kc:])
 			g.packRows(gemmMR, kc, pad, kc, out)
+		}
+	}
+}
+
+// packTransA packs op(A) = Aᵀ for packA: dst gets the mc columns of the kc
+// rows of src (row stride ld) as gemmMR-column micro-panels, each stored
+// row by row, the last padded by zero columns. It walks src a row at a
+// time, contiguously, and copies word by word: a copy() of six
+// floats is a call to memmove, which cost more than the multiplications of
+// a weight gradient's thin panels.
+func packTransA(src []float32, ld, kc, mc int, dst []float32) {
+	full := mc / gemmMR * gemmMR
+	for p := range kc {
+		row := src[p*ld : p*ld+mc]
+		for ir := 0; ir < full; ir += gemmMR {
+			// Six floats as three 8-byte words.
+			o := (*[gemmMR / 2]uint64)(unsafe.Pointer((*[gemmMR]float32)(dst[ir*kc+p*gemmMR:])))
+			s := (*[gemmMR / 2]uint64)(unsafe.Pointer((*[gemmMR]float32)(row[ir:])))
+			o[0], o[1], o[2] = s[0], s[1], s[2]
+		}
+		if full < mc {
+			o := (*[gemmMR]float32)(dst[full*kc+p*gemmMR:])
+			*o = [gemmMR]float32{}
+			copy(o[:], row[full:])
 		}
 	}
 }

@@ -243,3 +243,39 @@ func TestGemmPanics(t *testing.T) {
 		})
 	}
 }
+
+// Between grids that load the busiest worker equally, gemmGrid splits the
+// longer side of C; and the products it splits so, with transposed A's
+// partial micro-panels, match the float64 reference on two workers.
+func TestGemmSplitsLongerSide(t *testing.T) {
+	for _, tt := range []struct{ w, m, n, wantM, wantN int }{
+		{2, 2048, 384, 2, 1}, // the text GPT's q/k/v projection
+		{2, 384, 2048, 1, 2},
+		{2, 384, 128, 2, 1}, // its weight gradient dW = dYᵀ·X
+		{2, 128, 512, 1, 2},
+		{2, 96, 96, 1, 2}, // square: columns, as before
+	} {
+		if gm, gn := gemmGrid(tt.w, tt.m, tt.n); gm != tt.wantM || gn != tt.wantN {
+			t.Errorf("gemmGrid(%d, %d, %d): got %d×%d, want %d×%d", tt.w, tt.m, tt.n, gm, gn, tt.wantM, tt.wantN)
+		}
+	}
+	pool := NewPool(2)
+	for i, s := range []struct{ m, n, k int }{
+		{383, 113, 2051}, // 64×8 tiles: rows split 32/32, the last panel 5 rows
+		{385, 97, 1031},  // 65×7 tiles: rows split 33/32, the last panel 1 row
+		{17, 3, 65 << 11},
+	} {
+		if wm, _ := gemmGrid(2, s.m, s.n); s.m*s.n*s.k >= 2*gemmWorkerMin && wm != 2 {
+			t.Fatalf("%dx%dx%d: got %d row blocks, want 2", s.m, s.n, s.k, wm)
+		}
+		for _, tr := range [][2]bool{{true, false}, {false, false}, {true, true}} {
+			tc := gemmCase{transA: tr[0], transB: tr[1], m: s.m, n: s.n, k: s.k, padA: 3, padB: 1, padC: 2, alpha: 1, beta: 0.5}
+			t.Run(tc.String(), func(t *testing.T) {
+				in := newGemmInputs(tc, uint64(i)+50)
+				for _, impl := range gemmImpls {
+					checkGemm(t, pool, impl, tc, in)
+				}
+			})
+		}
+	}
+}

@@ -91,3 +91,104 @@ func BenchmarkSoftmaxCE_64x10(b *testing.B) {
 		}
 	})
 }
+
+// benchAttention times causal attention forward and backward over the
+// heads of batch sequences and reports GFLOP/s (QKᵀ and PV forward, four
+// products backward, all the dense count).
+func benchAttention(b *testing.B, batch, seq, heads, hid int) {
+	p := NewPool(0)
+	rng := newRNG(1)
+	qkv := randSlice(rng, batch*seq*3*hid)
+	dout := randSlice(rng, batch*seq*hid)
+	out := make([]float32, batch*seq*hid)
+	probs := make([]float32, batch*heads*seq*seq)
+	dqkv := make([]float32, len(qkv))
+	flops := 2 * float64(batch*seq*seq*hid)
+	b.Run("Forward", func(b *testing.B) {
+		c0 := cpuTime(b)
+		for b.Loop() {
+			AttentionForward(p, qkv, out, probs, batch, seq, heads, heads, hid, true)
+		}
+		reportCPU(b, c0)
+		b.ReportMetric(2*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+	b.Run("Backward", func(b *testing.B) {
+		c0 := cpuTime(b)
+		for b.Loop() {
+			AttentionBackward(p, qkv, probs, dout, dqkv, batch, seq, heads, heads, hid, true)
+		}
+		reportCPU(b, c0)
+		b.ReportMetric(4*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+	})
+}
+
+// BenchmarkAttention_GPTText: the GPT of results/text-gpt-cpu.
+func BenchmarkAttention_GPTText(b *testing.B) { benchAttention(b, 16, 128, 4, 128) }
+
+// benchBiasGELU times BiasAct and BiasActBackward with GELU on rows×cols.
+func benchBiasGELU(b *testing.B, rows, cols int) {
+	p := NewPool(0)
+	rng := newRNG(1)
+	x, bias, dy := randSlice(rng, rows*cols), randSlice(rng, cols), randSlice(rng, rows*cols)
+	for i := range x {
+		x[i] *= 3
+	}
+	y := make([]float32, rows*cols)
+	b.Run("Forward", func(b *testing.B) {
+		c0 := cpuTime(b)
+		for b.Loop() {
+			BiasAct(p, ActGELU, x, bias, y, rows, cols, 1)
+		}
+		reportCPU(b, c0)
+	})
+	b.Run("Backward", func(b *testing.B) {
+		c0 := cpuTime(b)
+		for b.Loop() {
+			BiasActBackward(p, ActGELU, x, bias, dy, y, rows, cols, 1)
+		}
+		reportCPU(b, c0)
+	})
+}
+
+// BenchmarkBiasGELU_GPTText: the MLP's first layer of the text GPT.
+func BenchmarkBiasGELU_GPTText(b *testing.B) { benchBiasGELU(b, 2048, 512) }
+
+// BenchmarkSoftmaxCE_GPTText: the text GPT's loss, 2048 rows over 256 bytes.
+func BenchmarkSoftmaxCE_GPTText(b *testing.B) {
+	const rows, cols = 2048, 256
+	p := NewPool(0)
+	logits := randSlice(newRNG(1), rows*cols)
+	labels := randLabels(2, rows, cols)
+	dlogits := make([]float32, rows*cols)
+	b.Run("Forward", func(b *testing.B) {
+		c0 := cpuTime(b)
+		for b.Loop() {
+			if _, err := SoftmaxCrossEntropy(p, logits, labels, rows, cols); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, c0)
+	})
+	b.Run("Backward", func(b *testing.B) {
+		c0 := cpuTime(b)
+		for b.Loop() {
+			if err := SoftmaxCrossEntropyBackward(p, logits, labels, 1, dlogits, rows, cols); err != nil {
+				b.Fatal(err)
+			}
+		}
+		reportCPU(b, c0)
+	})
+}
+
+// BenchmarkBiasGrad_GPTText: the bias gradient of the MLP's first layer.
+func BenchmarkBiasGrad_GPTText(b *testing.B) {
+	const rows, cols = 2048, 512
+	p := NewPool(0)
+	dy := randSlice(newRNG(1), rows*cols)
+	db := make([]float32, cols)
+	c0 := cpuTime(b)
+	for b.Loop() {
+		BiasGrad(p, dy, db, rows, cols, 1)
+	}
+	reportCPU(b, c0)
+}

@@ -108,26 +108,3 @@ func SoftmaxCrossEntropyBackward(p *Pool, logits []float32, labels []int32, dlos
 	})
 	return nil
 }
-
-// expInto sets y = exp(x − m) for a row x whose maximum is m, and returns
-// Σ y in float64.
-func expInto(x, y []float32, m float32) float64 {
-	y = y[:len(x)]
-	var s float64
-	for i, v := range x {
-		e := math.Exp(float64(v) - float64(m))
-		y[i] = float32(e)
-		s += e
-	}
-	return s
-}
-
-// sumExp returns Σ exp(x − m) for a row whose maximum is m: a sum in
-// [1, len(x)] whatever the size of the logits.
-func sumExp(x []float32, m float32) float64 {
-	var s float64
-	for _, v := range x {
-		s += math.Exp(float64(v) - float64(m))
-	}
-	return s
-}
