@@ -121,10 +121,14 @@ func benchmarkAllReduce(b *testing.B, n, floats int) {
 	b.ReportMetric(float64(4*most)/float64(b.N), "sent-B/rank")
 }
 
-// BenchmarkAllReduce is an all-reduce of 1 and 16 MiB over 4 ranks: MB/s
+// BenchmarkAllReduce is an all-reduce of 16 KiB (one chunk, reduced by
+// the first rank) over 2 and 4 ranks, and of 1 and 16 MiB over 4: MB/s
 // counts the register once, sent-B/rank is what the busiest rank sends
 // (2(n−1)/n of the register in chunks; n−1 times it whole before).
 func BenchmarkAllReduce(b *testing.B) {
+	for _, n := range []int{2, 4} { // a bias, a norm's scale
+		b.Run(fmt.Sprintf("n=%d/16KiB", n), func(b *testing.B) { benchmarkAllReduce(b, n, 4096) })
+	}
 	for _, size := range []int{1 << 20, 16 << 20} {
 		b.Run(fmt.Sprintf("n=4/%dMiB", size>>20), func(b *testing.B) { benchmarkAllReduce(b, 4, size/4) })
 	}
