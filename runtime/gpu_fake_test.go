@@ -43,7 +43,8 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 
 // TestGPUOnEmulator runs the GPU tests that check numbers
 // (TestGPUPlanMatchesCPU, TestGPUGEMMPoliciesAgree, TestGPUBF16Workloads,
-// TestGPUHeterogeneous, TestGPUHostFedMatchesPooled, TestGPURecompute) in a child process against the fake driver, with
+// TestGPUHeterogeneous, TestGPUHostFedMatchesPooled, TestGPURecompute,
+// TestGPUResume) in a child process against the fake driver, with
 // kernels/cuda's kernels run by the host emulator of internal/cudafake and
 // cuBLAS by reference code: the GPU runtime (graph capture and replay,
 // eager streams, CPU+GPU pipelines and data parallelism) with the real
@@ -51,7 +52,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // needs C and C++ compilers and the CUDA headers; without them it skips.
 func TestGPUOnEmulator(t *testing.T) {
 	emu := cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda"))
-	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous|HostFedMatchesPooled|Recompute)$", 6, emu)
+	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous|HostFedMatchesPooled|Recompute|Resume)$", 7, emu)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
 	}

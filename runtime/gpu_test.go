@@ -297,9 +297,9 @@ func TestGPUHeterogeneous(t *testing.T) {
 // host-fed inputs.
 func TestGPUResume(t *testing.T) {
 	openGPU(t)
-	st, err := plans.ParseStrategy("single", 8)
+	st, err := plans.ParseStrategy("single", 2)
 	require.NoError(t, err)
-	p, err := plans.Compile(plans.Config{Model: "cifar-cnn", Batch: 8, Strategy: st, Seed: 3,
+	p, err := plans.Compile(plans.Config{Model: "cifar-cnn", Batch: 2, Strategy: st, Seed: 3,
 		Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: gpuDevices(t), Cluster: "h200-host"})
 	require.NoError(t, err)
 	pool := NewSyntheticFeeder(p.Images, 10, 4*p.Batch, 7)
@@ -323,18 +323,18 @@ func TestGPUResume(t *testing.T) {
 				return s
 			}
 			whole := newRunner()
-			run(whole, 4)
+			run(whole, 3)
 			split := newRunner()
 			run(split, 1)
-			run(split, 3)
+			run(split, 2)
 			requireSameWeights(t, store(whole), store(split))
 
 			half := newRunner()
 			run(half, 2)
 			resumed := newRunner()
 			require.NoError(t, resumed.Resume(&Checkpoint{Model: p.Model, Seed: p.Seed, Step: half.Iteration(), Weights: store(half)}))
-			run(resumed, 2)
-			require.Equal(t, 4, resumed.Iteration())
+			run(resumed, 1)
+			require.Equal(t, 3, resumed.Iteration())
 			requireSameWeights(t, store(whole), store(resumed))
 		}
 	}
