@@ -31,11 +31,6 @@ func Decode(r io.Reader) (*Plan, error) {
 	if err != nil {
 		return nil, fmt.Errorf("plans: %w", err)
 	}
-	// A file of another version may not parse as this one's form: say
-	// which version it is before trying.
-	if v, ok := peekVersion(data); ok && v != Version {
-		return nil, versionError(v)
-	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
 	f := file{header: new(header)}
@@ -45,10 +40,16 @@ func Decode(r io.Reader) (*Plan, error) {
 		switch {
 		case errors.As(err, &se):
 			return nil, fmt.Errorf("plans: byte %d: %w", se.Offset, err)
-		case errors.As(err, &te):
-			return nil, fmt.Errorf("plans: byte %d: field %s: %w", te.Offset, te.Field, err)
 		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 			return nil, fmt.Errorf("plans: the file ends before the plan does (truncated JSON): %w", err)
+		}
+		// A file of another version need not parse as this one's form:
+		// say which version it is.
+		if v, ok := peekVersion(data); ok && v != Version {
+			return nil, versionError(v)
+		}
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("plans: byte %d: field %s: %w", te.Offset, te.Field, err)
 		}
 		return nil, fmt.Errorf("plans: %w", err)
 	}
