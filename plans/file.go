@@ -225,20 +225,6 @@ func (f *file) plan() (*Plan, error) {
 		}
 	}
 	first, n := p.firstFirings()
-	p.Firings = make([]Firing, 0, n)
-	// budget bounds what the orders unroll to: every firing once on each
-	// of its task's streams.
-	budget := 0
-	for t, task := range p.Tasks {
-		for k := range p.fires(t) {
-			m := -1
-			if task.PerMicro {
-				m = k
-			}
-			p.Firings = append(p.Firings, Firing{Task: t, Micro: m})
-		}
-		budget += p.fires(t) * len(task.Streams)
-	}
 	// at is firing (t, m) of the first repetition of a run of reps, or an
 	// error saying why there is none.
 	at := func(t, m, reps int) (int, error) {
@@ -252,15 +238,19 @@ func (f *file) plan() (*Plan, error) {
 		}
 		return first[t] + max(m, 0), nil
 	}
-	p.Streams = make([]Stream, len(f.Streams))
+	// budget bounds what the orders unroll to, before anything is: every
+	// firing once on each stream of its task (check checks them firing by
+	// firing).
+	budget := 0
+	for t, task := range p.Tasks {
+		budget += p.fires(t) * len(task.Streams)
+	}
 	for i, s := range f.Streams {
-		p.Streams[i] = Stream{Device: s.Device, Name: s.Name}
 		for j, rn := range s.Order {
 			where := fmt.Sprintf("streams[%d].order[%d]", i, j)
 			if rn.Repeat < 1 || len(rn.Blocks) == 0 {
 				return nil, fmt.Errorf("plans: %s: repeat %d with %d blocks: want at least 1 of each", where, rn.Repeat, len(rn.Blocks))
 			}
-			size := 0
 			for k, b := range rn.Blocks {
 				if len(b.Tasks) == 0 {
 					return nil, fmt.Errorf("plans: %s.blocks[%d]: no tasks", where, k)
@@ -270,11 +260,26 @@ func (f *file) plan() (*Plan, error) {
 						return nil, fmt.Errorf("plans: %s.blocks[%d]: %w", where, k, err)
 					}
 				}
-				size += len(b.Tasks)
+				if budget -= len(b.Tasks) * rn.Repeat; budget < 0 {
+					return nil, fmt.Errorf("plans: %s: the streams list more firings than the tasks make on their streams", where)
+				}
 			}
-			if budget -= size * rn.Repeat; budget < 0 {
-				return nil, fmt.Errorf("plans: %s: the streams' orders list more firings than the tasks make on their streams", where)
+		}
+	}
+	p.Firings = make([]Firing, 0, n)
+	for t, task := range p.Tasks {
+		for k := range p.fires(t) {
+			m := -1
+			if task.PerMicro {
+				m = k
 			}
+			p.Firings = append(p.Firings, Firing{Task: t, Micro: m})
+		}
+	}
+	p.Streams = make([]Stream, len(f.Streams))
+	for i, s := range f.Streams {
+		p.Streams[i] = Stream{Device: s.Device, Name: s.Name}
+		for _, rn := range s.Order {
 			for r := range rn.Repeat {
 				for _, b := range rn.Blocks {
 					for _, t := range b.Tasks {

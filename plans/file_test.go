@@ -215,7 +215,7 @@ func TestDecodeRejectsBadFileEntries(t *testing.T) {
 		{"per-iteration micro", pipe, func(f *file) { perIteration(f).Blocks[0].Micro = 0 }, "got micro 0, 1 times"},
 		{"too many", pipe, func(f *file) {
 			f.Streams[0].Order = append(f.Streams[0].Order, f.Streams[0].Order...)
-		}, "the streams' orders list more firings than the tasks make on their streams"},
+		}, "streams[1].order[0]: the streams list more firings than the tasks make on their streams"},
 		{"stream firing twice", pipe, func(f *file) { f.Streams[0].Order[0].Blocks[0].Micro = 1 }, "streams[0]: cpu0/compute lists cpu0/input/images (mb 2) twice"},
 		{"stream of another device", pipe, func(f *file) { f.Streams[0].Order, f.Streams[1].Order = f.Streams[1].Order, f.Streams[0].Order }, "streams[0]: cpu0/compute lists"},
 		{"stream short", pipe, func(f *file) { f.Streams[0].Order = f.Streams[0].Order[1:] }, "streams[0]: cpu0/compute lists 26 firings, its tasks fire 34 times on it"},
