@@ -21,6 +21,9 @@ func Encode(w io.Writer, p *Plan) error {
 	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", " ")
+	// Ops' attributes are written as they are, to be read back the same
+	// (escaping would rewrite an & in them as \u0026).
+	enc.SetEscapeHTML(false)
 	return enc.Encode(f)
 }
 
