@@ -22,10 +22,10 @@ import (
 //
 // A stream's order is runs, each its blocks in turn (a block: tasks fired
 // one after another for one micro-batch), Repeat times, the micro-batch
-// one more each time. A 1F1B stage is three runs (warm-up forwards; one
-// forward and one backward, the steady state; cool-down backwards) and
-// one per block of per-iteration tasks: as many runs as the schedule has
-// phases, whatever the micro-batches.
+// one more each time. A 1F1B stage is three runs (warm-up forwards; a
+// backward and a forward, the steady state; cool-down backwards) and one
+// per block of per-iteration tasks, whatever the micro-batches; an
+// interleaved stage a few per pp micro-batches, where its chunks change.
 
 // header is a plan's fields as its file holds them; file embeds it and
 // adds the fields whose form differs (Plan.Streams and Plan.Firings are
