@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"bytes"
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
@@ -28,4 +29,48 @@ func BenchmarkLifetimes_GPT_PP16_MB64(b *testing.B) {
 		newLifetimes(p, edges, touch, versions)
 	}
 	b.ReportMetric(float64(len(p.Firings)), "firings")
+}
+
+// benchPlanFile compiles the plan the codec benchmarks write and read: a
+// pipeline of 16 stages with 64 micro-batches under 1F1B and full
+// recompute (124 k firings).
+func benchPlanFile(b *testing.B) *Plan {
+	b.Helper()
+	st, err := ParseStrategy("pp=16,mb=64,recompute=full", 64)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := Compile(Config{Model: "gpt:layers=16,hidden=32,heads=2,seq=8,vocab=64", Batch: 64, Strategy: st,
+		Optimizer: graph.SGD{LR: 0.01}, Devices: devs(16, 0)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
+func BenchmarkEncode_GPT_PP16_MB64(b *testing.B) {
+	p := benchPlanFile(b)
+	var buf bytes.Buffer
+	for b.Loop() {
+		buf.Reset()
+		if err := Encode(&buf, p); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes")
+}
+
+// Decoding includes the checks and Deps, as for any plan file read.
+func BenchmarkDecode_GPT_PP16_MB64(b *testing.B) {
+	p := benchPlanFile(b)
+	var buf bytes.Buffer
+	if err := Encode(&buf, p); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		if _, err := Decode(bytes.NewReader(buf.Bytes())); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(buf.Len()), "bytes")
 }

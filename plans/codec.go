@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,31 +12,53 @@ import (
 	"github.com/flowkit/flowkit/graph"
 )
 
-// Encode writes p as indented JSON.
+// Encode writes p as indented JSON, in the compact form of file.go. It
+// fails for a plan whose firings are not those its tasks imply.
 func Encode(w io.Writer, p *Plan) error {
+	f, err := p.toFile()
+	if err != nil {
+		return err
+	}
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", " ")
-	return enc.Encode(p)
+	// Ops' attributes are written as they are, to be read back the same
+	// (escaping would rewrite an & in them as \u0026).
+	enc.SetEscapeHTML(false)
+	return enc.Encode(f)
 }
 
 // Decode reads a plan written by Encode and checks that it is
 // self-consistent: every index in range, every op known, no deadlock.
 func Decode(r io.Reader) (*Plan, error) {
-	dec := json.NewDecoder(r)
+	data, err := io.ReadAll(r)
+	if err != nil {
+		return nil, fmt.Errorf("plans: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
 	dec.DisallowUnknownFields()
-	var p Plan
-	if err := dec.Decode(&p); err != nil {
+	f := file{header: new(header)}
+	if err := dec.Decode(&f); err != nil {
 		var se *json.SyntaxError
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &se):
 			return nil, fmt.Errorf("plans: byte %d: %w", se.Offset, err)
-		case errors.As(err, &te):
-			return nil, fmt.Errorf("plans: byte %d: field %s: %w", te.Offset, te.Field, err)
 		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
 			return nil, fmt.Errorf("plans: the file ends before the plan does (truncated JSON): %w", err)
 		}
+		// A file of another version need not parse as this one's form:
+		// say which version it is.
+		if v, ok := peekVersion(data); ok && v != Version {
+			return nil, versionError(v)
+		}
+		if errors.As(err, &te) {
+			return nil, fmt.Errorf("plans: byte %d: field %s: %w", te.Offset, te.Field, err)
+		}
 		return nil, fmt.Errorf("plans: %w", err)
+	}
+	p, err := f.plan()
+	if err != nil {
+		return nil, err
 	}
 	if err := p.check(); err != nil {
 		return nil, err
@@ -43,7 +66,40 @@ func Decode(r io.Reader) (*Plan, error) {
 	if _, err := p.Deps(); err != nil {
 		return nil, err
 	}
-	return &p, nil
+	return p, nil
+}
+
+// peekVersion reads the version of the plan in data, if the JSON object
+// has one among its first keys (Encode writes it first), without reading
+// the rest.
+func peekVersion(data []byte) (int, bool) {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return 0, false
+	}
+	for dec.More() {
+		key, err := dec.Token()
+		if err != nil {
+			return 0, false
+		}
+		if key == "version" {
+			var v int
+			if err := dec.Decode(&v); err != nil {
+				return 0, false
+			}
+			return v, true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return 0, false
+		}
+	}
+	return 0, false
+}
+
+// versionError refuses a plan file of version v.
+func versionError(v int) error {
+	return fmt.Errorf("plans: version %d, this build reads version %d: compile the plan again with this build", v, Version)
 }
 
 // ReadFile decodes the plan in a file; errors name the file.
@@ -62,8 +118,36 @@ func ReadFile(path string) (*Plan, error) {
 
 // check validates the plan's structure.
 func (p *Plan) check() error {
+	if err := p.checkHeader(); err != nil {
+		return err
+	}
+	bad := func(what string, i int, format string, args ...any) error {
+		return fmt.Errorf("plans: %s[%d]: %s", what, i, fmt.Sprintf(format, args...))
+	}
+	for i, s := range p.Streams {
+		if s.Device < 0 || s.Device >= len(p.Devices) {
+			return bad("streams", i, "device %d out of range", s.Device)
+		}
+		for _, f := range s.Order {
+			if f < 0 || f >= len(p.Firings) {
+				return bad("streams", i, "firing %d out of range", f)
+			}
+		}
+	}
+	if p.MB > len(p.Firings) {
+		return fmt.Errorf("plans: %d micro-batches but only %d firings", p.MB, len(p.Firings))
+	}
+	if err := p.checkReplicas(); err != nil {
+		return err
+	}
+	return p.checkRest()
+}
+
+// checkHeader checks the plan's counts: its version, replicas, stages,
+// micro-batches and batch, and the devices they make.
+func (p *Plan) checkHeader() error {
 	if p.Version != Version {
-		return fmt.Errorf("plans: version %d, this build reads version %d", p.Version, Version)
+		return versionError(p.Version)
 	}
 	if p.MB < 1 || p.MicroBatch < 1 || p.DP < 1 || p.PP < 1 || p.TP < 0 || max(p.DP, p.PP, p.TP) > maxCount ||
 		len(p.Devices) != p.DP*p.PP*p.TPDegree() {
@@ -96,26 +180,25 @@ func (p *Plan) check() error {
 	if len(p.Images.Shape) == 0 || p.Images.Shape[0] != p.Batch || p.Images.Shape.NumElements() < p.Batch {
 		return fmt.Errorf("plans: images %v: want the global batch's shape, [%d, …]", p.Images, p.Batch)
 	}
-	bad := func(what string, i int, format string, args ...any) error {
-		return fmt.Errorf("plans: %s[%d]: %s", what, i, fmt.Sprintf(format, args...))
-	}
-	for i, s := range p.Streams {
-		if s.Device < 0 || s.Device >= len(p.Devices) {
-			return bad("streams", i, "device %d out of range", s.Device)
-		}
-		for _, f := range s.Order {
-			if f < 0 || f >= len(p.Firings) {
-				return bad("streams", i, "firing %d out of range", f)
-			}
-		}
-	}
-	if p.MB > len(p.Firings) {
-		return fmt.Errorf("plans: %d micro-batches but only %d firings", p.MB, len(p.Firings))
-	}
+	return nil
+}
+
+// checkReplicas checks that every per-micro-batch task fires for one of
+// the replicas, whose micro-batches say how often it fires.
+func (p *Plan) checkReplicas() error {
 	for i, t := range p.Tasks {
 		if t.PerMicro && (t.Replica < 0 || t.Replica >= p.DP) {
-			return bad("tasks", i, "%s fires per micro-batch of replica %d, not one of the %d", t.Name, t.Replica, p.DP)
+			return fmt.Errorf("plans: tasks[%d]: %s fires per micro-batch of replica %d, not one of the %d", i, t.Name, t.Replica, p.DP)
 		}
+	}
+	return nil
+}
+
+// checkRest validates the plan's tasks, firings and registers, once
+// checkHeader and checkReplicas passed.
+func (p *Plan) checkRest() error {
+	bad := func(what string, i int, format string, args ...any) error {
+		return fmt.Errorf("plans: %s[%d]: %s", what, i, fmt.Sprintf(format, args...))
 	}
 	fired := make(map[[2]int]bool, len(p.Firings))
 	for i, f := range p.Firings {
@@ -183,6 +266,30 @@ func (p *Plan) check() error {
 			if err := p.checkCompute(&t); err != nil {
 				return bad("tasks", i, "%s: %v", t.Name, err)
 			}
+		}
+	}
+	// Every firing is once on each stream its task occupies, and on no
+	// other: an engine would otherwise wait for it forever, or run it
+	// twice.
+	want := make([]int, len(p.Streams))
+	for t, task := range p.Tasks {
+		for _, s := range task.Streams {
+			want[s] += p.fires(t)
+		}
+	}
+	listed := make([]int, len(p.Firings)) // the last stream listing each firing, plus 1
+	for i, s := range p.Streams {
+		if len(s.Order) != want[i] {
+			return bad("streams", i, "%s lists %d firings, its tasks fire %d times on it", p.streamName(s), len(s.Order), want[i])
+		}
+		for _, f := range s.Order {
+			if !slices.Contains(p.Tasks[p.Firings[f].Task].Streams, i) {
+				return bad("streams", i, "%s lists %s, whose task does not occupy it", p.streamName(s), p.FiringName(f))
+			}
+			if listed[f] == i+1 {
+				return bad("streams", i, "%s lists %s twice", p.streamName(s), p.FiringName(f))
+			}
+			listed[f] = i + 1
 		}
 	}
 	for i, r := range p.Registers {

@@ -9,7 +9,9 @@
 // iteration; registers with slot counts and offsets in their device's
 // arena; a per-stream order of one iteration's firings; and the peak
 // memory of every device. Plans are self-contained, versioned JSON files
-// (Encode, Decode, ReadFile).
+// (Encode, Decode, ReadFile), compact as DESIGN §4.2 asks: a file lists
+// tasks, not their firings, and each stream's order as the schedule's
+// runs over micro-batches (file.go); Decode unrolls them.
 //
 // Deps turns the plan into dependency edges — producer → consumer, slot
 // reuse, in-place update order, stream order — each with an iteration

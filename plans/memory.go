@@ -152,7 +152,7 @@ const maxFirings = 10_000_000
 func checkPlannable(p *Plan) error {
 	if n := p.firingCount(); n > maxFirings {
 		return fmt.Errorf("%w: %d firings per iteration, at most %d are planned: "+
-			"plans list every firing (not compact per DESIGN §4.2 yet); fewer micro-batches, layers or devices fit",
+			"memory is planned firing by firing; fewer micro-batches, layers or devices fit",
 			ErrInfeasible, n, maxFirings)
 	}
 	return nil

@@ -10,8 +10,10 @@ import (
 // interleaved stages, ZeRO's master parts, and plans listing one rank or
 // replica for several, which a reader of version 1 would misread. ZeRO
 // stages 2 and 3 use version 2's fields; a reader that knows stages 0 and
-// 1 only refuses their plans by the stage.
-const Version = 2
+// 1 only refuses their plans by the stage. 3 (2026-11-30) writes plans
+// compactly (file.go): the firings implied by the tasks, stream orders as
+// runs over micro-batches.
+const Version = 3
 
 // Plan is a compiled training iteration: everything the simulator and the
 // runtime need, and nothing either decides for itself.
@@ -48,12 +50,13 @@ type Plan struct {
 	Seed      uint64     `json:"seed"` // initial weights: see runtime.Store
 	Cluster   string     `json:"cluster"`
 	Devices   []Device   `json:"devices"`
-	Streams   []Stream   `json:"streams"`
+	Streams   []Stream   `json:"-"` // in a file, as runs (file.go)
 	Tasks     []Task     `json:"tasks"`
 	Registers []Register `json:"registers"`
 	// Firings lists one iteration's task executions; stream orders and
-	// dependency edges refer to them by index.
-	Firings []Firing `json:"firings"`
+	// dependency edges refer to them by index. A file lists only those
+	// with an After: the tasks imply the rest (file.go).
+	Firings []Firing `json:"-"`
 	Memory  []Memory `json:"memory"` // per device
 	// Images and Labels are the global batch's inputs, for feeders:
 	// the model's input (images for a classifier) and its labels (the

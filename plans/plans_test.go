@@ -331,12 +331,7 @@ func TestCompileUnevenShares(t *testing.T) {
 		{[]int{3, 0}, "one count in [1"},
 		{[]int{3, 2}, "batch 64 is not micro_batch × the replicas' micro-batches = 16 × 5"},
 	} {
-		bad := *p
-		bad.Shares = tt.shares
-		buf.Reset()
-		require.NoError(t, Encode(&buf, &bad))
-		_, err := Decode(&buf)
-		require.ErrorContains(t, err, tt.want, "shares %v", tt.shares)
+		requireFileRejects(t, p, func(f *file) { f.Shares = tt.shares }, tt.want)
 	}
 }
 
@@ -450,7 +445,7 @@ func TestCodecRoundTrip(t *testing.T) {
 
 	bad := []struct{ edit, want string }{
 		{strings.Replace(b.String(), fmt.Sprintf(`"version": %d`, Version), `"version": 7`, 1), "version 7"},
-		{strings.Replace(b.String(), fmt.Sprintf(`"version": %d`, Version), `"version": 1`, 1), "version 1, this build reads version 2"},
+		{strings.Replace(b.String(), fmt.Sprintf(`"version": %d`, Version), `"version": 2`, 1), "version 2, this build reads version 3"},
 		{strings.Replace(b.String(), `"micro_batches": 2`, `"micro_batches": 0`, 1), "micro_batches"},
 		{strings.Replace(b.String(), `"type": "conv2d"`, `"type": "conv9d"`, 1), "conv9d"},
 		{b.String()[:len(b.String())/2], "plans:"},
@@ -665,8 +660,17 @@ func FuzzDecode(f *testing.F) {
 			return
 		}
 		// A plan that decodes can be checked against an empty trace
-		// without panicking.
+		// without panicking, and reads back from its file as it is.
 		_ = p.CheckTrace(p.NewTrace("fuzz"))
+		var b bytes.Buffer
+		if err := Encode(&b, p); err != nil {
+			t.Fatalf("a decoded plan does not encode: %v", err)
+		}
+		q, err := Decode(&b)
+		if err != nil {
+			t.Fatalf("a decoded plan, encoded, does not decode: %v", err)
+		}
+		require.Equal(t, p, q)
 	})
 }
 
@@ -945,9 +949,10 @@ func TestZeroStages(t *testing.T) {
 			require.NoError(t, err, "a zero=%d plan reads back", stage)
 			part := slices.IndexFunc(p.Registers, func(r Register) bool { return r.Persistent && r.Init.Shard != nil })
 			requireDecodeRejectsAll(t, p, []rejection{
-				{"uneven", "needs even replicas", func(p *Plan) { p.Shares = []int{2, 1} }},
 				{"master", "under 3 a part is a weight's only copy", func(p *Plan) { p.Zero, p.Registers[part].Master = 3, true }},
 			})
+			// Uneven shares change the firings: the file says them.
+			requireFileRejects(t, p, func(f *file) { f.Shares = []int{2, 1} }, "needs even replicas")
 		})
 	}
 	// Persistent memory: stage 2 keeps stage 1's registers; stage 3 keeps
