@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -16,6 +17,7 @@ import (
 	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/topology"
 )
 
@@ -313,4 +315,18 @@ func TestTrainResume(t *testing.T) {
 		cmd.SilenceUsage = true
 		require.ErrorContains(t, cmd.Execute(), tt.want, "%v", tt.args)
 	}
+}
+
+// A run that stops after a checkpoint says how to go on from it; one that
+// diverged does not.
+func TestFinishTraining(t *testing.T) {
+	f := trainFlags{save: "c.safetensors", saved: new(int)}
+	stopped := fmt.Errorf("runtime: %w", context.Canceled)
+	require.Equal(t, stopped, finishTraining(nil, f, stopped), "no checkpoint yet")
+	*f.saved = 40
+	err := finishTraining(nil, f, stopped)
+	require.ErrorIs(t, err, context.Canceled)
+	require.ErrorContains(t, err, "c.safetensors holds the weights after step 40: go on with --resume c.safetensors")
+	diverged := fmt.Errorf("%w at step 41", runtime.ErrDiverged)
+	require.Equal(t, diverged, finishTraining(nil, f, diverged))
 }

@@ -49,13 +49,14 @@ type trainFlags struct {
 	procs     procFlags
 	save      string // checkpoint to write after training
 	saveEvery int    // and every so many steps
+	saved     *int   // the steps of the last checkpoint written (0: none)
 	resume    string // checkpoint to start from
 	// checkpoint is --resume's, read by PreRunE.
 	checkpoint *runtime.Checkpoint
 }
 
 func newTrainCmd() *cobra.Command {
-	var f trainFlags
+	f := trainFlags{saved: new(int)}
 	cmd := &cobra.Command{
 		Use:   "train",
 		Short: "Train a model of the zoo on MNIST, or a language model on text, on the CPU or a GPU",
@@ -273,10 +274,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		res, err = runtime.Train(cmd.Context(), cfg, train, test, bar.step)
 	}
 	bar.finish()
-	if err == nil {
-		err = saveCheckpoint(res, f)
-	}
-	if err != nil {
+	if err = finishTraining(res, f, err); err != nil {
 		return err
 	}
 	if f.json {
@@ -328,10 +326,7 @@ func runTrainText(cmd *cobra.Command, f trainFlags, opt graph.Optimizer, dtype g
 		}
 	}
 	bar.finish()
-	if err == nil {
-		err = saveCheckpoint(res, f)
-	}
-	if err != nil {
+	if err = finishTraining(res, f, err); err != nil {
 		return err
 	}
 	unigram := train.UnigramBits(test)
@@ -362,10 +357,16 @@ func newTrainRunner(p *plans.Plan, f trainFlags, policy runtime.GEMMPolicy) (*ru
 	return r, nil
 }
 
-// saveCheckpoint writes --save's checkpoint of a finished run.
-func saveCheckpoint(res *runtime.TrainResult, f trainFlags) error {
-	if f.save == "" {
-		return nil
+// finishTraining writes --save's checkpoint of a run that finished
+// (err nil), or says which checkpoint a run that stopped (interrupted, a
+// worker lost) can go on from; not one that diverged, whose weights are
+// not worth going on from.
+func finishTraining(res *runtime.TrainResult, f trainFlags, err error) error {
+	switch {
+	case err != nil && f.saved != nil && *f.saved > 0 && !errors.Is(err, runtime.ErrDiverged):
+		return fmt.Errorf("%w\n%s holds the weights after step %d: go on with --resume %s", err, f.save, *f.saved, f.save)
+	case err != nil || f.save == "":
+		return err
 	}
 	return f.writeCheckpoint(res.Optimizer, res.Step, res.Weights)
 }
@@ -378,6 +379,9 @@ func (f trainFlags) writeCheckpoint(optimizer string, step int, w *runtime.Store
 		return fmt.Errorf("--save: %w", err)
 	}
 	fmt.Fprintf(os.Stderr, "wrote checkpoint %s (%d steps run)\n", f.save, step)
+	if f.saved != nil {
+		*f.saved = step
+	}
 	return nil
 }
 
