@@ -101,7 +101,7 @@ about 98.5% test accuracy on mnist-cnn in one epoch.`,
   flowrun train --model mlp --epochs 3 --optimizer adam --lr 0.001
   flowrun train --json > result.json
   flowrun train --max-steps 400 --save-every 100 --save cnn.safetensors
-  flowrun train --max-steps 538 --resume cnn.safetensors --save cnn.safetensors
+  flowrun train --max-steps 537 --resume cnn.safetensors --save cnn.safetensors   # the rest of the epoch (937 steps)
   flowrun train --device cuda
   flowrun train --model gpt:layers=2,hidden=128,heads=4,seq=64,vocab=256 --optimizer adam --lr 0.003 --batch 16`,
 		Args: cobra.NoArgs,
