@@ -1,6 +1,9 @@
 package plans
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // This file decides which registers of a device may share bytes: those
 // whose lifetimes are ordered in every execution the dependency edges
@@ -136,7 +139,7 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 		}
 	}
 
-	g := newUnrolled(p, edges)
+	g := newUnrolled(p, edges, spots)
 	for d := 0; d < len(p.Devices); {
 		// A pass: as many devices as fit in maxColumns tracked streams
 		// (at least one).
@@ -155,45 +158,42 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			cols = union
 		}
 		clocks := g.clocks(p, cols, spots)
-		col := make(map[int32]int, len(cols))
-		for c, s := range cols {
-			col[int32(s)] = c
-		}
-		// A register's life is kept over its device's streams only.
+		// A register's life is kept over its device's streams only:
+		// keep[dev][i] is the column of need[dev][i].
 		keep := make([][]int, len(p.Devices))
 		for dd := first; dd < d; dd++ {
 			for _, s := range need[dd] {
-				keep[dd] = append(keep[dd], col[int32(s)])
+				keep[dd] = append(keep[dd], slices.Index(cols, s))
 			}
 		}
+		var scratch clock
 		summarize := func(dev int, fs []int, writers []int) *life {
-			cs := keep[dev]
-			project := func(c clock) clock {
-				out := make(clock, len(cs))
-				for i, k := range cs {
-					out[i] = c[k]
-				}
-				return out
-			}
-			last := make(clock, len(cols))
-			for c := range last {
-				last[c] = -1
+			w := len(keep[dev])
+			lf := &life{last: make(clock, w, 3*w)}
+			for i := range lf.last {
+				lf.last[i] = -1
 			}
 			for _, f := range fs {
 				sp := place(f, dev)
-				c := col[sp.stream]
-				last[c] = max(last[c], sp.pos)
+				i := slices.Index(need[dev], int(sp.stream))
+				lf.last[i] = max(lf.last[i], sp.pos)
 			}
-			lf := &life{last: project(last)}
-			for _, w := range writers {
-				at, next := clocks.before(w, cs), clocks.before(w+n, cs)
-				if !lf.hasWriters {
-					lf.write, lf.writeNext, lf.hasWriters = at, next, true
-					continue
+			if len(writers) == 0 {
+				return lf
+			}
+			lf.write, lf.writeNext, lf.hasWriters = lf.last[w:2*w], lf.last[2*w:3*w], true
+			for i := range w {
+				lf.write[i], lf.writeNext[i] = math.MaxInt32, math.MaxInt32
+			}
+			scratch = slices.Grow(scratch[:0], w)[:w]
+			for _, f := range writers {
+				clocks.before(f, keep[dev], scratch)
+				for i, x := range scratch {
+					lf.write[i] = min(lf.write[i], x)
 				}
-				for c := range at {
-					lf.write[c] = min(lf.write[c], at[c])
-					lf.writeNext[c] = min(lf.writeNext[c], next[c])
+				clocks.before(f+n, keep[dev], scratch)
+				for i, x := range scratch {
+					lf.writeNext[i] = min(lf.writeNext[i], x)
 				}
 			}
 			return lf
@@ -240,7 +240,7 @@ type unrolled struct {
 	table []int32 // the clocks of the last pass, reused by the next
 }
 
-func newUnrolled(p *Plan, edges []Edge) *unrolled {
+func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
 	n := len(p.Firings)
 	// arcs visits the edges over two iterations, in the edges' order.
 	arcs := func(visit func(from, to int32)) {
@@ -268,21 +268,83 @@ func newUnrolled(p *Plan, edges []Edge) *unrolled {
 		succ[fill[from]] = to
 		fill[from]++
 	})
-	g := &unrolled{n: n, order: depthFirstOrder(succStart, succ), rank: make([]int32, 2*n), start: make([]int32, 2*n+1), pred: make([]int32, len(succ))}
+	g := &unrolled{n: n, order: depthFirstOrder(succStart, succ), rank: make([]int32, 2*n), start: make([]int32, 2*n+1)}
+	succStart, fill = nil, nil
 	for i, v := range g.order { // every node: the plan has no same-iteration cycle (Deps checked)
 		g.rank[v] = int32(i)
 	}
-	arcs(func(_, to int32) { g.start[g.rank[to]+1]++ })
+	// Predecessors by rank, through succ: pred[start[i]:start[i+1]].
+	for _, w := range succ {
+		g.start[g.rank[w]+1]++
+	}
 	for i := range 2 * n {
 		g.start[i+1] += g.start[i]
 	}
-	copy(fill, g.start[:2*n])
+	g.pred = make([]int32, len(succ))
+	next := slices.Clone(g.start[:2*n])
 	arcs(func(from, to int32) {
 		at := g.rank[to]
-		g.pred[fill[at]] = g.rank[from]
-		fill[at]++
+		g.pred[next[at]] = g.rank[from]
+		next[at]++
 	})
+	succ, next = nil, nil
+	g.prune(p, spots)
 	return g
+}
+
+// prune drops every predecessor that comes before another predecessor of
+// the same node on a stream: it precedes that one, so its clock is below
+// that one's everywhere and merging it changes nothing. Most edges go
+// from a firing's stream neighbours (a producer on the same stream, a
+// slot freed by a read on it), so this leaves about one predecessor per
+// stream a node waits across, and every clock pass merges that many.
+func (g *unrolled) prune(p *Plan, spots [][]spot) {
+	// at is where node u (a rank) sits on its streams over the two
+	// iterations: the second iteration's positions follow the first's.
+	at := func(u int32, visit func(s, pos int32)) {
+		f := int(g.order[u])
+		second := f >= g.n
+		if second {
+			f -= g.n
+		}
+		for _, sp := range spots[f] {
+			pos := sp.pos
+			if second {
+				pos += int32(len(p.Streams[sp.stream].Order))
+			}
+			visit(sp.stream, pos)
+		}
+	}
+	latest := make([]int32, len(p.Streams)) // per stream, the latest predecessor's position; −1 unset
+	for s := range latest {
+		latest[s] = -1
+	}
+	var early []bool
+	kept := int32(0)
+	for i := range 2 * g.n {
+		preds := g.pred[g.start[i]:g.start[i+1]]
+		g.start[i] = kept
+		for _, u := range preds {
+			at(u, func(s, pos int32) { latest[s] = max(latest[s], pos) })
+		}
+		early = early[:0]
+		for _, u := range preds {
+			e := false
+			at(u, func(s, pos int32) { e = e || pos < latest[s] })
+			early = append(early, e)
+		}
+		for _, u := range preds {
+			at(u, func(s, _ int32) { latest[s] = -1 })
+		}
+		for k, u := range preds { // in place: kept never passes k
+			if !early[k] {
+				g.pred[kept] = u
+				kept++
+			}
+		}
+	}
+	g.start[2*g.n] = kept
+	g.pred = slices.Clip(g.pred[:kept])
 }
 
 // depthFirstOrder is topoOrder, over successor lists succ[start[v]:
@@ -327,10 +389,10 @@ type clockTable struct {
 
 func (t *clockTable) row(i int32) clock { return t.upto[int(i)*t.width : (int(i)+1)*t.width] }
 
-// before returns node v's clock on the columns cs: the positions of the
-// firings that finish before it starts (its predecessors' clocks merged).
-func (t *clockTable) before(v int, cs []int) clock {
-	at := make(clock, len(cs))
+// before sets at to node v's clock on the columns cs: the positions of
+// the firings that finish before it starts (its predecessors' clocks
+// merged).
+func (t *clockTable) before(v int, cs []int, at clock) {
 	for c := range at {
 		at[c] = -1
 	}
@@ -341,7 +403,6 @@ func (t *clockTable) before(v int, cs []int) clock {
 			at[c] = max(at[c], row[k])
 		}
 	}
-	return at
 }
 
 // clocks computes every node's clock over the tracked streams cols, given
