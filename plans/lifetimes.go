@@ -157,7 +157,7 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			}
 			cols = union
 		}
-		clocks := g.clocks(p, cols, spots)
+		clocks := g.clocks(p, cols)
 		// A register's life is kept over its device's streams only:
 		// keep[dev][i] is the column of need[dev][i].
 		keep := make([][]int, len(p.Devices))
@@ -237,7 +237,11 @@ type unrolled struct {
 	rank  []int32 // node → rank
 	start []int32 // predecessors of rank i: pred[start[i]:start[i+1]], as ranks
 	pred  []int32
-	table []int32 // the clocks of the last pass, reused by the next
+	// Where node of rank i runs: spots[spotStart[i]:spotStart[i+1]],
+	// positions of the second iteration following the first's.
+	spotStart []int32
+	spots     []spot
+	at, table []int32 // the rows of the last pass and their clocks, reused by the next
 }
 
 func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
@@ -288,9 +292,27 @@ func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
 		next[at]++
 	})
 	succ, next = nil, nil
-	g.prune(p, spots)
+	g.spotStart = make([]int32, 2*n+1)
+	for _, sps := range spots {
+		g.spotStart[2*n] += 2 * int32(len(sps))
+	}
+	g.spots = make([]spot, 0, g.spotStart[2*n])
+	for i, v := range g.order {
+		f, second := int(v)%n, int(v) >= n
+		for _, sp := range spots[f] {
+			if second {
+				sp.pos += int32(len(p.Streams[sp.stream].Order))
+			}
+			g.spots = append(g.spots, sp)
+		}
+		g.spotStart[i+1] = int32(len(g.spots))
+	}
+	g.prune(len(p.Streams))
 	return g
 }
+
+// where returns where the node of rank i runs.
+func (g *unrolled) where(i int32) []spot { return g.spots[g.spotStart[i]:g.spotStart[i+1]] }
 
 // prune drops every predecessor that comes before another predecessor of
 // the same node on a stream: it precedes that one, so its clock is below
@@ -298,24 +320,8 @@ func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
 // from a firing's stream neighbours (a producer on the same stream, a
 // slot freed by a read on it), so this leaves about one predecessor per
 // stream a node waits across, and every clock pass merges that many.
-func (g *unrolled) prune(p *Plan, spots [][]spot) {
-	// at is where node u (a rank) sits on its streams over the two
-	// iterations: the second iteration's positions follow the first's.
-	at := func(u int32, visit func(s, pos int32)) {
-		f := int(g.order[u])
-		second := f >= g.n
-		if second {
-			f -= g.n
-		}
-		for _, sp := range spots[f] {
-			pos := sp.pos
-			if second {
-				pos += int32(len(p.Streams[sp.stream].Order))
-			}
-			visit(sp.stream, pos)
-		}
-	}
-	latest := make([]int32, len(p.Streams)) // per stream, the latest predecessor's position; −1 unset
+func (g *unrolled) prune(streams int) {
+	latest := make([]int32, streams) // per stream, the latest predecessor's position; −1 unset
 	for s := range latest {
 		latest[s] = -1
 	}
@@ -325,16 +331,22 @@ func (g *unrolled) prune(p *Plan, spots [][]spot) {
 		preds := g.pred[g.start[i]:g.start[i+1]]
 		g.start[i] = kept
 		for _, u := range preds {
-			at(u, func(s, pos int32) { latest[s] = max(latest[s], pos) })
+			for _, sp := range g.where(u) {
+				latest[sp.stream] = max(latest[sp.stream], sp.pos)
+			}
 		}
 		early = early[:0]
 		for _, u := range preds {
 			e := false
-			at(u, func(s, pos int32) { e = e || pos < latest[s] })
+			for _, sp := range g.where(u) {
+				e = e || sp.pos < latest[sp.stream]
+			}
 			early = append(early, e)
 		}
 		for _, u := range preds {
-			at(u, func(s, _ int32) { latest[s] = -1 })
+			for _, sp := range g.where(u) {
+				latest[sp.stream] = -1
+			}
 		}
 		for k, u := range preds { // in place: kept never passes k
 			if !early[k] {
@@ -381,13 +393,22 @@ func depthFirstOrder(start, succ []int32) []int32 {
 
 // clockTable holds one pass's clocks by rank, each including the node's
 // own positions: the clock of everything up to and including the node.
+// A node that waits for one node only and is on no tracked stream has
+// its predecessor's clock, so it shares that row: most nodes of a pass
+// do (after unrolled.prune, nearly every node's one predecessor is the
+// previous firing of its stream), so the table holds far fewer rows
+// than nodes.
 type clockTable struct {
 	g     *unrolled
 	width int
-	upto  []int32
+	at    []int32 // rank → row
+	rows  []int32 // row k: rows[k*width : (k+1)*width]
 }
 
-func (t *clockTable) row(i int32) clock { return t.upto[int(i)*t.width : (int(i)+1)*t.width] }
+func (t *clockTable) row(i int32) clock {
+	k := int(t.at[i])
+	return t.rows[k*t.width : (k+1)*t.width]
+}
 
 // before sets at to node v's clock on the columns cs: the positions of
 // the firings that finish before it starts (its predecessors' clocks
@@ -408,24 +429,56 @@ func (t *clockTable) before(v int, cs []int, at clock) {
 // clocks computes every node's clock over the tracked streams cols, given
 // where each firing sits on which stream (spots). The table is valid until
 // the next pass.
-func (g *unrolled) clocks(p *Plan, cols []int, spots [][]spot) *clockTable {
+func (g *unrolled) clocks(p *Plan, cols []int) *clockTable {
 	w := len(cols)
-	if size := 2 * g.n * w; cap(g.table) < size {
-		g.table = make([]int32, size)
-	}
-	t := &clockTable{g: g, width: w, upto: g.table[:2*g.n*w]}
 	col := make([]int32, len(p.Streams))
 	for s := range col {
 		col[s] = -1
 	}
-	length := make([]int32, w)
 	for c, s := range cols {
 		col[s] = int32(c)
-		length[c] = int32(len(p.Streams[s].Order))
 	}
-	for i, v := range g.order {
-		at := t.row(int32(i))
-		if preds := g.pred[g.start[i]:g.start[i+1]]; len(preds) == 0 {
+	// tracked reports whether the node of rank i is on a tracked stream.
+	tracked := func(i int) bool {
+		for _, sp := range g.where(int32(i)) {
+			if col[sp.stream] >= 0 {
+				return true
+			}
+		}
+		return false
+	}
+	// Rank → row: row 0 is the empty clock (all −1), shared by the nodes
+	// that wait for nothing and are on no tracked stream.
+	if cap(g.at) < 2*g.n {
+		g.at = make([]int32, 2*g.n)
+	}
+	t := &clockTable{g: g, width: w, at: g.at[:2*g.n]}
+	own := func(i int) bool { return g.start[i+1]-g.start[i] > 1 || tracked(i) }
+	rows := int32(1)
+	for i := range t.at {
+		switch preds := g.pred[g.start[i]:g.start[i+1]]; {
+		case own(i):
+			t.at[i] = rows
+			rows++
+		case len(preds) == 1:
+			t.at[i] = t.at[preds[0]]
+		default:
+			t.at[i] = 0
+		}
+	}
+	if size := int(rows) * w; cap(g.table) < size {
+		g.table = make([]int32, size)
+	}
+	t.rows = g.table[:int(rows)*w]
+	for c := range w {
+		t.rows[c] = -1
+	}
+	for i := range t.at {
+		if !own(i) {
+			continue
+		}
+		at, preds := t.row(int32(i)), g.pred[g.start[i]:g.start[i+1]]
+		if len(preds) == 0 {
 			for c := range at {
 				at[c] = -1
 			}
@@ -438,17 +491,9 @@ func (g *unrolled) clocks(p *Plan, cols []int, spots [][]spot) *clockTable {
 				}
 			}
 		}
-		f, second := int(v), int(v) >= g.n
-		if second {
-			f -= g.n
-		}
-		for _, sp := range spots[f] {
+		for _, sp := range g.where(int32(i)) {
 			if c := col[sp.stream]; c >= 0 {
-				x := sp.pos
-				if second {
-					x += length[c]
-				}
-				at[c] = max(at[c], x)
+				at[c] = max(at[c], sp.pos)
 			}
 		}
 	}
