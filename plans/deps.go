@@ -170,7 +170,21 @@ func (p *Plan) Deps() ([]Edge, error) {
 		return p.deps, nil
 	}
 	firingOf := p.firingIndex()
-	var edges []ruled
+	// Room for every edge asked for, counted ahead (a read and the slot
+	// reuse it holds up, an in-place update likewise, an After, a stream
+	// step), so that tens of millions are not grown into.
+	size := len(p.Streams)
+	for _, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		size += 2*len(t.Reads) + len(fi.After)
+		if t.InPlace {
+			size += 2 * len(t.Writes)
+		}
+	}
+	for _, s := range p.Streams {
+		size += len(s.Order)
+	}
+	edges := make([]ruled, 0, size)
 	add := func(from, to, delta int, why rule, ref int) {
 		if from == to && delta == 0 {
 			return

@@ -167,6 +167,8 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			}
 		}
 		var scratch clock
+		type write struct{ firing, pos int32 }
+		var earliest []write
 		summarize := func(dev int, fs []int, writers []int) *life {
 			w := len(keep[dev])
 			lf := &life{last: make(clock, w, 3*w)}
@@ -185,8 +187,25 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			for i := range w {
 				lf.write[i], lf.writeNext[i] = math.MaxInt32, math.MaxInt32
 			}
-			scratch = slices.Grow(scratch[:0], w)[:w]
+			// Of the writers on one stream the earliest precedes the
+			// others, so its clock is the least: it alone is merged.
+			earliest = slices.Grow(earliest[:0], w)[:w]
+			for i := range earliest {
+				earliest[i] = write{-1, math.MaxInt32}
+			}
 			for _, f := range writers {
+				sp := place(f, dev)
+				i := slices.Index(need[dev], int(sp.stream))
+				if sp.pos < earliest[i].pos {
+					earliest[i] = write{int32(f), sp.pos}
+				}
+			}
+			scratch = slices.Grow(scratch[:0], w)[:w]
+			for _, e := range earliest {
+				if e.firing < 0 {
+					continue
+				}
+				f := int(e.firing)
 				clocks.before(f, keep[dev], scratch)
 				for i, x := range scratch {
 					lf.write[i] = min(lf.write[i], x)
