@@ -139,31 +139,41 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 		}
 	}
 
-	g := newUnrolled(p, edges, spots)
+	// Passes: as many devices as fit in maxColumns tracked streams (at
+	// least one), each pass its own devices' registers.
+	type pass struct {
+		first, end int // devices
+		cols       []int
+	}
+	var passes []pass
 	for d := 0; d < len(p.Devices); {
-		// A pass: as many devices as fit in maxColumns tracked streams
-		// (at least one).
-		var cols []int
-		first := d
+		ps := pass{first: d}
 		for ; d < len(p.Devices); d++ {
-			union := slices.Clone(cols)
+			union := slices.Clone(ps.cols)
 			for _, s := range need[d] {
 				if !slices.Contains(union, s) {
 					union = append(union, s)
 				}
 			}
-			if d > first && len(union) > maxColumns {
+			if d > ps.first && len(union) > maxColumns {
 				break
 			}
-			cols = union
+			ps.cols = union
 		}
-		clocks := g.clocks(p, cols)
+		ps.end = d
+		passes = append(passes, ps)
+	}
+
+	g := newUnrolled(p, edges, spots)
+	// run makes one pass with the clock table t (reused pass to pass).
+	run := func(ps pass, t *clockTable) {
+		clocks := g.clocks(p, ps.cols, t)
 		// A register's life is kept over its device's streams only:
 		// keep[dev][i] is the column of need[dev][i].
 		keep := make([][]int, len(p.Devices))
-		for dd := first; dd < d; dd++ {
+		for dd := ps.first; dd < ps.end; dd++ {
 			for _, s := range need[dd] {
-				keep[dd] = append(keep[dd], slices.Index(cols, s))
+				keep[dd] = append(keep[dd], slices.Index(ps.cols, s))
 			}
 		}
 		var scratch clock
@@ -219,7 +229,7 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 		}
 		for r := range p.Registers {
 			reg := &p.Registers[r]
-			if reg.Persistent || reg.Device < first || reg.Device >= d {
+			if reg.Persistent || reg.Device < ps.first || reg.Device >= ps.end {
 				continue
 			}
 			var writers []int
@@ -242,6 +252,10 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			}
 		}
 	}
+	// Passes touch disjoint registers, so they run side by side, each
+	// worker with a clock table of its own.
+	tables := make([]clockTable, workers())
+	inParallel(len(passes), func(w, i int) { run(passes[i], &tables[w]) })
 	return l
 }
 
@@ -260,7 +274,6 @@ type unrolled struct {
 	// positions of the second iteration following the first's.
 	spotStart []int32
 	spots     []spot
-	at, table []int32 // the rows of the last pass and their clocks, reused by the next
 }
 
 func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
@@ -445,10 +458,9 @@ func (t *clockTable) before(v int, cs []int, at clock) {
 	}
 }
 
-// clocks computes every node's clock over the tracked streams cols, given
-// where each firing sits on which stream (spots). The table is valid until
-// the next pass.
-func (g *unrolled) clocks(p *Plan, cols []int) *clockTable {
+// clocks computes every node's clock over the tracked streams cols into
+// t, reusing its memory, and returns it.
+func (g *unrolled) clocks(p *Plan, cols []int, t *clockTable) *clockTable {
 	w := len(cols)
 	col := make([]int32, len(p.Streams))
 	for s := range col {
@@ -468,10 +480,10 @@ func (g *unrolled) clocks(p *Plan, cols []int) *clockTable {
 	}
 	// Rank → row: row 0 is the empty clock (all −1), shared by the nodes
 	// that wait for nothing and are on no tracked stream.
-	if cap(g.at) < 2*g.n {
-		g.at = make([]int32, 2*g.n)
+	if cap(t.at) < 2*g.n {
+		t.at = make([]int32, 2*g.n)
 	}
-	t := &clockTable{g: g, width: w, at: g.at[:2*g.n]}
+	t.g, t.width, t.at = g, w, t.at[:2*g.n]
 	own := func(i int) bool { return g.start[i+1]-g.start[i] > 1 || tracked(i) }
 	rows := int32(1)
 	for i := range t.at {
@@ -485,10 +497,10 @@ func (g *unrolled) clocks(p *Plan, cols []int) *clockTable {
 			t.at[i] = 0
 		}
 	}
-	if size := int(rows) * w; cap(g.table) < size {
-		g.table = make([]int32, size)
+	if size := int(rows) * w; cap(t.rows) < size {
+		t.rows = make([]int32, size)
 	}
-	t.rows = g.table[:int(rows)*w]
+	t.rows = t.rows[:int(rows)*w]
 	for c := range w {
 		t.rows[c] = -1
 	}
