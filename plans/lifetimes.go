@@ -21,8 +21,12 @@ import (
 //
 // A device's registers are touched only by firings on a few streams (its
 // own, and the transfers that reach it), so clocks are kept only for
-// those streams, a few devices per pass over the edges: the memory is
-// 2·firings·columns int32s, not firings².
+// those streams, a few devices per pass over the edges, passes side by
+// side. A pass stores a clock only where one can change: at a node on a
+// tracked stream, or one waiting across streams once the predecessors
+// that precede another on a stream are dropped (unrolled.prune); every
+// other node shares its predecessor's. Megatron-LM's 1T plan has 7.9 M
+// nodes over two iterations; a pass stores 1.2 M clocks of 14 columns.
 
 // spot is where a firing runs: a position on a stream.
 type spot struct{ stream, pos int32 }

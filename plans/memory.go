@@ -175,8 +175,9 @@ func (p *Plan) versionTouches() [][][]int {
 func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align }
 
 // maxFirings bounds the firings of a plan whose memory is planned: the
-// vector clocks of lifetimes.go take 2·firings·(at most 16) int32s per
-// pass, 1.3 GiB at this size.
+// clock passes of lifetimes.go take, per worker, a row index for each of
+// 2·firings nodes and up to 16 int32s for some of them (a sixth for the
+// largest plans), besides the firings and edges themselves.
 const maxFirings = 10_000_000
 
 // checkPlannable refuses a plan too large for memory planning, by the
