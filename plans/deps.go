@@ -170,7 +170,21 @@ func (p *Plan) Deps() ([]Edge, error) {
 		return p.deps, nil
 	}
 	firingOf := p.firingIndex()
-	var edges []ruled
+	// Room for every edge asked for, counted ahead (a read and the slot
+	// reuse it holds up, an in-place update likewise, an After, a stream
+	// step), so that tens of millions are not grown into.
+	size := len(p.Streams)
+	for _, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		size += 2*len(t.Reads) + len(fi.After)
+		if t.InPlace {
+			size += 2 * len(t.Writes)
+		}
+	}
+	for _, s := range p.Streams {
+		size += len(s.Order)
+	}
+	edges := make([]ruled, 0, size)
 	add := func(from, to, delta int, why rule, ref int) {
 		if from == to && delta == 0 {
 			return
@@ -351,11 +365,27 @@ func (p *Plan) streamName(s Stream) string { return p.Devices[s.Device].Name + "
 // findCycle returns a cycle of same-iteration edges (Delta 0), or nil.
 // Only these can deadlock: every other edge points to a later iteration.
 func (p *Plan) findCycle(edges []Edge) []int {
-	succ := make([][]int, len(p.Firings))
+	// Successor lists, compressed, in the edges' order.
+	n := len(p.Firings)
+	start := make([]int32, n+1)
 	for _, e := range edges {
 		if e.Delta == 0 {
-			succ[e.From] = append(succ[e.From], e.To)
+			start[e.From+1]++
 		}
+	}
+	for u := range n {
+		start[u+1] += start[u]
+	}
+	succ := make([]int32, start[n])
+	fill := slices.Clone(start[:n])
+	for _, e := range edges {
+		if e.Delta == 0 {
+			succ[fill[e.From]] = int32(e.To)
+			fill[e.From]++
+		}
+	}
+	if len(depthFirstOrder(start, succ)) == n {
+		return nil // acyclic, as nearly every plan: no search needed
 	}
 	const (
 		white = iota
@@ -368,7 +398,8 @@ func (p *Plan) findCycle(edges []Edge) []int {
 	var visit func(int) bool
 	visit = func(u int) bool {
 		color[u] = grey
-		for _, v := range succ[u] {
+		for _, v := range succ[start[u]:start[u+1]] {
+			v := int(v)
 			switch color[v] {
 			case grey:
 				cycle = []int{v}

@@ -1,6 +1,9 @@
 package plans
 
-import "slices"
+import (
+	"math"
+	"slices"
+)
 
 // This file decides which registers of a device may share bytes: those
 // whose lifetimes are ordered in every execution the dependency edges
@@ -18,8 +21,12 @@ import "slices"
 //
 // A device's registers are touched only by firings on a few streams (its
 // own, and the transfers that reach it), so clocks are kept only for
-// those streams, a few devices per pass over the edges: the memory is
-// 2·firings·columns int32s, not firings².
+// those streams, a few devices per pass over the edges, passes side by
+// side. A pass stores a clock only where one can change: at a node on a
+// tracked stream, or one waiting across streams once the predecessors
+// that precede another on a stream are dropped (unrolled.prune); every
+// other node shares its predecessor's. Megatron-LM's 1T plan has 7.9 M
+// nodes over two iterations; a pass stores 1.2 M clocks of 14 columns.
 
 // spot is where a firing runs: a position on a stream.
 type spot struct{ stream, pos int32 }
@@ -136,71 +143,97 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 		}
 	}
 
-	g := newUnrolled(p, edges)
+	// Passes: as many devices as fit in maxColumns tracked streams (at
+	// least one), each pass its own devices' registers.
+	type pass struct {
+		first, end int // devices
+		cols       []int
+	}
+	var passes []pass
 	for d := 0; d < len(p.Devices); {
-		// A pass: as many devices as fit in maxColumns tracked streams
-		// (at least one).
-		var cols []int
-		first := d
+		ps := pass{first: d}
 		for ; d < len(p.Devices); d++ {
-			union := slices.Clone(cols)
+			union := slices.Clone(ps.cols)
 			for _, s := range need[d] {
 				if !slices.Contains(union, s) {
 					union = append(union, s)
 				}
 			}
-			if d > first && len(union) > maxColumns {
+			if d > ps.first && len(union) > maxColumns {
 				break
 			}
-			cols = union
+			ps.cols = union
 		}
-		clocks := g.clocks(p, cols, spots)
-		col := make(map[int32]int, len(cols))
-		for c, s := range cols {
-			col[int32(s)] = c
-		}
-		// A register's life is kept over its device's streams only.
+		ps.end = d
+		passes = append(passes, ps)
+	}
+
+	g := newUnrolled(p, edges, spots)
+	// run makes one pass with the clock table t (reused pass to pass).
+	run := func(ps pass, t *clockTable) {
+		clocks := g.clocks(p, ps.cols, t)
+		// A register's life is kept over its device's streams only:
+		// keep[dev][i] is the column of need[dev][i].
 		keep := make([][]int, len(p.Devices))
-		for dd := first; dd < d; dd++ {
+		for dd := ps.first; dd < ps.end; dd++ {
 			for _, s := range need[dd] {
-				keep[dd] = append(keep[dd], col[int32(s)])
+				keep[dd] = append(keep[dd], slices.Index(ps.cols, s))
 			}
 		}
+		var scratch clock
+		type write struct{ firing, pos int32 }
+		var earliest []write
 		summarize := func(dev int, fs []int, writers []int) *life {
-			cs := keep[dev]
-			project := func(c clock) clock {
-				out := make(clock, len(cs))
-				for i, k := range cs {
-					out[i] = c[k]
-				}
-				return out
-			}
-			last := make(clock, len(cols))
-			for c := range last {
-				last[c] = -1
+			w := len(keep[dev])
+			lf := &life{last: make(clock, w, 3*w)}
+			for i := range lf.last {
+				lf.last[i] = -1
 			}
 			for _, f := range fs {
 				sp := place(f, dev)
-				c := col[sp.stream]
-				last[c] = max(last[c], sp.pos)
+				i := slices.Index(need[dev], int(sp.stream))
+				lf.last[i] = max(lf.last[i], sp.pos)
 			}
-			lf := &life{last: project(last)}
-			for _, w := range writers {
-				at, next := clocks.before(w, cs), clocks.before(w+n, cs)
-				if !lf.hasWriters {
-					lf.write, lf.writeNext, lf.hasWriters = at, next, true
+			if len(writers) == 0 {
+				return lf
+			}
+			lf.write, lf.writeNext, lf.hasWriters = lf.last[w:2*w], lf.last[2*w:3*w], true
+			for i := range w {
+				lf.write[i], lf.writeNext[i] = math.MaxInt32, math.MaxInt32
+			}
+			// Of the writers on one stream the earliest precedes the
+			// others, so its clock is the least: it alone is merged.
+			earliest = slices.Grow(earliest[:0], w)[:w]
+			for i := range earliest {
+				earliest[i] = write{-1, math.MaxInt32}
+			}
+			for _, f := range writers {
+				sp := place(f, dev)
+				i := slices.Index(need[dev], int(sp.stream))
+				if sp.pos < earliest[i].pos {
+					earliest[i] = write{int32(f), sp.pos}
+				}
+			}
+			scratch = slices.Grow(scratch[:0], w)[:w]
+			for _, e := range earliest {
+				if e.firing < 0 {
 					continue
 				}
-				for c := range at {
-					lf.write[c] = min(lf.write[c], at[c])
-					lf.writeNext[c] = min(lf.writeNext[c], next[c])
+				f := int(e.firing)
+				clocks.before(f, keep[dev], scratch)
+				for i, x := range scratch {
+					lf.write[i] = min(lf.write[i], x)
+				}
+				clocks.before(f+n, keep[dev], scratch)
+				for i, x := range scratch {
+					lf.writeNext[i] = min(lf.writeNext[i], x)
 				}
 			}
 			return lf
 		}
 		for r := range p.Registers {
 			reg := &p.Registers[r]
-			if reg.Persistent || reg.Device < first || reg.Device >= d {
+			if reg.Persistent || reg.Device < ps.first || reg.Device >= ps.end {
 				continue
 			}
 			var writers []int
@@ -223,6 +256,10 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			}
 		}
 	}
+	// Passes touch disjoint registers, so they run side by side, each
+	// worker with a clock table of its own.
+	tables := make([]clockTable, workers())
+	inParallel(len(passes), func(w, i int) { run(passes[i], &tables[w]) })
 	return l
 }
 
@@ -237,10 +274,13 @@ type unrolled struct {
 	rank  []int32 // node → rank
 	start []int32 // predecessors of rank i: pred[start[i]:start[i+1]], as ranks
 	pred  []int32
-	table []int32 // the clocks of the last pass, reused by the next
+	// Where node of rank i runs: spots[spotStart[i]:spotStart[i+1]],
+	// positions of the second iteration following the first's.
+	spotStart []int32
+	spots     []spot
 }
 
-func newUnrolled(p *Plan, edges []Edge) *unrolled {
+func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
 	n := len(p.Firings)
 	// arcs visits the edges over two iterations, in the edges' order.
 	arcs := func(visit func(from, to int32)) {
@@ -268,21 +308,91 @@ func newUnrolled(p *Plan, edges []Edge) *unrolled {
 		succ[fill[from]] = to
 		fill[from]++
 	})
-	g := &unrolled{n: n, order: depthFirstOrder(succStart, succ), rank: make([]int32, 2*n), start: make([]int32, 2*n+1), pred: make([]int32, len(succ))}
+	g := &unrolled{n: n, order: depthFirstOrder(succStart, succ), rank: make([]int32, 2*n), start: make([]int32, 2*n+1)}
+	succStart, fill = nil, nil
 	for i, v := range g.order { // every node: the plan has no same-iteration cycle (Deps checked)
 		g.rank[v] = int32(i)
 	}
-	arcs(func(_, to int32) { g.start[g.rank[to]+1]++ })
+	// Predecessors by rank, through succ: pred[start[i]:start[i+1]].
+	for _, w := range succ {
+		g.start[g.rank[w]+1]++
+	}
 	for i := range 2 * n {
 		g.start[i+1] += g.start[i]
 	}
-	copy(fill, g.start[:2*n])
+	g.pred = make([]int32, len(succ))
+	next := slices.Clone(g.start[:2*n])
 	arcs(func(from, to int32) {
 		at := g.rank[to]
-		g.pred[fill[at]] = g.rank[from]
-		fill[at]++
+		g.pred[next[at]] = g.rank[from]
+		next[at]++
 	})
+	succ, next = nil, nil
+	g.spotStart = make([]int32, 2*n+1)
+	for _, sps := range spots {
+		g.spotStart[2*n] += 2 * int32(len(sps))
+	}
+	g.spots = make([]spot, 0, g.spotStart[2*n])
+	for i, v := range g.order {
+		f, second := int(v)%n, int(v) >= n
+		for _, sp := range spots[f] {
+			if second {
+				sp.pos += int32(len(p.Streams[sp.stream].Order))
+			}
+			g.spots = append(g.spots, sp)
+		}
+		g.spotStart[i+1] = int32(len(g.spots))
+	}
+	g.prune(len(p.Streams))
 	return g
+}
+
+// where returns where the node of rank i runs.
+func (g *unrolled) where(i int32) []spot { return g.spots[g.spotStart[i]:g.spotStart[i+1]] }
+
+// prune drops every predecessor that comes before another predecessor of
+// the same node on a stream: it precedes that one, so its clock is below
+// that one's everywhere and merging it changes nothing. Most edges go
+// from a firing's stream neighbours (a producer on the same stream, a
+// slot freed by a read on it), so this leaves about one predecessor per
+// stream a node waits across, and every clock pass merges that many.
+func (g *unrolled) prune(streams int) {
+	latest := make([]int32, streams) // per stream, the latest predecessor's position; −1 unset
+	for s := range latest {
+		latest[s] = -1
+	}
+	var early []bool
+	kept := int32(0)
+	for i := range 2 * g.n {
+		preds := g.pred[g.start[i]:g.start[i+1]]
+		g.start[i] = kept
+		for _, u := range preds {
+			for _, sp := range g.where(u) {
+				latest[sp.stream] = max(latest[sp.stream], sp.pos)
+			}
+		}
+		early = early[:0]
+		for _, u := range preds {
+			e := false
+			for _, sp := range g.where(u) {
+				e = e || sp.pos < latest[sp.stream]
+			}
+			early = append(early, e)
+		}
+		for _, u := range preds {
+			for _, sp := range g.where(u) {
+				latest[sp.stream] = -1
+			}
+		}
+		for k, u := range preds { // in place: kept never passes k
+			if !early[k] {
+				g.pred[kept] = u
+				kept++
+			}
+		}
+	}
+	g.start[2*g.n] = kept
+	g.pred = slices.Clip(g.pred[:kept])
 }
 
 // depthFirstOrder is topoOrder, over successor lists succ[start[v]:
@@ -319,18 +429,27 @@ func depthFirstOrder(start, succ []int32) []int32 {
 
 // clockTable holds one pass's clocks by rank, each including the node's
 // own positions: the clock of everything up to and including the node.
+// A node that waits for one node only and is on no tracked stream has
+// its predecessor's clock, so it shares that row: most nodes of a pass
+// do (after unrolled.prune, nearly every node's one predecessor is the
+// previous firing of its stream), so the table holds far fewer rows
+// than nodes.
 type clockTable struct {
 	g     *unrolled
 	width int
-	upto  []int32
+	at    []int32 // rank → row
+	rows  []int32 // row k: rows[k*width : (k+1)*width]
 }
 
-func (t *clockTable) row(i int32) clock { return t.upto[int(i)*t.width : (int(i)+1)*t.width] }
+func (t *clockTable) row(i int32) clock {
+	k := int(t.at[i])
+	return t.rows[k*t.width : (k+1)*t.width]
+}
 
-// before returns node v's clock on the columns cs: the positions of the
-// firings that finish before it starts (its predecessors' clocks merged).
-func (t *clockTable) before(v int, cs []int) clock {
-	at := make(clock, len(cs))
+// before sets at to node v's clock on the columns cs: the positions of
+// the firings that finish before it starts (its predecessors' clocks
+// merged).
+func (t *clockTable) before(v int, cs []int, at clock) {
 	for c := range at {
 		at[c] = -1
 	}
@@ -341,30 +460,60 @@ func (t *clockTable) before(v int, cs []int) clock {
 			at[c] = max(at[c], row[k])
 		}
 	}
-	return at
 }
 
-// clocks computes every node's clock over the tracked streams cols, given
-// where each firing sits on which stream (spots). The table is valid until
-// the next pass.
-func (g *unrolled) clocks(p *Plan, cols []int, spots [][]spot) *clockTable {
+// clocks computes every node's clock over the tracked streams cols into
+// t, reusing its memory, and returns it.
+func (g *unrolled) clocks(p *Plan, cols []int, t *clockTable) *clockTable {
 	w := len(cols)
-	if size := 2 * g.n * w; cap(g.table) < size {
-		g.table = make([]int32, size)
-	}
-	t := &clockTable{g: g, width: w, upto: g.table[:2*g.n*w]}
 	col := make([]int32, len(p.Streams))
 	for s := range col {
 		col[s] = -1
 	}
-	length := make([]int32, w)
 	for c, s := range cols {
 		col[s] = int32(c)
-		length[c] = int32(len(p.Streams[s].Order))
 	}
-	for i, v := range g.order {
-		at := t.row(int32(i))
-		if preds := g.pred[g.start[i]:g.start[i+1]]; len(preds) == 0 {
+	// tracked reports whether the node of rank i is on a tracked stream.
+	tracked := func(i int) bool {
+		for _, sp := range g.where(int32(i)) {
+			if col[sp.stream] >= 0 {
+				return true
+			}
+		}
+		return false
+	}
+	// Rank → row: row 0 is the empty clock (all −1), shared by the nodes
+	// that wait for nothing and are on no tracked stream.
+	if cap(t.at) < 2*g.n {
+		t.at = make([]int32, 2*g.n)
+	}
+	t.g, t.width, t.at = g, w, t.at[:2*g.n]
+	own := func(i int) bool { return g.start[i+1]-g.start[i] > 1 || tracked(i) }
+	rows := int32(1)
+	for i := range t.at {
+		switch preds := g.pred[g.start[i]:g.start[i+1]]; {
+		case own(i):
+			t.at[i] = rows
+			rows++
+		case len(preds) == 1:
+			t.at[i] = t.at[preds[0]]
+		default:
+			t.at[i] = 0
+		}
+	}
+	if size := int(rows) * w; cap(t.rows) < size {
+		t.rows = make([]int32, size)
+	}
+	t.rows = t.rows[:int(rows)*w]
+	for c := range w {
+		t.rows[c] = -1
+	}
+	for i := range t.at {
+		if !own(i) {
+			continue
+		}
+		at, preds := t.row(int32(i)), g.pred[g.start[i]:g.start[i+1]]
+		if len(preds) == 0 {
 			for c := range at {
 				at[c] = -1
 			}
@@ -377,17 +526,9 @@ func (g *unrolled) clocks(p *Plan, cols []int, spots [][]spot) *clockTable {
 				}
 			}
 		}
-		f, second := int(v), int(v) >= g.n
-		if second {
-			f -= g.n
-		}
-		for _, sp := range spots[f] {
+		for _, sp := range g.where(int32(i)) {
 			if c := col[sp.stream]; c >= 0 {
-				x := sp.pos
-				if second {
-					x += length[c]
-				}
-				at[c] = max(at[c], x)
+				at[c] = max(at[c], sp.pos)
 			}
 		}
 	}

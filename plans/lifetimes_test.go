@@ -1,7 +1,10 @@
 package plans
 
 import (
+	"fmt"
 	"testing"
+
+	"github.com/flowkit/flowkit/graph"
 
 	"github.com/stretchr/testify/require"
 )
@@ -9,22 +12,35 @@ import (
 // The vector clocks decide exactly what a reachability matrix over two
 // unrolled iterations decides, pair by pair of every device's registers,
 // over plans with pipelines, replicas, tensor-parallel groups, GPipe and
-// recompute (where backward temporaries are written once per micro-batch).
+// recompute (where backward temporaries are written once per micro-batch),
+// and a pipeline over more streams than one clock pass tracks.
 func TestLifetimesMatchReachability(t *testing.T) {
 	for _, c := range []struct {
 		model, strategy string
-		batch           int
+		batch, devices  int // devices: 4 if 0
 	}{
-		{"mnist-cnn", "single", 8},
-		{"mnist-cnn", "dp=2,pp=2,mb=4", 16},
-		{"mnist-cnn", "pp=2,mb=3,sched=gpipe", 6},
-		{"mlp", "dp=2,mb=2:1", 6},
-		{"mlp3x4096:width=64", "tp=2,pp=2,mb=3", 6},
-		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "pp=2,mb=4,recompute=full", 8},
-		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "tp=2,mb=3,recompute=selective", 6},
-		{"gpt2s-blocks:layers=4,hidden=32,heads=2,seq=8", "pp=2,mb=4,sched=gpipe,recompute=full", 8},
+		{"mnist-cnn", "single", 8, 0},
+		{"mnist-cnn", "dp=2,pp=2,mb=4", 16, 0},
+		{"mnist-cnn", "pp=2,mb=3,sched=gpipe", 6, 0},
+		{"mlp", "dp=2,mb=2:1", 6, 0},
+		{"mlp3x4096:width=64", "tp=2,pp=2,mb=3", 6, 0},
+		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "pp=2,mb=4,recompute=full", 8, 0},
+		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "tp=2,mb=3,recompute=selective", 6, 0},
+		{"gpt2s-blocks:layers=4,hidden=32,heads=2,seq=8", "pp=2,mb=4,sched=gpipe,recompute=full", 8, 0},
+		// More streams than one clock pass tracks: passes run side by side.
+		{"gpt:layers=18,hidden=32,heads=2,seq=8,vocab=64", "pp=18,mb=4,recompute=full", 4, 18},
 	} {
-		p := mustCompile(t, c.model, c.strategy, c.batch)
+		st, err := ParseStrategy(c.strategy, c.batch)
+		require.NoError(t, err)
+		devices := devs(4, 0)
+		if c.devices > 0 {
+			devices = make([]Device, c.devices)
+			for i := range devices {
+				devices[i] = Device{Name: fmt.Sprintf("cpu%d", i), Type: "cpu", Workers: 1}
+			}
+		}
+		p, err := Compile(Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devices})
+		require.NoError(t, err)
 		edges, err := p.Deps()
 		require.NoError(t, err)
 		touch, versions := p.registerTouches(), p.versionTouches()

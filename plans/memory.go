@@ -2,7 +2,10 @@ package plans
 
 import (
 	"fmt"
+	"runtime"
 	"sort"
+	"sync"
+	"sync/atomic"
 
 	"github.com/flowkit/flowkit/units"
 )
@@ -39,60 +42,21 @@ func planMemory(p *Plan) error {
 	}
 	lives := newLifetimes(p, edges, p.registerTouches(), p.versionTouches())
 
+	byDevice := make([][]int, len(p.Devices))
+	for r := range p.Registers {
+		byDevice[p.Registers[r].Device] = append(byDevice[p.Registers[r].Device], r)
+	}
+	// Devices are packed side by side: each sets its own registers'
+	// offsets and its own Memory.
 	p.Memory = make([]Memory, len(p.Devices))
+	inParallel(len(p.Devices), func(_, d int) { p.Memory[d] = pack(p, lives, d, byDevice[d]) })
 	for d := range p.Devices {
-		var persistent, shared []int
-		var unshared units.Bytes
-		for r := range p.Registers {
-			reg := &p.Registers[r]
-			if reg.Device != d {
-				continue
-			}
-			unshared += roundUp(reg.Bytes())
-			if reg.Persistent {
-				persistent = append(persistent, r)
-			} else {
-				shared = append(shared, r)
-			}
-		}
-		var off units.Bytes
-		for _, r := range persistent {
-			p.Registers[r].Offset = off
-			off += roundUp(p.Registers[r].Bytes())
-		}
-		base := off
-		sort.SliceStable(shared, func(i, j int) bool {
-			return p.Registers[shared[i]].Bytes() > p.Registers[shared[j]].Bytes()
-		})
-		var placed []int
-		peak := base
-		for _, r := range shared {
-			size := roundUp(p.Registers[r].Bytes())
-			var busy [][2]units.Bytes
-			for _, q := range placed {
-				if !lives.disjoint(r, q) {
-					o := p.Registers[q].Offset
-					busy = append(busy, [2]units.Bytes{o, o + roundUp(p.Registers[q].Bytes())})
-				}
-			}
-			sort.Slice(busy, func(i, j int) bool { return busy[i][0] < busy[j][0] })
-			at := base
-			for _, b := range busy {
-				if at+size <= b[0] {
-					break
-				}
-				at = max(at, b[1])
-			}
-			p.Registers[r].Offset = at
-			placed = append(placed, r)
-			peak = max(peak, at+size)
-		}
-		p.Memory[d] = Memory{Device: d, Peak: peak, Persistent: base, Unshared: unshared}
 		if src := p.Listed(d); src != d { // the same as the device the plan lists for it
 			p.Memory[d] = p.Memory[src]
 			p.Memory[d].Device = d
 			continue
 		}
+		peak, base := p.Memory[d].Peak, p.Memory[d].Persistent
 		if capacity := p.Devices[d].Memory; capacity > 0 && peak > capacity {
 			return fmt.Errorf("%w: device %s needs %v, has %v (over by %v; %v of it parameters and optimizer state)",
 				ErrOutOfMemory, p.Devices[d].Name, peak, capacity, peak-capacity, base)
@@ -100,6 +64,74 @@ func planMemory(p *Plan) error {
 	}
 	return nil
 }
+
+// pack gives device d's registers (regs) their offsets: persistent ones
+// first, one after the other, then the others largest first, each at the
+// lowest offset clear of every placed register it may be live with.
+func pack(p *Plan, lives *lifetimes, d int, regs []int) Memory {
+	var persistent, shared []int
+	var unshared units.Bytes
+	for _, r := range regs {
+		reg := &p.Registers[r]
+		unshared += roundUp(reg.Bytes())
+		if reg.Persistent {
+			persistent = append(persistent, r)
+		} else {
+			shared = append(shared, r)
+		}
+	}
+	var off units.Bytes
+	for _, r := range persistent {
+		p.Registers[r].Offset = off
+		off += roundUp(p.Registers[r].Bytes())
+	}
+	base := off
+	sort.SliceStable(shared, func(i, j int) bool {
+		return p.Registers[shared[i]].Bytes() > p.Registers[shared[j]].Bytes()
+	})
+	var placed []int
+	peak := base
+	for _, r := range shared {
+		size := roundUp(p.Registers[r].Bytes())
+		var busy [][2]units.Bytes
+		for _, q := range placed {
+			if !lives.disjoint(r, q) {
+				o := p.Registers[q].Offset
+				busy = append(busy, [2]units.Bytes{o, o + roundUp(p.Registers[q].Bytes())})
+			}
+		}
+		sort.Slice(busy, func(i, j int) bool { return busy[i][0] < busy[j][0] })
+		at := base
+		for _, b := range busy {
+			if at+size <= b[0] {
+				break
+			}
+			at = max(at, b[1])
+		}
+		p.Registers[r].Offset = at
+		placed = append(placed, r)
+		peak = max(peak, at+size)
+	}
+	return Memory{Device: d, Peak: peak, Persistent: base, Unshared: unshared}
+}
+
+// inParallel calls do(worker, i) for every i in [0, n), on workers()
+// goroutines numbered from 0; the calls must not depend on each other.
+func inParallel(n int, do func(worker, i int)) {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for w := range min(workers(), n) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < n; i = int(next.Add(1)) - 1 {
+				do(w, i)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// workers is how many goroutines inParallel starts at most.
+func workers() int { return runtime.GOMAXPROCS(0) }
 
 // versionTouches returns, for every one-slot register written more than
 // once an iteration and read only within the iteration of each write, the
@@ -143,8 +175,9 @@ func (p *Plan) versionTouches() [][][]int {
 func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align }
 
 // maxFirings bounds the firings of a plan whose memory is planned: the
-// vector clocks of lifetimes.go take 2·firings·(at most 16) int32s per
-// pass, 1.3 GiB at this size.
+// clock passes of lifetimes.go take, per worker, a row index for each of
+// 2·firings nodes and up to 16 int32s for some of them (a sixth for the
+// largest plans), besides the firings and edges themselves.
 const maxFirings = 10_000_000
 
 // checkPlannable refuses a plan too large for memory planning, by the

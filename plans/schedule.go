@@ -15,6 +15,15 @@ func (c *compiler) order() {
 	// A task's firings are consecutive, by micro-batch: firing (t, m) is
 	// first[t] + m (m = −1, a per-iteration task's only firing, is first[t]).
 	first := make([]int, len(c.p.Tasks))
+	n := 0
+	for _, t := range c.p.Tasks {
+		if t.PerMicro {
+			n += c.st.Micros(t.Replica)
+		} else {
+			n++
+		}
+	}
+	c.p.Firings = slices.Grow(c.p.Firings, n) // millions, for the largest plans
 	for _, t := range c.p.Tasks {
 		first[t.ID] = len(c.p.Firings)
 		if t.PerMicro {
