@@ -11,15 +11,7 @@ import (
 // 1F1B and full recompute, as memory planning computes them: vector clocks
 // over two unrolled iterations, a pass per few devices.
 func BenchmarkLifetimes_GPT_PP16_MB64(b *testing.B) {
-	st, err := ParseStrategy("pp=16,mb=64,recompute=full", 64)
-	if err != nil {
-		b.Fatal(err)
-	}
-	p, err := Compile(Config{Model: "gpt:layers=16,hidden=32,heads=2,seq=8,vocab=64", Batch: 64, Strategy: st,
-		Optimizer: graph.SGD{LR: 0.01}, Devices: devs(16, 0)})
-	if err != nil {
-		b.Fatal(err)
-	}
+	p := benchPlanFile(b)
 	edges, err := p.Deps()
 	if err != nil {
 		b.Fatal(err)
@@ -31,8 +23,8 @@ func BenchmarkLifetimes_GPT_PP16_MB64(b *testing.B) {
 	b.ReportMetric(float64(len(p.Firings)), "firings")
 }
 
-// benchPlanFile compiles the plan the codec benchmarks write and read: a
-// pipeline of 16 stages with 64 micro-batches under 1F1B and full
+// benchPlanFile compiles the plan the lifetimes and codec benchmarks
+// work on: a pipeline of 16 stages with 64 micro-batches under 1F1B and full
 // recompute (124 k firings).
 func benchPlanFile(b *testing.B) *Plan {
 	b.Helper()
