@@ -231,14 +231,37 @@ func (r *PlanRunner) Resume(c *Checkpoint) error {
 }
 
 // CheckWeights says whether w holds every weight of model (as evaluation
-// builds it: without optimizer state), each of its shape: Evaluate would
-// otherwise initialize a missing weight from the seed, silently.
+// builds it: without optimizer state), each of its shape. Evaluate and
+// EvaluateText check the same before they run.
 func CheckWeights(model string, w *Store) error {
 	m, err := zoo.Build(model, zoo.Config{Batch: 1})
 	if err != nil {
 		return err
 	}
+	return checkWeights(model, m.Graph, w)
+}
+
+// InitWeights returns model's weights as seed initializes them, as a
+// training run starts: an untrained baseline to evaluate.
+func InitWeights(model string, seed uint64) (*Store, error) {
+	m, err := zoo.Build(model, zoo.Config{Batch: 1})
+	if err != nil {
+		return nil, err
+	}
+	w := NewStore(seed)
 	for _, t := range m.Graph.Params() {
+		if _, err := w.bind(t); err != nil {
+			return nil, err
+		}
+	}
+	return w, nil
+}
+
+// checkWeights says whether w holds every weight of g, model's graph,
+// each of its shape: an executor would otherwise initialize a missing
+// weight from the seed, silently.
+func checkWeights(model string, g *graph.Graph, w *Store) error {
+	for _, t := range g.Params() {
 		st, ok := w.tensors[t.Name]
 		switch {
 		case !ok || !st.complete():

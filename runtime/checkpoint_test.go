@@ -9,6 +9,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 )
@@ -308,6 +309,12 @@ func TestCheckWeights(t *testing.T) {
 	put("fc2.bias", 256)
 	put("fc3.weight", 10, 256)
 	require.ErrorContains(t, CheckWeights("mlp", w), "the weights of mlp have no tensor fc3.bias")
+	// Evaluation checks the same, rather than drawing fc3.bias from the seed.
+	ds := &data.Dataset{Images: make([]uint8, 4*28*28), Labels: make([]uint8, 4), N: 4, Rows: 28, Cols: 28}
+	_, _, err := Evaluate("mlp", w, NewCPU(1), ds, 0)
+	require.ErrorContains(t, err, "the weights of mlp have no tensor fc3.bias")
+	_, err = EvaluateText("gpt:layers=1,hidden=16,heads=2,seq=8,vocab=256", NewStore(1), NewCPU(1), &data.Text{Name: "t", Bytes: make([]byte, 40)}, 2, 0)
+	require.ErrorContains(t, err, "have no tensor")
 	put("fc3.bias", 11)
 	require.ErrorContains(t, CheckWeights("mlp", w), "tensor fc3.bias is [11] in the weights, [10] in model mlp")
 	put("fc3.bias", 10)

@@ -124,7 +124,8 @@ func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, 
 
 // EvaluateText runs language model model's forward pass with the weights
 // in store over windows windows of text, spread evenly over it, and
-// returns the mean loss a byte in nats. batch ≤ 0 means 32.
+// returns the mean loss a byte in nats. batch ≤ 0 means 32. store must
+// hold every weight of the model, as for Evaluate.
 func EvaluateText(model string, store *Store, dev *CPU, text *data.Text, windows, batch int) (float64, error) {
 	seq, err := checkText(model)
 	if err != nil {

@@ -97,7 +97,8 @@ func TestTrainTextOnGoSource(t *testing.T) {
 func TestEvaluateText(t *testing.T) {
 	_, test := goText(t)
 	const model = "gpt:layers=1,hidden=32,heads=2,seq=16,vocab=256"
-	store := NewStore(3)
+	store, err := InitWeights(model, 3)
+	require.NoError(t, err)
 	a, err := EvaluateText(model, store, NewCPU(0), test, 40, 32)
 	require.NoError(t, err)
 	b, err := EvaluateText(model, store, NewCPU(0), test, 40, 7)

@@ -217,7 +217,9 @@ func checkInput(model string, ds *data.Dataset) error {
 }
 
 // Evaluate runs model's forward pass with the weights in store over ds and
-// returns the accuracy and mean loss. batch ≤ 0 means 1000.
+// returns the accuracy and mean loss. batch ≤ 0 means 1000. store must
+// hold every weight of the model (CheckWeights; InitWeights makes an
+// untrained one's).
 func Evaluate(model string, store *Store, dev *CPU, ds *data.Dataset, batch int) (accuracy, loss float64, err error) {
 	if err := checkInput(model, ds); err != nil {
 		return 0, 0, err
@@ -270,6 +272,9 @@ type evalExec struct {
 func newEvalExec(model string, batch int, store *Store, dev *CPU) (*evalExec, error) {
 	m, err := zoo.Build(model, zoo.Config{Batch: batch})
 	if err != nil {
+		return nil, err
+	}
+	if err := checkWeights(model, m.Graph, store); err != nil {
 		return nil, err
 	}
 	ex, err := NewExecutor(m.Graph, dev, store)
