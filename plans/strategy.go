@@ -269,6 +269,17 @@ func formatPlace(place []string) string {
 // devices, the firings) fit in an int.
 const maxCount = 1 << 20
 
+// keyError is an error of ParseStrategy about the value of key, or about
+// key and others: a strategy file gives the line of that key.
+type keyError struct {
+	key string
+	err error
+}
+
+func keyErr(key string, err error) error { return &keyError{key, err} }
+func (e *keyError) Error() string        { return e.err.Error() }
+func (e *keyError) Unwrap() error        { return e.err }
+
 // ParseStrategy parses the strategy grammar of DESIGN §5 for the cases this
 // compiler supports: "single", or comma-separated keys dp=D, tp=T, sp=on|off, pp=P, vpp=V (interleaved stages per pipeline rank), zero=0|1|2|3,
 // prefetch=N (layers gathered ahead under zero=3; see Strategy.Prefetch), mb=M or
@@ -297,7 +308,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	count := func(k, v string) (int, error) {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 || n > maxCount {
-			return 0, fmt.Errorf("plans: strategy %q: %s=%s: want a positive integer up to %d", str, k, v, maxCount)
+			return 0, keyErr(k, fmt.Errorf("plans: strategy %q: %s=%s: want a positive integer up to %d", str, k, v, maxCount))
 		}
 		return n, nil
 	}
@@ -316,7 +327,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			case GPipe, OneFOneB:
 				s.Sched = Schedule(v)
 			default:
-				return s, fmt.Errorf("plans: strategy %q: sched=%s: want gpipe or 1f1b", str, v)
+				return s, keyErr("sched", fmt.Errorf("plans: strategy %q: sched=%s: want gpipe or 1f1b", str, v))
 			}
 			continue
 		case k == "recompute":
@@ -326,7 +337,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			case "none":
 				s.Recompute = RecomputeNone
 			default:
-				return s, fmt.Errorf("plans: strategy %q: recompute=%s: want none, selective or full", str, v)
+				return s, keyErr("recompute", fmt.Errorf("plans: strategy %q: recompute=%s: want none, selective or full", str, v))
 			}
 			continue
 		case k == "sp":
@@ -336,7 +347,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			case "off":
 				s.SP = false
 			default:
-				return s, fmt.Errorf("plans: strategy %q: sp=%s: want on or off", str, v)
+				return s, keyErr("sp", fmt.Errorf("plans: strategy %q: sp=%s: want on or off", str, v))
 			}
 			continue
 		case k == "zero":
@@ -346,13 +357,13 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			case "1", "2", "3":
 				s.Zero = int(v[0] - '0')
 			default:
-				return s, fmt.Errorf("plans: strategy %q: zero=%s: want 0, 1, 2 or 3", str, v)
+				return s, keyErr("zero", fmt.Errorf("plans: strategy %q: zero=%s: want 0, 1, 2 or 3", str, v))
 			}
 			continue
 		case k == "prefetch":
 			n, err := strconv.Atoi(v)
 			if err != nil || n < 0 || n > maxCount {
-				return s, fmt.Errorf("plans: strategy %q: prefetch=%s: want the layers gathered ahead, 0 to %d", str, v, maxCount)
+				return s, keyErr("prefetch", fmt.Errorf("plans: strategy %q: prefetch=%s: want the layers gathered ahead, 0 to %d", str, v, maxCount))
 			}
 			s.Prefetch = n
 			continue
@@ -362,7 +373,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case k == "mb" && strings.HasPrefix(v, "auto:"):
 			n, err := count(k, strings.TrimPrefix(v, "auto:"))
 			if err != nil {
-				return s, fmt.Errorf("plans: strategy %q: mb=%s: want auto:N, N micro-batches in all", str, v)
+				return s, keyErr("mb", fmt.Errorf("plans: strategy %q: mb=%s: want auto:N, N micro-batches in all", str, v))
 			}
 			s.AutoShares, autoTotal = true, n
 			continue
@@ -372,12 +383,12 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				if name, rep, ok := strings.Cut(t, "*"); ok {
 					n, err := count(k, rep)
 					if err != nil || len(s.Place)+n > maxCount {
-						return s, fmt.Errorf("plans: strategy %q: place=%s: %q: want TYPE*N, N stages in all up to %d", str, v, t, maxCount)
+						return s, keyErr("place", fmt.Errorf("plans: strategy %q: place=%s: %q: want TYPE*N, N stages in all up to %d", str, v, t, maxCount))
 					}
 					t, times = strings.TrimSpace(name), n
 				}
 				if t == "" || strings.Contains(t, "*") {
-					return s, fmt.Errorf("plans: strategy %q: place=%s: want a device type per stage, as v100:a100 or v100*2:a100*6", str, v)
+					return s, keyErr("place", fmt.Errorf("plans: strategy %q: place=%s: want a device type per stage, as v100:a100 or v100*2:a100*6", str, v))
 				}
 				for range times {
 					s.Place = append(s.Place, t)
@@ -388,7 +399,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			for name := range strings.SplitSeq(v, "+") {
 				name = strings.TrimSpace(name)
 				if name == "" || len(s.DeviceNames) == maxCount {
-					return s, fmt.Errorf("plans: strategy %q: devices=%s: want device names joined by +, as dgx0/gpu0+dgx0/gpu1, at most %d", str, v, maxCount)
+					return s, keyErr("devices", fmt.Errorf("plans: strategy %q: devices=%s: want device names joined by +, as dgx0/gpu0+dgx0/gpu1, at most %d", str, v, maxCount))
 				}
 				s.DeviceNames = append(s.DeviceNames, name)
 			}
@@ -400,7 +411,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			for _, c := range strings.Split(v, ":") {
 				n, err := count(k, c)
 				if err != nil {
-					return s, fmt.Errorf("plans: strategy %q: layers=%s: want one positive count per stage, as 3:1", str, v)
+					return s, keyErr("layers", fmt.Errorf("plans: strategy %q: layers=%s: want one positive count per stage, as 3:1", str, v))
 				}
 				s.Layers = append(s.Layers, n)
 			}
@@ -410,10 +421,10 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 			for _, c := range strings.Split(v, ":") {
 				n, err := count(k, c)
 				if err != nil {
-					return s, fmt.Errorf("plans: strategy %q: mb=%s: want one positive count per replica, as 3:1", str, v)
+					return s, keyErr("mb", fmt.Errorf("plans: strategy %q: mb=%s: want one positive count per replica, as 3:1", str, v))
 				}
 				if total += n; total > maxCount {
-					return s, fmt.Errorf("plans: strategy %q: mb=%s: over %d micro-batches", str, v, maxCount)
+					return s, keyErr("mb", fmt.Errorf("plans: strategy %q: mb=%s: over %d micro-batches", str, v, maxCount))
 				}
 				s.Shares = append(s.Shares, n)
 			}
@@ -448,67 +459,67 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 	}
 	switch {
 	case s.SP && s.TP < 2:
-		return s, fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str)
+		return s, keyErr("sp", fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str))
 	case s.Zero > 0 && s.DP < 2:
-		return s, fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2", str, s.Zero)
+		return s, keyErr("zero", fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2", str, s.Zero))
 	case s.Prefetch > 0 && s.Zero != 3:
-		return s, fmt.Errorf("plans: strategy %q: prefetch=%d gathers ZeRO stage 3's weights ahead of their use: it needs zero=3", str, s.Prefetch)
+		return s, keyErr("prefetch", fmt.Errorf("plans: strategy %q: prefetch=%d gathers ZeRO stage 3's weights ahead of their use: it needs zero=3", str, s.Prefetch))
 	case s.Zero > 1 && (s.Shares != nil && slices.Min(s.Shares) != slices.Max(s.Shares) || s.AutoShares):
-		return s, fmt.Errorf("plans: strategy %q: zero=%d reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=%s", str, s.Zero, zeroSharesText(s))
+		return s, keyErr("zero", fmt.Errorf("plans: strategy %q: zero=%d reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=%s", str, s.Zero, zeroSharesText(s)))
 	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):
-		return s, fmt.Errorf("plans: strategy %q: vpp interleaves the stages of a pipeline: it needs pp ≥ 2, sched=1f1b, stages cut evenly and the same micro-batches per replica", str)
+		return s, keyErr("vpp", fmt.Errorf("plans: strategy %q: vpp interleaves the stages of a pipeline: it needs pp ≥ 2, sched=1f1b, stages cut evenly and the same micro-batches per replica", str))
 	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:
-		return s, fmt.Errorf("plans: strategy %q: layers cuts a pipeline: it needs pp ≥ 2", str)
+		return s, keyErr("layers", fmt.Errorf("plans: strategy %q: layers cuts a pipeline: it needs pp ≥ 2", str))
 	case s.Layers != nil && len(s.Layers) != s.PP:
-		return s, fmt.Errorf("plans: strategy %q: layers gives %d counts for pp=%d stages", str, len(s.Layers), s.PP)
+		return s, keyErr("layers", fmt.Errorf("plans: strategy %q: layers gives %d counts for pp=%d stages", str, len(s.Layers), s.PP))
 	case s.Place != nil && len(s.Place) != s.PP:
-		return s, fmt.Errorf("plans: strategy %q: place gives %d device types for pp=%d stages", str, len(s.Place), s.PP)
+		return s, keyErr("place", fmt.Errorf("plans: strategy %q: place gives %d device types for pp=%d stages", str, len(s.Place), s.PP))
 	case s.Place != nil && s.DeviceNames != nil:
-		return s, fmt.Errorf("plans: strategy %q: give place (a device type per stage) or devices (every device by name), not both", str)
+		return s, keyErr("devices", fmt.Errorf("plans: strategy %q: give place (a device type per stage) or devices (every device by name), not both", str))
 	case s.DeviceNames != nil && len(s.DeviceNames) != s.Devices():
-		return s, fmt.Errorf("plans: strategy %q: devices names %d devices; dp×pp×tp = %d×%d×%d needs %d", str, len(s.DeviceNames), s.DP, s.PP, s.TPDegree(), s.Devices())
+		return s, keyErr("devices", fmt.Errorf("plans: strategy %q: devices names %d devices; dp×pp×tp = %d×%d×%d needs %d", str, len(s.DeviceNames), s.DP, s.PP, s.TPDegree(), s.Devices()))
 	case s.AutoLayers && s.AutoShares:
-		return s, fmt.Errorf("plans: strategy %q: layers=auto and mb=auto are searched one at a time: fix one (e.g. mb=7:1) and search the other", str)
+		return s, keyErr("layers", fmt.Errorf("plans: strategy %q: layers=auto and mb=auto are searched one at a time: fix one (e.g. mb=7:1) and search the other", str))
 	}
 	switch {
 	case s.AutoShares:
 		switch {
 		case autoTotal > 0 && mbs > 0:
-			return s, fmt.Errorf("plans: strategy %q: give mb=auto:N or mbs, not both", str)
+			return s, keyErr("mbs", fmt.Errorf("plans: strategy %q: give mb=auto:N or mbs, not both", str))
 		case autoTotal > 0:
 			if autoTotal < s.DP || batch < 1 || batch%autoTotal != 0 {
-				return s, fmt.Errorf("plans: strategy %q: batch %d does not split into %d micro-batches, at least one per replica of dp=%d", str, batch, autoTotal, s.DP)
+				return s, keyErr("mb", fmt.Errorf("plans: strategy %q: batch %d does not split into %d micro-batches, at least one per replica of dp=%d", str, batch, autoTotal, s.DP))
 			}
 			return s.WithShares(EvenShares(autoTotal, s.DP)).withAuto(), nil
 		case mbs == 0:
-			return s, fmt.Errorf("plans: strategy %q: mb=auto needs mbs=S, the micro-batch size (or mb=auto:N, N micro-batches), so that there are micro-batches to split", str)
+			return s, keyErr("mb", fmt.Errorf("plans: strategy %q: mb=auto needs mbs=S, the micro-batch size (or mb=auto:N, N micro-batches), so that there are micro-batches to split", str))
 		}
 		if batch < 1 || batch%mbs != 0 || batch/mbs < s.DP {
-			return s, fmt.Errorf("plans: strategy %q: batch %d does not split into at least dp=%d micro-batches of %d", str, batch, s.DP, mbs)
+			return s, keyErr("mbs", fmt.Errorf("plans: strategy %q: batch %d does not split into at least dp=%d micro-batches of %d", str, batch, s.DP, mbs))
 		}
 		return s.WithShares(EvenShares(batch/mbs, s.DP)).withAuto(), nil
 	case s.Shares != nil:
 		if len(s.Shares) != s.DP {
-			return s, fmt.Errorf("plans: strategy %q: mb gives %d counts for dp=%d replicas", str, len(s.Shares), s.DP)
+			return s, keyErr("mb", fmt.Errorf("plans: strategy %q: mb gives %d counts for dp=%d replicas", str, len(s.Shares), s.DP))
 		}
 		if seen["mbs"] {
-			return s, fmt.Errorf("plans: strategy %q: give mb or mbs, not both", str)
+			return s, keyErr("mbs", fmt.Errorf("plans: strategy %q: give mb or mbs, not both", str))
 		}
 		return s.WithShares(s.Shares), nil
 	case seen["mb"] && seen["mbs"]:
-		return s, fmt.Errorf("plans: strategy %q: give mb or mbs, not both", str)
+		return s, keyErr("mbs", fmt.Errorf("plans: strategy %q: give mb or mbs, not both", str))
 	}
 	if mbs > 0 {
 		if batch < 1 {
-			return s, fmt.Errorf("plans: strategy %q: mbs=%d needs a global batch ≥ 1, got %d", str, mbs, batch)
+			return s, keyErr("mbs", fmt.Errorf("plans: strategy %q: mbs=%d needs a global batch ≥ 1, got %d", str, mbs, batch))
 		}
 		if batch%s.DP != 0 || batch/s.DP%mbs != 0 {
-			return s, fmt.Errorf("plans: strategy %q: batch %d does not split into dp=%d replicas of micro-batches of %d", str, batch, s.DP, mbs)
+			return s, keyErr("mbs", fmt.Errorf("plans: strategy %q: batch %d does not split into dp=%d replicas of micro-batches of %d", str, batch, s.DP, mbs))
 		}
 		s.MB = batch / (s.DP * mbs)
 	}
 	if s.VPP > 1 && s.MB%s.PP != 0 {
-		return s, fmt.Errorf("plans: strategy %q: vpp=%d sends micro-batches through the stages pp=%d at a time: mb=%d is not a multiple of pp", str, s.VPP, s.PP, s.MB)
+		return s, keyErr("vpp", fmt.Errorf("plans: strategy %q: vpp=%d sends micro-batches through the stages pp=%d at a time: mb=%d is not a multiple of pp", str, s.VPP, s.PP, s.MB))
 	}
 	return s, nil
 }

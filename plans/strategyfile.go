@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -59,8 +60,9 @@ func LoadStrategy(arg string, batch int) (Strategy, error) {
 }
 
 // StrategyFileError is an error in a strategy file: at a line, a value
-// of the wrong kind or an unknown key; for the whole file (Line 0), an
-// error between keys (three shares for two replicas), ParseStrategy's.
+// of the wrong kind, an unknown key, or ParseStrategy's error about the
+// key given there (alone, or with others: three shares for two
+// replicas); for the whole file (Line 0), an error about no key of it.
 type StrategyFileError struct {
 	File  string
 	Line  int    // 0: the file as a whole
@@ -81,33 +83,38 @@ func (e *StrategyFileError) Unwrap() error { return e.Err }
 // ParseStrategyFile parses a strategy file's contents (see above); name
 // is used in errors. batch is the global batch, as for ParseStrategy.
 func ParseStrategyFile(name string, data []byte, batch int) (Strategy, error) {
-	str, err := strategyFileString(name, data)
+	str, keys, err := strategyFileString(name, data)
 	if err != nil {
 		return Strategy{}, err
 	}
 	st, err := ParseStrategy(str, batch)
 	if err != nil {
-		return Strategy{}, &StrategyFileError{File: name, Err: err}
+		fe := &StrategyFileError{File: name, Err: err}
+		if ke := (*keyError)(nil); errors.As(err, &ke) && keys[ke.key] != nil {
+			fe.Line, fe.Field = keys[ke.key].Line, ke.key
+		}
+		return Strategy{}, fe
 	}
 	return st, nil
 }
 
-// strategyFileString translates a strategy file into the grammar.
-func strategyFileString(name string, data []byte) (string, error) {
+// strategyFileString translates a strategy file into the grammar, and
+// says where each key of the string was given.
+func strategyFileString(name string, data []byte) (str string, keys map[string]*yaml.Node, err error) {
 	if len(data) > maxStrategyFile {
-		return "", fmt.Errorf("plans: %s: %d bytes; a strategy file is at most %d", name, len(data), maxStrategyFile)
+		return "", nil, fmt.Errorf("plans: %s: %d bytes; a strategy file is at most %d", name, len(data), maxStrategyFile)
 	}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return "", fmt.Errorf("plans: %s: %w", name, err)
+		return "", nil, fmt.Errorf("plans: %s: %w", name, err)
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return "", fmt.Errorf("plans: %s: empty; want a mapping of strategy keys (dp: 2, pp: 2, …)", name)
+		return "", nil, fmt.Errorf("plans: %s: empty; want a mapping of strategy keys (dp: 2, pp: 2, …)", name)
 	}
 	f := &strategyFile{name: name}
 	top := doc.Content[0]
 	if top.Kind != yaml.MappingNode {
-		return "", f.errAt(top, "strategy", "want a mapping of strategy keys (dp: 2, pp: 2, …), got %s", yamlnode.Describe(top))
+		return "", nil, f.errAt(top, "strategy", "want a mapping of strategy keys (dp: 2, pp: 2, …), got %s", yamlnode.Describe(top))
 	}
 	var parts []string
 	var staged stageDevices
@@ -144,21 +151,21 @@ func strategyFileString(name string, data []byte) (string, error) {
 			value, err = f.words(v, key, "+")
 		case "stages":
 			if prev := seen[key]; prev != nil {
-				return "", f.errAt(k, key, "given twice (also at line %d)", prev.Line)
+				return "", nil, f.errAt(k, key, "given twice (also at line %d)", prev.Line)
 			}
 			seen[key] = k
 			if err := f.stages(v, add, &staged); err != nil {
-				return "", err
+				return "", nil, err
 			}
 			continue
 		default:
-			return "", f.errAt(k, key, "unknown key (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, devices, stages, sched, recompute, slots)")
+			return "", nil, f.errAt(k, key, "unknown key (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, devices, stages, sched, recompute, slots)")
 		}
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if err := add(k, key, value); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	if staged.at != nil {
@@ -170,16 +177,16 @@ func strategyFileString(name string, data []byte) (string, error) {
 		}
 		value, err := staged.planOrder(f, degree("dp"), degree("tp"))
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		if err := add(staged.at, "devices", value); err != nil {
-			return "", err
+			return "", nil, err
 		}
 	}
 	if len(parts) == 0 {
-		return "single", nil
+		return "single", seen, nil
 	}
-	return strings.Join(parts, ","), nil
+	return strings.Join(parts, ","), seen, nil
 }
 
 // strategyFile reads one file's nodes, for errors with lines.

@@ -129,12 +129,18 @@ func TestNamedDevicesErrors(t *testing.T) {
 	}
 }
 
-// Errors name the file, and the line and key where one value is wrong.
+// Errors name the file, and the line and key where a value is wrong, or
+// of the key an error between keys is about.
 func TestStrategyFileErrors(t *testing.T) {
 	for _, tt := range []struct{ file, want string }{
 		{"dp: [2]", "s.yaml:1: dp: want an integer, got a list"},
 		{"dp: two", `s.yaml:1: dp: want an integer, got "two"`},
-		{"dp: 2\nmb: [3, 1, 1]", `s.yaml: strategy "dp=2,mb=3:1:1": mb gives 3 counts for dp=2 replicas`},
+		{"dp: 2\nmb: [3, 1, 1]", `s.yaml:2: mb: strategy "dp=2,mb=3:1:1": mb gives 3 counts for dp=2 replicas`},
+		{"tp: 1\nzero: 2", `s.yaml:2: zero: strategy "tp=1,zero=2": zero=2 splits optimizer state over data-parallel replicas: it needs dp ≥ 2`},
+		{"zero: 7", `s.yaml:1: zero: strategy "zero=7": zero=7: want 0, 1, 2 or 3`},
+		{"pp: 2\nsched: gpipe\nvpp: 2", `s.yaml:3: vpp: strategy "pp=2,sched=gpipe,vpp=2": vpp interleaves`},
+		{"pp: 3\nstages:\n  - layers: 3\n  - layers: 1", `s.yaml:3: layers: strategy "pp=3,layers=3:1": layers gives 2 counts for pp=3 stages`},
+		{"dp: 2\nmbs: 5", `s.yaml:2: mbs: strategy "dp=2,mbs=5": batch 64 does not split`},
 		{"dp: 2\nmb: [3, x]", `s.yaml:2: mb[1]: want an integer, got "x"`},
 		{"dp: 2\nmb: 3:x", `s.yaml:2: mb: want counts, as [3, 1] or 3:1, got "3:x"`},
 		{"dp: 2\nmb: []", "s.yaml:2: mb: want a count or a list of counts, got a list"},
