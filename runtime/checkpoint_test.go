@@ -3,6 +3,7 @@ package runtime
 import (
 	"context"
 	"encoding/binary"
+	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
@@ -320,4 +321,140 @@ func TestCheckWeights(t *testing.T) {
 	put("fc3.bias", 10)
 	require.NoError(t, CheckWeights("mlp", w))
 	require.ErrorContains(t, CheckWeights("nope", w), "nope")
+}
+
+// A run whose Stop closes ends with whole steps and saves them: resumed
+// from that checkpoint, it goes on to what one run computes, bit for bit.
+// A plan's runner finishes the steps it has begun (a pipeline may have
+// begun the next before the last ends) and begins no other.
+func TestStop(t *testing.T) {
+	train, test := realMNIST(t)
+	train, test = subset(train, 16*5), subset(test, 100)
+	type saved struct {
+		step int
+		w    []Tensor
+	}
+	keep := func(into *[]saved) func(int, *Store) error {
+		return func(step int, w *Store) error {
+			*into = append(*into, saved{step, w.Tensors()}) // copies
+			return nil
+		}
+	}
+	resumeFrom := func(s saved) *Checkpoint {
+		w := NewStore(5)
+		require.NoError(t, w.Put(s.w...))
+		return &Checkpoint{Model: "mlp", Seed: 5, Step: s.step, Weights: w}
+	}
+	const steps = 7
+
+	// The executor stops after the step in flight.
+	cfg := TrainConfig{Model: "mlp", Epochs: 2, Batch: 16, Optimizer: adamOpt, Seed: 5, Workers: 1, MaxSteps: steps}
+	whole, err := Train(context.Background(), cfg, train, test, nil)
+	require.NoError(t, err)
+	var got []saved
+	stop := make(chan struct{})
+	cfg.Stop, cfg.Save, cfg.SaveEvery = stop, keep(&got), 2
+	_, err = Train(context.Background(), cfg, train, test, func(s StepStats) {
+		if s.Step == 3 {
+			close(stop)
+		}
+	})
+	require.ErrorIs(t, err, ErrStopped)
+	require.ErrorContains(t, err, "after 3 of 7 steps")
+	require.Equal(t, []int{2, 3}, []int{got[0].step, got[1].step}, "saved every 2 steps, and at the stop")
+	cfg.Stop, cfg.SaveEvery, cfg.Resume = nil, 0, resumeFrom(got[1])
+	cfg.MaxSteps = steps - 3
+	end, err := Train(context.Background(), cfg, train, test, nil)
+	require.NoError(t, err)
+	requireSameWeights(t, whole.Weights, end.Weights)
+
+	// Stopped where the last save was, it does not save again.
+	got = nil
+	cfg.Resume, cfg.Stop, cfg.MaxSteps, cfg.SaveEvery = nil, stop, steps, 0
+	_, err = Train(context.Background(), cfg, train, test, nil)
+	require.ErrorContains(t, err, "after 0 of 7 steps")
+	require.Empty(t, got)
+
+	for _, strategy := range []string{"single", "dp=2", "pp=2,mb=2,sched=1f1b", "pp=2,mb=4,sched=gpipe"} {
+		st, err := plans.ParseStrategy(strategy, 16)
+		require.NoError(t, err)
+		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 16, Strategy: st, Optimizer: adamOpt, Seed: 5, Devices: cpuDevices(st.Devices())})
+		require.NoError(t, err)
+		trainOn := func(loop Loop, c *Checkpoint) (*TrainResult, error) {
+			r, err := NewPlanRunner(p)
+			require.NoError(t, err)
+			defer r.Close()
+			if c != nil {
+				require.NoError(t, r.Resume(c))
+			}
+			return TrainOn(context.Background(), r, p, loop, train, test)
+		}
+		whole, err := trainOn(Loop{Epochs: 2, MaxSteps: steps}, nil)
+		require.NoError(t, err)
+		got = nil
+		stop := make(chan struct{})
+		_, err = trainOn(Loop{Epochs: 2, MaxSteps: steps, Stop: stop, Save: keep(&got), Progress: func(s StepStats) {
+			if s.Step == 2 {
+				close(stop)
+			}
+		}}, nil)
+		require.ErrorIs(t, err, ErrStopped, strategy)
+		require.Len(t, got, 1, strategy)
+		k := got[0].step
+		require.True(t, k >= 2 && k < steps, "%s: stopped after step %d", strategy, k)
+		require.ErrorContains(t, err, fmt.Sprintf("after %d of %d steps", k, steps), strategy)
+		end, err := trainOn(Loop{Epochs: 2, MaxSteps: steps - k}, resumeFrom(got[0]))
+		require.NoError(t, err)
+		require.Equal(t, steps, end.Step, strategy)
+		requireSameWeights(t, whole.Weights, end.Weights)
+
+		if strategy != "dp=2" {
+			continue
+		}
+		// An executor that runs whole Run calls (as a multi-process run
+		// does) stops after the call in flight.
+		r, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		defer r.Close()
+		got, stop = nil, make(chan struct{})
+		_, err = TrainOn(context.Background(), wholeCalls{r}, p, Loop{Epochs: 2, MaxSteps: steps, Stop: stop, SaveEvery: 3, Save: keep(&got), Progress: func(s StepStats) {
+			if s.Step == 3 {
+				close(stop)
+			}
+		}}, train, test)
+		require.ErrorContains(t, err, "after 3 of 7 steps")
+		require.Len(t, got, 1, "saved once, at the stop")
+		require.Equal(t, 3, got[0].step)
+	}
+}
+
+// wholeCalls is a PlanExecutor that is not a *PlanRunner.
+type wholeCalls struct{ *PlanRunner }
+
+// Once Stop closes, a stream may still begin an iteration another stream
+// has begun, and none begins one no stream has: every stream ends after
+// the same whole iterations.
+func TestStopAtIterationBoundary(t *testing.T) {
+	stop := make(chan struct{})
+	x := &run{r: &PlanRunner{Stop: stop}, iters: 10}
+	require.True(t, x.begin(0)) // stream a
+	require.True(t, x.begin(0)) // stream b
+	require.True(t, x.begin(1)) // a, ahead
+	require.True(t, x.begin(2)) // a, further ahead
+	close(stop)
+	require.True(t, x.begin(1))  // b catches up with what a has begun
+	require.True(t, x.begin(2))  //
+	require.False(t, x.begin(3)) // a
+	require.False(t, x.begin(3)) // b
+	require.Equal(t, 3, x.iters)
+
+	// Stopped before any iteration began, a run still runs one.
+	x = &run{r: &PlanRunner{Stop: stop}, iters: 10}
+	require.True(t, x.begin(0))
+	require.False(t, x.begin(1))
+	// A rank of a multi-process run does not stop on its own.
+	x = &run{r: &PlanRunner{Stop: stop}, iters: 2, rr: &rankRun{}}
+	require.True(t, x.begin(0))
+	require.True(t, x.begin(1))
+	require.False(t, x.begin(2))
 }

@@ -405,6 +405,10 @@ func (x *run) runGraph(ctx context.Context) error {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
+		if it > 0 && x.stopping() {
+			x.iters = it
+			break
+		}
 		if !pooled {
 			// Host-fed inputs: fill the staging buffers the graph copies
 			// from; the previous iteration has finished with them.
@@ -441,7 +445,7 @@ func (x *run) runGraph(ctx context.Context) error {
 				x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro), Start: start, End: end})
 			}
 		}
-		if synced || it+1-read == lossCap || it == x.iters-1 {
+		if synced || it+1-read == lossCap {
 			if err := s.Synchronize(); err != nil {
 				return err
 			}
@@ -452,6 +456,9 @@ func (x *run) runGraph(ctx context.Context) error {
 		}
 	}
 	if err := s.Synchronize(); err != nil {
+		return err
+	}
+	if err := readLosses(read, x.iters); err != nil {
 		return err
 	}
 	for it := range x.iters {

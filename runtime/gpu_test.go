@@ -336,6 +336,22 @@ func TestGPUResume(t *testing.T) {
 			run(resumed, 1)
 			require.Equal(t, 3, resumed.Iteration())
 			requireSameWeights(t, store(whole), store(resumed))
+
+			// Stopped before it begins, a run runs one whole iteration;
+			// the next goes on from there.
+			stopped := newRunner()
+			stop := make(chan struct{})
+			close(stop)
+			stopped.Stop = stop
+			res, err := stopped.Run(context.Background(), 3, feed)
+			require.NoError(t, err)
+			require.Len(t, res.Loss, 1)
+			require.Positive(t, res.Loss[0], "the loss read back")
+			require.Len(t, res.Steps, 1)
+			require.Equal(t, 1, stopped.Iteration())
+			stopped.Stop = nil
+			run(stopped, 2)
+			requireSameWeights(t, store(whole), store(stopped))
 		}
 	}
 }

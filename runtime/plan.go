@@ -51,6 +51,12 @@ type PlanRunner struct {
 	// Progress, if set, is called once per iteration, when its last loss
 	// is known, with the iteration's mean loss.
 	Progress func(iter int, loss float64)
+	// Stop, once closed, ends a Run at an iteration boundary: the
+	// iterations some stream has begun finish, none begins after them,
+	// and Run returns the iterations done, fewer than asked. The weights
+	// are then those of that many whole iterations. Ranks of a
+	// multi-process run ignore it: they must all run the same iterations.
+	Stop <-chan struct{}
 	// Eager runs GPU plans by enqueueing every firing every iteration, as
 	// heterogeneous plans always run, instead of replaying a CUDA graph.
 	Eager bool
@@ -410,7 +416,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 			if err := x.runGraph(ctx); err != nil {
 				return nil, err
 			}
-			r.iteration += iters
+			r.iteration += x.iters
 			return x.result(), nil
 		}
 		if err := x.markBase(); err != nil {
@@ -454,6 +460,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	if err := context.Cause(ctx); err != nil {
 		return nil, err
 	}
+	iters = x.iters // fewer if stopped
 	if r.gpu != nil {
 		// Collect the last iterations' GPU firings.
 		for f := range p.Firings {
@@ -483,7 +490,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 func (x *run) result() *RunResult {
 	tr := x.r.p.NewTrace("runtime")
 	tr.Events = x.events
-	return &RunResult{Trace: tr, Loss: x.loss, Steps: x.steps}
+	return &RunResult{Trace: tr, Loss: x.loss[:x.iters], Steps: x.steps}
 }
 
 // markBase records the GPU event that the run's GPU times count from. Its
@@ -516,7 +523,7 @@ func (x *run) addLoss(it int, loss float64) (mean float64, report bool) {
 type run struct {
 	r     *PlanRunner
 	ctx   context.Context
-	iters int
+	iters int // lowered when the runner's Stop closes (x.mu held)
 	feed  Feeder
 	start time.Time
 	wall  time.Time // start without its monotonic reading
@@ -531,11 +538,42 @@ type run struct {
 	loss     []float64
 	losses   []int     // loss firings finished, by iteration
 	progress time.Time // last time a firing finished
+	begun    int       // iterations begun on some stream
+}
+
+// begin says whether a stream may begin iteration it. Once the runner's
+// Stop has closed, no stream begins an iteration no stream has begun:
+// the run ends with whole iterations.
+func (x *run) begin(it int) bool {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.iters > x.begun && x.stopping() {
+		x.iters = max(x.begun, 1)
+	}
+	if it >= x.iters {
+		return false
+	}
+	x.begun = max(x.begun, it+1)
+	return true
+}
+
+// stopping says whether the runner's Stop has closed, for a run that may
+// stop early: not one rank's part of a multi-process run.
+func (x *run) stopping() bool {
+	if x.r.Stop == nil || x.rr != nil {
+		return false
+	}
+	select {
+	case <-x.r.Stop:
+		return true
+	default:
+		return false
+	}
 }
 
 // stream runs a stream's firings, iteration after iteration.
 func (x *run) stream(order []int) error {
-	for it := range x.iters {
+	for it := 0; x.begin(it); it++ {
 		for _, f := range order {
 			if err := x.wait(f, it); err != nil {
 				return err

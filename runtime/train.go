@@ -41,6 +41,10 @@ type TrainConfig struct {
 	// after the last: the result has those.
 	SaveEvery int
 	Save      func(step int, w *Store) error
+	// Stop, once closed, ends the run after the step in flight: Save (if
+	// set) gets the weights of the steps done, and Train returns
+	// ErrStopped.
+	Stop <-chan struct{}
 }
 
 // Loop says how long a training loop through a plan runs, what it
@@ -54,6 +58,12 @@ type Loop struct {
 	// executors, once a Run call (at the end, or every SaveEvery steps).
 	SaveEvery int
 	Save      func(step int, w *Store) error
+	// Stop, once closed, ends the run at a step boundary and saves, as
+	// TrainConfig.Stop does. A PlanRunner stops after the steps it has
+	// begun; other executors (a multi-process run) after the Run call in
+	// flight, which is SaveEvery steps long if that is set, else the
+	// whole run.
+	Stop <-chan struct{}
 }
 
 // StepStats is reported after every training step.
@@ -105,6 +115,32 @@ func (r *TrainResult) SamplesPerSecond() float64 {
 // ErrDiverged is returned when the training loss stops being finite.
 var ErrDiverged = errors.New("runtime: training diverged")
 
+// ErrStopped is returned by a training run that its Stop channel ended
+// early.
+var ErrStopped = errors.New("runtime: training stopped")
+
+// closed says whether channel c is closed (never, for nil).
+func closed(c <-chan struct{}) bool {
+	select {
+	case <-c:
+		return true
+	default:
+		return false
+	}
+}
+
+// stopped ends a run stopped after done of its steps steps, its weights
+// w those after step step (a resumed run's steps included): it saves them
+// unless they are already saved (saved is the step of the last save, or
+// where the run started) and returns ErrStopped.
+func stopped(save func(int, *Store) error, saved, step int, w *Store, done, steps int) error {
+	err := fmt.Errorf("%w after %d of %d steps", ErrStopped, done, steps)
+	if save == nil || step == saved {
+		return err
+	}
+	return errors.Join(err, save(step, w))
+}
+
 // Train trains cfg.Model on train and evaluates it on test. progress, if
 // not nil, is called after every step.
 func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, progress func(StepStats)) (*TrainResult, error) {
@@ -152,6 +188,7 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 	}
 	res := &TrainResult{Model: cfg.Model, Optimizer: cfg.Optimizer.Name(), Batch: cfg.Batch, StepTimes: make([]time.Duration, 0, steps)}
 	x, y := ex.Buffer(m.Images).F, ex.Buffer(m.Labels).I
+	saved := first // the step of the last checkpoint
 	start := time.Now()
 	var epochLoss float64
 	var epochSteps int
@@ -163,6 +200,9 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 		}
 		if err := ctx.Err(); err != nil {
 			return nil, fmt.Errorf("runtime: training stopped after %d of %d steps: %w", res.Steps, steps, err)
+		}
+		if closed(cfg.Stop) {
+			return nil, stopped(cfg.Save, saved, first+res.Steps, store, res.Steps, steps)
 		}
 		t0 := time.Now()
 		if err := ex.Run(first + res.Steps); err != nil {
@@ -179,6 +219,7 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 			if err := cfg.Save(first+res.Steps, store); err != nil {
 				return nil, err
 			}
+			saved = first + res.Steps
 		}
 		epochLoss += float64(loss)
 		epochSteps++
@@ -376,30 +417,40 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, feed
 	}
 	r, stepwise := x.(*PlanRunner)
 	if stepwise {
-		r.Progress = report
+		r.Progress, r.Stop = report, loop.Stop
 	}
+	saved := stepsRun(x, 0) // the step of the last checkpoint
 	start := time.Now()
 	losses := make([]float64, 0, steps)
 	res := &TrainResult{Model: p.Model, Optimizer: p.Optimizer, Batch: p.Batch, Steps: steps,
 		Epochs: (steps + feed.Steps() - 1) / feed.Steps()}
 	for done < steps {
-		n := min(chunk, steps-done)
-		run, err := x.Run(ctx, n, feed)
+		run, err := x.Run(ctx, min(chunk, steps-done), feed)
 		if err != nil {
 			if done > 0 {
 				err = fmt.Errorf("%w (after %d of %d steps)", err, done, steps)
 			}
 			return nil, nil, err
 		}
+		n := len(run.Loss) // fewer than asked if Stop closed
 		if !stepwise {
 			report(n-1, run.Loss[n-1])
 		}
 		losses = append(losses, run.Loss...)
 		res.StepTimes = append(res.StepTimes, run.Steps...)
-		if done += n; done < steps {
+		done += n
+		if done < steps && closed(loop.Stop) {
+			w, err := x.Store()
+			if err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, stopped(loop.Save, saved, stepsRun(x, done), w, done, steps)
+		}
+		if done < steps && loop.SaveEvery > 0 {
 			w, err := x.Store()
 			if err == nil {
-				err = loop.Save(stepsRun(x, done), w)
+				saved = stepsRun(x, done)
+				err = loop.Save(saved, w)
 			}
 			if err != nil {
 				return nil, nil, err

@@ -22,9 +22,10 @@ import (
 )
 
 // TestMain lets the test binary serve as flowrun: 'flowrun exec --procs'
-// starts workers by running its own executable with "worker".
+// starts workers by running its own executable with "worker", and
+// TestTrainInterrupt runs "train" in a process it can interrupt.
 func TestMain(m *testing.M) {
-	if os.Getenv("FLOWRUN_TEST_AS_MAIN") == "1" && len(os.Args) > 1 && os.Args[1] == "worker" {
+	if os.Getenv("FLOWRUN_TEST_AS_MAIN") == "1" && len(os.Args) > 1 && (os.Args[1] == "worker" || os.Args[1] == "train") {
 		if d, err := time.ParseDuration(os.Getenv("FLOWRUN_TEST_EXIT_AFTER")); err == nil {
 			go func() {
 				time.Sleep(d)

@@ -91,7 +91,11 @@ or fetched with 'go mod download').
 
 --save writes a checkpoint when training ends (and every --save-every
 steps): the weights and optimizer state, whole, as a safetensors file.
---resume starts from one, under any strategy, device or process count of the
+Interrupted (Ctrl-C, or the SIGTERM a scheduler sends before it kills a
+job), a run with --save finishes the step in flight, writes the checkpoint
+and exits; a second interrupt stops at once. (A run over several processes
+stops at once: its last --save-every checkpoint remains.) --resume starts
+from one, under any strategy, device or process count of the
 same model, and goes on as the run that wrote it would have; 'flowrun eval'
 scores one.
 
@@ -278,7 +282,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 		loop := f.loop(bar)
 		cfg := runtime.TrainConfig{Model: f.model, Epochs: f.epochs, Batch: f.batch, Optimizer: opt,
 			Seed: f.seed, Workers: f.workers, MaxSteps: f.maxSteps, DType: dtype, Resume: f.checkpoint,
-			SaveEvery: loop.SaveEvery, Save: loop.Save}
+			SaveEvery: loop.SaveEvery, Save: loop.Save, Stop: loop.Stop}
 		res, err = runtime.Train(cmd.Context(), cfg, train, test, bar.step)
 	}
 	bar.finish()
@@ -407,9 +411,12 @@ func (f trainFlags) optimizerName() string {
 // saving every --save-every steps.
 func (f trainFlags) loop(bar *trainProgress) runtime.Loop {
 	l := runtime.Loop{Epochs: f.epochs, MaxSteps: f.maxSteps, Progress: bar.step, SaveEvery: f.saveEvery}
-	if f.saveEvery > 0 {
+	if f.save != "" {
 		opt := f.optimizerName()
 		l.Save = func(step int, w *runtime.Store) error { return f.writeCheckpoint(opt, step, w) }
+		if !f.procs.multi() {
+			l.Stop = interrupts.Graceful("stopping after the step in flight to write " + f.save)
+		}
 	}
 	return l
 }
