@@ -17,6 +17,15 @@ func newTopoCmd() *cobra.Command {
 	topo := &cobra.Command{
 		Use:   "topo",
 		Short: "Inspect cluster topologies",
+		Args:  cobra.ArbitraryArgs,
+		// Without a subcommand: help; with an argument that is not
+		// one, an error rather than help and success.
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				return cmd.Help()
+			}
+			return fmt.Errorf("unknown command %q for \"flowsim topo\" (to show a cluster: flowsim topo show %s)", args[0], args[0])
+		},
 	}
 	var asJSON bool
 	var png string

@@ -69,4 +69,11 @@ func TestTopoShowErrors(t *testing.T) {
 	if _, err := run(t, "topo", "show"); err == nil {
 		t.Errorf("no argument: got no error")
 	}
+	// A cluster without "show" is an error that says what to type.
+	if _, err := run(t, "topo", "dgx-a100"); err == nil || !strings.Contains(err.Error(), "flowsim topo show dgx-a100") {
+		t.Errorf("topo dgx-a100: got %v", err)
+	}
+	if _, err := run(t, "topo"); err != nil {
+		t.Errorf("topo alone shows its help: got %v", err)
+	}
 }
