@@ -9,6 +9,7 @@ import (
 	"github.com/flowkit/flowkit/data"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/runtime"
 )
 
@@ -33,7 +34,7 @@ split 'flowrun train' uses), beside byte frequencies'. The model is the
 checkpoint's; every weight must be in it.`,
 		Example: `  flowrun train --model mlp --max-steps 500 --save mlp.safetensors
   flowrun eval mlp.safetensors`,
-		Args: cobra.ExactArgs(1),
+		Args: cliargs.One("a checkpoint file (from 'flowrun train --save')"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runEval(args[0], f) },
 	}
 	fl := cmd.Flags()

@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/sim"
@@ -66,7 +67,7 @@ predicted and measured step times and per-task times are compared.`,
   flowrun exec plan.json --compare --calib calib.json --procs 2
   flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster h200-host -o gpt.json
   flowrun exec gpt.json --device cuda`,
-		Args: cobra.ExactArgs(1),
+		Args: cliargs.One("a plan file (from 'flowsim plan' or 'flowsim sweep -o')"),
 		RunE: func(cmd *cobra.Command, args []string) error { return runExec(cmd, args[0], f) },
 	}
 	fl := cmd.Flags()

@@ -16,6 +16,7 @@ import (
 	"github.com/flowkit/flowkit/experiments"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
@@ -51,7 +52,7 @@ Experiments (folders under experiments/, built in): ` + strings.Join(experiments
 or a YAML file of one's own in their format (experiments/*/experiment.yaml).`,
 		Example: `  flowsim reproduce korthikanti2022 --rows 22B,175B --columns "full recompute"
   flowsim reproduce korthikanti2022 --out /tmp/k22 --json`,
-		Args: cobra.ExactArgs(1),
+		Args: cliargs.One("an experiment: a name (" + strings.Join(experiments.Names(), ", ") + ") or a YAML file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			return runReproduce(cmd.OutOrStdout(), cmd.ErrOrStderr(), args[0], f)
 		},

@@ -13,6 +13,7 @@ import (
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
 	"github.com/flowkit/flowkit/units"
@@ -409,7 +410,7 @@ the N shards of one sweep (the same model, cluster, batch and settings; each
 shard once), and print the ranking the whole sweep would print; -o
 recompiles the best strategy's plan.`,
 		Example: `  flowsim sweep merge s0.json s1.json s2.json s3.json -o best.json`,
-		Args:    cobra.MinimumNArgs(1),
+		Args:    cliargs.AtLeastOne("the --json outputs of the sweep's shards"),
 		RunE:    func(cmd *cobra.Command, args []string) error { return runMerge(cmd.OutOrStdout(), f, args) },
 	}
 	fl := cmd.Flags()

@@ -9,6 +9,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
@@ -38,7 +39,7 @@ its total peak FLOP rate, optionally as JSON and as a drawing.
 CLUSTER is a preset name (` + joinPresets() + `),
 a preset sized to K times its nodes (NAMExK, e.g. dgx-a100x4), or a path to
 a cluster YAML file (see topology/README.md for the schema).`,
-		Args: cobra.ExactArgs(1),
+		Args: cliargs.One("a cluster: a preset (" + joinPresets() + "), NAMExK, or a YAML file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			c, err := topology.Resolve(args[0])
 			if err != nil {
