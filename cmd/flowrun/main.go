@@ -27,7 +27,7 @@ and reports what it measured.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newTrainCmd(), newEvalCmd(), newExecCmd(), newCalibrateCmd(), newDevicesCmd(), newWorkerCmd())
+	root.AddCommand(newTrainCmd(), newEvalCmd(), newSampleCmd(), newExecCmd(), newCalibrateCmd(), newDevicesCmd(), newWorkerCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "flowrun:", err)
 		os.Exit(1)

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"encoding/json"
 	"io"
 	"os"
 	"os/exec"
@@ -123,4 +124,61 @@ func scanCRLF(data []byte, atEOF bool) (advance int, token []byte, err error) {
 		return len(data), data, nil
 	}
 	return 0, nil, nil
+}
+
+// flowrun sample writes the prompt and as many bytes as asked, the same
+// for the same seed; a classifier's checkpoint is refused.
+func TestSampleCmd(t *testing.T) {
+	const model = "gpt:layers=1,hidden=32,heads=2,seq=16,vocab=256"
+	dir := t.TempDir()
+	w, err := runtime.InitWeights(model, 7)
+	require.NoError(t, err)
+	lm := filepath.Join(dir, "lm.safetensors")
+	require.NoError(t, runtime.WriteCheckpoint(lm, runtime.Checkpoint{Model: model, Optimizer: "sgd", Seed: 7, Weights: w}))
+	sample := func(args ...string) (string, error) {
+		var err error
+		out := captureStdout(t, func() {
+			cmd := newSampleCmd()
+			cmd.SetArgs(args)
+			cmd.SetOut(io.Discard)
+			cmd.SetErr(io.Discard)
+			err = cmd.Execute()
+		})
+		return string(out), err
+	}
+	a, err := sample(lm, "--prompt", "func ", "--bytes", "30", "--seed", "3")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(a, "func "), a)
+	require.Len(t, a, len("func ")+30+1, "the prompt, 30 bytes and a newline")
+	b, err := sample(lm, "--prompt", "func ", "--bytes", "30", "--seed", "3")
+	require.NoError(t, err)
+	require.Equal(t, a, b)
+	js, err := sample(lm, "--bytes", "5", "--json", "--temperature", "0")
+	require.NoError(t, err)
+	var res struct {
+		Text string `json:"text"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &res))
+	plain, err := sample(lm, "--bytes", "5", "--temperature", "0")
+	require.NoError(t, err)
+	text := strings.TrimSuffix(strings.TrimPrefix(plain, "package "), "\n") // the default prompt
+	require.Len(t, text, 5)
+	enc, err := json.Marshal(text) // bytes that are not UTF-8 become U+FFFD
+	require.NoError(t, err)
+	var want string
+	require.NoError(t, json.Unmarshal(enc, &want))
+	require.Equal(t, want, res.Text)
+
+	_, err = sample(lm, "--temperature", "-1")
+	require.ErrorContains(t, err, "temperature -1")
+	_, err = sample(lm, "--bytes", "-2")
+	require.ErrorContains(t, err, "--bytes must be ≥ 0")
+	mlp, err := runtime.InitWeights("mlp", 7)
+	require.NoError(t, err)
+	cls := filepath.Join(dir, "mlp.safetensors")
+	require.NoError(t, runtime.WriteCheckpoint(cls, runtime.Checkpoint{Model: "mlp", Optimizer: "sgd", Seed: 7, Weights: mlp}))
+	_, err = sample(cls)
+	require.ErrorContains(t, err, "mlp.safetensors: runtime: model mlp is not a language model")
+	_, err = sample()
+	require.ErrorContains(t, err, "give a checkpoint file of a language model")
 }

@@ -1,0 +1,70 @@
+package main
+
+import (
+	"fmt"
+	"os"
+
+	"github.com/spf13/cobra"
+
+	"github.com/flowkit/flowkit/internal/cliargs"
+	"github.com/flowkit/flowkit/runtime"
+)
+
+type sampleFlags struct {
+	prompt      string
+	bytes       int
+	temperature float64
+	topK        int
+	seed        uint64
+	workers     int
+	json        bool
+}
+
+func newSampleCmd() *cobra.Command {
+	var f sampleFlags
+	cmd := &cobra.Command{
+		Use:   "sample CHECKPOINT",
+		Short: "Write text with a byte-level language model's checkpoint",
+		Long: `Continue --prompt with --bytes bytes that the language model of a checkpoint
+written by 'flowrun train --save' draws one at a time, on this machine's
+CPU: each from the model's distribution over the next byte given the last
+bytes of its window (its seq), sharpened by --temperature (0: always the
+likeliest byte) and cut to the --top-k likeliest. The same checkpoint,
+prompt and --seed write the same text. The prompt and the text are printed
+as they are, bytes and all.`,
+		Example: `  flowrun train --model gpt:layers=4,hidden=128,heads=4,seq=128,vocab=256 --optimizer adam --lr 0.003 --batch 16 --save lm.safetensors
+  flowrun sample lm.safetensors --prompt 'func (s *Server) ' --bytes 300`,
+		Args: cliargs.One("a checkpoint file of a language model (from 'flowrun train --save')"),
+		RunE: func(cmd *cobra.Command, args []string) error { return runSample(args[0], f) },
+	}
+	fl := cmd.Flags()
+	fl.StringVar(&f.prompt, "prompt", "package ", "text to continue (empty: from a newline)")
+	fl.IntVar(&f.bytes, "bytes", 256, "bytes to write")
+	fl.Float64Var(&f.temperature, "temperature", 0.8, "divides the logits: below 1 favours likely bytes, above 1 unlikely ones; 0 takes the likeliest")
+	fl.IntVar(&f.topK, "top-k", 0, "draw from the K likeliest bytes only (0: all)")
+	fl.Uint64Var(&f.seed, "seed", 1, "seed of the draws")
+	fl.IntVar(&f.workers, "workers", 0, "CPU worker goroutines (0: one per core)")
+	fl.BoolVar(&f.json, "json", false, "print the prompt and the text as one JSON object on stdout (bytes that are not UTF-8 become U+FFFD)")
+	return cmd
+}
+
+func runSample(path string, f sampleFlags) error {
+	if f.bytes < 0 {
+		return fmt.Errorf("--bytes must be ≥ 0, got %d", f.bytes)
+	}
+	c, err := runtime.ReadCheckpoint(path)
+	if err != nil {
+		return err
+	}
+	text, err := runtime.Sample(c.Model, c.Weights, runtime.NewCPU(f.workers), []byte(f.prompt), f.bytes,
+		runtime.SampleConfig{Temperature: f.temperature, TopK: f.topK, Seed: f.seed})
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if f.json {
+		return printJSON(map[string]any{"checkpoint": path, "model": c.Model, "steps_total": c.Step, "prompt": f.prompt,
+			"text": string(text), "temperature": f.temperature, "top_k": f.topK, "seed": f.seed})
+	}
+	_, err = fmt.Fprintf(os.Stdout, "%s%s\n", f.prompt, text)
+	return err
+}
