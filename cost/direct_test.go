@@ -62,6 +62,7 @@ func TestDirectByHand(t *testing.T) {
 		// sends 3 back, each phase at B/3 a message.
 		{"all-reduce, 4 ranks, 16 KiB", OpAllReduce, 4, 16 << 10, sec(2*3*(16<<10)/B) + 2*alpha},
 		{"all-reduce, 4 ranks, 4 bytes", OpAllReduce, 4, 4, sec(2*3*4/B) + 2*alpha},
+		{"all-reduce, 2 ranks, 8 KiB", OpAllReduce, 2, 8 << 10, sec(2*(8<<10)/B) + 2*alpha},
 		// 40 KiB on 4 ranks: chunks of 16, 16, 8 and 0 KiB; ranks 0 and 1
 		// each receive three whole chunks.
 		{"all-reduce, 4 ranks, 40 KiB", OpAllReduce, 4, 40 << 10, 2*sec(3*(16<<10)/B) + 2*alpha},
@@ -83,8 +84,8 @@ func TestDirectByHand(t *testing.T) {
 
 // Two processes: the direct all-reduce is the ring's exchange, to the
 // nanosecond, wherever the register splits in two equal chunks (at least
-// 2 × 16 KiB, a multiple of 2 × 64 bytes), as results/multiproc-cpu
-// found (its 2-process predictions did not move).
+// 2 × 16 KiB, a multiple of 2 × 64 bytes). Smaller registers are reduced
+// by rank 0 alone, a round trip of the whole register: S/B more.
 func TestDirectTwoRanksIsRing(t *testing.T) {
 	m := NewComm(procsCluster(t, 2, 328769334, 65953*time.Nanosecond))
 	for _, size := range []units.Bytes{32 << 10, 32<<10 + 128, 1 << 20, 4718592, 1 << 30} {
