@@ -56,7 +56,7 @@ const (
 	Ring                     // ring (pipelined chain for broadcast)
 	Tree                     // double binary tree across nodes, chains within (all-reduce)
 	Hierarchical             // intra-node, then inter-node over rails, then intra-node
-	Direct                   // every rank sends every other rank its part at once (all-to-all; the multi-process CPU runtime's all-reduce, reduce-scatter, all-gather)
+	Direct                   // every rank sends every other its part at once (all-to-all; across processes, see Collective)
 )
 
 var algoNames = []string{"auto", "ring", "tree", "hierarchical", "direct"}
@@ -154,7 +154,7 @@ type Estimate struct {
 //	hierarchical r-s/a-g  (g−1)/g·S/B_in + (g−1)·α_in + (m−1)/m·(S/g)/B_rail + (m−1)·α_rail
 //	direct all-to-all     (S/n)/B + max α
 //	direct r-s/a-g        (S/n)/B + max α             (each rank sends its part to every other)
-//	direct all-reduce     2·(S/n)/B + 2·max α         (a reduce-scatter, then an all-gather, direct)
+//	direct all-reduce     2·c/B + 2·max α             (direct reduce-scatter, then all-gather; chunk c ≥ S/n)
 //
 // Ring steps are synchronous, so each waits for the slowest hop (α is the
 // largest route latency of the ring). The tree is NCCL's: a chain through
@@ -178,10 +178,11 @@ type Estimate struct {
 // sends back the result: (n−1)·S through its link each way), and one of
 // less than n·16 KiB by its first ⌈S/16 KiB⌉ ranks. Sizes map to the
 // runtime's values at 4 bytes each (it holds float32 and int32 values),
-// so the 16 KiB are its 4,096 values and the 64 bytes its 16. The small
-// path can make Direct slower than a ring where (n−1)²/n·S/B exceeds
-// (n−2)·α (bandwidth-bound registers under 16 KiB); it is what the
-// runtime does.
+// so the 16 KiB are its 4,096 values and the 64 bytes its 16. On a switch
+// Direct is slower than a ring where (n−1)·(c − S/n)/B exceeds (n−2)·α, c
+// the largest chunk: for small registers ((n−1)²/n·S/B when group[0]
+// reduces alone) and, with two ranks, for one not split in equal chunks;
+// it is what the runtime does.
 //
 // Auto prices every algorithm the op has (ring, tree and, across nodes
 // with equal ranks per node, hierarchical, for all-reduce) and takes the
