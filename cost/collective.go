@@ -3,6 +3,7 @@ package cost
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"time"
 
@@ -55,7 +56,7 @@ const (
 	Ring                     // ring (pipelined chain for broadcast)
 	Tree                     // double binary tree across nodes, chains within (all-reduce)
 	Hierarchical             // intra-node, then inter-node over rails, then intra-node
-	Direct                   // pairwise exchange (all-to-all)
+	Direct                   // every rank sends every other its part at once (all-to-all; across processes, see Collective)
 )
 
 var algoNames = []string{"auto", "ring", "tree", "hierarchical", "direct"}
@@ -82,15 +83,46 @@ func ParseAlgo(s string) (Algo, error) {
 func algorithms(o Op) []Algo {
 	switch o {
 	case OpAllReduce:
-		return []Algo{Ring, Tree, Hierarchical}
+		return []Algo{Ring, Tree, Hierarchical, Direct}
 	case OpReduceScatter, OpAllGather:
-		return []Algo{Ring, Hierarchical}
+		return []Algo{Ring, Hierarchical, Direct}
 	case OpBroadcast:
 		return []Algo{Ring}
 	case OpAllToAll:
 		return []Algo{Direct}
 	}
 	return nil
+}
+
+// candidates are the algorithms Auto chooses among for op over a group
+// split into segs by node. Across processes (CPU devices of several nodes)
+// all-reduce, reduce-scatter and all-gather are Direct alone, the one way
+// the multi-process runtime runs them; elsewhere those ops take NCCL's
+// algorithms, never Direct.
+func (m *Comm) candidates(o Op, group []topology.DeviceID, segs [][]topology.DeviceID) []Algo {
+	algos := algorithms(o)
+	if o == OpAllToAll || o == OpBroadcast {
+		return algos
+	}
+	if m.processes(group, segs) {
+		return []Algo{Direct}
+	}
+	return slices.DeleteFunc(algos, func(a Algo) bool { return a == Direct })
+}
+
+// processes says whether group is CPU devices of several nodes: processes
+// of a multi-process run (flowrun exec --procs places a plan's devices
+// on one process per host).
+func (m *Comm) processes(group []topology.DeviceID, segs [][]topology.DeviceID) bool {
+	if len(segs) < 2 {
+		return false
+	}
+	for _, d := range group {
+		if m.c.Devices[d].Spec.Class != topology.CPU {
+			return false
+		}
+	}
+	return true
 }
 
 // Estimate is a priced collective.
@@ -121,6 +153,8 @@ type Estimate struct {
 //	hierarchical all-red. 2·[(g−1)/g·S/B_in + (g−1)·α_in] + 2(m−1)/m·(S/g)/B_rail + 2(m−1)·α_rail
 //	hierarchical r-s/a-g  (g−1)/g·S/B_in + (g−1)·α_in + (m−1)/m·(S/g)/B_rail + (m−1)·α_rail
 //	direct all-to-all     (S/n)/B + max α
+//	direct r-s/a-g        (S/n)/B + max α             (each rank sends its part to every other)
+//	direct all-reduce     2·c/B + 2·max α             (direct reduce-scatter, then all-gather; chunk c ≥ S/n)
 //
 // Ring steps are synchronous, so each waits for the slowest hop (α is the
 // largest route latency of the ring). The tree is NCCL's: a chain through
@@ -131,6 +165,25 @@ type Estimate struct {
 // Hierarchical runs g rail rings at once (rank i of every node), sharing
 // the NICs; it needs the same number of ranks on every node.
 //
+// Direct is how the multi-process CPU runtime (runtime.NewRankRunner) runs
+// collectives, one device per process: every rank sends each other rank
+// its message at once, so each rank's link carries n−1 flows, priced by
+// channel packing like any pattern (on a switch, B is the rank's port over
+// n−1 flows, and a phase takes (n−1)/n·S/B). An all-reduce is a
+// reduce-scatter (rank k gets chunk k of every register and reduces it)
+// then an all-gather of the reduced chunks: 2 latency steps, not 2(n−1).
+// Its chunks are those of the runtime (chunkOf there): S/n rounded up to
+// 64 bytes, at least 16 KiB, so that a register of at most 16 KiB is
+// reduced by group[0] alone (everyone sends it the whole register, it
+// sends back the result: (n−1)·S through its link each way), and one of
+// less than n·16 KiB by its first ⌈S/16 KiB⌉ ranks. Sizes map to the
+// runtime's values at 4 bytes each (it holds float32 and int32 values),
+// so the 16 KiB are its 4,096 values and the 64 bytes its 16. On a switch
+// Direct is slower than a ring where (n−1)·(c − S/n)/B exceeds (n−2)·α, c
+// the largest chunk: for small registers ((n−1)²/n·S/B when group[0]
+// reduces alone) and, with two ranks, for one not split in equal chunks;
+// it is what the runtime does.
+//
 // Auto prices every algorithm the op has (ring, tree and, across nodes
 // with equal ranks per node, hierarchical, for all-reduce) and takes the
 // fastest, ties going to that order — the rule of NCCL's tuner, which also
@@ -138,6 +191,9 @@ type Estimate struct {
 // win small messages (2·depth steps of latency, not 2(n−1)); rings win
 // large ones in a node (2(n−1)/n·S/B against 2S/B); hierarchical wins
 // large ones when the intra-node fabric is much faster than the network.
+// Across processes (CPU devices of several nodes) Auto is Direct, the
+// runtime's only algorithm there; elsewhere it never picks Direct for
+// all-reduce, reduce-scatter or all-gather, which NCCL does not have.
 func (m *Comm) Collective(op Op, group []topology.DeviceID, size units.Bytes, algo Algo) (Estimate, error) {
 	if err := m.checkGroup(group); err != nil {
 		return Estimate{}, err
@@ -150,7 +206,10 @@ func (m *Comm) Collective(op Op, group []topology.DeviceID, size units.Bytes, al
 		return Estimate{}, fmt.Errorf("%w: unknown op %v", ErrUnsupported, op)
 	}
 	n := len(group)
-	if algo != Auto {
+	segs := m.segments(group)
+	if algo == Auto {
+		algos = m.candidates(op, group, segs)
+	} else {
 		found := false
 		for _, a := range algos {
 			found = found || a == algo
@@ -160,7 +219,6 @@ func (m *Comm) Collective(op Op, group []topology.DeviceID, size units.Bytes, al
 		}
 		algos = []Algo{algo}
 	}
-	segs := m.segments(group)
 	best := Estimate{Time: time.Duration(math.MaxInt64)}
 	var firstErr error
 	for _, a := range algos {
@@ -254,15 +312,15 @@ func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology
 		}
 		e.Time, e.Channels = t, ch
 	case Direct:
-		var fs []flow
-		for _, a := range group {
-			for _, b := range group {
-				if a != b {
-					fs = append(fs, flow{a, b, 1})
-				}
+		if op == OpAllReduce {
+			t, ch, err := m.directAllReduce(group, size, u)
+			if err != nil {
+				return e, err
 			}
+			e.Time, e.Channels = t, ch
+			break
 		}
-		p, err := m.pack(groupKey("a2a", group), func(int, topology.Capacity) []flow { return fs })
+		p, err := m.pack(groupKey("a2a", group), func(int, topology.Capacity) []flow { return directFlows(group, nil) })
 		if err != nil {
 			return e, err
 		}
@@ -271,6 +329,88 @@ func (m *Comm) price(op Op, a Algo, group []topology.DeviceID, segs [][]topology
 		u.add(m, p, phaseTime(S/nf, p))
 	}
 	return e, nil
+}
+
+// The runtime's all-reduce chunks across processes (chunkOf in runtime),
+// in bytes of its 4-byte values: at least 4,096 values, a multiple of 16.
+const (
+	directMinChunk = 4096 * 4
+	directAlign    = 16 * 4
+)
+
+// directChunks is the bytes of each rank's chunk of an all-reduce of size
+// bytes over n ranks, as the runtime splits it: equal but the last, the
+// last ones empty for a small register.
+func directChunks(size units.Bytes, n int) []units.Bytes {
+	per := (size + units.Bytes(n) - 1) / units.Bytes(n)
+	per = max(directMinChunk, (per+directAlign-1)/directAlign*directAlign)
+	out := make([]units.Bytes, n)
+	for k := range out {
+		out[k] = max(0, min(per, size-units.Bytes(k)*per))
+	}
+	return out
+}
+
+// directFlows is every member sending to every other member: to member k
+// with weight w[k] (1 for all if w is nil).
+func directFlows(group []topology.DeviceID, w []float64) []flow {
+	var fs []flow
+	for _, a := range group {
+		for k, b := range group {
+			if a != b && (w == nil || w[k] > 0) {
+				fs = append(fs, flow{a, b, weight(w, k)})
+			}
+		}
+	}
+	return fs
+}
+
+func weight(w []float64, k int) float64 {
+	if w == nil {
+		return 1
+	}
+	return w[k]
+}
+
+// directAllReduce prices the runtime's all-reduce across processes: rank k
+// receives chunk k from every other rank and reduces it, then sends the
+// result to every other rank, each phase's messages all at once. With
+// every chunk full the two phases are the same all-pairs pattern; with
+// short or empty chunks (small registers) each flow weighs its chunk.
+func (m *Comm) directAllReduce(group []topology.DeviceID, size units.Bytes, u usage) (time.Duration, int, error) {
+	chunks := directChunks(size, len(group))
+	per := float64(chunks[0])
+	if chunks[len(chunks)-1] == chunks[0] {
+		p, err := m.pack(groupKey("a2a", group), func(int, topology.Capacity) []flow { return directFlows(group, nil) })
+		if err != nil {
+			return 0, 0, err
+		}
+		u.add(m, p, phaseTime(2*per, p))
+		return phaseTime(2*per, p) + 2*p.maxLatency(), p.channels, nil
+	}
+	w := make([]float64, len(chunks))
+	var key strings.Builder
+	for k, c := range chunks {
+		w[k] = float64(c) / per
+		fmt.Fprintf(&key, ":%d", c)
+	}
+	in, err := m.pack(groupKey("direct-in"+key.String(), group), func(int, topology.Capacity) []flow { return directFlows(group, w) })
+	if err != nil {
+		return 0, 0, err
+	}
+	out, err := m.pack(groupKey("direct-out"+key.String(), group), func(int, topology.Capacity) []flow {
+		var fs []flow
+		for _, f := range directFlows(group, w) {
+			fs = append(fs, flow{f.dst, f.src, f.w})
+		}
+		return fs
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	u.add(m, in, phaseTime(per, in))
+	u.add(m, out, phaseTime(per, out))
+	return phaseTime(per, in) + phaseTime(per, out) + in.maxLatency() + out.maxLatency(), max(in.channels, out.channels), nil
 }
 
 // broadcastOrder is the ring order starting at root.

@@ -12,7 +12,8 @@ import (
 // compute model, by op kind and shape. Communication between accelerators,
 // and between CPU devices of different hosts (processes of a multi-process
 // run), goes to the communication model over the cluster's routes, when
-// Comm is set and knows the plan's devices by name; communication between
+// Comm is set and knows the plan's devices by name (across processes it
+// takes the runtime's direct collectives, cost.Direct); communication between
 // CPU devices of one host (in-process copies and reductions) goes to the
 // compute model as the memory-bound kinds "transfer" and "allreduce",
 // calibrated like kernels. Devices of one host slow each other down by the

@@ -220,14 +220,16 @@ func TestCommBetweenHosts(t *testing.T) {
 	for _, tt := range []struct {
 		cluster  string
 		strategy string
+		n        int
 		network  bool
 	}{
-		{"local", "dp=2", false},
-		{"localx2", "dp=2", true},
-		{"localx2", "pp=2,mb=2", true},
+		{"local", "dp=2", 2, false},
+		{"localx2", "dp=2", 2, true},
+		{"localx2", "pp=2,mb=2", 2, true},
+		{"localx3", "dp=3", 3, true},
 	} {
 		t.Run(tt.cluster+"/"+tt.strategy, func(t *testing.T) {
-			p, c := compileOnCluster(t, tt.cluster, tt.strategy, 16, 2)
+			p, c := compileOnCluster(t, tt.cluster, tt.strategy, 24, tt.n)
 			comm := cost.NewComm(c)
 			m := CostModel{Compute: cost.NewComputeModel(nil), Comm: comm}
 			checked := 0
@@ -250,7 +252,17 @@ func TestCommBetweenHosts(t *testing.T) {
 				if task.Kind == plans.Transfer {
 					net, err = comm.PointToPoint(0, 1, task.Bytes)
 				} else {
-					net, err = comm.AllReduce([]topology.DeviceID{0, 1}, task.Bytes, cost.Auto)
+					group := make([]topology.DeviceID, tt.n)
+					for i := range group {
+						group[i] = topology.DeviceID(i)
+					}
+					// As the multi-process runtime runs it: direct, 2 latency steps.
+					net, err = comm.AllReduce(group, task.Bytes, cost.Direct)
+					if tt.n > 2 {
+						ring, err := comm.AllReduce(group, task.Bytes, cost.Ring)
+						require.NoError(t, err)
+						require.Less(t, net, ring, task.Name)
+					}
 				}
 				require.NoError(t, err)
 				require.NotEqual(t, local, net)
