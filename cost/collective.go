@@ -338,10 +338,11 @@ const (
 	directAlign    = 16 * 4
 )
 
-// directChunks is the bytes of each rank's chunk of an all-reduce of size
+// DirectChunks is the bytes of each rank's chunk of an all-reduce of size
 // bytes over n ranks, as the runtime splits it: equal but the last, the
-// last ones empty for a small register.
-func directChunks(size units.Bytes, n int) []units.Bytes {
+// last ones empty for a small register. (The runtime's tests check that
+// its split is this one.)
+func DirectChunks(size units.Bytes, n int) []units.Bytes {
 	per := (size + units.Bytes(n) - 1) / units.Bytes(n)
 	per = max(directMinChunk, (per+directAlign-1)/directAlign*directAlign)
 	out := make([]units.Bytes, n)
@@ -378,7 +379,7 @@ func weight(w []float64, k int) float64 {
 // every chunk full the two phases are the same all-pairs pattern; with
 // short or empty chunks (small registers) each flow weighs its chunk.
 func (m *Comm) directAllReduce(group []topology.DeviceID, size units.Bytes, u usage) (time.Duration, int, error) {
-	chunks := directChunks(size, len(group))
+	chunks := DirectChunks(size, len(group))
 	per := float64(chunks[0])
 	if chunks[len(chunks)-1] == chunks[0] {
 		p, err := m.pack(groupKey("a2a", group), func(int, topology.Capacity) []flow { return directFlows(group, nil) })

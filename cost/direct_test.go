@@ -160,7 +160,7 @@ func TestDirectNotSlowerThanLatencyBoundRing(t *testing.T) {
 		require.NoError(rt, err)
 		direct, err := m.Collective(OpAllReduce, group, size, Direct)
 		require.NoError(rt, err)
-		c := float64(directChunks(size, n)[0])
+		c := float64(DirectChunks(size, n)[0])
 		require.InDelta(rt, float64(sec(2*float64(n-1)*c/B)+2*alpha), float64(direct.Time), 2, "direct")
 		ringLatency := time.Duration(2*(n-1)) * alpha
 		if ringLatency < ring.Time-ringLatency { // bandwidth-bound

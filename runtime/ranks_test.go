@@ -12,9 +12,11 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime/internal/plantest"
+	"github.com/flowkit/flowkit/units"
 )
 
 // memHub connects ranks of one process as a Link connects processes:
@@ -505,5 +507,20 @@ func TestRanksCollectiveBytes(t *testing.T) {
 			}
 			require.Equal(t, int64(iters*want), all, "values sent by all ranks")
 		})
+	}
+}
+
+// The simulator prices an all-reduce across processes by the chunks the
+// runtime splits it into (cost.DirectChunks, in bytes of 4-byte values).
+func TestChunksAsCostPricesThem(t *testing.T) {
+	for _, n := range []int{2, 3, 4, 7} {
+		for _, size := range []int{1, 100, 4096, 4097, 9000, 16383, 49382, 1 << 20} {
+			priced := cost.DirectChunks(units.Bytes(4*size), n)
+			require.Len(t, priced, n)
+			for c := range n {
+				lo, hi := chunkOf(size, n, c)
+				require.Equal(t, units.Bytes(4*(hi-lo)), priced[c], "size %d, %d ranks, chunk %d", size, n, c)
+			}
+		}
 	}
 }
