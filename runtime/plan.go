@@ -559,17 +559,7 @@ func (x *run) begin(it int) bool {
 
 // stopping says whether the runner's Stop has closed, for a run that may
 // stop early: not one rank's part of a multi-process run.
-func (x *run) stopping() bool {
-	if x.r.Stop == nil || x.rr != nil {
-		return false
-	}
-	select {
-	case <-x.r.Stop:
-		return true
-	default:
-		return false
-	}
-}
+func (x *run) stopping() bool { return x.rr == nil && closed(x.r.Stop) }
 
 // stream runs a stream's firings, iteration after iteration.
 func (x *run) stream(order []int) error {
