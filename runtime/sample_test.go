@@ -14,25 +14,30 @@ const sampleModel = "gpt:layers=2,hidden=32,heads=2,seq=16,vocab=256"
 // attention), so a context shorter than the window may sit at its start
 // whatever follows it.
 func TestSampleContextAtWindowStart(t *testing.T) {
-	w, err := InitWeights(sampleModel, 4)
-	require.NoError(t, err)
-	e, err := newEvalExec(sampleModel, 1, w, NewCPU(1))
-	require.NoError(t, err)
-	tokens := e.ex.Buffer(e.m.Images).I
-	rng := rand.New(rand.NewPCG(1, 2))
-	for i := range tokens {
-		tokens[i] = rng.Int32N(256)
+	for _, model := range []string{sampleModel, "llama:layers=2,hidden=32,heads=4,kv_heads=2,ffn=48,seq=16,vocab=256"} {
+		w, err := InitWeights(model, 4)
+		require.NoError(t, err)
+		e, err := newEvalExec(model, 1, w, NewCPU(1))
+		require.NoError(t, err)
+		tokens := e.ex.Buffer(e.m.Images).I
+		rng := rand.New(rand.NewPCG(1, 2))
+		for i := range tokens {
+			tokens[i] = rng.Int32N(256)
+		}
+		require.NoError(t, e.ex.Run(0))
+		before := append([]float32(nil), e.ex.Buffer(e.m.Logits).F...)
+		const n = 5
+		for i := n; i < len(tokens); i++ {
+			tokens[i] = rng.Int32N(256)
+		}
+		require.NoError(t, e.ex.Run(0))
+		after := e.ex.Buffer(e.m.Logits).F
+		require.Equal(t, before[:n*TextVocab], after[:n*TextVocab], "%s: positions before the change", model)
+		require.NotEqual(t, before[n*TextVocab:], after[n*TextVocab:], "%s: positions from the change on", model)
+		text, err := Sample(model, w, NewCPU(1), []byte("x"), 20, SampleConfig{Temperature: 1, Seed: 2})
+		require.NoError(t, err)
+		require.Len(t, text, 20, model)
 	}
-	require.NoError(t, e.ex.Run(0))
-	before := append([]float32(nil), e.ex.Buffer(e.m.Logits).F...)
-	const n = 5
-	for i := n; i < len(tokens); i++ {
-		tokens[i] = rng.Int32N(256)
-	}
-	require.NoError(t, e.ex.Run(0))
-	after := e.ex.Buffer(e.m.Logits).F
-	require.Equal(t, before[:n*TextVocab], after[:n*TextVocab], "positions before the change")
-	require.NotEqual(t, before[n*TextVocab:], after[n*TextVocab:], "positions from the change on")
 }
 
 // Sampling repeats with its seed and differs with another; greedy takes
