@@ -98,3 +98,10 @@ func benchPack(b *testing.B, pack func(*Plan, *lifetimes, int, []int) Memory) {
 	}
 	b.ReportMetric(float64(len(p.Registers)), "registers")
 }
+
+// Compiling the pipeline benchPlanFile compiles, memory planning included.
+func BenchmarkCompile_GPT_PP16_MB64(b *testing.B) {
+	for b.Loop() {
+		benchPlanFile(b)
+	}
+}
