@@ -24,7 +24,8 @@ var (
 // Comm is the communication model of a cluster: point-to-point transfers
 // and collectives over the routes the topology gives. It caches the
 // bandwidth of each pattern it has priced (bandwidths do not depend on the
-// message size), and is safe for concurrent use.
+// message size) and each collective's Estimate, and is safe for concurrent
+// use.
 //
 // # Flows and channels
 //
