@@ -194,7 +194,43 @@ type Estimate struct {
 // Across processes (CPU devices of several nodes) Auto is Direct, the
 // runtime's only algorithm there; elsewhere it never picks Direct for
 // all-reduce, reduce-scatter or all-gather, which NCCL does not have.
+//
+// Estimates are cached by op, group, size, algorithm and MaxChannels (a
+// simulated plan asks for the same collectives every micro-batch and
+// iteration, and every replica it stands for); each call gets its own
+// copy of Links.
 func (m *Comm) Collective(op Op, group []topology.DeviceID, size units.Bytes, algo Algo) (Estimate, error) {
+	k := estimateKey{op: op, algo: algo, size: size, channels: m.MaxChannels, group: groupKey("", group)}
+	m.mu.Lock()
+	e, ok := m.estimates[k]
+	m.mu.Unlock()
+	if ok {
+		e.Links = slices.Clone(e.Links)
+		return e, nil
+	}
+	e, err := m.collective(op, group, size, algo)
+	if err != nil {
+		return e, err
+	}
+	m.mu.Lock()
+	m.estimates[k] = e
+	m.mu.Unlock()
+	e.Links = slices.Clone(e.Links)
+	return e, nil
+}
+
+// estimateKey is what a collective's Estimate depends on, besides the
+// cluster.
+type estimateKey struct {
+	op       Op
+	algo     Algo
+	size     units.Bytes
+	channels int
+	group    string // groupKey: the ranks in order
+}
+
+// collective is Collective, uncached.
+func (m *Comm) collective(op Op, group []topology.DeviceID, size units.Bytes, algo Algo) (Estimate, error) {
 	if err := m.checkGroup(group); err != nil {
 		return Estimate{}, err
 	}

@@ -24,7 +24,8 @@ var (
 // Comm is the communication model of a cluster: point-to-point transfers
 // and collectives over the routes the topology gives. It caches the
 // bandwidth of each pattern it has priced (bandwidths do not depend on the
-// message size), and is safe for concurrent use.
+// message size) and each collective's Estimate, and is safe for concurrent
+// use.
 //
 // # Flows and channels
 //
@@ -55,15 +56,16 @@ type Comm struct {
 	// 16 covers 8 NICs in both directions).
 	MaxChannels int
 
-	mu     sync.Mutex
-	cache  map[string]packed
-	orders map[string][]topology.DeviceID          // baseOrders' rings, by segment
-	direct map[[2]topology.DeviceID]topology.Route // point-to-point routes, on the full capacities
+	mu        sync.Mutex
+	cache     map[string]packed
+	estimates map[estimateKey]Estimate                // Collective's, by its arguments
+	orders    map[string][]topology.DeviceID          // baseOrders' rings, by segment
+	direct    map[[2]topology.DeviceID]topology.Route // point-to-point routes, on the full capacities
 }
 
 // NewComm returns the communication model of c.
 func NewComm(c *topology.Cluster) *Comm {
-	return &Comm{c: c, MaxChannels: 16, cache: map[string]packed{}, orders: map[string][]topology.DeviceID{}, direct: map[[2]topology.DeviceID]topology.Route{}}
+	return &Comm{c: c, MaxChannels: 16, cache: map[string]packed{}, estimates: map[estimateKey]Estimate{}, orders: map[string][]topology.DeviceID{}, direct: map[[2]topology.DeviceID]topology.Route{}}
 }
 
 // Cluster is the cluster being modeled.

@@ -66,3 +66,42 @@ func BenchmarkDecode_GPT_PP16_MB64(b *testing.B) {
 	}
 	b.ReportMetric(float64(buf.Len()), "bytes")
 }
+
+// Memory planning of every device of the pipeline benchPlanFile compiles:
+// each register placed at the first offset clear of those it may be live
+// with.
+func BenchmarkPack_GPT_PP16_MB64(b *testing.B) {
+	benchPack(b, pack)
+}
+
+// The same with the first fit as first written (packFirstFit), for
+// comparison.
+func BenchmarkPackFirstFit_GPT_PP16_MB64(b *testing.B) {
+	benchPack(b, packFirstFit)
+}
+
+func benchPack(b *testing.B, pack func(*Plan, *lifetimes, int, []int) Memory) {
+	p := benchPlanFile(b)
+	edges, err := p.Deps()
+	if err != nil {
+		b.Fatal(err)
+	}
+	lives := newLifetimes(p, edges, p.registerTouches(), p.versionTouches())
+	byDevice := make([][]int, len(p.Devices))
+	for r := range p.Registers {
+		byDevice[p.Registers[r].Device] = append(byDevice[p.Registers[r].Device], r)
+	}
+	for b.Loop() {
+		for d := range p.Devices {
+			pack(p, lives, d, byDevice[d])
+		}
+	}
+	b.ReportMetric(float64(len(p.Registers)), "registers")
+}
+
+// Compiling the pipeline benchPlanFile compiles, memory planning included.
+func BenchmarkCompile_GPT_PP16_MB64(b *testing.B) {
+	for b.Loop() {
+		benchPlanFile(b)
+	}
+}

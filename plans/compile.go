@@ -40,6 +40,16 @@ type Config struct {
 // that can deadlock) and plans memory (rejecting plans that overflow a
 // device).
 func Compile(cfg Config) (*Plan, error) {
+	c, err := newCompiler(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return c.compile()
+}
+
+// newCompiler checks cfg, builds its model's training graph and places it
+// on stages: everything before the plan's tasks.
+func newCompiler(cfg Config) (*compiler, error) {
 	st := cfg.Strategy
 	if st.DP < 1 || st.PP < 1 || st.MB < 1 || st.TP < 0 {
 		return nil, fmt.Errorf("%w: degrees must be ≥ 1, got dp=%d tp=%d pp=%d mb=%d", ErrInfeasible, st.DP, st.TP, st.PP, st.MB)
@@ -97,6 +107,12 @@ func Compile(cfg Config) (*Plan, error) {
 	if m.Labels != nil { // one label per sample, or per position of a language model's sequence
 		c.p.Labels = graph.Spec{Shape: graph.Shape{cfg.Batch * (m.Labels.Spec.Shape[0] / micro)}, DType: m.Labels.Spec.DType}
 	}
+	return c, nil
+}
+
+// compile builds the plan's tasks, derives its dependency edges and plans
+// its memory.
+func (c *compiler) compile() (*Plan, error) {
 	if err := c.build(); err != nil {
 		return nil, err
 	}
@@ -110,7 +126,7 @@ func Compile(cfg Config) (*Plan, error) {
 	// write: a failure here is a bug of the compiler's, caught before the
 	// plan is simulated or run.
 	if err := c.p.check(); err != nil {
-		return nil, fmt.Errorf("plans: compiled %s into an inconsistent plan (a compiler bug): %w", st, err)
+		return nil, fmt.Errorf("plans: compiled %s into an inconsistent plan (a compiler bug): %w", c.st, err)
 	}
 	return c.p, nil
 }
@@ -160,7 +176,31 @@ type compiler struct {
 	// layerStarts), and of each gather task its first reader's.
 	layerOf     map[int]int
 	gatherLayer map[int]int
-	xfers       map[[2]int][]int // (src task, dst device) → transfer tasks
+	xfers       map[[2]int][]int     // (src task, dst device) → transfer tasks
+	works       map[*graph.Node]work // see workOf
+}
+
+// work is how a task names its node's work for the cost model.
+type work struct {
+	key, family string
+	shape       []int
+}
+
+// workOf returns n's workKey, workFamily and workShape, computed once per
+// node: every replica, rank and micro-batch of a node prices the same work,
+// and a node's op and inputs do not change while the plan is compiled.
+// Each call gets its own shape.
+func (c *compiler) workOf(n *graph.Node) work {
+	w, ok := c.works[n]
+	if !ok {
+		w = work{key: workKey(n), family: workFamily(n), shape: workShape(n)}
+		if c.works == nil {
+			c.works = map[*graph.Node]work{}
+		}
+		c.works[n] = w
+	}
+	w.shape = slices.Clone(w.shape)
+	return w
 }
 
 // device is the device of a replica's stage in the tensor-parallel rank
@@ -597,10 +637,10 @@ func (c *compiler) addNode(n *graph.Node, replica int, name string, re []map[int
 	if err != nil {
 		return err
 	}
-	cost := n.Cost()
+	cost, w := n.Cost(), c.workOf(n)
 	task := c.newTask(Task{Name: c.taskName(dev, name), Kind: Compute, Phase: phase.String(),
 		Stage: c.stage[n.ID], Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
-		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(n), Shape: workShape(n), Family: workFamily(n)})
+		Op: &op, Reads: reads, Writes: writes, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: w.key, Shape: w.shape, Family: w.family})
 	c.toBlock(dev, c.stage[n.ID], phase, task)
 	var accs []zeroAcc
 	for i, out := range n.Outputs {
@@ -1050,10 +1090,10 @@ func (c *compiler) buildUpdatesTP() {
 			if split {
 				priced = c.partNode(n)
 			}
-			cost := priced.Cost()
+			cost, w := priced.Cost(), c.workOf(priced)
 			task := c.newTask(Task{Name: c.taskName(dev, "update/"+c.weightName(dev, n.Inputs[0])), Kind: Compute, Phase: "update",
 				Stage: c.stage[n.ID], Replica: r, Streams: []int{c.stream(dev, "compute")},
-				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: workKey(priced), Shape: workShape(priced), Family: workFamily(priced)})
+				Op: &op, Reads: reads, Writes: writes, InPlace: true, FLOPs: cost.FLOPs, Bytes: cost.Bytes, Key: w.key, Shape: w.shape, Family: w.family})
 			c.updates[dev] = append(c.updates[dev], task)
 		}
 	}

@@ -1,9 +1,10 @@
 package plans
 
 import (
+	"cmp"
 	"fmt"
 	"runtime"
-	"sort"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -86,30 +87,30 @@ func pack(p *Plan, lives *lifetimes, d int, regs []int) Memory {
 		off += roundUp(p.Registers[r].Bytes())
 	}
 	base := off
-	sort.SliceStable(shared, func(i, j int) bool {
-		return p.Registers[shared[i]].Bytes() > p.Registers[shared[j]].Bytes()
+	slices.SortStableFunc(shared, func(a, b int) int {
+		return cmp.Compare(p.Registers[b].Bytes(), p.Registers[a].Bytes())
 	})
+	// placed is kept by offset, so that a register's first fit is found
+	// in one pass that stops at the first gap large enough, asking whether
+	// lifetimes are disjoint only of the registers whose bytes overlap the
+	// candidate offset: the order of equal offsets does not change the fit.
 	var placed []int
 	peak := base
 	for _, r := range shared {
 		size := roundUp(p.Registers[r].Bytes())
-		var busy [][2]units.Bytes
-		for _, q := range placed {
-			if !lives.disjoint(r, q) {
-				o := p.Registers[q].Offset
-				busy = append(busy, [2]units.Bytes{o, o + roundUp(p.Registers[q].Bytes())})
-			}
-		}
-		sort.Slice(busy, func(i, j int) bool { return busy[i][0] < busy[j][0] })
 		at := base
-		for _, b := range busy {
-			if at+size <= b[0] {
+		for _, q := range placed {
+			o := p.Registers[q].Offset
+			if at+size <= o {
 				break
 			}
-			at = max(at, b[1])
+			if end := o + roundUp(p.Registers[q].Bytes()); end > at && !lives.disjoint(r, q) {
+				at = end
+			}
 		}
 		p.Registers[r].Offset = at
-		placed = append(placed, r)
+		i, _ := slices.BinarySearchFunc(placed, at, func(q int, at units.Bytes) int { return cmp.Compare(p.Registers[q].Offset, at) })
+		placed = slices.Insert(placed, i, r)
 		peak = max(peak, at+size)
 	}
 	return Memory{Device: d, Peak: peak, Persistent: base, Unshared: unshared}

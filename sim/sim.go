@@ -97,13 +97,12 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		tr.Events = append(tr.Events, trace.Event{Task: int32(fi.Task), Iter: int32(i), Micro: int32(fi.Micro), Start: r.start, End: ev.at})
 		s.free = append(s.free, r)
 		done++
-		for _, k := range out.of(f) {
-			e := edges[k]
-			j := i + e.Delta
+		for k := out.start[f]; k < out.start[f+1]; k++ {
+			j := i + int(out.delta[k])
 			if j >= iters {
 				continue
 			}
-			next := e.To + j*nf
+			next := int(out.to[k]) + j*nf
 			if waiting[next]--; waiting[next] == 0 {
 				s.start(next, ev.at)
 			}
@@ -115,13 +114,14 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	return tr, nil
 }
 
-// outs lists each firing's edges out, in the plan's order, as indexes
-// into its edges: of(f) = edges[start[f]:start[f+1]].
-type outs struct{ start, edges []int32 }
+// outs lists each firing's edges out, in the plan's order: those of f are
+// at [start[f], start[f+1]) of to and delta, side by side, so that the
+// event loop reads them in one sweep of memory.
+type outs struct{ start, to, delta []int32 }
 
 // outEdges groups edges by the firing they leave.
 func outEdges(edges []plans.Edge, firings int) outs {
-	o := outs{start: make([]int32, firings+1), edges: make([]int32, len(edges))}
+	o := outs{start: make([]int32, firings+1), to: make([]int32, len(edges)), delta: make([]int32, len(edges))}
 	for _, e := range edges {
 		o.start[e.From+1]++
 	}
@@ -129,14 +129,12 @@ func outEdges(edges []plans.Edge, firings int) outs {
 		o.start[f+1] += o.start[f]
 	}
 	next := slices.Clone(o.start[:firings])
-	for k, e := range edges {
-		o.edges[next[e.From]] = int32(k)
+	for _, e := range edges {
+		o.to[next[e.From]], o.delta[next[e.From]] = int32(e.To), int32(e.Delta)
 		next[e.From]++
 	}
 	return o
 }
-
-func (o outs) of(f int) []int32 { return o.edges[o.start[f]:o.start[f+1]] }
 
 // linkShare is a firing's share of one link direction (dense index).
 type linkShare struct {

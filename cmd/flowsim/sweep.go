@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"strings"
 	"time"
 
@@ -198,7 +199,8 @@ func runSweep(w io.Writer, f sweepFlags) error {
 		return err
 	}
 	bar := lazyBar(fmt.Sprintf("sweeping %d strategies", len(strategies)))
-	entries, err := search.Sweep(cfg, model, strategies, search.Options{Shard: shard, Shards: shards, Progress: bar.set})
+	entries, err := search.Sweep(cfg, model, strategies, search.Options{Shard: shard, Shards: shards, Progress: bar.set,
+		Workers: runtime.GOMAXPROCS(0)}) // the cost model is safe for concurrent use
 	bar.finish()
 	if err != nil {
 		return err

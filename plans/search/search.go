@@ -71,13 +71,17 @@ func (r *Result) Best() Candidate { return r.Candidates[0] }
 
 // Options tune a search.
 type Options struct {
-	// Progress, if set, is called after each candidate is simulated with
-	// the number done and the number to do (−1 for a local search, whose
+	// Progress, if set, is called after each candidate is simulated (for
+	// a Sweep, each strategy; one call at a time) with the number done and
+	// the number to do (−1 for a local search, whose
 	// length is not known ahead).
 	Progress func(done, total int)
 	// Shard and Shards split a Sweep: it takes every Shards-th strategy
 	// from the Shard-th (Shards ≤ 1: all).
 	Shard, Shards int
+	// Workers is how many strategies a Sweep compiles and simulates at
+	// once (≤ 1: one at a time). The entries are the same for any number.
+	Workers int
 }
 
 // Resolve runs the search cfg's strategy asks for: Shares for mb=auto,

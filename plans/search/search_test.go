@@ -14,7 +14,7 @@ import (
 	"github.com/flowkit/flowkit/topology"
 )
 
-func autoConfig(t *testing.T, model, cluster, strategy string, batch int, oversubscribe bool) plans.Config {
+func autoConfig(t testing.TB, model, cluster, strategy string, batch int, oversubscribe bool) plans.Config {
 	t.Helper()
 	st, err := plans.ParseStrategy(strategy, batch)
 	require.NoError(t, err)
@@ -26,7 +26,7 @@ func autoConfig(t *testing.T, model, cluster, strategy string, batch int, oversu
 		Cluster: c.Name, Devices: devs}
 }
 
-func catalogModel(t *testing.T, cluster string) sim.CostModel {
+func catalogModel(t testing.TB, cluster string) sim.CostModel {
 	c, err := topology.Resolve(cluster)
 	require.NoError(t, err)
 	return sim.CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowkit/flowkit/plans"
@@ -180,7 +182,8 @@ type Entry struct {
 // returns the entries ranked (see Rank). With opts.Shards > 1 it takes only
 // shard opts.Shard of them: every Shards-th strategy from the Shard-th, so
 // that shards of one enumeration run apart and merge into one ranking. The
-// same inputs give the same entries.
+// same inputs give the same entries, with any opts.Workers (d must be safe
+// for concurrent use when Workers > 1).
 func Sweep(cfg plans.Config, d sim.Durations, strategies []plans.Strategy, opts Options) ([]Entry, error) {
 	shards := max(opts.Shards, 1)
 	if opts.Shard < 0 || opts.Shard >= shards {
@@ -190,36 +193,56 @@ func Sweep(cfg plans.Config, d sim.Durations, strategies []plans.Strategy, opts 
 	for i := opts.Shard; i < len(strategies); i += shards {
 		entries = append(entries, Entry{Index: i, Asked: strategies[i]})
 	}
-	for i := range entries {
-		e := &entries[i]
-		st := e.Asked
-		c := cfg
-		c.Strategy = st
-		var p *plans.Plan
-		var err error
-		if st.AutoShares || st.AutoLayers {
-			var res *Result
-			if res, err = Resolve(c, d, Options{}); err == nil {
-				p, e.Step = res.Plan, res.Best().Step
-				e.Strategy = res.Best().Strategy
+	// Workers take the next entry as they finish one; each entry is
+	// computed from the same inputs whoever takes it, and the ranking
+	// breaks ties by index, so the result does not depend on the workers.
+	var next atomic.Int64
+	var mu sync.Mutex
+	done := 0
+	var wg sync.WaitGroup
+	for range min(max(opts.Workers, 1), len(entries)) {
+		wg.Go(func() {
+			for i := int(next.Add(1)) - 1; i < len(entries); i = int(next.Add(1)) - 1 {
+				sweepOne(cfg, d, &entries[i])
+				if opts.Progress != nil {
+					mu.Lock()
+					done++
+					opts.Progress(done, len(entries))
+					mu.Unlock()
+				}
 			}
-		} else if p, err = plans.Compile(c); err == nil {
-			e.Strategy = st
-			e.Step, err = step(p, d)
-		}
-		if err != nil {
-			e.Err, e.Step, e.Strategy = err, 0, plans.Strategy{}
-		} else {
-			for _, m := range p.Memory {
-				e.Peak = max(e.Peak, m.Peak)
-			}
-		}
-		if opts.Progress != nil {
-			opts.Progress(i+1, len(entries))
-		}
+		})
 	}
+	wg.Wait()
 	Rank(entries)
 	return entries, nil
+}
+
+// sweepOne compiles and simulates e's strategy, resolving mb=auto and
+// layers=auto, and records what it found or why it is infeasible.
+func sweepOne(cfg plans.Config, d sim.Durations, e *Entry) {
+	st := e.Asked
+	c := cfg
+	c.Strategy = st
+	var p *plans.Plan
+	var err error
+	if st.AutoShares || st.AutoLayers {
+		var res *Result
+		if res, err = Resolve(c, d, Options{}); err == nil {
+			p, e.Step = res.Plan, res.Best().Step
+			e.Strategy = res.Best().Strategy
+		}
+	} else if p, err = plans.Compile(c); err == nil {
+		e.Strategy = st
+		e.Step, err = step(p, d)
+	}
+	if err != nil {
+		e.Err, e.Step, e.Strategy = err, 0, plans.Strategy{}
+		return
+	}
+	for _, m := range p.Memory {
+		e.Peak = max(e.Peak, m.Peak)
+	}
 }
 
 // Rank orders entries: the feasible first, by step time, then peak memory,

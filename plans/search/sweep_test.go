@@ -181,3 +181,39 @@ func TestSweepInfeasible(t *testing.T) {
 		require.Equal(t, 2, e.Asked.PP)
 	}
 }
+
+// Strategies compiled and simulated side by side give the entries of one
+// at a time, in the same ranking, with progress reported once per
+// strategy: a sweep over tensor, data and pipeline parallelism, ZeRO and
+// micro-batches on a DGX A100, with a shared cost model whose caches the
+// workers fill at once, and infeasible strategies among them (two
+// layers are not cut into four stages).
+func TestSweepWorkers(t *testing.T) {
+	const model = "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=128"
+	cfg := autoConfig(t, model, "dgx-a100", "dp=4", 16, false)
+	strategies, err := Strategies(16, Space{Devices: 4, MaxMB: 4, MaxTP: 2, SP: true, Layers: 2, Zero: true})
+	require.NoError(t, err)
+	one, err := Sweep(cfg, catalogModel(t, "dgx-a100"), strategies, Options{})
+	require.NoError(t, err)
+	feasible := 0
+	for _, e := range one {
+		if e.Err == nil {
+			feasible++
+		}
+	}
+	require.Positive(t, feasible)
+	require.Less(t, feasible, len(one), "some strategies are infeasible")
+	for _, workers := range []int{2, 3, 8} {
+		var done []int
+		many, err := Sweep(cfg, catalogModel(t, "dgx-a100"), strategies, Options{Workers: workers, Progress: func(n, total int) {
+			require.Equal(t, len(strategies), total)
+			done = append(done, n)
+		}})
+		require.NoError(t, err)
+		require.Equal(t, one, many, "%d workers", workers)
+		require.Len(t, done, len(strategies))
+		for i, n := range done {
+			require.Equal(t, i+1, n)
+		}
+	}
+}

@@ -1,0 +1,48 @@
+package plans
+
+import (
+	"testing"
+
+	"github.com/flowkit/flowkit/graph"
+
+	"github.com/stretchr/testify/require"
+)
+
+// What the compiler remembers of a node's work (workOf) is what a fresh
+// workKey, workFamily and workShape of the node give once the plan is
+// compiled, for every node of the graph (so no node changed after it was
+// first priced, and no two nodes share an entry), over plans with
+// replicas, pipelines, tensor and sequence parallelism, ZeRO (whose
+// updates price a replica's part of a weight) and recompute.
+func TestWorkOfIsFresh(t *testing.T) {
+	for _, c := range []struct {
+		model, strategy string
+		batch, devices  int
+	}{
+		{"mnist-cnn", "dp=2,pp=2,mb=4", 16, 4},
+		{"gpt:layers=4,hidden=32,heads=2,seq=8,vocab=64", "pp=2,mb=4,recompute=full", 8, 2},
+		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "dp=2,tp=2,sp=on,mb=2,zero=3,prefetch=1", 8, 4},
+		{"gpt2s-blocks:layers=4,hidden=32,heads=2,seq=8", "dp=2,pp=2,mb=2,zero=1,recompute=selective", 8, 4},
+	} {
+		t.Run(c.model+"/"+c.strategy, func(t *testing.T) {
+			st, err := ParseStrategy(c.strategy, c.batch)
+			require.NoError(t, err)
+			comp, err := newCompiler(Config{Model: c.model, Batch: c.batch, Strategy: st,
+				Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devs(c.devices, 0)})
+			require.NoError(t, err)
+			p, err := comp.compile()
+			require.NoError(t, err)
+			computes := 0
+			for _, task := range p.Tasks {
+				if task.Kind == Compute {
+					computes++
+				}
+			}
+			require.Greater(t, computes, len(comp.works), "tasks share their nodes' work")
+			for _, n := range comp.g.Nodes {
+				want := work{key: workKey(n), family: workFamily(n), shape: workShape(n)}
+				require.Equal(t, want, comp.workOf(n), "node %d (%s)", n.ID, n.Op.Type())
+			}
+		})
+	}
+}
