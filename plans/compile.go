@@ -927,6 +927,9 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 	if !ok {
 		return 0, fmt.Errorf("plans: tensor %s is read before it is produced", t.Name)
 	}
+	if len(c.p.Registers[srcReg].Writers) == 0 {
+		return 0, fmt.Errorf("plans: tensor %s is read on %s before %s writes it", t.Name, c.p.Devices[dev].Name, c.p.Devices[src].Name)
+	}
 	dst := c.newRegister(dev, c.taskName(dev, t.Name+"@recv"), t.Spec)
 	c.copyOf[dev][t.ID] = dst
 	from := c.p.Registers[srcReg].Writers[0]

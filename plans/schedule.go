@@ -120,8 +120,14 @@ func (c *compiler) order() {
 			order = append(order, f)
 			fi := c.p.Firings[f]
 			for _, x := range sends[fi.Task] {
+				s := c.p.Tasks[x].Streams[0]
+				if c.p.Streams[s].Device != d {
+					// A group's collective produced it: the member that
+					// sends it places it, after its own firing.
+					continue
+				}
 				xf := at(x, fi.Micro)
-				if s := c.p.Tasks[x].Streams[0]; s == cs {
+				if s == cs {
 					order = append(order, xf)
 				} else {
 					c.p.Streams[s].Order = append(c.p.Streams[s].Order, xf)

@@ -49,6 +49,7 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int) ([]in
 			stage[n.ID] = s
 		}
 	}
+	withReaders(g, fwd, stage)
 	weightStage := map[int]int{}
 	for _, n := range fwd {
 		for _, in := range n.Inputs {
@@ -69,6 +70,41 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int) ([]in
 		}
 	}
 	return stage, nil
+}
+
+// withReaders moves each forward node that computes from weights alone
+// (a weight's TPCopy under sequence parallelism, a cast of one) to the
+// first stage that reads its outputs: where it sits in the pass may be
+// before a cut its readers are after, and a weight is not sent from stage
+// to stage.
+func withReaders(g *graph.Graph, fwd []*graph.Node, stage []int) {
+	weightsOnly := make([]bool, len(g.Nodes))
+	for _, n := range fwd {
+		weightsOnly[n.ID] = len(n.Inputs) > 0
+		for _, in := range n.Inputs {
+			if !in.Persistent() && (in.Producer == nil || !weightsOnly[in.Producer.ID]) {
+				weightsOnly[n.ID] = false
+			}
+		}
+	}
+	consumers := g.Consumers()
+	for i := len(fwd) - 1; i >= 0; i-- { // readers first: chains move whole
+		n := fwd[i]
+		if !weightsOnly[n.ID] {
+			continue
+		}
+		first := -1
+		for _, out := range n.Outputs {
+			for _, r := range consumers[out.ID] {
+				if r.Phase == graph.Forward && (first < 0 || stage[r.ID] < first) {
+					first = stage[r.ID]
+				}
+			}
+		}
+		if first >= 0 {
+			stage[n.ID] = first
+		}
+	}
 }
 
 // forwardNodes are the forward pass's nodes, in order.
