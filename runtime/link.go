@@ -26,10 +26,22 @@ const (
 	// sender reduced from every member's MsgPart, for the other ranks
 	// taking part.
 	MsgReduced
+	// MsgPause, from rank 0 whose Stop closed, asks a rank to begin no
+	// iteration it has not begun and to answer with MsgBegun.
+	MsgPause
+	// MsgBegun tells rank 0 the iterations (Iter) the sender has begun:
+	// those it had begun when it paused, or all of the run's once its
+	// streams have finished them (sent then unasked, since a rank that
+	// has ended its Run answers no MsgPause).
+	MsgBegun
+	// MsgStopAt, from rank 0, ends the run after Iter iterations on every
+	// rank, the most any rank had begun; the rank resumes up to there.
+	MsgStopAt
 )
 
 // Message is one notice between the ranks of a multi-process run, about
-// one firing of one iteration of one Run.
+// one firing of one iteration of one Run, or about where the Run stops
+// (MsgPause, MsgBegun, MsgStopAt: Firing unused).
 type Message struct {
 	Run    int // the Run call, counted from 0 by each runner
 	From   int // the sender's rank

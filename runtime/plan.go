@@ -54,8 +54,9 @@ type PlanRunner struct {
 	// Stop, once closed, ends a Run at an iteration boundary: the
 	// iterations some stream has begun finish, none begins after them,
 	// and Run returns the iterations done, fewer than asked. The weights
-	// are then those of that many whole iterations. Ranks of a
-	// multi-process run ignore it: they must all run the same iterations.
+	// are then those of that many whole iterations. In a multi-process
+	// run, rank 0's Stop stops every rank after the same iterations (they
+	// agree on them: see stopRanks); the other ranks' is ignored.
 	Stop <-chan struct{}
 	// Eager runs GPU plans by enqueueing every firing every iteration, as
 	// heterogeneous plans always run, instead of replaying a CUDA graph.
@@ -392,7 +393,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	p := r.p
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	x := &run{r: r, ctx: ctx, iters: iters, feed: feed,
+	x := &run{r: r, ctx: ctx, iters: iters, asked: iters, feed: feed,
 		done:   make([]int, len(p.Firings)),
 		events: make([]trace.Event, 0, len(p.Firings)*iters),
 		loss:   make([]float64, iters),
@@ -424,12 +425,15 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 		}
 	}
 
-	stopReceiving := func() {}
+	stopReceiving, endStop := func() {}, func() {}
 	if rk := r.rk; rk != nil {
-		x.rr = &rankRun{id: rk.runs, heard: map[[2]int]int{}, parts: map[[2]int][]*Message{}}
+		x.rr = &rankRun{id: rk.runs, heard: map[[2]int]int{}, parts: map[[2]int][]*Message{}, begunOf: map[int]int{}}
 		rk.runs++
 		defer rk.link.Forget(x.rr.id)
 		stopReceiving = x.startReceiving(cancel)
+		if rk.me == 0 && r.Stop != nil {
+			endStop = x.watchStop(cancel)
+		}
 	}
 
 	// One goroutine per stream runs the firings whose home it is.
@@ -455,6 +459,12 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	}
 	stop := x.watchdog(cancel)
 	wg.Wait()
+	endStop()
+	if x.rr != nil && r.rk.me != 0 && context.Cause(ctx) == nil {
+		if err := x.reportEnd(); err != nil {
+			cancel(err)
+		}
+	}
 	stop()
 	stopReceiving()
 	if err := context.Cause(ctx); err != nil {
@@ -524,6 +534,7 @@ type run struct {
 	r     *PlanRunner
 	ctx   context.Context
 	iters int // lowered when the runner's Stop closes (x.mu held)
+	asked int // iters as Run was called
 	feed  Feeder
 	start time.Time
 	wall  time.Time // start without its monotonic reading
@@ -539,16 +550,27 @@ type run struct {
 	losses   []int     // loss firings finished, by iteration
 	progress time.Time // last time a firing finished
 	begun    int       // iterations begun on some stream
+	// paused holds back, in a multi-process run that is stopping, every
+	// iteration no stream has begun until the ranks agree where to stop.
+	paused bool
 }
 
 // begin says whether a stream may begin iteration it. Once the runner's
 // Stop has closed, no stream begins an iteration no stream has begun:
-// the run ends with whole iterations.
+// the run ends with whole iterations. While the run is paused, a stream
+// may begin an iteration another has begun, and waits to begin any other
+// (false if the run fails meanwhile).
 func (x *run) begin(it int) bool {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	if x.iters > x.begun && x.stopping() {
 		x.iters = max(x.begun, 1)
+	}
+	for x.paused && it >= x.begun {
+		if context.Cause(x.ctx) != nil {
+			return false
+		}
+		x.cond.Wait()
 	}
 	if it >= x.iters {
 		return false
@@ -557,8 +579,8 @@ func (x *run) begin(it int) bool {
 	return true
 }
 
-// stopping says whether the runner's Stop has closed, for a run that may
-// stop early: not one rank's part of a multi-process run.
+// stopping says whether the runner's Stop has closed, for a run of one
+// process (a multi-process run stops by stopRanks).
 func (x *run) stopping() bool { return x.rr == nil && closed(x.r.Stop) }
 
 // stream runs a stream's firings, iteration after iteration.

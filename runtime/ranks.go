@@ -52,6 +52,23 @@ import (
 // A transfer's sender holds its stream until the receiver acknowledges
 // (the receiver's MsgDone), so that the transfer occupies its stream from
 // send to landing, as the simulator has it.
+//
+// A run stops early only where every rank stops: after the same whole
+// iterations, so that the weights of every rank are those of that many
+// steps. Rank 0 decides, once its Stop closes (stopRanks): it pauses its
+// own run and sends every rank MsgPause; a paused rank begins no iteration
+// that none of its streams has begun (those in flight go on) and answers
+// with the iterations it has begun (MsgBegun). Rank 0 takes the most any
+// rank has begun, L, and sends MsgStopAt L; each rank then runs up to L
+// and no further. The answers come from each rank's receiving goroutine,
+// not its streams, so they wait for no firing; and a rank paused at b ≤ L
+// only waits for L, after which the run is a run of L iterations, which
+// every rank can finish (an iteration's firings need none of a later
+// iteration's). A rank whose streams have run all of the Run's iterations
+// may end its Run before MsgPause reaches it, and its inbox then drops
+// it: so every rank but 0 sends MsgBegun unasked at the end of each Run.
+// A rank lost or stalled meanwhile fails the run as it would otherwise:
+// the link's error or ErrStalled.
 
 // ranked is a PlanRunner's part of a multi-process run.
 type ranked struct {
@@ -243,6 +260,9 @@ type rankRun struct {
 	heard  map[[2]int]int        // MsgDones by (firing, iteration), for notifiers of several ranks
 	parts  map[[2]int][]*Message // MsgParts and MsgReduced received, by (firing, iteration)
 	landed []trace.Event         // cross-rank transfers received here
+	// begunOf holds, on rank 0, the iterations each other rank has
+	// begun, as it answered MsgPause or ended the Run.
+	begunOf map[int]int
 }
 
 // send tells the ranks subscribed to firing f of iteration it that it
@@ -286,9 +306,13 @@ func (x *run) receive(inbox <-chan *Message, quit <-chan struct{}, fail func(err
 func (x *run) handle(m *Message) error {
 	p := x.r.p
 	rk := x.r.rk
-	if m.Firing < 0 || m.Firing >= len(p.Firings) || m.Iter < 0 || m.Iter >= x.iters {
+	switch m.Kind {
+	case MsgPause, MsgBegun, MsgStopAt:
+		return x.handleStop(m)
+	}
+	if m.Firing < 0 || m.Firing >= len(p.Firings) || m.Iter < 0 || m.Iter >= x.asked {
 		return fmt.Errorf("runtime: rank %d sent a message about firing %d of iteration %d, outside the plan's %d firings and %d iterations",
-			m.From, m.Firing, m.Iter, len(p.Firings), x.iters)
+			m.From, m.Firing, m.Iter, len(p.Firings), x.asked)
 	}
 	f, it := m.Firing, m.Iter
 	switch m.Kind {
@@ -335,6 +359,109 @@ func (x *run) handle(m *Message) error {
 		return fmt.Errorf("runtime: rank %d sent a message of unknown kind %d", m.From, m.Kind)
 	}
 	return nil
+}
+
+// handleStop applies a message of the stop protocol (see the rules
+// above).
+func (x *run) handleStop(m *Message) error {
+	me := x.r.rk.me
+	x.mu.Lock()
+	switch {
+	case m.Kind == MsgBegun && me == 0 && m.From != 0 && m.Iter >= 0 && m.Iter <= x.asked:
+		x.rr.begunOf[m.From] = max(x.rr.begunOf[m.From], m.Iter)
+		x.cond.Broadcast()
+		x.mu.Unlock()
+		return nil
+	case m.Kind == MsgPause && me != 0 && m.From == 0:
+		x.paused = true
+		begun := x.begun // no stream goes past it while paused
+		x.mu.Unlock()
+		return x.send(0, &Message{Kind: MsgBegun, Iter: begun})
+	case m.Kind == MsgStopAt && me != 0 && m.From == 0 && m.Iter >= max(x.begun, 1) && m.Iter <= x.asked:
+		x.iters = min(x.iters, m.Iter)
+		x.paused = false
+		x.cond.Broadcast()
+		x.mu.Unlock()
+		return nil
+	}
+	x.mu.Unlock()
+	return fmt.Errorf("runtime: rank %d sent rank %d a stop message (kind %d) for iteration %d, which the protocol has no place for", m.From, me, m.Kind, m.Iter)
+}
+
+// watchStop, on rank 0, stops every rank once the runner's Stop closes
+// (stopRanks). The end it returns, called once the streams are done,
+// waits for a stop begun to finish: the other ranks may be paused until
+// they hear where to stop.
+func (x *run) watchStop(cancel context.CancelCauseFunc) (end func()) {
+	quit := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		select {
+		case <-x.r.Stop:
+		case <-quit:
+			return
+		case <-x.ctx.Done():
+			return
+		}
+		if err := x.stopRanks(); err != nil {
+			cancel(err)
+			x.mu.Lock()
+			x.cond.Broadcast()
+			x.mu.Unlock()
+		}
+	}()
+	return func() {
+		close(quit)
+		<-done
+	}
+}
+
+// stopRanks pauses every rank, learns the iterations each has begun, and
+// ends the run on every rank after the most of them.
+func (x *run) stopRanks() error {
+	rk := x.r.rk
+	x.mu.Lock()
+	x.paused = true
+	x.mu.Unlock()
+	n := rk.link.Size()
+	for k := range n {
+		if k != rk.me {
+			if err := x.send(k, &Message{Kind: MsgPause}); err != nil {
+				return fmt.Errorf("runtime: stopping: %w", err)
+			}
+		}
+	}
+	if err := x.await(func() bool { return len(x.rr.begunOf) == n-1 }); err != nil {
+		return err
+	}
+	x.mu.Lock()
+	at := max(x.begun, 1)
+	for _, b := range x.rr.begunOf {
+		at = max(at, b)
+	}
+	x.iters = min(x.iters, at)
+	x.paused = false
+	x.cond.Broadcast()
+	x.mu.Unlock()
+	for k := range n {
+		if k != rk.me {
+			if err := x.send(k, &Message{Kind: MsgStopAt, Iter: at}); err != nil {
+				return fmt.Errorf("runtime: stopping: %w", err)
+			}
+		}
+	}
+	return nil
+}
+
+// reportEnd tells rank 0, unasked, that this rank's streams have begun
+// (and finished) all the iterations of the run, in case rank 0 is
+// stopping: this rank's inbox drops the MsgPause that comes after its Run.
+func (x *run) reportEnd() error {
+	x.mu.Lock()
+	begun := x.begun
+	x.mu.Unlock()
+	return x.send(0, &Message{Kind: MsgBegun, Iter: begun})
 }
 
 // sendTransfer sends a cross-rank transfer's data and waits until the

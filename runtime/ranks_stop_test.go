@@ -1,0 +1,153 @@
+package runtime
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// stopFeeder closes stop once iteration at is fed, wherever.
+type stopFeeder struct {
+	Feeder
+	at   int
+	stop chan struct{}
+	once *sync.Once
+}
+
+func (f stopFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
+	if iter == f.at {
+		f.once.Do(func() { close(f.stop) })
+	}
+	return f.Feeder.Feed(iter, from, n, images, labels)
+}
+
+// slowPause delays rank 0's MsgPause, so that the other ranks may end
+// their Run before it reaches them.
+type slowPause struct {
+	Link
+	delay time.Duration
+}
+
+func (l slowPause) Send(to int, m *Message) error {
+	if m.Kind == MsgPause {
+		time.Sleep(l.delay)
+	}
+	return l.Link.Send(to, m)
+}
+
+// runRanksTogether runs iters iterations on every runner at once and
+// returns each rank's result.
+func runRanksTogether(t *testing.T, rs []*PlanRunner, iters int, feed Feeder) []*RunResult {
+	t.Helper()
+	res := make([]*RunResult, len(rs))
+	errs := make([]error, len(rs))
+	var wg sync.WaitGroup
+	for k, r := range rs {
+		wg.Go(func() { res[k], errs[k] = r.Run(context.Background(), iters, feed) })
+	}
+	wg.Wait()
+	for k, err := range errs {
+		require.NoError(t, err, "rank %d", k)
+	}
+	return res
+}
+
+// A multi-process run whose rank 0 stops mid-run ends on every rank
+// after the same whole iterations, however far each rank had got: resumed
+// from a checkpoint of them for the steps left, it ends with the bits of
+// a run never stopped. Stopped in the last iteration, with the pause late
+// to reach the other ranks, it runs every iteration (ranks that ended
+// their Run before the pause reached them told rank 0 so).
+func TestRanksStop(t *testing.T) {
+	const iters = 8
+	cases := []struct {
+		strategy string
+		ranks    []int
+	}{
+		{"dp=2", []int{0, 1}},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}},
+		{"pp=2,mb=2,sched=1f1b", []int{1, 0}}, // rank 0 holds the last stage, rank 1 the inputs
+		{"dp=2,pp=2,mb=2", []int{0, 1, 2, 0}},
+	}
+	for _, c := range cases {
+		p := compile(t, "mlp", c.strategy, 16)
+		one, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		_, err = one.Run(context.Background(), iters, NewSyntheticFeeder(p.Images, 10, 64, 9))
+		require.NoError(t, err)
+		for _, at := range []int{1, 3, iters - 1} {
+			for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
+				t.Run(fmt.Sprintf("%s/%v/at=%d/delay=%v", c.strategy, c.ranks, at, delay), func(t *testing.T) {
+					n := slices.Max(c.ranks) + 1
+					h := newMemHub(n)
+					rs := make([]*PlanRunner, n)
+					for k := range rs {
+						var l Link = memLink{h, k}
+						if k == 0 {
+							l = slowPause{l, delay}
+						}
+						rs[k], err = NewRankRunner(p, c.ranks, l)
+						require.NoError(t, err)
+						rs[k].Stall = 10 * time.Second
+					}
+					stop := make(chan struct{})
+					rs[0].Stop = stop
+					closed := make(chan struct{})
+					close(closed)
+					rs[1].Stop = closed // another rank's Stop is ignored: rank 0 decides
+					feed := stopFeeder{NewSyntheticFeeder(p.Images, 10, 64, 9), at, stop, new(sync.Once)}
+					res := runRanksTogether(t, rs, iters, feed)
+					done := len(res[0].Loss)
+					for k, r := range res {
+						require.Len(t, r.Loss, done, "rank %d's iterations", k)
+						require.Equal(t, done, rs[k].Iteration(), "rank %d's iteration count", k)
+					}
+					require.GreaterOrEqual(t, done, at+1, "the iteration fed when Stop closed is run")
+					if at < iters-1 {
+						require.Less(t, done, iters, "stopped early")
+					}
+					var parts []*RankResult
+					for _, r := range res {
+						parts = append(parts, r.Part)
+					}
+					merged, err := MergeRanks(p, parts, make([]time.Duration, n))
+					require.NoError(t, err)
+					require.NoError(t, p.CheckTrace(merged.Trace), "the merged trace obeys the plan")
+
+					if done < iters {
+						w, err := rs[0].Store()
+						require.NoError(t, err)
+						for _, r := range rs[1:] {
+							s, err := r.Store()
+							require.NoError(t, err)
+							require.NoError(t, w.Put(s.Tensors()...))
+						}
+						ckpt := &Checkpoint{Model: p.Model, Seed: p.Seed, Step: done, Weights: w}
+						h = newMemHub(n)
+						for k := range rs {
+							rs[k], err = NewRankRunner(p, c.ranks, memLink{h, k})
+							require.NoError(t, err)
+							require.NoError(t, rs[k].Resume(ckpt))
+						}
+						runRanksTogether(t, rs, iters-done, NewSyntheticFeeder(p.Images, 10, 64, 9))
+					}
+					for i, reg := range p.Registers {
+						if !reg.Persistent {
+							continue
+						}
+						want, err := one.value(i)
+						require.NoError(t, err)
+						got, err := rs[c.ranks[reg.Device]].value(i)
+						require.NoError(t, err)
+						require.Equal(t, want.F, got.F, "%s on %s after %d+%d steps: the bits of a run never stopped", reg.Name, p.Devices[reg.Device].Name, done, iters-done)
+					}
+				})
+			}
+		}
+	}
+}
