@@ -26,15 +26,16 @@ func (f stopFeeder) Feed(iter, from, n int, images []float32, labels []int32) er
 	return f.Feeder.Feed(iter, from, n, images, labels)
 }
 
-// slowPause delays rank 0's MsgPause, so that the other ranks may end
-// their Run before it reaches them.
-type slowPause struct {
+// slowStop delays rank 0's MsgPause, so that the other ranks may end
+// their Run before it reaches them, and its MsgStopAt, so that paused
+// ranks wait for it a while.
+type slowStop struct {
 	Link
 	delay time.Duration
 }
 
-func (l slowPause) Send(to int, m *Message) error {
-	if m.Kind == MsgPause {
+func (l slowStop) Send(to int, m *Message) error {
+	if m.Kind == MsgPause || m.Kind == MsgStopAt {
 		time.Sleep(l.delay)
 	}
 	return l.Link.Send(to, m)
@@ -89,7 +90,7 @@ func TestRanksStop(t *testing.T) {
 					for k := range rs {
 						var l Link = memLink{h, k}
 						if k == 0 {
-							l = slowPause{l, delay}
+							l = slowStop{l, delay}
 						}
 						rs[k], err = NewRankRunner(p, c.ranks, l)
 						require.NoError(t, err)
