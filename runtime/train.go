@@ -59,10 +59,10 @@ type Loop struct {
 	SaveEvery int
 	Save      func(step int, w *Store) error
 	// Stop, once closed, ends the run at a step boundary and saves, as
-	// TrainConfig.Stop does. A PlanRunner stops after the steps it has
-	// begun; other executors (a multi-process run) after the Run call in
-	// flight, which is SaveEvery steps long if that is set, else the
-	// whole run.
+	// TrainConfig.Stop does. A PlanRunner, or a Stopper (rank 0 of a
+	// multi-process run), stops after the steps it has begun; other
+	// executors after the Run call in flight, which is SaveEvery steps
+	// long if that is set, else the whole run.
 	Stop <-chan struct{}
 }
 
@@ -364,6 +364,14 @@ type PlanExecutor interface {
 	Store() (*Store, error)
 }
 
+// Stopper is a PlanExecutor that is not a PlanRunner but, like one,
+// ends a Run at an iteration boundary once the channel it was given
+// closes (PlanRunner.Stop): rank 0 of a multi-process run, which stops
+// every rank there.
+type Stopper interface {
+	SetStop(stop <-chan struct{})
+}
+
 // TrainOn is TrainPlan on an executor of p.
 func TrainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, train, test *data.Dataset) (*TrainResult, error) {
 	if err := checkInput(p.Model, train); err != nil {
@@ -418,6 +426,8 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, feed
 	r, stepwise := x.(*PlanRunner)
 	if stepwise {
 		r.Progress, r.Stop = report, loop.Stop
+	} else if s, ok := x.(Stopper); ok {
+		s.SetStop(loop.Stop)
 	}
 	saved := stepsRun(x, 0) // the step of the last checkpoint
 	start := time.Now()

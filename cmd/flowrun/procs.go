@@ -392,6 +392,12 @@ func (pr *procRunner) Run(ctx context.Context, iters int, feed runtime.Feeder) (
 	return runtime.MergeRanks(pr.p, parts, offsets)
 }
 
+// SetStop has the run stop, once stop closes, after the same whole
+// iterations on every rank (rank 0's PlanRunner.Stop).
+func (pr *procRunner) SetStop(stop <-chan struct{}) { pr.PlanRunner.Stop = stop }
+
+var _ runtime.Stopper = (*procRunner)(nil)
+
 // Resume loads checkpoint c on every rank: each its devices' parts of the
 // weights and state, and the steps run.
 func (pr *procRunner) Resume(c *runtime.Checkpoint) error {
@@ -471,6 +477,7 @@ func (pr *procGroup) startWorkers(o remote.Options, token string) error {
 			"MASTER_ADDR="+host, "MASTER_PORT="+port, "FLOWRUN_TOKEN="+token)
 		w := &prefixWriter{prefix: fmt.Sprintf("[rank %d] ", k), w: os.Stderr}
 		c.Stdout, c.Stderr = w, w
+		ownGroup(c)
 		if err := c.Start(); err != nil {
 			return fmt.Errorf("starting rank %d: %w", k, err)
 		}

@@ -93,11 +93,15 @@ or fetched with 'go mod download').
 steps): the weights and optimizer state, whole, as a safetensors file.
 Interrupted (Ctrl-C, or the SIGTERM a scheduler sends before it kills a
 job), a run with --save finishes the step in flight, writes the checkpoint
-and exits; a second interrupt stops at once. (A run over several processes
-stops at once: its last --save-every checkpoint remains.) --resume starts
-from one, under any strategy, device or process count of the
-same model, and goes on as the run that wrote it would have; 'flowrun eval'
-scores one.
+and exits; a second interrupt stops at once. A run over several processes
+stops so too: rank 0, interrupted, has every process finish the same steps
+(those any of them has begun) before it writes the checkpoint. The workers
+that --procs starts are out of the terminal's reach (Ctrl-C interrupts
+this process alone); a 'flowrun worker' started by a launcher leaves the
+stop to rank 0 at its first interrupt and stops at once at its second.
+--resume starts from one, under any strategy, device or process count of
+the same model, and goes on as the run that wrote it would have; 'flowrun
+eval' scores one.
 
 The defaults (SGD with momentum 0.9, learning rate 0.01, batch 64) reach
 about 98.5% test accuracy on mnist-cnn in one epoch.`,
@@ -414,9 +418,11 @@ func (f trainFlags) loop(bar *trainProgress) runtime.Loop {
 	if f.save != "" {
 		opt := f.optimizerName()
 		l.Save = func(step int, w *runtime.Store) error { return f.writeCheckpoint(opt, step, w) }
-		if !f.procs.multi() {
-			l.Stop = interrupts.Graceful("stopping after the step in flight to write " + f.save)
+		how := "stopping after the step in flight to write " + f.save
+		if f.procs.multi() {
+			how = "stopping every process after the steps in flight to write " + f.save
 		}
+		l.Stop = interrupts.Graceful(how)
 	}
 	return l
 }

@@ -30,7 +30,14 @@ indexed jobs set. Every rank needs the same secret, from $FLOWRUN_TOKEN or
 --token-file; a worker serves its peers on --listen, which binds to loopback
 unless you name another address.
 
-'flowrun exec --procs N' starts N−1 workers on this host itself.`,
+'flowrun exec --procs N' starts N−1 workers on this host itself, each in a
+process group of its own, out of the reach of the terminal's Ctrl-C: the
+coordinator ends them.
+
+Rank 0 decides when the run stops. A worker's first interrupt (the SIGTERM
+a scheduler sends every rank of a job it is about to kill) is left to rank
+0, which, interrupted too, stops a training run after the same steps on
+every rank, saves, and ends the run; the second stops the worker at once.`,
 		Example: `  # on each of two hosts (rank 0 runs flowrun exec):
   export WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 FLOWRUN_TOKEN=$(cat secret)
   RANK=0 flowrun exec plan.json --compare
@@ -55,6 +62,7 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 		return err
 	}
 	o.Listen = listen
+	interrupts.Graceful("leaving the stop to rank 0, which ends the run on every rank")
 	g, err := remote.Join(ctx, o)
 	if err != nil {
 		return err
