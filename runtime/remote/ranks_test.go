@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -91,6 +92,112 @@ func TestRanksOverGRPC(t *testing.T) {
 				g, ok := rs[reg.Device].Param(reg.Name, replica)
 				require.True(t, ok, reg.Name)
 				require.Equal(t, w, g, "%s of replica %d: the bits of one process", reg.Name, replica)
+			}
+		})
+	}
+}
+
+// stopFeeder closes stop once iteration at is fed, on whichever rank.
+type stopFeeder struct {
+	runtime.Feeder
+	at   int
+	stop chan struct{}
+	once *sync.Once
+}
+
+func (f stopFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
+	if iter == f.at {
+		f.once.Do(func() { close(f.stop) })
+	}
+	return f.Feeder.Feed(iter, from, n, images, labels)
+}
+
+// A run over ranks that talk gRPC, stopped by rank 0 mid-run, ends after
+// the same whole iterations on every rank; resumed from a checkpoint of
+// them (over new groups, as a new job would), it ends with the bits of a
+// run never stopped.
+func TestRanksStopOverGRPC(t *testing.T) {
+	const iters = 8
+	for _, c := range []struct {
+		strategy string
+		ranks    []int
+	}{
+		{"dp=2", []int{0, 1}},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}},
+		{"dp=3", []int{0, 1, 2}},
+	} {
+		t.Run(c.strategy, func(t *testing.T) {
+			st, err := plans.ParseStrategy(c.strategy, 12)
+			require.NoError(t, err)
+			devs := make([]plans.Device, len(c.ranks))
+			for i := range devs {
+				devs[i] = plans.Device{Name: fmt.Sprintf("cpu%d", i), Type: "cpu", Workers: 1, Memory: 1 << 30}
+			}
+			p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 12, Strategy: st, Seed: 5,
+				Optimizer: graph.Adam{LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs})
+			require.NoError(t, err)
+			one, err := runtime.NewPlanRunner(p)
+			require.NoError(t, err)
+			_, err = one.Run(context.Background(), iters, runtime.NewSyntheticFeeder(p.Images, 10, 64, 9))
+			require.NoError(t, err)
+
+			n := len(c.ranks)
+			runAll := func(rs []*runtime.PlanRunner, iters int, feed runtime.Feeder) []*runtime.RunResult {
+				res := make([]*runtime.RunResult, n)
+				errs := make([]error, n)
+				var wg sync.WaitGroup
+				for k, r := range rs {
+					wg.Go(func() { res[k], errs[k] = r.Run(context.Background(), iters, feed) })
+				}
+				wg.Wait()
+				for k, err := range errs {
+					require.NoError(t, err, "rank %d", k)
+				}
+				return res
+			}
+			newRanks := func() []*runtime.PlanRunner {
+				gs := groups(t, n)
+				rs := make([]*runtime.PlanRunner, n)
+				for k := range rs {
+					rs[k], err = runtime.NewRankRunner(p, c.ranks, gs[k].Link())
+					require.NoError(t, err)
+					rs[k].Stall = 20 * time.Second
+				}
+				return rs
+			}
+			rs := newRanks()
+			stop := make(chan struct{})
+			rs[0].Stop = stop
+			res := runAll(rs, iters, stopFeeder{runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), 2, stop, new(sync.Once)})
+			done := len(res[0].Loss)
+			for k, r := range res {
+				require.Len(t, r.Loss, done, "rank %d's iterations", k)
+			}
+			require.True(t, done >= 3 && done < iters, "stopped after %d of %d iterations", done, iters)
+
+			w, err := rs[0].Store()
+			require.NoError(t, err)
+			for _, r := range rs[1:] {
+				s, err := r.Store()
+				require.NoError(t, err)
+				require.NoError(t, w.Put(s.Tensors()...))
+			}
+			ckpt := &runtime.Checkpoint{Model: p.Model, Seed: p.Seed, Step: done, Weights: w}
+			rs = newRanks()
+			for _, r := range rs {
+				require.NoError(t, r.Resume(ckpt))
+			}
+			runAll(rs, iters-done, runtime.NewSyntheticFeeder(p.Images, 10, 64, 9))
+			for _, reg := range p.Registers {
+				if !reg.Persistent {
+					continue
+				}
+				replica := p.Replica(reg.Device)
+				want, ok := one.Param(reg.Name, replica)
+				require.True(t, ok, reg.Name)
+				got, ok := rs[c.ranks[reg.Device]].Param(reg.Name, replica)
+				require.True(t, ok, reg.Name)
+				require.Equal(t, want, got, "%s of replica %d after %d+%d steps: the bits of a run never stopped", reg.Name, replica, done, iters-done)
 			}
 		})
 	}
