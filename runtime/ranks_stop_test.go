@@ -152,3 +152,39 @@ func TestRanksStop(t *testing.T) {
 		}
 	}
 }
+
+// A paused rank's streams may begin the iterations another stream has
+// begun, and wait to begin any other until the ranks agree where to stop
+// (or the run fails).
+func TestPauseAtIterationBoundary(t *testing.T) {
+	x := &run{r: &PlanRunner{}, iters: 10, asked: 10, ctx: context.Background(), rr: &rankRun{}}
+	x.cond = sync.NewCond(&x.mu)
+	require.True(t, x.begin(0)) // stream a
+	require.True(t, x.begin(1)) // a, ahead
+	x.paused = true
+	require.True(t, x.begin(0)) // stream b catches up
+	require.True(t, x.begin(1))
+	began := make(chan bool)
+	go func() { began <- x.begin(2) }()
+	select {
+	case <-began:
+		t.Fatal("began iteration 2 while paused")
+	case <-time.After(50 * time.Millisecond):
+	}
+	x.mu.Lock()
+	x.iters, x.paused = 2, false // MsgStopAt 2
+	x.cond.Broadcast()
+	x.mu.Unlock()
+	require.False(t, <-began)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	x = &run{r: &PlanRunner{}, iters: 10, asked: 10, ctx: ctx, rr: &rankRun{}, paused: true}
+	x.cond = sync.NewCond(&x.mu)
+	go func() { began <- x.begin(0) }()
+	time.Sleep(20 * time.Millisecond)
+	cancel()
+	x.mu.Lock()
+	x.cond.Broadcast() // as the watchdog does
+	x.mu.Unlock()
+	require.False(t, <-began, "a failed run begins nothing")
+}
