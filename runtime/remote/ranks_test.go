@@ -202,3 +202,32 @@ func TestRanksStopOverGRPC(t *testing.T) {
 		})
 	}
 }
+
+// A worker whose coordinator ends the group while the worker is in a Run
+// (the coordinator gave up on it: an error, an interrupt) fails the Run at
+// once, rather than waiting for messages that will not come until its
+// stall timeout.
+func TestGoodbyeEndsRun(t *testing.T) {
+	st, err := plans.ParseStrategy("dp=2", 8)
+	require.NoError(t, err)
+	devs := []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1, Memory: 1 << 30}, {Name: "cpu1", Type: "cpu", Workers: 1, Memory: 1 << 30}}
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Seed: 5, Optimizer: graph.SGD{LR: 0.05}, Devices: devs})
+	require.NoError(t, err)
+	gs := groups(t, 2)
+	r, err := runtime.NewRankRunner(p, []int{0, 1}, gs[1].Link())
+	require.NoError(t, err)
+	r.Stall = time.Minute
+	ended := make(chan error, 1)
+	go func() {
+		_, err := r.Run(context.Background(), 5, runtime.NewSyntheticFeeder(p.Images, 10, 64, 9))
+		ended <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // rank 1 waits for rank 0, which never runs
+	require.NoError(t, gs[0].Close())
+	select {
+	case err := <-ended:
+		require.Error(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker's Run goes on after the coordinator's goodbye")
+	}
+}

@@ -161,12 +161,16 @@ func (w *worker) readControl(g *Group) {
 }
 
 // goodbye is the coordinator's normal end of the run: the worker closes its
-// streams, then Next returns io.EOF.
+// streams, then Next returns io.EOF. Its open Inbox channels close: a Run
+// still in progress (the coordinator gave up on it: an error, an
+// interrupt) fails at once rather than waiting for messages that will
+// not come.
 func (w *worker) goodbye(g *Group) {
 	g.mu.Lock()
 	g.closing = true
 	g.mu.Unlock()
 	err := g.closeStreams()
+	g.inbox.shutdown()
 	g.mu.Lock()
 	w.bye = true
 	w.closeErr = err
