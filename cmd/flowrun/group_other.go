@@ -4,7 +4,7 @@ package main
 
 import "os/exec"
 
-// ownGroup leaves c in this process's group: on Windows a console's
-// Ctrl-C reaches the workers too, which then stop at once (see
-// group_unix.go).
+// ownGroup leaves c in this process's group: a console's Ctrl-C reaches
+// the workers too, and each leaves the first to rank 0 (see runWorker),
+// as a worker started by a launcher does.
 func ownGroup(*exec.Cmd) {}
