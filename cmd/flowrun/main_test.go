@@ -110,7 +110,9 @@ func TestTrainInterrupt(t *testing.T) {
 	c, err := runtime.ReadCheckpoint(ckpt)
 	require.NoError(t, err)
 	require.Equal(t, m[1], strconv.Itoa(c.Step))
-	require.Greater(t, c.Step, 5)
+	// The interrupt may land before step 6 begins: the run then stops at
+	// step 5, its checkpoint already written.
+	require.GreaterOrEqual(t, c.Step, 5)
 	require.NoError(t, runtime.CheckWeights("mlp", c.Weights))
 }
 
