@@ -225,6 +225,28 @@ func requireSameWeights(t *testing.T, want, got *Store) {
 	}
 }
 
+// saved is a checkpoint a training loop's Save was given: the step and a
+// copy of the weights.
+type saved struct {
+	step int
+	w    []Tensor
+}
+
+// keep is a Save that appends what it is given to into.
+func keep(into *[]saved) func(int, *Store) error {
+	return func(step int, w *Store) error {
+		*into = append(*into, saved{step, w.Tensors()}) // copies
+		return nil
+	}
+}
+
+// checkpoint is s as a checkpoint of model and seed.
+func (s saved) checkpoint(t *testing.T, model string, seed uint64) *Checkpoint {
+	w := NewStore(seed)
+	require.NoError(t, w.Put(s.w...))
+	return &Checkpoint{Model: model, Seed: seed, Step: s.step, Weights: w}
+}
+
 // Saving every k steps saves after k, 2k, … (not after the last step,
 // which the result holds), each checkpoint what the run has then: one
 // resumed from the last goes on to the run's end, bit for bit. A save
@@ -232,21 +254,7 @@ func requireSameWeights(t *testing.T, want, got *Store) {
 func TestSaveEvery(t *testing.T) {
 	train, test := realMNIST(t)
 	train, test = subset(train, 16*5), subset(test, 100)
-	type saved struct {
-		step int
-		w    []Tensor
-	}
-	keep := func(into *[]saved) func(int, *Store) error {
-		return func(step int, w *Store) error {
-			*into = append(*into, saved{step, w.Tensors()}) // copies
-			return nil
-		}
-	}
-	resumeFrom := func(s saved) *Checkpoint {
-		w := NewStore(5)
-		require.NoError(t, w.Put(s.w...))
-		return &Checkpoint{Model: "mlp", Seed: 5, Step: s.step, Weights: w}
-	}
+	resumeFrom := func(s saved) *Checkpoint { return s.checkpoint(t, "mlp", 5) }
 
 	// The executor.
 	var got []saved
@@ -330,21 +338,7 @@ func TestCheckWeights(t *testing.T) {
 func TestStop(t *testing.T) {
 	train, test := realMNIST(t)
 	train, test = subset(train, 16*5), subset(test, 100)
-	type saved struct {
-		step int
-		w    []Tensor
-	}
-	keep := func(into *[]saved) func(int, *Store) error {
-		return func(step int, w *Store) error {
-			*into = append(*into, saved{step, w.Tensors()}) // copies
-			return nil
-		}
-	}
-	resumeFrom := func(s saved) *Checkpoint {
-		w := NewStore(5)
-		require.NoError(t, w.Put(s.w...))
-		return &Checkpoint{Model: "mlp", Seed: 5, Step: s.step, Weights: w}
-	}
+	resumeFrom := func(s saved) *Checkpoint { return s.checkpoint(t, "mlp", 5) }
 	const steps = 7
 
 	// The executor stops after the step in flight.

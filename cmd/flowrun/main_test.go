@@ -1,17 +1,12 @@
 package main
 
 import (
-	"bufio"
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"regexp"
-	goruntime "runtime"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -74,58 +69,6 @@ func TestTrainBadInput(t *testing.T) {
 			require.NotContains(t, err.Error(), "\n", "one line")
 		})
 	}
-}
-
-// Interrupted, a run with --save finishes its step, writes the checkpoint,
-// says so and how to go on, and exits non-zero; the checkpoint resumes.
-func TestTrainInterrupt(t *testing.T) {
-	if goruntime.GOOS == "windows" {
-		t.Skip("no SIGINT to send on Windows")
-	}
-	ckpt := filepath.Join(t.TempDir(), "c.safetensors")
-	cmd := exec.Command(os.Args[0], "train", "--model", "mlp", "--epochs", "20", "--save", ckpt, "--save-every", "5", "--workers", "1")
-	cmd.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1")
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
-	var said bytes.Buffer
-	lines := bufio.NewScanner(io.TeeReader(stderr, &said))
-	lines.Split(scanCRLF)
-	for lines.Scan() {
-		if strings.HasPrefix(lines.Text(), "wrote checkpoint") { // step 5: training is under way
-			require.NoError(t, cmd.Process.Signal(os.Interrupt))
-			break
-		}
-	}
-	_, _ = io.Copy(io.Discard, io.TeeReader(stderr, &said))
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "stderr:\n%s", said.String())
-	require.Equal(t, 1, exit.ExitCode(), said.String())
-	out := said.String()
-	require.Contains(t, out, "interrupt: stopping after the step in flight to write "+ckpt)
-	m := regexp.MustCompile(`training stopped after (\d+) of 18740 steps\n` + regexp.QuoteMeta(ckpt) + ` holds the weights after step (\d+): go on with --resume ` + regexp.QuoteMeta(ckpt)).FindStringSubmatch(out)
-	require.NotNil(t, m, out)
-	require.Equal(t, m[1], m[2])
-	c, err := runtime.ReadCheckpoint(ckpt)
-	require.NoError(t, err)
-	require.Equal(t, m[1], strconv.Itoa(c.Step))
-	// The interrupt may land before step 6 begins: the run then stops at
-	// step 5, its checkpoint already written.
-	require.GreaterOrEqual(t, c.Step, 5)
-	require.NoError(t, runtime.CheckWeights("mlp", c.Weights))
-}
-
-// scanCRLF splits at newlines and at the carriage returns a progress bar
-// redraws its line with.
-func scanCRLF(data []byte, atEOF bool) (advance int, token []byte, err error) {
-	if i := bytes.IndexAny(data, "\r\n"); i >= 0 {
-		return i + 1, data[:i], nil
-	}
-	if atEOF && len(data) > 0 {
-		return len(data), data, nil
-	}
-	return 0, nil, nil
 }
 
 // flowrun sample writes the prompt and as many bytes as asked, the same
