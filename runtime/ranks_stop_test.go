@@ -9,22 +9,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/runtime/internal/plantest"
 )
-
-// stopFeeder closes stop once iteration at is fed, wherever.
-type stopFeeder struct {
-	Feeder
-	at   int
-	stop chan struct{}
-	once *sync.Once
-}
-
-func (f stopFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
-	if iter == f.at {
-		f.once.Do(func() { close(f.stop) })
-	}
-	return f.Feeder.Feed(iter, from, n, images, labels)
-}
 
 // slowStop delays rank 0's MsgPause, so that the other ranks may end
 // their Run before it reaches them, and its MsgStopAt, so that paused
@@ -101,7 +88,7 @@ func TestRanksStop(t *testing.T) {
 					closed := make(chan struct{})
 					close(closed)
 					rs[1].Stop = closed // another rank's Stop is ignored: rank 0 decides
-					feed := stopFeeder{NewSyntheticFeeder(p.Images, 10, 64, 9), at, stop, new(sync.Once)}
+					feed := plantest.StopFeeder{Feeder: NewSyntheticFeeder(p.Images, 10, 64, 9), At: at, Stop: stop, Once: new(sync.Once)}
 					res := runRanksTogether(t, rs, iters, feed)
 					done := len(res[0].Loss)
 					for k, r := range res {

@@ -97,21 +97,6 @@ func TestRanksOverGRPC(t *testing.T) {
 	}
 }
 
-// stopFeeder closes stop once iteration at is fed, on whichever rank.
-type stopFeeder struct {
-	runtime.Feeder
-	at   int
-	stop chan struct{}
-	once *sync.Once
-}
-
-func (f stopFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
-	if iter == f.at {
-		f.once.Do(func() { close(f.stop) })
-	}
-	return f.Feeder.Feed(iter, from, n, images, labels)
-}
-
 // A run over ranks that talk gRPC, stopped by rank 0 mid-run, ends after
 // the same whole iterations on every rank; resumed from a checkpoint of
 // them (over new groups, as a new job would), it ends with the bits of a
@@ -168,7 +153,7 @@ func TestRanksStopOverGRPC(t *testing.T) {
 			rs := newRanks()
 			stop := make(chan struct{})
 			rs[0].Stop = stop
-			res := runAll(rs, iters, stopFeeder{runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), 2, stop, new(sync.Once)})
+			res := runAll(rs, iters, plantest.StopFeeder{Feeder: runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), At: 2, Stop: stop, Once: new(sync.Once)})
 			done := len(res[0].Loss)
 			for k, r := range res {
 				require.Len(t, r.Loss, done, "rank %d's iterations", k)

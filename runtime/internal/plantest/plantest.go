@@ -5,6 +5,7 @@ package plantest
 
 import (
 	"fmt"
+	"sync"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
@@ -60,4 +61,26 @@ func AllReduces(sizes []int, devices int, shares []int) *plans.Plan {
 		p.Firings = append(p.Firings, plans.Firing{Task: t.ID, Micro: -1})
 	}
 	return p
+}
+
+// Feeder is runtime.Feeder, which this package cannot import.
+type Feeder interface {
+	Feed(iter, from, n int, images []float32, labels []int32) error
+}
+
+// StopFeeder feeds as its Feeder does, and closes Stop once iteration At
+// is fed, on whichever rank feeds it first: a runner's Stop closing
+// mid-run.
+type StopFeeder struct {
+	Feeder
+	At   int
+	Stop chan struct{}
+	Once *sync.Once
+}
+
+func (f StopFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
+	if iter == f.At {
+		f.Once.Do(func() { close(f.Stop) })
+	}
+	return f.Feeder.Feed(iter, from, n, images, labels)
 }
