@@ -32,17 +32,7 @@ func (l slowStop) Send(to int, m *Message) error {
 // returns each rank's result.
 func runRanksTogether(t *testing.T, rs []*PlanRunner, iters int, feed Feeder) []*RunResult {
 	t.Helper()
-	res := make([]*RunResult, len(rs))
-	errs := make([]error, len(rs))
-	var wg sync.WaitGroup
-	for k, r := range rs {
-		wg.Go(func() { res[k], errs[k] = r.Run(context.Background(), iters, feed) })
-	}
-	wg.Wait()
-	for k, err := range errs {
-		require.NoError(t, err, "rank %d", k)
-	}
-	return res
+	return plantest.RunAll(t, len(rs), func(k int) (*RunResult, error) { return rs[k].Run(context.Background(), iters, feed) })
 }
 
 // A multi-process run whose rank 0 stops mid-run ends on every rank

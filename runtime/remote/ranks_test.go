@@ -128,17 +128,7 @@ func TestRanksStopOverGRPC(t *testing.T) {
 
 			n := len(c.ranks)
 			runAll := func(rs []*runtime.PlanRunner, iters int, feed runtime.Feeder) []*runtime.RunResult {
-				res := make([]*runtime.RunResult, n)
-				errs := make([]error, n)
-				var wg sync.WaitGroup
-				for k, r := range rs {
-					wg.Go(func() { res[k], errs[k] = r.Run(context.Background(), iters, feed) })
-				}
-				wg.Wait()
-				for k, err := range errs {
-					require.NoError(t, err, "rank %d", k)
-				}
-				return res
+				return plantest.RunAll(t, n, func(k int) (*runtime.RunResult, error) { return rs[k].Run(context.Background(), iters, feed) })
 			}
 			newRanks := func() []*runtime.PlanRunner {
 				gs := groups(t, n)

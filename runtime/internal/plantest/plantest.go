@@ -6,6 +6,7 @@ package plantest
 import (
 	"fmt"
 	"sync"
+	"testing"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
@@ -83,4 +84,24 @@ func (f StopFeeder) Feed(iter, from, n int, images []float32, labels []int32) er
 		f.Once.Do(func() { close(f.Stop) })
 	}
 	return f.Feeder.Feed(iter, from, n, images, labels)
+}
+
+// RunAll calls run for ranks 0 … n−1 at once, as the processes of a
+// multi-process run would run, and returns their results once all have
+// returned, failing t with the first rank's error.
+func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
+	t.Helper()
+	res := make([]R, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for k := range n {
+		wg.Go(func() { res[k], errs[k] = run(k) })
+	}
+	wg.Wait()
+	for k, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", k, err)
+		}
+	}
+	return res
 }
