@@ -200,6 +200,8 @@ func (p packed) maxLatency() time.Duration {
 // pack prices a pattern by channel packing (see Comm). gen returns the
 // flows of channel ch given the capacities left.
 func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []flow) (packed, error) {
+	channels := max(1, m.MaxChannels)
+	key = strconv.Itoa(channels) + "|" + key // MaxChannels may change between calls
 	m.mu.Lock()
 	p, ok := m.cache[key]
 	m.mu.Unlock()
@@ -230,7 +232,7 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 	var first float64
 	load := make([]float64, len(res))
 	families := map[string]bool{}
-	for ch := 0; ch < max(1, m.MaxChannels); ch++ {
+	for ch := 0; ch < channels; ch++ {
 		for i, r := range res {
 			left[i] = units.BytesPerSecond(r)
 			if r <= 1e-6*float64(links[i/2].Effective()) {

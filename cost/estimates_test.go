@@ -26,14 +26,22 @@ func TestCollectiveCacheIsFresh(t *testing.T) {
 		n := rapid.IntRange(1, len(c.Devices)).Draw(rt, "ranks")
 		perm := rapid.Permutation(ids(0, len(c.Devices))).Draw(rt, "devices")
 		group := perm[:n]
-		if rapid.Bool().Draw(rt, "first of each node") { // a group spread over nodes as data parallelism's is
+		switch rapid.SampledFrom([]string{"drawn", "first of each node", "all"}).Draw(rt, "group") {
+		case "first of each node": // a group spread over nodes as data parallelism's is
 			group = group[:0]
 			for d := 0; d < len(c.Devices); d += 8 {
 				group = append(group, topology.DeviceID(d))
 			}
+		case "all": // one that packs many channels
+			group = ids(0, len(c.Devices))
 		}
 		size := rapid.SampledFrom(sizes).Draw(rt, "size")
-		want, wantErr := NewComm(c).collective(op, group, size, algo)
+		// A caller may change MaxChannels between calls: no cache may
+		// answer for another bound.
+		m.MaxChannels = rapid.SampledFrom([]int{16, 1, 2, 4}).Draw(rt, "max channels")
+		fresh := NewComm(c)
+		fresh.MaxChannels = m.MaxChannels
+		want, wantErr := fresh.collective(op, group, size, algo)
 		for range 2 { // a miss or a hit, then a hit
 			got, err := m.Collective(op, group, size, algo)
 			if wantErr != nil {
