@@ -1,6 +1,9 @@
 package plans
 
-import "errors"
+import (
+	"errors"
+	"fmt"
+)
 
 var (
 	// ErrDeadlock: the plan's dependency edges contain a cycle.
@@ -10,3 +13,14 @@ var (
 	// ErrInfeasible: the strategy does not fit the model, batch or cluster.
 	ErrInfeasible = errors.New("plans: infeasible strategy")
 )
+
+// FiringsError is the ErrInfeasible of a plan too large to plan memory
+// for: Firings per iteration where at most Max are planned.
+type FiringsError struct{ Firings, Max int }
+
+func (e *FiringsError) Error() string {
+	return fmt.Sprintf("%v: %d firings per iteration, at most %d are planned: "+
+		"memory is planned firing by firing; fewer micro-batches, layers or devices fit", ErrInfeasible, e.Firings, e.Max)
+}
+
+func (e *FiringsError) Unwrap() error { return ErrInfeasible }

@@ -185,9 +185,7 @@ const maxFirings = 10_000_000
 // firings its tasks make (so before they are listed).
 func checkPlannable(p *Plan) error {
 	if n := p.firingCount(); n > maxFirings {
-		return fmt.Errorf("%w: %d firings per iteration, at most %d are planned: "+
-			"memory is planned firing by firing; fewer micro-batches, layers or devices fit",
-			ErrInfeasible, n, maxFirings)
+		return &FiringsError{Firings: n, Max: maxFirings}
 	}
 	return nil
 }

@@ -747,6 +747,9 @@ func TestCompileTooManyFirings(t *testing.T) {
 	err := checkPlannable(p)
 	require.ErrorIs(t, err, ErrInfeasible)
 	require.ErrorContains(t, err, "10000001 firings per iteration")
+	var fe *FiringsError
+	require.ErrorAs(t, err, &fe)
+	require.Equal(t, FiringsError{Firings: maxFirings + 1, Max: maxFirings}, *fe)
 }
 
 // Megatron-LM's interleaved 1F1B schedule, for every pipeline rank: each

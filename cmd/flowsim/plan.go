@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -155,11 +156,11 @@ func runPlan(w io.Writer, f planFlags) error {
 		found, err = search.Resolve(cfg, model, search.Options{Progress: bar.set})
 		bar.finish()
 		if err != nil {
-			return err
+			return sharedHint(err, cfg)
 		}
 		p = found.Plan
 	} else if p, err = plans.Compile(cfg); err != nil {
-		return err
+		return sharedHint(err, cfg)
 	}
 	if f.out != "" {
 		if err := writePlan(f.out, p); err != nil {
@@ -365,4 +366,24 @@ func summarizePlan(w io.Writer, p *plans.Plan) {
 		fmt.Fprintf(w, "  %-14s %-4s %d worker(s)  peak memory %v (%v persistent; %v without reuse)\n",
 			d.Name, d.Type, d.Workers, m.Peak, m.Persistent, m.Unshared)
 	}
+}
+
+// sharedHint adds to a plan too large to compile the flags that would
+// make it smaller, where they apply and are not given.
+func sharedHint(err error, cfg plans.Config) error {
+	var fe *plans.FiringsError
+	if !errors.As(err, &fe) {
+		return err
+	}
+	var flags []string
+	if cfg.Strategy.TP > 1 && !cfg.SharedTP {
+		flags = append(flags, fmt.Sprintf("--shared-tp (one rank for each tensor-parallel group: %d× fewer)", cfg.Strategy.TP))
+	}
+	if cfg.Strategy.DP > 1 && !cfg.SharedDP && cfg.Strategy.Shares == nil && !cfg.Strategy.AutoShares {
+		flags = append(flags, fmt.Sprintf("--shared-dp (one replica for all: %d× fewer)", cfg.Strategy.DP))
+	}
+	if len(flags) == 0 {
+		return err
+	}
+	return fmt.Errorf("%w; for the simulator, %s", err, strings.Join(flags, " and "))
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"maps"
 	"os"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/plans"
 )
 
 // plan writes a file that simulate reads; the simulation is deterministic
@@ -112,4 +115,31 @@ func TestPlanStrategyFile(t *testing.T) {
 	require.NoError(t, os.WriteFile(bad, []byte("dp: 2\nmb: [3, x]\n"), 0o644))
 	_, err = run(t, "plan", "--strategy", bad)
 	require.ErrorContains(t, err, "bad.yml:2: mb[1]: want an integer")
+}
+
+// A plan too large to compile names the flags that make it smaller, only
+// those that apply and are not given.
+func TestSharedHint(t *testing.T) {
+	big := fmt.Errorf("compile: %w", &plans.FiringsError{Firings: 52306088, Max: 10000000})
+	for _, tt := range []struct {
+		cfg        plans.Config
+		want, lack []string
+	}{
+		{plans.Config{Strategy: plans.Strategy{DP: 16, TP: 8}}, []string{"--shared-tp (one rank for each tensor-parallel group: 8× fewer) and --shared-dp (one replica for all: 16× fewer)"}, nil},
+		{plans.Config{Strategy: plans.Strategy{DP: 16, TP: 8}, SharedTP: true}, []string{"--shared-dp"}, []string{"--shared-tp"}},
+		{plans.Config{Strategy: plans.Strategy{DP: 2, TP: 1, Shares: []int{7, 1}}}, nil, []string{"for the simulator"}},
+		{plans.Config{Strategy: plans.Strategy{DP: 1, TP: 1}}, nil, []string{"for the simulator"}},
+	} {
+		err := sharedHint(big, tt.cfg)
+		require.ErrorIs(t, err, plans.ErrInfeasible)
+		require.ErrorContains(t, err, "52306088 firings per iteration")
+		for _, w := range tt.want {
+			require.ErrorContains(t, err, w)
+		}
+		for _, l := range tt.lack {
+			require.NotContains(t, err.Error(), l)
+		}
+	}
+	other := fmt.Errorf("%w: out of memory", plans.ErrInfeasible)
+	require.Equal(t, other, sharedHint(other, plans.Config{Strategy: plans.Strategy{DP: 16, TP: 8}}))
 }
