@@ -7,12 +7,12 @@ import (
 	"math/rand/v2"
 	"os"
 	"slices"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cputime"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/topology"
 )
@@ -124,11 +124,11 @@ func benchTrainPlanStep(b *testing.B, model string, batch int) {
 
 // cpuTime returns the CPU time the process has used, user and system.
 func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	t, err := cputime.Process()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return t
 }
 
 // The language model of results/text-gpt-cpu.

@@ -1,18 +1,19 @@
 package cpu
 
 import (
-	"syscall"
 	"testing"
 	"time"
+
+	"github.com/flowkit/flowkit/internal/cputime"
 )
 
 // cpuTime returns the CPU time the process has used, user and system.
 func cpuTime(b *testing.B) time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+	t, err := cputime.Process()
+	if err != nil {
 		b.Fatal(err)
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return t
 }
 
 // reportCPU reports the process's CPU time an iteration since c0: on a

@@ -119,11 +119,11 @@ func findBLAS(dirs []string) (string, error) {
 		if err == nil {
 			err = errors.Join(resolve(lt, p.lt, blasLtSymbols()), resolve(h, p.blas, blasSymbols()))
 			if err != nil {
-				purego.Dlclose(h)
+				dlclose(h)
 			}
 		}
 		if err != nil {
-			purego.Dlclose(lt)
+			dlclose(lt)
 			failures = append(failures, err.Error())
 			continue
 		}

@@ -134,6 +134,9 @@ func Init() error {
 }
 
 func initDriver() error {
+	if errLoader != nil {
+		return unavailable("%w", errLoader)
+	}
 	h, path, err := openFirst(driverCandidates())
 	if err != nil {
 		return unavailable("%w", err)

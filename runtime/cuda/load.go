@@ -6,12 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"unsafe"
-
-	"github.com/ebitengine/purego"
 )
 
 // symbol is one C entry point to resolve: its exported name and where to
@@ -49,25 +46,11 @@ func openFirst(candidates []string) (handle uintptr, path string, err error) {
 	return 0, "", errors.New(strings.Join(parts, "; "))
 }
 
-// dlopen opens a library on one OS thread: dlerror's message is per
-// thread, and between purego's dlopen and dlerror calls (separate cgo calls
-// when cgo is on, as under -race) the goroutine could otherwise move and
-// read another thread's empty message.
-func dlopen(path string) (uintptr, error) {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	h, err := purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
-	if err != nil && strings.TrimSpace(err.Error()) == "" {
-		err = fmt.Errorf("%s: cannot open shared object", path)
-	}
-	return h, err
-}
-
 // resolve looks up every symbol in the library at handle.
 func resolve(handle uintptr, lib string, syms []symbol) error {
 	var missing []string
 	for _, s := range syms {
-		a, err := purego.Dlsym(handle, s.name)
+		a, err := dlsym(handle, s.name)
 		if err != nil || a == 0 {
 			if !s.optional {
 				missing = append(missing, s.name)
