@@ -1,0 +1,269 @@
+package trace
+
+import (
+	"cmp"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Firing names one execution of a task within an iteration, as events do:
+// Micro is −1 for a task that fires once per iteration.
+type Firing struct{ Task, Micro int32 }
+
+// Dep is a dependency edge of the plan a trace ran: firing To of
+// iteration i may start only after firing From of iteration i−Delta has
+// ended (plans.Plan.TraceDeps lists a plan's).
+type Dep struct {
+	From, To Firing
+	Delta    int32
+}
+
+// Kinds of time on a critical path.
+const (
+	PathCompute = "compute" // a computing task ran
+	PathComm    = "comm"    // a communicating task ran (IsComm)
+	PathWait    = "wait"    // the next task on the path had all it waits for and had not started
+)
+
+// CriticalPath is the chain of events that decided when an iteration
+// ended. It starts from the event that ended the iteration and steps back,
+// along the dependency edges, to the predecessor that ended last (the one
+// that released the event), until it reaches the end of the previous
+// iteration; the time between a predecessor's end and its successor's
+// start is waiting. So the path tiles the iteration's span, From to To,
+// the duration IterError measures: Compute + Comm + Wait = Span, and the
+// Streams' Busy + Wait add up to it too.
+type CriticalPath struct {
+	Iter    int           `json:"iter"`
+	From    Time          `json:"from_ns"` // end of iteration Iter−1 (0 for the first)
+	To      Time          `json:"to_ns"`   // end of iteration Iter
+	Span    time.Duration `json:"span_ns"`
+	Compute time.Duration `json:"compute_ns"`
+	Comm    time.Duration `json:"comm_ns"`
+	Wait    time.Duration `json:"wait_ns"`
+	// Streams is the path's time by home stream (a task's first), most
+	// first: running there, or, for Wait, waiting there to start.
+	Streams []PathStream `json:"streams"`
+	// Tasks is the path's time by task, most first.
+	Tasks []PathTask `json:"tasks"`
+	// Steps is the path in time order (not in JSON: a long path is long).
+	Steps []PathStep `json:"-"`
+}
+
+// PathStream is a stream's time on a critical path.
+type PathStream struct {
+	Stream string        `json:"stream"` // "device/stream"
+	Busy   time.Duration `json:"busy_ns"`
+	Wait   time.Duration `json:"wait_ns"`
+}
+
+// PathTask is a task's time on a critical path, over its Firings there.
+type PathTask struct {
+	Task    int32         `json:"task"`
+	Name    string        `json:"name"`
+	Kind    string        `json:"kind"` // PathCompute or PathComm
+	Time    time.Duration `json:"time_ns"`
+	Firings int           `json:"firings"`
+}
+
+// PathStep is one piece of a critical path: an event (clipped to the
+// path's span) or a wait before an event's start.
+type PathStep struct {
+	Kind   string `json:"kind"`   // PathCompute, PathComm or PathWait
+	Event  Event  `json:"event"`  // the event, or the one that waited
+	Stream string `json:"stream"` // the event's home stream
+	Start  Time   `json:"start_ns"`
+	End    Time   `json:"end_ns"`
+}
+
+// CriticalPath returns the critical path of iteration iter over the
+// dependency edges deps. It fails on an iteration out of range, an
+// iteration ending before the previous one, an edge naming a task out of
+// range, an event missing that an edge names, and an event starting
+// before a predecessor ends (a trace that broke the edges).
+func (t *Trace) CriticalPath(deps []Dep, iter int) (*CriticalPath, error) {
+	if err := t.Validate(); err != nil {
+		return nil, err
+	}
+	ends := t.IterationEnds()
+	if iter < 0 || iter >= len(ends) {
+		return nil, fmt.Errorf("%w: no iteration %d in a trace of %d", ErrTooFewIterations, iter, len(ends))
+	}
+	c := &CriticalPath{Iter: iter, To: ends[iter]}
+	if iter > 0 {
+		c.From = ends[iter-1]
+	}
+	if c.To < c.From {
+		return nil, fmt.Errorf("%w: iteration %d ends at %d ns, before iteration %d at %d ns", ErrInvalid, iter, c.To, iter-1, c.From)
+	}
+	c.Span = c.To.Sub(c.From)
+
+	type instance struct {
+		Firing
+		iter int32
+	}
+	index := make(map[instance]int, len(t.Events))
+	last := -1 // the event ending iteration iter, the first by task and micro-batch on ties
+	for i, e := range t.Events {
+		index[instance{Firing{e.Task, e.Micro}, e.Iter}] = i
+		if int(e.Iter) == iter && e.End == c.To && (last < 0 || firingBefore(e, t.Events[last])) {
+			last = i
+		}
+	}
+	if last < 0 {
+		return nil, fmt.Errorf("%w: iteration %d: no event ends at its end, %d ns (times before 0?)", ErrInvalid, iter, c.To)
+	}
+	in := make(map[Firing][]Dep, len(deps))
+	for _, d := range deps {
+		for _, task := range []int32{d.From.Task, d.To.Task} {
+			if !inRange(task, len(t.Tasks)) {
+				return nil, fmt.Errorf("%w: a dependency names task %d, the trace has %d", ErrMismatch, task, len(t.Tasks))
+			}
+		}
+		in[d.To] = append(in[d.To], d)
+	}
+	for _, ds := range in {
+		slices.SortFunc(ds, func(a, b Dep) int {
+			return cmp.Or(cmp.Compare(a.From.Task, b.From.Task), cmp.Compare(a.From.Micro, b.From.Micro), cmp.Compare(a.Delta, b.Delta))
+		})
+	}
+
+	// Walk back from the last event. Every step ends no later than the
+	// previous one starts; zero-length events could still cycle on
+	// edges that do, so the walk is bounded.
+	var steps []PathStep
+	cur := t.Events[last]
+	for range len(t.Events) + 1 {
+		home := t.streamName(t.Tasks[cur.Task].Streams[0])
+		steps = append(steps, PathStep{Kind: pathKind(t.Tasks[cur.Task].Kind), Event: cur, Stream: home, Start: max(cur.Start, c.From), End: cur.End})
+		if cur.Start <= c.From {
+			break
+		}
+		pred, found := Event{}, false
+		for _, d := range in[Firing{cur.Task, cur.Micro}] {
+			j := cur.Iter - d.Delta
+			if j < 0 {
+				continue
+			}
+			k, ok := index[instance{d.From, j}]
+			if !ok {
+				return nil, fmt.Errorf("%w: %s waits for %s of iteration %d, which the trace lacks",
+					ErrMismatch, t.describe(cur), t.describe(Event{Task: d.From.Task, Micro: d.From.Micro, Iter: j}), j)
+			}
+			p := t.Events[k]
+			if p.End > cur.Start {
+				return nil, fmt.Errorf("%w: %s starts at %d ns, before %s, which it waits for, ends at %d ns",
+					ErrInvalid, t.describe(cur), cur.Start, t.describe(p), p.End)
+			}
+			if !found || p.End > pred.End {
+				pred, found = p, true
+			}
+		}
+		from := c.From
+		if found {
+			from = max(pred.End, c.From)
+		}
+		if from < cur.Start {
+			steps = append(steps, PathStep{Kind: PathWait, Event: cur, Stream: home, Start: from, End: cur.Start})
+		}
+		if !found || pred.End <= c.From {
+			break
+		}
+		cur = pred
+	}
+	if steps[len(steps)-1].Start != c.From {
+		return nil, fmt.Errorf("%w: the critical path of iteration %d cycles through events of no duration", ErrInvalid, iter)
+	}
+	slices.Reverse(steps)
+	c.Steps = steps
+	c.summarize(t)
+	return c, nil
+}
+
+func firingBefore(a, b Event) bool {
+	return cmp.Or(cmp.Compare(a.Task, b.Task), cmp.Compare(a.Micro, b.Micro)) < 0
+}
+
+func pathKind(kind string) string {
+	if IsComm(kind) {
+		return PathComm
+	}
+	return PathCompute
+}
+
+// summarize fills the totals by kind, stream and task from the steps.
+func (c *CriticalPath) summarize(t *Trace) {
+	streams := map[string]*PathStream{}
+	tasks := map[int32]*PathTask{}
+	for _, s := range c.Steps {
+		d := s.End.Sub(s.Start)
+		ps := streams[s.Stream]
+		if ps == nil {
+			ps = &PathStream{Stream: s.Stream}
+			streams[s.Stream] = ps
+		}
+		if s.Kind == PathWait {
+			c.Wait += d
+			ps.Wait += d
+			continue
+		}
+		if s.Kind == PathComm {
+			c.Comm += d
+		} else {
+			c.Compute += d
+		}
+		ps.Busy += d
+		pt := tasks[s.Event.Task]
+		if pt == nil {
+			pt = &PathTask{Task: s.Event.Task, Name: t.Tasks[s.Event.Task].Name, Kind: s.Kind}
+			tasks[s.Event.Task] = pt
+		}
+		pt.Time += d
+		pt.Firings++
+	}
+	for _, ps := range streams {
+		c.Streams = append(c.Streams, *ps)
+	}
+	slices.SortFunc(c.Streams, func(a, b PathStream) int {
+		return cmp.Or(cmp.Compare(b.Busy+b.Wait, a.Busy+a.Wait), cmp.Compare(a.Stream, b.Stream))
+	})
+	for _, pt := range tasks {
+		c.Tasks = append(c.Tasks, *pt)
+	}
+	slices.SortFunc(c.Tasks, func(a, b PathTask) int {
+		return cmp.Or(cmp.Compare(b.Time, a.Time), cmp.Compare(a.Name, b.Name), cmp.Compare(a.Task, b.Task))
+	})
+}
+
+// WriteSummary writes c for people in two lines: its composition by kind,
+// then the top streams and tasks on it (top of each; all if top ≤ 0).
+func (c *CriticalPath) WriteSummary(w io.Writer, top int) error {
+	pct := func(d time.Duration) string {
+		if c.Span == 0 {
+			return "0%"
+		}
+		return fmt.Sprintf("%.1f%%", 100*float64(d)/float64(c.Span))
+	}
+	if _, err := fmt.Fprintf(w, "critical path of iteration %d (%s, %d steps): compute %s, comm %s, wait %s\n",
+		c.Iter, fmtDur(c.Span), len(c.Steps), pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
+		return err
+	}
+	var streams, tasks []string
+	for i, s := range c.Streams {
+		if top > 0 && i == top {
+			break
+		}
+		streams = append(streams, fmt.Sprintf("%s %s", s.Stream, pct(s.Busy+s.Wait)))
+	}
+	for i, task := range c.Tasks {
+		if top > 0 && i == top {
+			break
+		}
+		tasks = append(tasks, fmt.Sprintf("%s %s", task.Name, pct(task.Time)))
+	}
+	_, err := fmt.Fprintf(w, "  on streams: %s; top tasks: %s\n", strings.Join(streams, ", "), strings.Join(tasks, ", "))
+	return err
+}
