@@ -178,3 +178,49 @@ func fmtShare(d, whole time.Duration) string {
 	}
 	return fmt.Sprintf("%s %5.1f%%", fmtDur(d), 100*float64(d)/float64(whole))
 }
+
+// StepReport is where a trace's steady-state step goes: each device's
+// Breakdown after warmup iterations and the CriticalPath of those
+// iterations (which spans the same window).
+type StepReport struct {
+	Breakdown *Breakdown
+	Path      *CriticalPath
+}
+
+// NewStepReport returns the StepReport of t, whose plan's edges are deps,
+// after warmup iterations.
+func NewStepReport(t *Trace, deps []Dep, warmup int) (*StepReport, error) {
+	b, err := t.Breakdown(warmup)
+	if err != nil {
+		return nil, err
+	}
+	c, err := t.CriticalPath(deps, warmup, t.Iterations()-1)
+	if err != nil {
+		return nil, err
+	}
+	return &StepReport{Breakdown: b, Path: c}, nil
+}
+
+// Write writes r for people: the breakdown's table, then the critical
+// path's summary with its top streams and tasks.
+func (r *StepReport) Write(w io.Writer, top int) error {
+	fmt.Fprintf(w, "where a step goes (per step after %d warm-up iterations):\n", r.Breakdown.Warmup)
+	if err := r.Breakdown.WriteTable(w); err != nil {
+		return err
+	}
+	return r.Path.WriteSummary(w, top)
+}
+
+// WriteStepReports writes a predicted and a measured StepReport of one
+// plan side by side: the breakdowns (WriteBreakdowns), then each
+// critical path's summary.
+func WriteStepReports(w io.Writer, pred, meas *StepReport, top int) error {
+	fmt.Fprintf(w, "where a step goes, predicted / measured (per step after %d warm-up iterations):\n", meas.Breakdown.Warmup)
+	if err := WriteBreakdowns(w, pred.Breakdown, meas.Breakdown); err != nil {
+		return err
+	}
+	if err := pred.Path.writeSummary(w, "predicted ", top); err != nil {
+		return err
+	}
+	return meas.Path.writeSummary(w, "measured ", top)
+}

@@ -78,18 +78,25 @@ func TestBreakdownOfSimulatedPlans(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			for iter := range tr.Iterations() {
-				c, err := tr.CriticalPath(deps, iter)
-				if err != nil {
-					t.Fatal(err)
+			for first := range tr.Iterations() {
+				for last := first; last < tr.Iterations(); last++ {
+					c, err := tr.CriticalPath(deps, first, last)
+					if err != nil {
+						t.Fatal(err)
+					}
+					checkPath(t, tr, deps, c)
+					if c.Wait != 0 {
+						t.Errorf("iterations %d-%d wait %v on the path, want 0", first, last, c.Wait)
+					}
 				}
-				checkPath(t, tr, deps, c)
-				if c.Wait != 0 {
-					t.Errorf("iteration %d waits %v on the path, want 0", iter, c.Wait)
-				}
-				if iter == 0 && c.Span != time.Duration(tr.IterationEnds()[0]) {
-					t.Errorf("iteration 0 spans %v, want %v", c.Span, tr.IterationEnds()[0])
-				}
+			}
+			// Over the window of the breakdown, per step, as long as a step.
+			c, err := tr.CriticalPath(deps, 1, tr.Iterations()-1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := c.Span / time.Duration(b.Iters); got != b.Step {
+				t.Errorf("path per step %v, want the step %v", got, b.Step)
 			}
 		})
 	}

@@ -88,7 +88,7 @@ func TestBreakdownPipelineBubble(t *testing.T) {
 		}
 	}
 
-	c, err := tr.CriticalPath(deps, 2)
+	c, err := tr.CriticalPath(deps, 2, 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -307,13 +307,14 @@ func b2d(b bool) time.Duration {
 	return 0
 }
 
-// Property: a critical path tiles its iteration's span, steps only along
+// Property: a critical path tiles its iterations' span, steps only along
 // edges, and at each step goes to the predecessor that ended last.
 func TestCriticalPathProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		tr, deps := randomRun(rt)
-		iter := rapid.IntRange(0, tr.Iterations()-1).Draw(rt, "iter")
-		c, err := tr.CriticalPath(deps, iter)
+		last := rapid.IntRange(0, tr.Iterations()-1).Draw(rt, "last")
+		first := rapid.IntRange(0, last).Draw(rt, "first")
+		c, err := tr.CriticalPath(deps, first, last)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -332,11 +333,11 @@ func checkPath(t fataler, tr *trace.Trace, deps []trace.Dep, c *trace.CriticalPa
 	t.Helper()
 	ends := tr.IterationEnds()
 	var from trace.Time
-	if c.Iter > 0 {
-		from = ends[c.Iter-1]
+	if c.First > 0 {
+		from = ends[c.First-1]
 	}
-	if c.From != from || c.To != ends[c.Iter] || c.Span != c.To.Sub(c.From) {
-		t.Fatalf("span: got %d–%d (%v), want %d–%d", c.From, c.To, c.Span, from, ends[c.Iter])
+	if c.From != from || c.To != ends[c.Last] || c.Span != c.To.Sub(c.From) {
+		t.Fatalf("span: got %d–%d (%v), want %d–%d", c.From, c.To, c.Span, from, ends[c.Last])
 	}
 	if c.Compute+c.Comm+c.Wait != c.Span {
 		t.Fatalf("compute %v + comm %v + wait %v, want span %v", c.Compute, c.Comm, c.Wait, c.Span)
@@ -403,7 +404,7 @@ func TestBreakdownDeterministic(t *testing.T) {
 			if err != nil {
 				rt.Fatal(err)
 			}
-			c, err := tr.CriticalPath(deps, tr.Iterations()-1)
+			c, err := tr.CriticalPath(deps, 0, tr.Iterations()-1)
 			if err != nil {
 				rt.Fatal(err)
 			}
@@ -437,29 +438,32 @@ func TestBreakdownErrors(t *testing.T) {
 	if _, err := empty.Breakdown(0); !errors.Is(err, trace.ErrTooFewIterations) {
 		t.Errorf("empty trace: got %v, want ErrTooFewIterations", err)
 	}
-	if _, err := empty.CriticalPath(nil, 0); !errors.Is(err, trace.ErrTooFewIterations) {
+	if _, err := empty.CriticalPath(nil, 0, 0); !errors.Is(err, trace.ErrTooFewIterations) {
 		t.Errorf("empty trace: got %v, want ErrTooFewIterations", err)
 	}
 	if _, err := tr.Breakdown(3); !errors.Is(err, trace.ErrTooFewIterations) {
 		t.Errorf("warmup 3 of 3: got %v, want ErrTooFewIterations", err)
 	}
-	if _, err := tr.CriticalPath(deps, 3); !errors.Is(err, trace.ErrTooFewIterations) {
+	if _, err := tr.CriticalPath(deps, 3, 3); !errors.Is(err, trace.ErrTooFewIterations) {
 		t.Errorf("iteration 3 of 3: got %v, want ErrTooFewIterations", err)
+	}
+	if _, err := tr.CriticalPath(deps, 2, 1); !errors.Is(err, trace.ErrTooFewIterations) {
+		t.Errorf("iterations 2 to 1: got %v, want ErrTooFewIterations", err)
 	}
 
 	missing := *tr
 	missing.Events = slices.DeleteFunc(slices.Clone(tr.Events), func(e trace.Event) bool { return e.Iter == 2 && e.Task == 2 && e.Micro == 1 })
-	if _, err := missing.CriticalPath(deps, 2); !errors.Is(err, trace.ErrMismatch) {
+	if _, err := missing.CriticalPath(deps, 2, 2); !errors.Is(err, trace.ErrMismatch) {
 		t.Errorf("missing event: got %v, want ErrMismatch", err)
 	}
 	bad := append(slices.Clone(deps), trace.Dep{From: trace.Firing{Task: 9}, To: trace.Firing{Task: 0}})
-	if _, err := tr.CriticalPath(bad, 2); !errors.Is(err, trace.ErrMismatch) {
+	if _, err := tr.CriticalPath(bad, 2, 2); !errors.Is(err, trace.ErrMismatch) {
 		t.Errorf("edge out of range: got %v, want ErrMismatch", err)
 	}
 	// s1/bwd mb 0, on the path, made to wait for the later s0/bwd mb 0:
 	// the trace breaks the edge.
 	broken := append(slices.Clone(deps), trace.Dep{From: trace.Firing{Task: 3, Micro: 0}, To: trace.Firing{Task: 2, Micro: 0}})
-	if _, err := tr.CriticalPath(broken, 2); !errors.Is(err, trace.ErrInvalid) {
+	if _, err := tr.CriticalPath(broken, 2, 2); !errors.Is(err, trace.ErrInvalid) {
 		t.Errorf("broken edge: got %v, want ErrInvalid", err)
 	}
 	invalid := *tr

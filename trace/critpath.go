@@ -28,18 +28,20 @@ const (
 	PathWait    = "wait"    // the next task on the path had all it waits for and had not started
 )
 
-// CriticalPath is the chain of events that decided when an iteration
-// ended. It starts from the event that ended the iteration and steps back,
-// along the dependency edges, to the predecessor that ended last (the one
-// that released the event), until it reaches the end of the previous
-// iteration; the time between a predecessor's end and its successor's
-// start is waiting. So the path tiles the iteration's span, From to To,
-// the duration IterError measures: Compute + Comm + Wait = Span, and the
-// Streams' Busy + Wait add up to it too.
+// CriticalPath is the chain of events that decided when iterations First
+// to Last ended. It starts from the event that ended iteration Last and
+// steps back, along the dependency edges, to the predecessor that ended
+// last (the one that released the event), until it reaches the end of
+// iteration First−1; the time between a predecessor's end and its
+// successor's start is waiting. So the path tiles the span From to To:
+// for one iteration the duration IterError measures, for the iterations
+// after a warm-up the window StepTime divides. Compute + Comm + Wait =
+// Span, and the Streams' Busy + Wait add up to it too.
 type CriticalPath struct {
-	Iter    int           `json:"iter"`
-	From    Time          `json:"from_ns"` // end of iteration Iter−1 (0 for the first)
-	To      Time          `json:"to_ns"`   // end of iteration Iter
+	First   int           `json:"first_iter"`
+	Last    int           `json:"last_iter"`
+	From    Time          `json:"from_ns"` // end of iteration First−1 (0 for the first)
+	To      Time          `json:"to_ns"`   // end of iteration Last
 	Span    time.Duration `json:"span_ns"`
 	Compute time.Duration `json:"compute_ns"`
 	Comm    time.Duration `json:"comm_ns"`
@@ -79,25 +81,25 @@ type PathStep struct {
 	End    Time   `json:"end_ns"`
 }
 
-// CriticalPath returns the critical path of iteration iter over the
-// dependency edges deps. It fails on an iteration out of range, an
-// iteration ending before the previous one, an edge naming a task out of
-// range, an event missing that an edge names, and an event starting
-// before a predecessor ends (a trace that broke the edges).
-func (t *Trace) CriticalPath(deps []Dep, iter int) (*CriticalPath, error) {
+// CriticalPath returns the critical path of iterations first to last
+// (first = last for one) over the dependency edges deps. It fails on
+// iterations out of range, a span ending before it starts, an edge naming
+// a task out of range, an event missing that an edge names, and an event
+// starting before a predecessor ends (a trace that broke the edges).
+func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
 	ends := t.IterationEnds()
-	if iter < 0 || iter >= len(ends) {
-		return nil, fmt.Errorf("%w: no iteration %d in a trace of %d", ErrTooFewIterations, iter, len(ends))
+	if first < 0 || first > last || last >= len(ends) {
+		return nil, fmt.Errorf("%w: no iterations %d to %d in a trace of %d", ErrTooFewIterations, first, last, len(ends))
 	}
-	c := &CriticalPath{Iter: iter, To: ends[iter]}
-	if iter > 0 {
-		c.From = ends[iter-1]
+	c := &CriticalPath{First: first, Last: last, To: ends[last]}
+	if first > 0 {
+		c.From = ends[first-1]
 	}
 	if c.To < c.From {
-		return nil, fmt.Errorf("%w: iteration %d ends at %d ns, before iteration %d at %d ns", ErrInvalid, iter, c.To, iter-1, c.From)
+		return nil, fmt.Errorf("%w: iteration %d ends at %d ns, before iteration %d at %d ns", ErrInvalid, last, c.To, first-1, c.From)
 	}
 	c.Span = c.To.Sub(c.From)
 
@@ -106,15 +108,15 @@ func (t *Trace) CriticalPath(deps []Dep, iter int) (*CriticalPath, error) {
 		iter int32
 	}
 	index := make(map[instance]int, len(t.Events))
-	last := -1 // the event ending iteration iter, the first by task and micro-batch on ties
+	end := -1 // the event ending iteration last, the first by task and micro-batch on ties
 	for i, e := range t.Events {
 		index[instance{Firing{e.Task, e.Micro}, e.Iter}] = i
-		if int(e.Iter) == iter && e.End == c.To && (last < 0 || firingBefore(e, t.Events[last])) {
-			last = i
+		if int(e.Iter) == last && e.End == c.To && (end < 0 || firingBefore(e, t.Events[end])) {
+			end = i
 		}
 	}
-	if last < 0 {
-		return nil, fmt.Errorf("%w: iteration %d: no event ends at its end, %d ns (times before 0?)", ErrInvalid, iter, c.To)
+	if end < 0 {
+		return nil, fmt.Errorf("%w: iteration %d: no event ends at its end, %d ns (times before 0?)", ErrInvalid, last, c.To)
 	}
 	in := make(map[Firing][]Dep, len(deps))
 	for _, d := range deps {
@@ -135,7 +137,7 @@ func (t *Trace) CriticalPath(deps []Dep, iter int) (*CriticalPath, error) {
 	// previous one starts; zero-length events could still cycle on
 	// edges that do, so the walk is bounded.
 	var steps []PathStep
-	cur := t.Events[last]
+	cur := t.Events[end]
 	for range len(t.Events) + 1 {
 		home := t.streamName(t.Tasks[cur.Task].Streams[0])
 		steps = append(steps, PathStep{Kind: pathKind(t.Tasks[cur.Task].Kind), Event: cur, Stream: home, Start: max(cur.Start, c.From), End: cur.End})
@@ -175,7 +177,7 @@ func (t *Trace) CriticalPath(deps []Dep, iter int) (*CriticalPath, error) {
 		cur = pred
 	}
 	if steps[len(steps)-1].Start != c.From {
-		return nil, fmt.Errorf("%w: the critical path of iteration %d cycles through events of no duration", ErrInvalid, iter)
+		return nil, fmt.Errorf("%w: the critical path to iteration %d cycles through events of no duration", ErrInvalid, last)
 	}
 	slices.Reverse(steps)
 	c.Steps = steps
@@ -240,15 +242,22 @@ func (c *CriticalPath) summarize(t *Trace) {
 
 // WriteSummary writes c for people in two lines: its composition by kind,
 // then the top streams and tasks on it (top of each; all if top ≤ 0).
-func (c *CriticalPath) WriteSummary(w io.Writer, top int) error {
+func (c *CriticalPath) WriteSummary(w io.Writer, top int) error { return c.writeSummary(w, "", top) }
+
+// writeSummary is WriteSummary, the first line prefixed with label.
+func (c *CriticalPath) writeSummary(w io.Writer, label string, top int) error {
 	pct := func(d time.Duration) string {
 		if c.Span == 0 {
 			return "0%"
 		}
 		return fmt.Sprintf("%.1f%%", 100*float64(d)/float64(c.Span))
 	}
-	if _, err := fmt.Fprintf(w, "critical path of iteration %d (%s, %d steps): compute %s, comm %s, wait %s\n",
-		c.Iter, fmtDur(c.Span), len(c.Steps), pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
+	iters := fmt.Sprintf("iteration %d", c.Last)
+	if c.First < c.Last {
+		iters = fmt.Sprintf("iterations %d-%d", c.First, c.Last)
+	}
+	if _, err := fmt.Fprintf(w, "%scritical path of %s (%s, %d steps): compute %s, comm %s, wait %s\n",
+		label, iters, fmtDur(c.Span), len(c.Steps), pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
 		return err
 	}
 	var streams, tasks []string
