@@ -342,15 +342,18 @@ func checkPath(t fataler, tr *trace.Trace, deps []trace.Dep, c *trace.CriticalPa
 	if c.Compute+c.Comm+c.Wait != c.Span {
 		t.Fatalf("compute %v + comm %v + wait %v, want span %v", c.Compute, c.Comm, c.Wait, c.Span)
 	}
-	var streams, tasks time.Duration
+	var streams, ops, tasks time.Duration
 	for _, s := range c.Streams {
 		streams += s.Busy + s.Wait
+	}
+	for _, o := range c.Ops {
+		ops += o.Time
 	}
 	for _, pt := range c.Tasks {
 		tasks += pt.Time
 	}
-	if streams != c.Span || tasks != c.Compute+c.Comm {
-		t.Fatalf("by stream %v, want %v; by task %v, want %v", streams, c.Span, tasks, c.Compute+c.Comm)
+	if streams != c.Span || ops != c.Compute+c.Comm || tasks != c.Compute+c.Comm {
+		t.Fatalf("by stream %v, want %v; by op %v and by task %v, want %v", streams, c.Span, ops, tasks, c.Compute+c.Comm)
 	}
 	at := c.From
 	var prev *trace.Event

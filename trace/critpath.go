@@ -49,6 +49,9 @@ type CriticalPath struct {
 	// Streams is the path's time by home stream (a task's first), most
 	// first: running there, or, for Wait, waiting there to start.
 	Streams []PathStream `json:"streams"`
+	// Ops is the path's time by op (a task's Op, else its Kind), most
+	// first: many layers' tasks, one op.
+	Ops []PathOp `json:"ops"`
 	// Tasks is the path's time by task, most first.
 	Tasks []PathTask `json:"tasks"`
 	// Steps is the path in time order (not in JSON: a long path is long).
@@ -60,6 +63,12 @@ type PathStream struct {
 	Stream string        `json:"stream"` // "device/stream"
 	Busy   time.Duration `json:"busy_ns"`
 	Wait   time.Duration `json:"wait_ns"`
+}
+
+// PathOp is an op's time on a critical path.
+type PathOp struct {
+	Op   string        `json:"op"`
+	Time time.Duration `json:"time_ns"`
 }
 
 // PathTask is a task's time on a critical path, over its Firings there.
@@ -200,6 +209,7 @@ func pathKind(kind string) string {
 func (c *CriticalPath) summarize(t *Trace) {
 	streams := map[string]*PathStream{}
 	tasks := map[int32]*PathTask{}
+	ops := map[string]time.Duration{}
 	for _, s := range c.Steps {
 		d := s.End.Sub(s.Start)
 		ps := streams[s.Stream]
@@ -225,6 +235,8 @@ func (c *CriticalPath) summarize(t *Trace) {
 		}
 		pt.Time += d
 		pt.Firings++
+		info := &t.Tasks[s.Event.Task]
+		ops[cmp.Or(info.Op, info.Kind)] += d
 	}
 	for _, ps := range streams {
 		c.Streams = append(c.Streams, *ps)
@@ -232,6 +244,10 @@ func (c *CriticalPath) summarize(t *Trace) {
 	slices.SortFunc(c.Streams, func(a, b PathStream) int {
 		return cmp.Or(cmp.Compare(b.Busy+b.Wait, a.Busy+a.Wait), cmp.Compare(a.Stream, b.Stream))
 	})
+	for op, d := range ops {
+		c.Ops = append(c.Ops, PathOp{Op: op, Time: d})
+	}
+	slices.SortFunc(c.Ops, func(a, b PathOp) int { return cmp.Or(cmp.Compare(b.Time, a.Time), cmp.Compare(a.Op, b.Op)) })
 	for _, pt := range tasks {
 		c.Tasks = append(c.Tasks, *pt)
 	}
@@ -241,7 +257,7 @@ func (c *CriticalPath) summarize(t *Trace) {
 }
 
 // WriteSummary writes c for people in two lines: its composition by kind,
-// then the top streams and tasks on it (top of each; all if top ≤ 0).
+// then the top streams, ops and tasks on it (top of each; all if top ≤ 0).
 func (c *CriticalPath) WriteSummary(w io.Writer, top int) error { return c.writeSummary(w, "", top) }
 
 // writeSummary is WriteSummary, the first line prefixed with label.
@@ -260,19 +276,23 @@ func (c *CriticalPath) writeSummary(w io.Writer, label string, top int) error {
 		label, iters, fmtDur(c.Span), len(c.Steps), pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
 		return err
 	}
-	var streams, tasks []string
-	for i, s := range c.Streams {
-		if top > 0 && i == top {
-			break
+	n := func(l int) int {
+		if top > 0 {
+			return min(top, l)
 		}
-		streams = append(streams, fmt.Sprintf("%s %s", s.Stream, pct(s.Busy+s.Wait)))
+		return l
 	}
-	for i, task := range c.Tasks {
-		if top > 0 && i == top {
-			break
-		}
-		tasks = append(tasks, fmt.Sprintf("%s %s", task.Name, pct(task.Time)))
+	var streams, ops, tasks []string
+	for _, s := range c.Streams[:n(len(c.Streams))] {
+		streams = append(streams, s.Stream+" "+pct(s.Busy+s.Wait))
 	}
-	_, err := fmt.Fprintf(w, "  on streams: %s; top tasks: %s\n", strings.Join(streams, ", "), strings.Join(tasks, ", "))
+	for _, o := range c.Ops[:n(len(c.Ops))] {
+		ops = append(ops, o.Op+" "+pct(o.Time))
+	}
+	for _, task := range c.Tasks[:n(len(c.Tasks))] {
+		tasks = append(tasks, task.Name+" "+pct(task.Time))
+	}
+	_, err := fmt.Fprintf(w, "  on streams: %s; ops: %s; tasks: %s\n",
+		strings.Join(streams, ", "), strings.Join(ops, ", "), strings.Join(tasks, ", "))
 	return err
 }
