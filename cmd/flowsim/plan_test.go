@@ -14,12 +14,20 @@ import (
 	"github.com/flowkit/flowkit/trace"
 )
 
-// plan writes a file that simulate reads; the simulation is deterministic
-// and reports what scripts need.
-func TestPlanThenSimulate(t *testing.T) {
+// pipelinePlan writes the plan of a two-stage pipeline of the mlp on
+// local and returns its path.
+func pipelinePlan(t *testing.T) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "plan.json")
 	_, err := run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "pp=2,mb=2", "--batch", "16", "-o", path)
 	require.NoError(t, err)
+	return path
+}
+
+// plan writes a file that simulate reads; the simulation is deterministic
+// and reports what scripts need.
+func TestPlanThenSimulate(t *testing.T) {
+	path := pipelinePlan(t)
 	out1, err := run(t, "simulate", "--plan", path, "--json")
 	require.NoError(t, err)
 	out2, err := run(t, "simulate", "--plan", path, "--json")
@@ -39,9 +47,7 @@ func TestPlanThenSimulate(t *testing.T) {
 // simulate prints where the step goes after what it printed before, which
 // --breakdown=false leaves alone; --json carries it.
 func TestSimulateBreakdown(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "plan.json")
-	_, err := run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "pp=2,mb=2", "--batch", "16", "-o", path)
-	require.NoError(t, err)
+	path := pipelinePlan(t)
 	short, err := run(t, "simulate", "--plan", path, "--breakdown=false")
 	require.NoError(t, err)
 	require.Len(t, strings.Split(strings.TrimSpace(short), "\n"), 3, "step and two devices' memory:\n%s", short)
