@@ -36,7 +36,10 @@ func (p *Plan) NewTrace(source string) *trace.Trace {
 }
 
 // TraceDeps returns the plan's dependency edges (Deps) between firings
-// named as a trace of the plan names them, for trace.CriticalPath.
+// named as a trace of the plan names them, for trace.CriticalPath, each
+// with the first rule of deps.go that asks for it: "data" (it reads the
+// write), "update" (in place), "slot" (it writes a slot the source's read
+// frees), "stream" (stream order) or "after" (Firing.After).
 func (p *Plan) TraceDeps() ([]trace.Dep, error) {
 	edges, err := p.Deps()
 	if err != nil {
@@ -47,7 +50,7 @@ func (p *Plan) TraceDeps() ([]trace.Dep, error) {
 	}
 	deps := make([]trace.Dep, len(edges))
 	for i, e := range edges {
-		deps[i] = trace.Dep{From: firing(e.From), To: firing(e.To), Delta: int32(e.Delta)}
+		deps[i] = trace.Dep{From: firing(e.From), To: firing(e.To), Delta: int32(e.Delta), Why: p.depRules[i].traceWhy()}
 	}
 	return deps, nil
 }

@@ -59,17 +59,17 @@ func pipeline() (*trace.Trace, []trace.Dep) {
 	var deps []trace.Dep
 	chain := func(delta int32, fs ...trace.Firing) {
 		for i := 1; i < len(fs); i++ {
-			deps = append(deps, trace.Dep{From: fs[i-1], To: fs[i]})
+			deps = append(deps, trace.Dep{From: fs[i-1], To: fs[i], Why: "stream"})
 		}
-		deps = append(deps, trace.Dep{From: fs[len(fs)-1], To: fs[0], Delta: delta})
+		deps = append(deps, trace.Dep{From: fs[len(fs)-1], To: fs[0], Delta: delta, Why: "stream"})
 	}
 	chain(1, f(0, 0), f(0, 1), f(3, 0), f(3, 1)) // dev0's stream, wrapping
 	chain(1, f(1, 0), f(1, 1), f(2, 0), f(2, 1)) // dev1's
 	for m := range int32(2) {
 		deps = append(deps,
-			trace.Dep{From: f(0, m), To: f(1, m)}, // activations
-			trace.Dep{From: f(1, m), To: f(2, m)},
-			trace.Dep{From: f(2, m), To: f(3, m)}) // gradients
+			trace.Dep{From: f(0, m), To: f(1, m), Why: "data"}, // activations
+			trace.Dep{From: f(1, m), To: f(2, m), Why: "data"},
+			trace.Dep{From: f(2, m), To: f(3, m), Why: "data"}) // gradients
 	}
 	return tr, deps
 }
@@ -111,6 +111,9 @@ func TestBreakdownPipelineBubble(t *testing.T) {
 	}
 	if top := c.Tasks[0]; top.Name != "s1/bwd" || top.Time != 40 || top.Firings != 2 {
 		t.Errorf("top task: got %+v, want s1/bwd 40ns over 2 firings", top)
+	}
+	if want := []trace.PathVia{{Why: "stream", Edges: 3}, {Why: "data", Edges: 2}}; !slices.Equal(c.Via, want) {
+		t.Errorf("via: got %v, want %v", c.Via, want)
 	}
 }
 
@@ -208,7 +211,7 @@ func randomRun(rt *rapid.T) (*trace.Trace, []trace.Dep) {
 	for i, f := range firings {
 		for _, s := range tr.Tasks[f.Task].Streams {
 			if j, ok := lastOn[s]; ok {
-				deps = append(deps, trace.Dep{From: firings[j], To: f})
+				deps = append(deps, trace.Dep{From: firings[j], To: f, Why: "stream"})
 			} else {
 				firstOn[s] = i
 			}
@@ -216,7 +219,7 @@ func randomRun(rt *rapid.T) (*trace.Trace, []trace.Dep) {
 		}
 	}
 	for s, j := range lastOn {
-		deps = append(deps, trace.Dep{From: firings[j], To: firings[firstOn[s]], Delta: 1})
+		deps = append(deps, trace.Dep{From: firings[j], To: firings[firstOn[s]], Delta: 1, Why: "stream"})
 	}
 	for range rapid.IntRange(0, 8).Draw(rt, "edges") {
 		a := rapid.IntRange(0, len(firings)-1).Draw(rt, "from")
@@ -225,7 +228,7 @@ func randomRun(rt *rapid.T) (*trace.Trace, []trace.Dep) {
 		if b <= a {
 			delta = int32(rapid.IntRange(1, 2).Draw(rt, "delta"))
 		}
-		deps = append(deps, trace.Dep{From: firings[a], To: firings[b], Delta: delta})
+		deps = append(deps, trace.Dep{From: firings[a], To: firings[b], Delta: delta, Why: "random"})
 	}
 
 	iters := rapid.IntRange(1, 4).Draw(rt, "iters")
@@ -356,7 +359,7 @@ func checkPath(t fataler, tr *trace.Trace, deps []trace.Dep, c *trace.CriticalPa
 		t.Fatalf("by stream %v, want %v; by op %v and by task %v, want %v", streams, c.Span, ops, tasks, c.Compute+c.Comm)
 	}
 	at := c.From
-	var prev *trace.Event
+	var prev *trace.PathStep
 	for i, s := range c.Steps {
 		if s.Start != at || s.End < s.Start {
 			t.Fatalf("step %d runs %d–%d, want from %d", i, s.Start, s.End, at)
@@ -368,23 +371,26 @@ func checkPath(t fataler, tr *trace.Trace, deps []trace.Dep, c *trace.CriticalPa
 		if prev != nil {
 			checkReleased(t, tr, deps, *prev, s.Event)
 		}
-		prev = &s.Event
+		prev = &c.Steps[i]
+	}
+	if prev.Via != "" {
+		t.Fatalf("the last event %v released %q", prev.Event, prev.Via)
 	}
 	if at != c.To {
 		t.Fatalf("path ends at %d, want %d", at, c.To)
 	}
 }
 
-// checkReleased checks that an edge leads from a to b and that no
-// predecessor of b ended after a.
-func checkReleased(t fataler, tr *trace.Trace, deps []trace.Dep, a, b trace.Event) {
+// checkReleased checks that an edge of a's Via leads from a's event to b
+// and that no predecessor of b ended after a.
+func checkReleased(t fataler, tr *trace.Trace, deps []trace.Dep, step trace.PathStep, b trace.Event) {
 	t.Helper()
-	edge := false
+	a, edge := step.Event, false
 	for _, d := range deps {
 		if d.To != (trace.Firing{Task: b.Task, Micro: b.Micro}) {
 			continue
 		}
-		if d.From == (trace.Firing{Task: a.Task, Micro: a.Micro}) && b.Iter-d.Delta == a.Iter {
+		if d.From == (trace.Firing{Task: a.Task, Micro: a.Micro}) && b.Iter-d.Delta == a.Iter && d.Why == step.Via {
 			edge = true
 		}
 		for _, e := range tr.Events {

@@ -19,6 +19,9 @@ type Firing struct{ Task, Micro int32 }
 type Dep struct {
 	From, To Firing
 	Delta    int32
+	// Why names the rule the edge comes from ("data", "slot", "stream",
+	// ...), for people; a critical path counts its steps by it.
+	Why string
 }
 
 // Kinds of time on a critical path.
@@ -54,6 +57,10 @@ type CriticalPath struct {
 	Ops []PathOp `json:"ops"`
 	// Tasks is the path's time by task, most first.
 	Tasks []PathTask `json:"tasks"`
+	// Via counts the edges the path steps back along by their Why, most
+	// first: how often a task was released by the data it read, a free
+	// slot, its stream, ...
+	Via []PathVia `json:"via"`
 	// Steps is the path in time order (not in JSON: a long path is long).
 	Steps []PathStep `json:"-"`
 }
@@ -69,6 +76,12 @@ type PathStream struct {
 type PathOp struct {
 	Op   string        `json:"op"`
 	Time time.Duration `json:"time_ns"`
+}
+
+// PathVia counts the edges of one Why on a critical path.
+type PathVia struct {
+	Why   string `json:"why"`
+	Edges int    `json:"edges"`
 }
 
 // PathTask is a task's time on a critical path, over its Firings there.
@@ -88,6 +101,9 @@ type PathStep struct {
 	Stream string `json:"stream"` // the event's home stream
 	Start  Time   `json:"start_ns"`
 	End    Time   `json:"end_ns"`
+	// Via is, for an event, the Why of the edge along which it released
+	// the next event on the path ("" for the last).
+	Via string `json:"via,omitempty"`
 }
 
 // CriticalPath returns the critical path of iterations first to last
@@ -138,7 +154,7 @@ func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error)
 	}
 	for _, ds := range in {
 		slices.SortFunc(ds, func(a, b Dep) int {
-			return cmp.Or(cmp.Compare(a.From.Task, b.From.Task), cmp.Compare(a.From.Micro, b.From.Micro), cmp.Compare(a.Delta, b.Delta))
+			return cmp.Or(cmp.Compare(a.From.Task, b.From.Task), cmp.Compare(a.From.Micro, b.From.Micro), cmp.Compare(a.Delta, b.Delta), cmp.Compare(a.Why, b.Why))
 		})
 	}
 
@@ -146,14 +162,14 @@ func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error)
 	// previous one starts; zero-length events could still cycle on
 	// edges that do, so the walk is bounded.
 	var steps []PathStep
-	cur := t.Events[end]
+	cur, pending := t.Events[end], "" // pending: the edge cur released the last step along
 	for range len(t.Events) + 1 {
 		home := t.streamName(t.Tasks[cur.Task].Streams[0])
-		steps = append(steps, PathStep{Kind: pathKind(t.Tasks[cur.Task].Kind), Event: cur, Stream: home, Start: max(cur.Start, c.From), End: cur.End})
+		steps = append(steps, PathStep{Kind: pathKind(t.Tasks[cur.Task].Kind), Event: cur, Stream: home, Start: max(cur.Start, c.From), End: cur.End, Via: pending})
 		if cur.Start <= c.From {
 			break
 		}
-		pred, found := Event{}, false
+		pred, via, found := Event{}, "", false
 		for _, d := range in[Firing{cur.Task, cur.Micro}] {
 			j := cur.Iter - d.Delta
 			if j < 0 {
@@ -170,7 +186,7 @@ func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error)
 					ErrInvalid, t.describe(cur), cur.Start, t.describe(p), p.End)
 			}
 			if !found || p.End > pred.End {
-				pred, found = p, true
+				pred, via, found = p, d.Why, true
 			}
 		}
 		from := c.From
@@ -184,6 +200,7 @@ func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error)
 			break
 		}
 		cur = pred
+		pending = via
 	}
 	if steps[len(steps)-1].Start != c.From {
 		return nil, fmt.Errorf("%w: the critical path to iteration %d cycles through events of no duration", ErrInvalid, last)
@@ -210,7 +227,11 @@ func (c *CriticalPath) summarize(t *Trace) {
 	streams := map[string]*PathStream{}
 	tasks := map[int32]*PathTask{}
 	ops := map[string]time.Duration{}
+	via := map[string]int{}
 	for _, s := range c.Steps {
+		if s.Via != "" {
+			via[s.Via]++
+		}
 		d := s.End.Sub(s.Start)
 		ps := streams[s.Stream]
 		if ps == nil {
@@ -248,6 +269,10 @@ func (c *CriticalPath) summarize(t *Trace) {
 		c.Ops = append(c.Ops, PathOp{Op: op, Time: d})
 	}
 	slices.SortFunc(c.Ops, func(a, b PathOp) int { return cmp.Or(cmp.Compare(b.Time, a.Time), cmp.Compare(a.Op, b.Op)) })
+	for why, n := range via {
+		c.Via = append(c.Via, PathVia{Why: why, Edges: n})
+	}
+	slices.SortFunc(c.Via, func(a, b PathVia) int { return cmp.Or(cmp.Compare(b.Edges, a.Edges), cmp.Compare(a.Why, b.Why)) })
 	for _, pt := range tasks {
 		c.Tasks = append(c.Tasks, *pt)
 	}
@@ -272,8 +297,16 @@ func (c *CriticalPath) writeSummary(w io.Writer, label string, top int) error {
 	if c.First < c.Last {
 		iters = fmt.Sprintf("iterations %d-%d", c.First, c.Last)
 	}
-	if _, err := fmt.Fprintf(w, "%scritical path of %s (%s, %d steps): compute %s, comm %s, wait %s\n",
-		label, iters, fmtDur(c.Span), len(c.Steps), pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
+	var via []string
+	for _, v := range c.Via {
+		via = append(via, fmt.Sprintf("%s %d", v.Why, v.Edges))
+	}
+	edges := ""
+	if len(via) > 0 {
+		edges = "; released by " + strings.Join(via, ", ")
+	}
+	if _, err := fmt.Fprintf(w, "%scritical path of %s (%s, %d steps%s): compute %s, comm %s, wait %s\n",
+		label, iters, fmtDur(c.Span), len(c.Steps), edges, pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
 		return err
 	}
 	n := func(l int) int {
