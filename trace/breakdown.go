@@ -35,6 +35,10 @@ type Breakdown struct {
 	Iters   int               `json:"iters"`   // iterations in the window
 	Step    time.Duration     `json:"step_ns"` // StepTime(Warmup)
 	Devices []DeviceBreakdown `json:"devices"` // in the trace's order
+	// Unlisted counts the devices left out, which have no stream in the
+	// trace: in a plan that lists one rank for several, the others run
+	// as it does.
+	Unlisted int `json:"unlisted_devices,omitempty"`
 }
 
 // DeviceBreakdown is one device's share of a Breakdown, per step. A
@@ -65,9 +69,8 @@ type DeviceBreakdown struct {
 }
 
 // Breakdown returns where each device's step goes after warmup
-// iterations. Devices with no stream in the trace are left out: in a plan
-// that lists one rank for several, the others run as it does. The trace
-// must be valid.
+// iterations, but for devices with no stream in the trace (Unlisted). The
+// trace must be valid.
 func (t *Trace) Breakdown(warmup int) (*Breakdown, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
@@ -100,6 +103,7 @@ func (t *Trace) Breakdown(warmup int) (*Breakdown, error) {
 	per := func(total time.Duration) time.Duration { return total / time.Duration(n) }
 	for d, name := range t.Devices {
 		if len(t.Streams[d]) == 0 {
+			b.Unlisted++
 			continue
 		}
 		compute, comm := intervals[d][0], intervals[d][1]
@@ -207,6 +211,9 @@ func (r *StepReport) Write(w io.Writer, top int) error {
 	fmt.Fprintf(w, "where a step goes (per step after %d warm-up iterations):\n", r.Breakdown.Warmup)
 	if err := r.Breakdown.WriteTable(w); err != nil {
 		return err
+	}
+	if n := r.Breakdown.Unlisted; n > 0 {
+		fmt.Fprintf(w, "(and %d devices that run as listed ones: the plan lists one rank or replica for several)\n", n)
 	}
 	return r.Path.WriteSummary(w, top)
 }

@@ -153,22 +153,23 @@ func TestBreakdownAllReduceOverlap(t *testing.T) {
 	}
 }
 
-// Two compute streams of one device that overlap count once.
+// Two compute streams of one device that overlap count once; a device
+// with no stream (one that runs as a listed one) is left out.
 func TestBreakdownUnionOfStreams(t *testing.T) {
 	tasks := []trace.TaskInfo{
 		task(0, "a", "compute", trace.StreamRef{Stream: 0}),
 		task(1, "b", "compute", trace.StreamRef{Stream: 1}),
 		task(2, "c", "copy", trace.StreamRef{Stream: 2}),
 	}
-	tr := periodic([]string{"gpu0"}, [][]string{{"s0", "s1", "copy"}}, tasks,
+	tr := periodic([]string{"gpu0", "gpu1"}, [][]string{{"s0", "s1", "copy"}, nil}, tasks,
 		[]fired{{0, -1, 0, 50}, {1, -1, 30, 70}, {2, -1, 60, 90}}, 100, 2)
 	b, err := tr.Breakdown(1)
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := trace.DeviceBreakdown{Device: "gpu0", Step: 100, Compute: 70, Comm: 30, ExposedComm: 20, Idle: 10}
-	if b.Devices[0] != want {
-		t.Errorf("got %+v, want %+v", b.Devices[0], want)
+	if len(b.Devices) != 1 || b.Devices[0] != want || b.Unlisted != 1 {
+		t.Errorf("got %+v and %d unlisted, want %+v and 1", b.Devices, b.Unlisted, want)
 	}
 }
 
