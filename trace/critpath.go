@@ -305,8 +305,14 @@ func (c *CriticalPath) writeSummary(w io.Writer, label string, top int) error {
 	if len(via) > 0 {
 		edges = "; released by " + strings.Join(via, ", ")
 	}
-	if _, err := fmt.Fprintf(w, "%scritical path of %s (%s, %d steps%s): compute %s, comm %s, wait %s\n",
-		label, iters, fmtDur(c.Span), len(c.Steps), edges, pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
+	firings := 0
+	for _, s := range c.Steps {
+		if s.Kind != PathWait {
+			firings++
+		}
+	}
+	if _, err := fmt.Fprintf(w, "%scritical path of %s (%s, %d firings%s): compute %s, comm %s, wait %s\n",
+		label, iters, fmtDur(c.Span), firings, edges, pct(c.Compute), pct(c.Comm), pct(c.Wait)); err != nil {
 		return err
 	}
 	n := func(l int) int {
