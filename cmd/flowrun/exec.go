@@ -65,9 +65,9 @@ predicted and measured step times and per-task times are compared; then
 (--breakdown, on by default) where the step goes on each device, predicted /
 measured: its time computing, communicating with no compute running on the
 device (exposed), and idle, which add up to the step; and the critical path
-of the last iteration in each trace (from its last task back through
+of the same iterations in each trace (from the last task back through
 whatever released each task): its time computing, communicating and waiting,
-and the streams and tasks it runs on most. See 'flowsim simulate --help'.`,
+and the streams, ops and tasks it runs on most. See 'flowsim simulate --help'.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy dp=2 --batch 64 -o plan.json
   flowrun calibrate -o calib.json
   flowrun exec plan.json --compare --calib calib.json

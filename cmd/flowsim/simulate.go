@@ -39,10 +39,12 @@ goes (--breakdown, on by default): per device, the time per step after
 collectives), communicating with no compute running on the device (exposed),
 and idle (a pipeline's bubble, waiting for a peer), each the length of a
 union of the device's streams' intervals, so that compute + exposed comm +
-idle = step; then the critical path of the last iteration (from its last
-task back, through whatever released each task, to the end of the iteration
-before): its time computing, communicating and waiting, and the streams and
-tasks (--top) it runs on most.`,
+idle = step. Then the critical path of the same iterations: from the task
+that ended the last one back, through whichever of its dependency edges'
+sources ended last (what released it), to the end of the warm-up; its time
+computing, communicating and waiting, the streams, ops and tasks (--top) it
+runs on most, and how many of its steps each kind of edge released (data,
+slot, stream, update, after).`,
 		Example: `  flowsim simulate --plan plan.json --calib calib.json --trace sim.json`,
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd.OutOrStdout(), f) },
@@ -56,7 +58,7 @@ tasks (--top) it runs on most.`,
 	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")
 	fl.BoolVar(&f.breakdown, "breakdown", true, "print where the step goes per device and the critical path (in JSON: breakdown and critical_path)")
-	fl.IntVar(&f.top, "top", 3, "streams and tasks of the critical path shown (0: all)")
+	fl.IntVar(&f.top, "top", 3, "streams, ops and tasks of the critical path shown (0: all)")
 	_ = cmd.MarkFlagRequired("plan")
 	return cmd
 }
