@@ -177,8 +177,8 @@ func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error)
 			}
 			k, ok := index[instance{d.From, j}]
 			if !ok {
-				return nil, fmt.Errorf("%w: %s waits for %s of iteration %d, which the trace lacks",
-					ErrMismatch, t.describe(cur), t.describe(Event{Task: d.From.Task, Micro: d.From.Micro, Iter: j}), j)
+				return nil, fmt.Errorf("%w: %s waits for %s, which the trace lacks",
+					ErrMismatch, t.describe(cur), t.describe(Event{Task: d.From.Task, Micro: d.From.Micro, Iter: j}))
 			}
 			p := t.Events[k]
 			if p.End > cur.Start {
@@ -199,8 +199,7 @@ func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error)
 		if !found || pred.End <= c.From {
 			break
 		}
-		cur = pred
-		pending = via
+		cur, pending = pred, via
 	}
 	if steps[len(steps)-1].Start != c.From {
 		return nil, fmt.Errorf("%w: the critical path to iteration %d cycles through events of no duration", ErrInvalid, last)
