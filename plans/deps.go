@@ -272,9 +272,11 @@ func (p *Plan) Deps() ([]Edge, error) {
 		}
 	}
 	plain := make([]Edge, 0, n)
+	rules := make([]rule, 0, n)
 	for k, i := range order {
 		if unique(k) {
 			plain = append(plain, edges[i].edge())
+			rules = append(rules, edges[i].why)
 		}
 	}
 	if cycle := p.findCycle(plain); cycle != nil {
@@ -291,7 +293,7 @@ func (p *Plan) Deps() ([]Edge, error) {
 		}
 		return nil, fmt.Errorf("%w: a cycle of %d firings within one iteration:%s", ErrDeadlock, len(cycle), b.String())
 	}
-	p.deps = plain
+	p.deps, p.depRules = plain, rules
 	return plain, nil
 }
 
@@ -321,7 +323,7 @@ func byTarget(edges []ruled, firings int) []int32 {
 	return order
 }
 
-// rule is why an edge exists, for deadlock messages.
+// rule is why an edge exists, for deadlock messages and traces.
 type rule uint8
 
 const (
@@ -339,6 +341,21 @@ type ruled struct {
 	from, to, delta int32
 	why             rule
 	ref             int32
+}
+
+// traceWhy names the rule for trace.Dep.Why.
+func (r rule) traceWhy() string {
+	switch r {
+	case reads:
+		return "data"
+	case updates:
+		return "update"
+	case frees:
+		return "slot"
+	case after:
+		return "after"
+	}
+	return "stream"
 }
 
 func (r ruled) edge() Edge { return Edge{From: int(r.from), To: int(r.to), Delta: int(r.delta)} }

@@ -35,6 +35,26 @@ func (p *Plan) NewTrace(source string) *trace.Trace {
 	return tr
 }
 
+// TraceDeps returns the plan's dependency edges (Deps) between firings
+// named as a trace of the plan names them, for trace.CriticalPath, each
+// with the first rule of deps.go that asks for it: "data" (it reads the
+// write), "update" (in place), "slot" (it writes a slot the source's read
+// frees), "stream" (stream order) or "after" (Firing.After).
+func (p *Plan) TraceDeps() ([]trace.Dep, error) {
+	edges, err := p.Deps()
+	if err != nil {
+		return nil, err
+	}
+	firing := func(f int) trace.Firing {
+		return trace.Firing{Task: int32(p.Firings[f].Task), Micro: int32(p.Firings[f].Micro)}
+	}
+	deps := make([]trace.Dep, len(edges))
+	for i, e := range edges {
+		deps[i] = trace.Dep{From: firing(e.From), To: firing(e.To), Delta: int32(e.Delta), Why: p.depRules[i].traceWhy()}
+	}
+	return deps, nil
+}
+
 // Work is task t's work for the cost model. Its dtype, which sets the peak
 // rate, is that of the first float register the task reads (else writes):
 // a bf16 matmul is priced at the bf16 rate, the f32 loss of bf16 logits

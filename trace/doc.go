@@ -25,6 +25,19 @@
 // (go tool pprof -diff_base) render a trace; Compare measures the error of a
 // predicted trace against a measured one, per iteration and per task.
 //
+// # Where a step goes
+//
+// Breakdown divides each device's steady-state step into compute, exposed
+// communication (no compute running on the device) and idle time, which add
+// up to the step; a device's streams run concurrently, so each part is the
+// length of a union of intervals. CriticalPath walks back from the event
+// that ended an iteration through the dependency edges of the plan (Dep,
+// from plans.Plan.TraceDeps), always to the predecessor that ended last,
+// and says what the iteration's span went to: compute, communication and
+// waiting, by stream, op and task. Both work alike on a simulated and a
+// measured trace, so their differences show where the simulator and the
+// machine disagree.
+//
 // # Determinism
 //
 // Every function here is a pure function of its input: the same trace gives

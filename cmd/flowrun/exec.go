@@ -26,6 +26,7 @@ type execFlags struct {
 	iters, warmup, runs, top int
 	calib, device, cluster   string
 	compare, json, eager     bool
+	breakdown                bool
 	gemm                     string
 	tracePath, pprofDir      string
 	procs                    procFlags
@@ -60,7 +61,13 @@ the plan's rules and compares with the simulator.
 The measured step time is the median over --runs runs of the mean step time
 after --warmup iterations. With --compare the plan is also simulated with the
 cost model (calibrated by --calib, else the device catalog's defaults), and
-predicted and measured step times and per-task times are compared.`,
+predicted and measured step times and per-task times are compared; then
+(--breakdown, on by default) where the step goes on each device, predicted /
+measured: its time computing, communicating with no compute running on the
+device (exposed), and idle, which add up to the step; and the critical path
+of the same iterations in each trace (from the last task back through
+whatever released each task): its time computing, communicating and waiting,
+and the streams, ops and tasks it runs on most. See 'flowsim simulate --help'.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy dp=2 --batch 64 -o plan.json
   flowrun calibrate -o calib.json
   flowrun exec plan.json --compare --calib calib.json
@@ -77,6 +84,7 @@ predicted and measured step times and per-task times are compared.`,
 	fl.StringVar(&f.calib, "calib", "", "calibration file for the simulator (from 'flowrun calibrate')")
 	fl.StringVar(&f.cluster, "cluster", "", "with --compare: the cluster the plan was compiled for (preset or YAML file), whose routes price communication between GPUs and between hosts; default: the plan's cluster, if it is a preset")
 	fl.BoolVar(&f.compare, "compare", false, "also simulate the plan and compare predicted with measured")
+	fl.BoolVar(&f.breakdown, "breakdown", true, "with --compare: print where the step goes per device and the critical path, predicted and measured (in JSON: breakdown and critical_path)")
 	fl.IntVar(&f.top, "top", 15, "tasks shown in the comparison table (worst first; 0: all)")
 	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json)")
 	fl.StringVar(&f.pprofDir, "pprof", "", "write measured.pb.gz (and, with --compare, predicted.pb.gz) to this folder: go tool pprof -diff_base predicted.pb.gz measured.pb.gz")
@@ -275,17 +283,49 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err := writeProfile(f.pprofDir, "predicted.pb.gz", pred, f.warmup); err != nil {
 		return err
 	}
+	var predReport, measReport *trace.StepReport
+	if f.breakdown {
+		if predReport, measReport, err = stepReports(p, pred, measured, f.warmup); err != nil {
+			return err
+		}
+	}
 	relErr := (cmp.PredStep.Seconds() - med.step.Seconds()) / med.step.Seconds()
 	if f.json {
 		out["predicted_step_s"] = cmp.PredStep.Seconds()
 		out["rel_error"] = relErr
 		out["tasks"] = cmp.Tasks
+		if f.breakdown {
+			out["breakdown"] = map[string]any{"predicted": predReport.Breakdown, "measured": measReport.Breakdown}
+			out["critical_path"] = map[string]any{"predicted": predReport.Path, "measured": measReport.Path}
+		}
 		return printJSON(out)
 	}
 	fmt.Printf("%s %s batch %d on %d device(s)\n", p.Model, p.Strategy, p.Batch, len(p.Devices))
 	fmt.Printf("predicted step %.3f ms, measured %.3f ms (median of %d runs): error %+.1f%%\n\n",
 		ms(cmp.PredStep), ms(med.step), f.runs, 100*relErr)
-	return cmp.WriteTable(os.Stdout, f.top)
+	if err := cmp.WriteTable(os.Stdout, f.top); err != nil || !f.breakdown {
+		return err
+	}
+	fmt.Println()
+	return trace.WriteStepReports(os.Stdout, predReport, measReport, 3)
+}
+
+// stepReports returns where the step goes in a predicted and a measured
+// trace of p.
+func stepReports(p *plans.Plan, pred, meas *trace.Trace, warmup int) (*trace.StepReport, *trace.StepReport, error) {
+	deps, err := p.TraceDeps()
+	if err != nil {
+		return nil, nil, err
+	}
+	pr, err := trace.NewStepReport(pred, deps, warmup)
+	if err != nil {
+		return nil, nil, fmt.Errorf("predicted: %w", err)
+	}
+	mr, err := trace.NewStepReport(meas, deps, warmup)
+	if err != nil {
+		return nil, nil, fmt.Errorf("measured: %w", err)
+	}
+	return pr, mr, nil
 }
 
 // planComm returns the communication model of the cluster p was compiled

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/trace"
 )
 
 // exec runs a plan file and, with --compare, reports predicted and
@@ -41,12 +42,25 @@ func TestExecCompareJSON(t *testing.T) {
 		Meas   float64           `json:"measured_step_s"`
 		RelErr float64           `json:"rel_error"`
 		Tasks  []json.RawMessage `json:"tasks"`
+		// Where the step goes, predicted and measured.
+		Breakdown map[string]trace.Breakdown    `json:"breakdown"`
+		Path      map[string]trace.CriticalPath `json:"critical_path"`
 	}
 	require.NoError(t, json.Unmarshal(out, &res))
 	require.Greater(t, res.Pred, 0.0)
 	require.Greater(t, res.Meas, 0.0)
 	require.InDelta(t, (res.Pred-res.Meas)/res.Meas, res.RelErr, 1e-9)
 	require.Len(t, res.Tasks, len(p.Tasks))
+	for _, side := range []string{"predicted", "measured"} {
+		b, c := res.Breakdown[side], res.Path[side]
+		require.Len(t, b.Devices, 2, side)
+		for _, d := range b.Devices {
+			require.Equal(t, d.Step, d.Compute+d.ExposedComm+d.Idle, "%s %s", side, d.Device)
+			require.Positive(t, d.Comm, "%s %s: the all-reduce", side, d.Device)
+		}
+		require.Equal(t, c.Span, c.Compute+c.Comm+c.Wait, side)
+		require.Equal(t, []int{1, 4}, []int{c.First, c.Last}, side)
+	}
 	for _, name := range []string{"run.json", "run.sim.json", "measured.pb.gz", "predicted.pb.gz"} {
 		require.FileExists(t, filepath.Join(dir, name))
 	}

@@ -7,19 +7,29 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/trace"
 )
+
+// pipelinePlan writes the plan of a two-stage pipeline of the mlp on
+// local and returns its path.
+func pipelinePlan(t *testing.T) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "pp=2,mb=2", "--batch", "16", "-o", path)
+	require.NoError(t, err)
+	return path
+}
 
 // plan writes a file that simulate reads; the simulation is deterministic
 // and reports what scripts need.
 func TestPlanThenSimulate(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "plan.json")
-	_, err := run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "pp=2,mb=2", "--batch", "16", "-o", path)
-	require.NoError(t, err)
+	path := pipelinePlan(t)
 	out1, err := run(t, "simulate", "--plan", path, "--json")
 	require.NoError(t, err)
 	out2, err := run(t, "simulate", "--plan", path, "--json")
@@ -34,6 +44,36 @@ func TestPlanThenSimulate(t *testing.T) {
 	require.Greater(t, res.StepTime, 0.0)
 	require.InDelta(t, 16/res.StepTime, res.Samples, 1e-6*res.Samples)
 	require.Len(t, res.Peak, 2)
+}
+
+// simulate prints where the step goes after what it printed before, which
+// --breakdown=false leaves alone; --json carries it.
+func TestSimulateBreakdown(t *testing.T) {
+	path := pipelinePlan(t)
+	short, err := run(t, "simulate", "--plan", path, "--breakdown=false")
+	require.NoError(t, err)
+	require.Len(t, strings.Split(strings.TrimSpace(short), "\n"), 3, "step and two devices' memory:\n%s", short)
+	long, err := run(t, "simulate", "--plan", path)
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(long, short), "the breakdown comes after:\n%s", long)
+	for _, want := range []string{"where a step goes (per step after 2 warm-up iterations)", "exposed comm", "local/cpu:1",
+		"critical path of iterations 2-9", "on streams: local/cpu:"} {
+		require.Contains(t, long, want)
+	}
+
+	out, err := run(t, "simulate", "--plan", path, "--json")
+	require.NoError(t, err)
+	var res struct {
+		Breakdown trace.Breakdown    `json:"breakdown"`
+		Path      trace.CriticalPath `json:"critical_path"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(out), &res))
+	require.Len(t, res.Breakdown.Devices, 2)
+	for _, d := range res.Breakdown.Devices {
+		require.Equal(t, d.Step, d.Compute+d.ExposedComm+d.Idle, d.Device)
+	}
+	require.Equal(t, res.Path.Span, res.Path.Compute+res.Path.Comm+res.Path.Wait)
+	require.Equal(t, res.Path.Span, 8*res.Breakdown.Step+res.Path.Span%8, "the path spans the breakdown's 8 steps")
 }
 
 func TestPlanBadInput(t *testing.T) {

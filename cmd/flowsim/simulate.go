@@ -17,8 +17,8 @@ import (
 
 type simFlags struct {
 	plan, calib, tracePath, cluster string
-	iters, warmup                   int
-	json                            bool
+	iters, warmup, top              int
+	json, breakdown                 bool
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -31,7 +31,20 @@ as its dependency edges allow and lasts what the cost model says (from
 --calib, a file written by 'flowrun calibrate', else the device catalog's
 default efficiencies); transfers and all-reduces between accelerators are
 priced over the cluster's routes by the communication model. The same input
-gives the same output, byte for byte.`,
+gives the same output, byte for byte.
+
+After the step time and each device's peak memory it prints where the step
+goes (--breakdown, on by default): per device, the time per step after
+--warmup spent computing, communicating (transfers, input copies,
+collectives), communicating with no compute running on the device (exposed),
+and idle (a pipeline's bubble, waiting for a peer), each the length of a
+union of the device's streams' intervals, so that compute + exposed comm +
+idle = step. Then the critical path of the same iterations: from the task
+that ended the last one back, through whichever of its dependency edges'
+sources ended last (what released it), to the end of the warm-up; its time
+computing, communicating and waiting, the streams, ops and tasks (--top) it
+runs on most, and how many of its steps each kind of edge released (data,
+slot, stream, update, after).`,
 		Example: `  flowsim simulate --plan plan.json --calib calib.json --trace sim.json`,
 		Args:    cobra.NoArgs,
 		RunE:    func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd.OutOrStdout(), f) },
@@ -44,6 +57,8 @@ gives the same output, byte for byte.`,
 	fl.IntVar(&f.warmup, "warmup", 2, "iterations left out of the step time")
 	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")
+	fl.BoolVar(&f.breakdown, "breakdown", true, "print where the step goes per device and the critical path (in JSON: breakdown and critical_path)")
+	fl.IntVar(&f.top, "top", 3, "streams, ops and tasks of the critical path shown (0: all)")
 	_ = cmd.MarkFlagRequired("plan")
 	return cmd
 }
@@ -96,6 +111,16 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return err
 		}
 	}
+	var report *trace.StepReport
+	if f.breakdown {
+		deps, err := p.TraceDeps()
+		if err != nil {
+			return err
+		}
+		if report, err = trace.NewStepReport(tr, deps, f.warmup); err != nil {
+			return err
+		}
+	}
 	peak := make(map[string]int64, len(p.Memory))
 	for _, m := range p.Memory {
 		peak[p.Devices[m.Device].Name] = int64(m.Peak)
@@ -103,16 +128,24 @@ func runSimulate(w io.Writer, f simFlags) error {
 	if f.json {
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(map[string]any{
+		out := map[string]any{
 			"plan": f.plan, "model": p.Model, "strategy": p.Strategy, "batch": p.Batch,
 			"step_time_s": step.Seconds(), "samples_per_s": float64(p.Batch) / step.Seconds(),
 			"peak_mem_bytes": peak, "iters": f.iters, "warmup": f.warmup,
-		})
+		}
+		if report != nil {
+			out["breakdown"], out["critical_path"] = report.Breakdown, report.Path
+		}
+		return enc.Encode(out)
 	}
 	fmt.Fprintf(w, "%s %s batch %d: step %.3f ms, %.0f samples/s\n", p.Model, p.Strategy, p.Batch,
 		float64(step)/1e6, float64(p.Batch)/step.Seconds())
 	for _, m := range p.Memory {
 		fmt.Fprintf(w, "  %s: peak memory %v\n", p.Devices[m.Device].Name, m.Peak)
 	}
-	return nil
+	if report == nil {
+		return nil
+	}
+	fmt.Fprintln(w)
+	return report.Write(w, f.top)
 }
