@@ -988,8 +988,10 @@ func TestSharedDP(t *testing.T) {
 	_, err = Decode(&b)
 	require.NoError(t, err)
 	requireDecodeRejects(t, p, func(p *Plan) { p.DP = 1; p.Devices = p.Devices[:1]; p.Memory = p.Memory[:1] }, "dp_shared lists replica 0")
-	_, err = compile("dp=2,mb=3:1", devs(2, 0))
-	require.ErrorContains(t, err, "uneven micro-batches")
+	for _, s := range []string{"dp=2,mb=3:1", "dp=2,mb=3:1,zero=2", "dp=2,mb=1:3,zero=3"} { // the replicas' rounds differ
+		_, err = compile(s, devs(2, 0))
+		require.ErrorContains(t, err, "uneven micro-batches", s)
+	}
 	mixed := devs(2, 0)
 	mixed[1].Workers = 2
 	_, err = compile("dp=2", mixed)
