@@ -12,7 +12,9 @@ import (
 // stages 2 and 3 use version 2's fields; a reader that knows stages 0 and
 // 1 only refuses their plans by the stage. 3 (2026-11-30) writes plans
 // compactly (file.go): the firings implied by the tasks, stream orders as
-// runs over micro-batches.
+// runs over micro-batches. Task.Rounds (2026-12-01, ZeRO stages 2 and 3
+// over uneven replicas) kept version 3: a plan without it reads as
+// before, and a reader without it refuses the field.
 const Version = 3
 
 // Plan is a compiled training iteration: everything the simulator and the

@@ -19,8 +19,11 @@ import (
 // by more than rounding between two ways of summing.)
 func trainPlan(t *testing.T, model, strategy string, batch, n, iters int) (*plans.Plan, *PlanRunner, *RunResult) {
 	t.Helper()
-	return trainPlanWith(t, model, strategy, graph.SGD{LR: 0.05, Momentum: 0.9}, batch, n, iters)
+	return trainPlanWith(t, model, strategy, sgdMomentum, batch, n, iters)
 }
+
+// sgdMomentum is trainPlan's optimizer.
+var sgdMomentum = graph.SGD{LR: 0.05, Momentum: 0.9}
 
 // trainPlanWith is trainPlan with optimizer opt.
 func trainPlanWith(t *testing.T, model, strategy string, opt graph.Optimizer, batch, n, iters int) (*plans.Plan, *PlanRunner, *RunResult) {
@@ -214,19 +217,59 @@ func TestStoreAssemblesPartsOfParts(t *testing.T) {
 	require.ErrorContains(t, moved.Put(bad), "a part of a part of a part")
 }
 
+// reference is what one device computes: its losses, and its weights and
+// optimizer state.
+type reference struct {
+	store *Store
+	loss  []float64
+}
+
+// references holds the one-device runs of a test, by model, optimizer and
+// batch.
+type references map[string]reference
+
+// of trains model on one device with opt (once per test) for iters
+// iterations.
+func (refs references) of(t *testing.T, model string, opt graph.Optimizer, batch, iters int) reference {
+	t.Helper()
+	key := fmt.Sprintf("%s/%s/%d", model, opt.Name(), batch)
+	if want, ok := refs[key]; ok {
+		return want
+	}
+	_, r, res := trainPlanWith(t, model, "single", opt, batch, 1, iters)
+	store, err := r.Store()
+	require.NoError(t, err)
+	refs[key] = reference{store, res.Loss}
+	return refs[key]
+}
+
+// requireMatched checks that a run (r, got) computed what one device did:
+// its losses, and its store's tensors assembled from the replicas' parts.
+func (want reference) requireMatched(t *testing.T, r *PlanRunner, got *RunResult) {
+	t.Helper()
+	for it := range want.loss {
+		require.InDelta(t, want.loss[it], got.Loss[it], 1e-5*want.loss[it], "iteration %d", it)
+	}
+	store, err := r.Store()
+	require.NoError(t, err)
+	for _, name := range want.store.Names() {
+		w, _ := want.store.Get(name)
+		g, ok := store.Get(name)
+		require.True(t, ok, "%s: in the store, assembled from the replicas' parts", name)
+		require.Less(t, relDiff(g, w), 1e-5, name)
+	}
+}
+
 // ZeRO computes what one device computes: the same losses and, assembled
 // from the replicas' parts, the same weights and optimizer state — at
 // every stage, where the replicas divide a weight's first axis (mlp's
 // 10-way output layer stays whole under dp=4), with several micro-batches
-// (stages 2 and 3 reduce-scatter each), uneven replicas (stage 1),
+// (stages 2 and 3 reduce-scatter each), uneven replicas (stage 1; stages
+// 2 and 3 in TestZeroUnevenMatchesOneDevice),
 // pipelines and three replicas.
 func TestZeroMatchesOneDevice(t *testing.T) {
 	const iters = 3
-	type ref struct {
-		store *Store
-		loss  []float64
-	}
-	refs := map[string]ref{}
+	refs := references{}
 	for _, c := range []struct {
 		model, strategy string
 		batch           int
@@ -243,19 +286,9 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 		{"mlp3x4096:depth=3,width=12", "dp=3,mb=2,recompute=full,zero=3,prefetch=1", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,pp=2,mb=2,zero=3,prefetch=2", 12},
 	} {
 		t.Run(c.model+"/"+c.strategy, func(t *testing.T) {
-			key := fmt.Sprintf("%s/%d", c.model, c.batch)
-			want, ok := refs[key]
-			if !ok {
-				_, r, res := trainPlan(t, c.model, "single", c.batch, 1, iters)
-				store, err := r.Store()
-				require.NoError(t, err)
-				want = ref{store, res.Loss}
-				refs[key] = want
-			}
+			want := refs.of(t, c.model, sgdMomentum, c.batch, iters)
 			p, r, got := trainPlan(t, c.model, c.strategy, c.batch, 8, iters)
-			for it := range iters {
-				require.InDelta(t, want.loss[it], got.Loss[it], 1e-5*want.loss[it], "iteration %d", it)
-			}
+			want.requireMatched(t, r, got)
 			parts, masters := 0, 0
 			for _, reg := range p.Registers {
 				if reg.Init.Shard != nil {
@@ -271,14 +304,6 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 			} else {
 				require.Zero(t, masters, "a part is a weight's only copy")
 				require.Positive(t, parts)
-			}
-			store, err := r.Store()
-			require.NoError(t, err)
-			for _, name := range want.store.Names() {
-				w, _ := want.store.Get(name)
-				g, ok := store.Get(name)
-				require.True(t, ok, "%s: in the store, assembled from the replicas' parts", name)
-				require.Less(t, relDiff(g, w), 1e-5, name)
 			}
 			if c.model != "mlp" {
 				return
@@ -313,13 +338,8 @@ func TestZeroUnevenMatchesOneDevice(t *testing.T) {
 		mlp3 = "mlp3x4096:depth=3,width=12"
 		gpt  = "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"
 	)
-	sgd := graph.SGD{LR: 0.05, Momentum: 0.9}
 	adam := graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
-	type ref struct {
-		store *Store
-		loss  []float64
-	}
-	refs := map[string]ref{}
+	refs := references{}
 	for _, c := range []struct {
 		model, strategy string
 		batch           int
@@ -333,34 +353,16 @@ func TestZeroUnevenMatchesOneDevice(t *testing.T) {
 		{mlp3, "dp=3,pp=2,mb=1:1:2,zero=3", 12, false},
 		{gpt, "dp=2,mb=3:1,zero=2", 8, false}, {gpt, "dp=2,mb=1:3,zero=3,prefetch=1", 8, false},
 	} {
-		opts := []graph.Optimizer{sgd}
+		opts := []graph.Optimizer{sgdMomentum}
 		if c.adam {
 			opts = append(opts, adam)
 		}
 		for _, opt := range opts {
 			t.Run(c.model+"/"+c.strategy+"/"+opt.Name(), func(t *testing.T) {
-				key := fmt.Sprintf("%s/%d/%s", c.model, c.batch, opt.Name())
-				want, ok := refs[key]
-				if !ok {
-					_, r, res := trainPlanWith(t, c.model, "single", opt, c.batch, 1, iters)
-					store, err := r.Store()
-					require.NoError(t, err)
-					want = ref{store, res.Loss}
-					refs[key] = want
-				}
+				want := refs.of(t, c.model, opt, c.batch, iters)
 				p, r, got := trainPlanWith(t, c.model, c.strategy, opt, c.batch, 8, iters)
 				require.NotNil(t, p.Shares)
-				for it := range iters {
-					require.InDelta(t, want.loss[it], got.Loss[it], 1e-5*want.loss[it], "iteration %d", it)
-				}
-				store, err := r.Store()
-				require.NoError(t, err)
-				for _, name := range want.store.Names() {
-					w, _ := want.store.Get(name)
-					g, ok := store.Get(name)
-					require.True(t, ok, "%s: in the store, assembled from the replicas' parts", name)
-					require.Less(t, relDiff(g, w), 1e-5, name)
-				}
+				want.requireMatched(t, r, got)
 			})
 		}
 	}
