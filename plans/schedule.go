@@ -160,7 +160,8 @@ type step struct {
 // replicas meet in their round collectives in the same order. Steps of
 // rounds past the replica's micro-batches are idle: they run only their
 // blocks' round tasks. (Under GPipe and 1F1B the steps of the replica's
-// micro-batches keep the order of its own schedule.)
+// micro-batches keep the order of its own schedule: see
+// TestRoundScheduleKeepsOwnOrder.)
 func (c *compiler) schedule(replica, stage int) []step {
 	mb := c.st.Micros(replica)
 	if c.st.Zero >= 2 {

@@ -527,4 +527,3 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 }
 
 func (s Strategy) withAuto() Strategy { s.AutoShares = true; return s }
-
