@@ -163,9 +163,6 @@ func (p *Plan) checkHeader() error {
 	if p.Zero < 0 || p.Zero > 3 || (p.Zero > 0 && p.DP < 2) || p.VPP < 0 || p.VPP > maxCount {
 		return fmt.Errorf("plans: zero %d and virtual_stages %d: want zero 0, or 1 to 3 with replicas ≥ 2, and virtual_stages ≥ 0", p.Zero, p.VPP)
 	}
-	if p.Zero > 1 && p.Shares != nil {
-		return fmt.Errorf("plans: zero %d reduce-scatters every micro-batch over the replicas together: it needs even replicas, not replica_micro_batches %v", p.Zero, p.Shares)
-	}
 	if p.Shares != nil {
 		if len(p.Shares) != p.DP || slices.Min(p.Shares) < 1 || slices.Max(p.Shares) > maxCount || slices.Max(p.Shares) != p.MB {
 			return fmt.Errorf("plans: replica_micro_batches %v: want one count in [1, %d] per replica (%d), the largest micro_batches (%d)",
@@ -184,11 +181,15 @@ func (p *Plan) checkHeader() error {
 }
 
 // checkReplicas checks that every per-micro-batch task fires for one of
-// the replicas, whose micro-batches say how often it fires.
+// the replicas, whose micro-batches say how often it fires, or once per
+// round.
 func (p *Plan) checkReplicas() error {
 	for i, t := range p.Tasks {
 		if t.PerMicro && (t.Replica < 0 || t.Replica >= p.DP) {
 			return fmt.Errorf("plans: tasks[%d]: %s fires per micro-batch of replica %d, not one of the %d", i, t.Name, t.Replica, p.DP)
+		}
+		if t.Rounds && !t.PerMicro {
+			return fmt.Errorf("plans: tasks[%d]: %s fires once per round: it needs per_micro", i, t.Name)
 		}
 	}
 	return nil
@@ -209,7 +210,7 @@ func (p *Plan) checkRest() error {
 			return bad("firings", i, "task %d micro-batch %d fires twice", f.Task, f.Micro)
 		}
 		fired[[2]int{f.Task, f.Micro}] = true
-		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.fires(f.Task))) || (!per && f.Micro != -1) {
+		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.Fires(f.Task))) || (!per && f.Micro != -1) {
 			return bad("firings", i, "micro-batch %d invalid for task %s", f.Micro, p.Tasks[f.Task].Name)
 		}
 		for _, a := range f.After {
@@ -274,7 +275,7 @@ func (p *Plan) checkRest() error {
 	want := make([]int, len(p.Streams))
 	for t, task := range p.Tasks {
 		for _, s := range task.Streams {
-			want[s] += p.fires(t)
+			want[s] += p.Fires(t)
 		}
 	}
 	listed := make([]int, len(p.Firings)) // the last stream listing each firing, plus 1
@@ -469,7 +470,7 @@ func (p *Plan) checkInput(t *Task) error {
 func (p *Plan) firingCount() int {
 	n := 0
 	for t := range p.Tasks {
-		n += p.fires(t)
+		n += p.Fires(t)
 	}
 	return n
 }

@@ -67,8 +67,8 @@ func newCompiler(cfg Config) (*compiler, error) {
 	if st.Shares != nil && (len(st.Shares) != st.DP || slices.Min(st.Shares) < 1 || slices.Max(st.Shares) != st.MB) {
 		return nil, fmt.Errorf("%w: shares %v: want one count ≥ 1 per replica of dp=%d, the largest mb=%d", ErrInfeasible, st.Shares, st.DP, st.MB)
 	}
-	if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && st.DP < 2 || st.Zero > 1 && st.Shares != nil {
-		return nil, fmt.Errorf("%w: %s: zero=%d: want 0 to 3; ZeRO needs dp ≥ 2, and stages 2 and 3 the same micro-batches per replica", ErrInfeasible, st, st.Zero)
+	if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && st.DP < 2 {
+		return nil, fmt.Errorf("%w: %s: zero=%d: want 0 to 3; ZeRO needs dp ≥ 2", ErrInfeasible, st, st.Zero)
 	}
 	if st.Prefetch < 0 || st.Prefetch > 0 && st.Zero != 3 {
 		return nil, fmt.Errorf("%w: %s: prefetch=%d: want 0, or layers ahead ≥ 1 under zero=3", ErrInfeasible, st, st.Prefetch)
@@ -268,7 +268,7 @@ func (c *compiler) eachTP(f func() error) error {
 func (c *compiler) inflight(replica, stage int) int {
 	held, most := 0, 0
 	for _, st := range c.schedule(replica, stage%c.st.PP) {
-		if st.chunk != c.chunk(stage) {
+		if st.chunk != c.chunk(stage) || st.micro >= c.st.Micros(replica) { // idle steps hold nothing
 			continue
 		}
 		if st.forward {
@@ -697,7 +697,10 @@ func (c *compiler) joinZero(key zeroKey, proto Task, read Use, write, stream int
 // device dev), right after the task producing it, on the coll stream (the
 // compute stream of a CPU): the replica gets its part of the replicas'
 // mean, which an accumulation, returned for the caller to place, adds to
-// the part it keeps over the micro-batches. The whole gradient lives from its producer to the
+// the part it keeps over the micro-batches. Both fire once per round
+// (Task.Rounds): a replica with fewer micro-batches than the rounds gets
+// and accumulates its part of the others' gradients in the rounds it has
+// none of its own. The whole gradient lives from its producer to the
 // reduce-scatter (one slot), the part across micro-batches.
 //
 // The accumulation runs on the compute stream after the next task that
@@ -706,8 +709,8 @@ func (c *compiler) joinZero(key zeroKey, proto Task, read Use, write, stream int
 // and each reduce-scatter overlaps the next layer's backward compute.
 // Without that wait a GPU's compute could run ahead of the coll stream
 // and keep every gradient of the micro-batch whole at once, as stage 1's
-// accumulator does. With one micro-batch the accumulation is a copy,
-// kept for the same bound.
+// accumulator does. With one round the accumulation is a copy, kept for
+// the same bound.
 func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, g int) zeroAcc {
 	w := c.zeroGrads[grad.ID]
 	shape := grad.Spec.Shape.Clone()
@@ -716,7 +719,7 @@ func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, 
 	b := grad.Spec.Bytes()
 	part := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, replica, c.st.DP)), spec)
 	id := c.joinZero(zeroKey{grad.ID, graph.Backward, c.tp}, Task{Name: c.onRank("reducescatter/"+c.weightName(dev, c.g.Tensors[w]), c.g.Tensors[w]), Kind: ReduceScatter,
-		Phase: graph.Backward.String(), Stage: stage, Replica: 0, PerMicro: true,
+		Phase: graph.Backward.String(), Stage: stage, Replica: 0, PerMicro: true, Rounds: true,
 		FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
 		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}},
 		Use{Reg: g, Mode: ReadMicro}, part, c.commStream(dev, "coll"))
@@ -724,8 +727,8 @@ func (c *compiler) addZeroScatterMicro(grad *graph.Tensor, replica, dev, stage, 
 	acc := c.newRegister(dev, c.p.Registers[part].Name+".acc", spec)
 	n := shape.NumElements()
 	task := c.newTask(Task{Name: c.p.Registers[part].Name + ".accumulate", Kind: Accumulate, Phase: graph.Backward.String(),
-		Stage: stage, Replica: replica, PerMicro: true, Streams: []int{c.stream(dev, "compute")},
-		Reads: []Use{{Reg: part, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: c.st.Micros(replica) > 1, // one micro-batch's only overwrites
+		Stage: stage, Replica: replica, PerMicro: true, Rounds: true, Streams: []int{c.stream(dev, "compute")},
+		Reads: []Use{{Reg: part, Mode: ReadMicro}}, Writes: []int{acc}, InPlace: c.st.MB > 1, // one round's only overwrites
 		FLOPs: units.FLOPs(2 * n), Bytes: 3 * spec.Bytes(), Key: fmt.Sprintf("accumulate(%d)", n), Shape: []int{n}})
 	c.partOf[dev][grad.ID] = acc
 	return zeroAcc{task, stage}
@@ -774,7 +777,7 @@ func (c *compiler) zeroGathered(dev, replica int, n *graph.Node, w *graph.Tensor
 	if c.st.Prefetch > 0 {
 		stream = c.commStream(dev, "gather")
 	}
-	id := c.joinZero(key, Task{Name: c.onRank("allgather/"+name, w), Kind: AllGather, Phase: phase.String(), Stage: stage, Replica: 0, PerMicro: true,
+	id := c.joinZero(key, Task{Name: c.onRank("allgather/"+name, w), Kind: AllGather, Phase: phase.String(), Stage: stage, Replica: 0, PerMicro: true, Rounds: true,
 		Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}},
 		Use{Reg: c.masterOf[dev][w.ID], Mode: ReadPrev}, reg, stream)
 	c.toBlock(dev, stage, phase, id)

@@ -21,7 +21,8 @@ import (
 // previous iteration's last write.
 //
 // Edges. A firing waits for
-//   - the write of every version it reads (producer → consumer),
+//   - the write of every version it reads (producer → consumer; an idle
+//     member of a round's collective reads none, see Plan.Idle),
 //   - for an in-place write, the previous write,
 //   - for any write of version v, every read of version v − Slots
 //     (consumer → slot reuse: the slot must be free),
@@ -34,7 +35,7 @@ func (p *Plan) writes(r int, firingOf func(task, micro int) int) []int {
 	var seq []int
 	for _, t := range p.Registers[r].Writers {
 		if p.Tasks[t].PerMicro {
-			for m := range p.fires(t) {
+			for m := range p.Fires(t) {
 				seq = append(seq, firingOf(t, m))
 			}
 		} else {
@@ -48,7 +49,7 @@ func (p *Plan) writes(r int, firingOf func(task, micro int) int) []int {
 func (p *Plan) WritesPerIteration(r int) int {
 	w := 0
 	for _, t := range p.Registers[r].Writers {
-		w += p.fires(t)
+		w += p.Fires(t)
 	}
 	return w
 }
@@ -102,7 +103,7 @@ func (p *Plan) WriteVersion(r, t, iter, micro int) int {
 			}
 			break
 		}
-		k += p.fires(w)
+		k += p.Fires(w)
 	}
 	return iter*p.WritesPerIteration(r) + k
 }
@@ -205,6 +206,9 @@ func (p *Plan) Deps() ([]Edge, error) {
 	for f, fi := range p.Firings {
 		t := &p.Tasks[fi.Task]
 		for _, u := range t.Reads {
+			if p.Idle(t, u, fi.Micro) {
+				continue
+			}
 			d, k, err := p.readIndex(u, fi.Micro)
 			if err != nil {
 				return nil, err

@@ -88,7 +88,7 @@ func (p *Plan) firstFirings() ([]int, int) {
 	n := 0
 	for t := range p.Tasks {
 		first[t] = n
-		n += p.fires(t)
+		n += p.Fires(t)
 	}
 	return first, n
 }
@@ -107,7 +107,7 @@ func (p *Plan) toFile() (*file, error) {
 		return nil, fmt.Errorf("plans: the tasks fire %d times per iteration, the plan lists %d firings: a plan file implies the firings from the tasks", n, len(p.Firings))
 	}
 	for t := range p.Tasks {
-		for k := range p.fires(t) {
+		for k := range p.Fires(t) {
 			want := Firing{Task: t, Micro: -1}
 			if p.Tasks[t].PerMicro {
 				want.Micro = k
@@ -233,8 +233,8 @@ func (f *file) plan() (*Plan, error) {
 			return 0, fmt.Errorf("task %d out of range (%d tasks)", t, len(p.Tasks))
 		case !p.Tasks[t].PerMicro && (m != -1 || reps != 1):
 			return 0, fmt.Errorf("task %d (%s) fires once per iteration: want micro −1, not repeated; got micro %d, %d times", t, p.Tasks[t].Name, m, reps)
-		case p.Tasks[t].PerMicro && (m < 0 || m > p.fires(t)-reps):
-			return 0, fmt.Errorf("task %d (%s) fires for micro-batches 0 to %d: got %d times from micro-batch %d", t, p.Tasks[t].Name, p.fires(t)-1, reps, m)
+		case p.Tasks[t].PerMicro && (m < 0 || m > p.Fires(t)-reps):
+			return 0, fmt.Errorf("task %d (%s) fires for micro-batches 0 to %d: got %d times from micro-batch %d", t, p.Tasks[t].Name, p.Fires(t)-1, reps, m)
 		}
 		return first[t] + max(m, 0), nil
 	}
@@ -243,7 +243,7 @@ func (f *file) plan() (*Plan, error) {
 	// firing).
 	budget := 0
 	for t, task := range p.Tasks {
-		budget += p.fires(t) * len(task.Streams)
+		budget += p.Fires(t) * len(task.Streams)
 	}
 	for i, s := range f.Streams {
 		for j, rn := range s.Order {
@@ -268,7 +268,7 @@ func (f *file) plan() (*Plan, error) {
 	}
 	p.Firings = make([]Firing, 0, n)
 	for t, task := range p.Tasks {
-		for k := range p.fires(t) {
+		for k := range p.Fires(t) {
 			m := -1
 			if task.PerMicro {
 				m = k

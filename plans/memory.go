@@ -20,7 +20,9 @@ func (p *Plan) registerTouches() [][]int {
 	for f, fi := range p.Firings {
 		t := &p.Tasks[fi.Task]
 		for _, u := range t.Reads {
-			touch[u.Reg] = append(touch[u.Reg], f)
+			if !p.Idle(t, u, fi.Micro) {
+				touch[u.Reg] = append(touch[u.Reg], f)
+			}
 		}
 		for _, r := range t.Writes {
 			touch[r] = append(touch[r], f)
@@ -158,8 +160,9 @@ func (p *Plan) versionTouches() [][][]int {
 		}
 	}
 	for f, fi := range p.Firings {
-		for _, u := range p.Tasks[fi.Task].Reads {
-			if skip[u.Reg] {
+		t := &p.Tasks[fi.Task]
+		for _, u := range t.Reads {
+			if skip[u.Reg] || p.Idle(t, u, fi.Micro) {
 				continue
 			}
 			d, k, err := p.readIndex(u, fi.Micro)

@@ -12,7 +12,9 @@ import (
 // stages 2 and 3 use version 2's fields; a reader that knows stages 0 and
 // 1 only refuses their plans by the stage. 3 (2026-11-30) writes plans
 // compactly (file.go): the firings implied by the tasks, stream orders as
-// runs over micro-batches.
+// runs over micro-batches. Task.Rounds (2026-12-01, ZeRO stages 2 and 3
+// over uneven replicas) kept version 3: a plan without it reads as
+// before, and a reader without it refuses the field.
 const Version = 3
 
 // Plan is a compiled training iteration: everything the simulator and the
@@ -149,17 +151,35 @@ func (p *Plan) AllReduceWeights(t *Task) []float64 {
 	w := make([]float64, len(t.Writes))
 	total := float64(p.TotalMicros())
 	for i, r := range t.Writes {
-		w[i] = float64(p.Micros(p.Replica(p.Registers[r].Device))) / total
+		m := p.Micros(p.Replica(p.Registers[r].Device)) // a replica's mean over its micro-batches
+		if t.Rounds {
+			m = p.MB // a round's micro-batch (or zeros, see Idle), which the accumulations average over the MB rounds
+		}
+		w[i] = float64(m) / total
 	}
 	return w
 }
 
-// fires is the number of times task t fires per iteration.
-func (p *Plan) fires(t int) int {
-	if task := &p.Tasks[t]; task.PerMicro {
-		return p.Micros(task.Replica)
+// Fires is the number of times task t fires per iteration: once, once
+// per micro-batch of its replica, or once per round (Task.Rounds).
+func (p *Plan) Fires(t int) int {
+	task := &p.Tasks[t]
+	switch {
+	case !task.PerMicro:
+		return 1
+	case task.Rounds:
+		return p.MB
 	}
-	return 1
+	return p.Micros(task.Replica)
+}
+
+// Idle reports whether read u of task t's firing of round micro reads
+// nothing: t fires once per round (Task.Rounds) and u reads, per
+// micro-batch, a register of a replica that has no micro-batch in that
+// round (it runs fewer than MB). Such a member of a reduce-scatter
+// contributes zeros.
+func (p *Plan) Idle(t *Task, u Use, micro int) bool {
+	return t.Rounds && u.Mode == ReadMicro && micro >= p.WritesPerIteration(u.Reg)
 }
 
 // Device is a device the plan was compiled for.
@@ -187,7 +207,7 @@ const (
 	Compute    TaskKind = "compute"    // a graph op's kernel
 	Input      TaskKind = "input"      // loads a micro-batch slice of the global inputs
 	Transfer   TaskKind = "transfer"   // copies a register to another device
-	Accumulate TaskKind = "accumulate" // acc = g/M (first micro-batch) or acc += g/M, M the replica's micro-batches
+	Accumulate TaskKind = "accumulate" // acc = g/M (first firing) or acc += g/M, M its firings per iteration (Plan.Fires): the replica's micro-batches, or the rounds
 	AllReduce  TaskKind = "allreduce"  // mean of a register over the data-parallel replicas, see Plan.AllReduceWeights; or a tensor-parallel sum (Task.Sum)
 	// AllGather is a tensor-parallel group's all-gather under sequence
 	// parallelism (graph.TPGather): each member's write is the members'
@@ -249,10 +269,21 @@ type Task struct {
 	// data-parallel replicas and reduces to their (weighted) mean (see
 	// AllReduceWeights): the gradient all-reduces and ZeRO's
 	// reduce-scatters and all-gathers, once per iteration; under ZeRO
-	// stages 2 and 3 also per micro-batch (PerMicro, with Replica 0 whose
-	// micro-batches every replica runs: the reduce-scatter of each
-	// micro-batch's gradient, and stage 3's gathers of the weights).
+	// stages 2 and 3 also once per round (Rounds: the reduce-scatter of
+	// each micro-batch's gradient, and stage 3's gathers of the weights).
 	Sum bool `json:"sum,omitempty"`
+	// Rounds marks a per-micro-batch task that fires once per round, MB
+	// times, whatever its replica's micro-batches: under ZeRO stages 2 and
+	// 3, the collectives over the replicas that each micro-batch needs,
+	// whose members must meet one for one, and each replica's
+	// accumulation of its part of a reduce-scatter. Round m is every
+	// replica's micro-batch m; where the replicas' micro-batches are
+	// uneven, one that runs fewer has none in the last rounds and joins
+	// their collectives without computing: it gives its part of the
+	// weights to an all-gather (its gathered copy goes unread), and gets
+	// its part of a reduce-scatter, to which it contributes zeros (see
+	// Plan.Idle). Replica, for such a collective, is 0.
+	Rounds bool `json:"rounds,omitempty"`
 	// Axis is the axis an AllGather concatenates along and a
 	// ReduceScatter splits.
 	Axis int `json:"axis,omitempty"`

@@ -50,8 +50,8 @@ func TestParseStrategy(t *testing.T) {
 		{"dp=2,zero=0", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
 		{"dp=2,zero=4", Strategy{}, "zero=4: want 0, 1, 2 or 3"},
 		{"dp=2,zero=-1", Strategy{}, "zero=-1: want 0, 1, 2 or 3"},
-		{"dp=2,mb=3:1,zero=2", Strategy{}, "zero=2 reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=3:1"},
-		{"dp=2,mbs=4,mb=auto,zero=3", Strategy{}, "not mb=auto"},
+		{"dp=2,mb=3:1,zero=2", Strategy{DP: 2, PP: 1, MB: 3, Zero: 2, Sched: OneFOneB, Shares: []int{3, 1}}, ""}, // rounds (Task.Rounds)
+		{"dp=2,mb=auto:4,zero=3,prefetch=1", Strategy{DP: 2, PP: 1, MB: 2, Zero: 3, Prefetch: 1, Sched: OneFOneB, AutoShares: true}, ""},
 		{"dp=2,mb=2:2,zero=3", Strategy{DP: 2, PP: 1, MB: 2, Zero: 3, Sched: OneFOneB}, ""}, // even shares are uniform
 		{"dp=2,mb=3:1,zero=1", Strategy{DP: 2, PP: 1, MB: 3, Zero: 1, Sched: OneFOneB, Shares: []int{3, 1}}, ""},
 		{"zero=1", Strategy{}, "it needs dp ≥ 2"},
@@ -955,7 +955,7 @@ func TestZeroStages(t *testing.T) {
 				{"master", "under 3 a part is a weight's only copy", func(p *Plan) { p.Zero, p.Registers[part].Master = 3, true }},
 			})
 			// Uneven shares change the firings: the file says them.
-			requireFileRejects(t, p, func(f *file) { f.Shares = []int{2, 1} }, "needs even replicas")
+			requireFileRejects(t, p, func(f *file) { f.Shares = []int{2, 1} }, "is not micro_batch × the replicas' micro-batches")
 		})
 	}
 	// Persistent memory: stage 2 keeps stage 1's registers; stage 3 keeps
@@ -991,8 +991,10 @@ func TestSharedDP(t *testing.T) {
 	_, err = Decode(&b)
 	require.NoError(t, err)
 	requireDecodeRejects(t, p, func(p *Plan) { p.DP = 1; p.Devices = p.Devices[:1]; p.Memory = p.Memory[:1] }, "dp_shared lists replica 0")
-	_, err = compile("dp=2,mb=3:1", devs(2, 0))
-	require.ErrorContains(t, err, "uneven micro-batches")
+	for _, s := range []string{"dp=2,mb=3:1", "dp=2,mb=3:1,zero=2", "dp=2,mb=1:3,zero=3"} { // the replicas' rounds differ
+		_, err = compile(s, devs(2, 0))
+		require.ErrorContains(t, err, "uneven micro-batches", s)
+	}
 	mixed := devs(2, 0)
 	mixed[1].Workers = 2
 	_, err = compile("dp=2", mixed)

@@ -121,8 +121,10 @@ func (c *compiler) prefetchBlock(dev int, tasks []int) ([]int, []gatherUnit) {
 // prefetchBlock), fired for micro-batch micro: the first gather of each
 // waits for the release of the layer N+1 before it among the device's
 // layers so far (released: their releasing firings, in the device's
-// order), which it returns extended by the block's.
-func (c *compiler) boundGathers(units []gatherUnit, micro int, released []int, at func(t, m int) int) []int {
+// order), which it returns extended by the block's. In an idle round (see
+// schedule) nothing reads the gathered weights: a layer's last gather
+// releases them.
+func (c *compiler) boundGathers(units []gatherUnit, micro int, idle bool, released []int, at func(t, m int) int) []int {
 	n := c.st.Prefetch
 	for i, u := range units {
 		if g := len(released); g > n && (i <= n || u.bounded) {
@@ -131,7 +133,11 @@ func (c *compiler) boundGathers(units []gatherUnit, micro int, released []int, a
 				f.After = append(f.After, a)
 			}
 		}
-		released = append(released, at(u.release, micro))
+		release := u.release
+		if idle {
+			release = u.gathers[len(u.gathers)-1]
+		}
+		released = append(released, at(release, micro))
 	}
 	return released
 }

@@ -15,19 +15,11 @@ func (c *compiler) order() {
 	// A task's firings are consecutive, by micro-batch: firing (t, m) is
 	// first[t] + m (m = −1, a per-iteration task's only firing, is first[t]).
 	first := make([]int, len(c.p.Tasks))
-	n := 0
-	for _, t := range c.p.Tasks {
-		if t.PerMicro {
-			n += c.st.Micros(t.Replica)
-		} else {
-			n++
-		}
-	}
-	c.p.Firings = slices.Grow(c.p.Firings, n) // millions, for the largest plans
+	c.p.Firings = slices.Grow(c.p.Firings, c.p.firingCount()) // millions, for the largest plans
 	for _, t := range c.p.Tasks {
 		first[t.ID] = len(c.p.Firings)
 		if t.PerMicro {
-			for m := range c.st.Micros(t.Replica) {
+			for m := range c.p.Fires(t.ID) {
 				c.p.Firings = append(c.p.Firings, Firing{Task: t.ID, Micro: m})
 			}
 		} else {
@@ -60,23 +52,30 @@ func (c *compiler) order() {
 				b[k], bu[k] = c.prefetchBlock(d, b[k])
 			}
 		}
-		for _, step := range c.schedule(c.p.Replica(d), c.p.Stage(d)) {
+		replica := c.p.Replica(d)
+		for _, step := range c.schedule(replica, c.p.Stage(d)) {
 			tasks := b[step.chunk]
 			if step.forward {
 				tasks = f[step.chunk]
 			}
+			// A round the replica has no micro-batch in: the block's
+			// round tasks only (Task.Rounds).
+			idle := step.micro >= c.st.Micros(replica)
 			if fu != nil {
 				units := bu[step.chunk]
 				if step.forward {
 					units = fu[step.chunk]
 				}
-				released = c.boundGathers(units, step.micro, released, at)
+				released = c.boundGathers(units, step.micro, idle, released, at)
 			}
 			// A block's tasks on another stream of the device (ZeRO's
 			// per-micro-batch collectives on a GPU's coll stream) keep
 			// the block's order there: gathers ahead of their readers,
 			// reduce-scatters after their producers.
 			for _, t := range tasks {
+				if idle && !c.p.Tasks[t].Rounds {
+					continue
+				}
 				s := c.streamOn(t, d)
 				c.p.Streams[s].Order = append(c.p.Streams[s].Order, at(t, step.micro))
 			}
@@ -155,9 +154,19 @@ type step struct {
 }
 
 // schedule is the order of forward and backward micro-batch blocks on a
-// pipeline stage (a device's rank in the pipeline) of a replica.
+// pipeline stage (a device's rank in the pipeline) of a replica: over its
+// micro-batches, or under ZeRO stages 2 and 3 over the rounds
+// (Task.Rounds), the most micro-batches of any replica, so that the
+// replicas meet in their round collectives in the same order. Steps of
+// rounds past the replica's micro-batches are idle: they run only their
+// blocks' round tasks. (Under GPipe and 1F1B the steps of the replica's
+// micro-batches keep the order of its own schedule: see
+// TestRoundScheduleKeepsOwnOrder.)
 func (c *compiler) schedule(replica, stage int) []step {
 	mb := c.st.Micros(replica)
+	if c.st.Zero >= 2 {
+		mb = c.st.MB
+	}
 	if v := c.st.VirtualStages(); v > 1 {
 		return interleaved(c.st.PP, v, stage, mb)
 	}

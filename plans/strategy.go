@@ -44,7 +44,11 @@ type Strategy struct {
 	// it is produced and accumulated in parts. With 3 it keeps only its
 	// part of the weight too, all-gathered into a temporary before each
 	// micro-batch's forward and again before its backward use (as FSDP),
-	// with no all-gather after the update. Under tensor parallelism
+	// with no all-gather after the update. Stages 2 and 3 run these
+	// collectives once per round (Task.Rounds), as many as the most
+	// micro-batches of a replica: with uneven micro-batches (mb=7:1,
+	// mb=auto) a replica that runs fewer joins the last rounds without
+	// computing. Under tensor parallelism
 	// (tp=T) a device's tensors are its rank's parts, which it splits
 	// with the replicas holding the same parts: the devices of the same
 	// stage and tensor-parallel rank (Megatron-LM's distributed
@@ -464,8 +468,6 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		return s, keyErr("zero", fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2", str, s.Zero))
 	case s.Prefetch > 0 && s.Zero != 3:
 		return s, keyErr("prefetch", fmt.Errorf("plans: strategy %q: prefetch=%d gathers ZeRO stage 3's weights ahead of their use: it needs zero=3", str, s.Prefetch))
-	case s.Zero > 1 && (s.Shares != nil && slices.Min(s.Shares) != slices.Max(s.Shares) || s.AutoShares):
-		return s, keyErr("zero", fmt.Errorf("plans: strategy %q: zero=%d reduce-scatters every micro-batch's gradient over the replicas together: it needs the same micro-batches per replica, not mb=%s", str, s.Zero, zeroSharesText(s)))
 	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):
 		return s, keyErr("vpp", fmt.Errorf("plans: strategy %q: vpp interleaves the stages of a pipeline: it needs pp ≥ 2, sched=1f1b, stages cut evenly and the same micro-batches per replica", str))
 	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:
@@ -525,11 +527,3 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 }
 
 func (s Strategy) withAuto() Strategy { s.AutoShares = true; return s }
-
-// zeroSharesText is how the strategy string gave uneven micro-batches.
-func zeroSharesText(s Strategy) string {
-	if s.AutoShares {
-		return "auto"
-	}
-	return FormatCounts(s.Shares)
-}

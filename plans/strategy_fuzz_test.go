@@ -45,7 +45,7 @@ func FuzzParseStrategy(f *testing.F) {
 				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
 			}
 		}
-		if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && st.DP < 2 || st.Zero > 1 && (st.Shares != nil || st.AutoShares) {
+		if st.Zero < 0 || st.Zero > 3 || st.Zero > 0 && st.DP < 2 {
 			t.Fatalf("ParseStrategy(%q, %d) = %+v: a ZeRO stage the compiler refuses", s, batch, st)
 		}
 		if st.Prefetch < 0 || st.Prefetch > 0 && st.Zero != 3 {

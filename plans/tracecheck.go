@@ -164,6 +164,9 @@ func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error
 				s.end = max(s.end, e.End)
 			}
 			for _, u := range t.Reads {
+				if p.Idle(t, u, fi.Micro) {
+					continue
+				}
 				v, err := p.ReadVersion(u, i, fi.Micro)
 				if err != nil {
 					return nil, err

@@ -138,7 +138,7 @@ func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, 
 		return s.CopyDtoH(host, reads[0], n)
 	case plans.Accumulate:
 		spec := p.Registers[t.Writes[0]].Spec
-		scale := 1 / float32(p.Micros(t.Replica))
+		scale := 1 / float32(p.Fires(t.ID))
 		if fi.Micro == 0 {
 			return dev.k.Scale(s, spec.DType, scale, reads[0], writes[0], spec.Shape.NumElements())
 		}

@@ -87,6 +87,9 @@ type PlanRunner struct {
 	counts []bool
 	// tokens says, by task, whether an input task feeds token ids.
 	tokens []bool
+	// zeros is what an idle member of a round's collective reads (see
+	// plans.Plan.Idle), as long as the longest such read; never written.
+	zeros []float32
 	// widen scales the plan's arena offsets: a CPU device computes every
 	// float dtype in f32, so a plan with 2-byte registers runs in an arena
 	// laid out at twice its planned offsets and size, where each register
@@ -215,10 +218,13 @@ func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err
 			r.tokens[i] = spec.DType == graph.I32 && len(spec.Shape) > 1 // labels are one axis
 		}
 		if r.counts[i] && rk.local(home) {
-			if t := &p.Tasks[i]; t.PerMicro {
-				r.lossTasks += p.Micros(t.Replica)
-			} else {
-				r.lossTasks++
+			r.lossTasks += p.Fires(i)
+		}
+		if t := &p.Tasks[i]; t.Rounds {
+			for _, u := range t.Reads {
+				if p.Idle(t, u, p.MB-1) { // the last round is idle where any is
+					r.zeros = make([]float32, max(len(r.zeros), p.Registers[u.Reg].Spec.Shape.NumElements()))
+				}
 			}
 		}
 	}
@@ -743,6 +749,10 @@ func (x *run) fire(f, it int) (float64, error) {
 		if x.r.devs[p.Registers[u.Reg].Device] == nil { // a tensor-parallel sum's read on another rank
 			continue
 		}
+		if p.Idle(t, u, fi.Micro) {
+			reads[i] = Buffer{F: x.r.zeros[:p.Registers[u.Reg].Spec.Shape.NumElements()]}
+			continue
+		}
 		v, err := p.ReadVersion(u, it, fi.Micro)
 		if err != nil {
 			return 0, err
@@ -786,7 +796,7 @@ func (x *run) fire(f, it int) (float64, error) {
 			cpu.Copy(dev.pool, reads[0].F, writes[0].F)
 		}
 	case plans.Accumulate:
-		scale := 1 / float32(p.Micros(t.Replica))
+		scale := 1 / float32(p.Fires(t.ID))
 		if fi.Micro == 0 {
 			cpu.Scale(dev.pool, scale, reads[0].F, writes[0].F)
 		} else {

@@ -245,6 +245,8 @@ func TestRanksMatchOneProcess(t *testing.T) {
 		{"dp=3,mb=2:1:3,zero=1", []int{2, 0, 1}, gpt3, 12, 0}, // weighted
 		{"dp=3,mb=2,zero=2", []int{0, 1, 2}, gpt3, 12, graph.BF16},
 		{"dp=4,mb=2,zero=2", []int{0, 1, 2, 3}, "mlp", 16, 0},
+		{"dp=2,mb=3:1,zero=2", []int{0, 1}, "mlp", 8, 0},                 // rounds: replica 1 sends zeros in the last two
+		{"dp=3,mb=1:3:2,zero=3,prefetch=1", []int{2, 0, 1}, gpt3, 12, 0}, // and gives its parts to the others' gathers
 	}
 	for _, c := range cases {
 		model := cmp.Or(c.model, "mnist-cnn")

@@ -19,10 +19,19 @@ import (
 // by more than rounding between two ways of summing.)
 func trainPlan(t *testing.T, model, strategy string, batch, n, iters int) (*plans.Plan, *PlanRunner, *RunResult) {
 	t.Helper()
+	return trainPlanWith(t, model, strategy, sgdMomentum, batch, n, iters)
+}
+
+// sgdMomentum is trainPlan's optimizer.
+var sgdMomentum = graph.SGD{LR: 0.05, Momentum: 0.9}
+
+// trainPlanWith is trainPlan with optimizer opt.
+func trainPlanWith(t *testing.T, model, strategy string, opt graph.Optimizer, batch, n, iters int) (*plans.Plan, *PlanRunner, *RunResult) {
+	t.Helper()
 	st, err := plans.ParseStrategy(strategy, batch)
 	require.NoError(t, err)
 	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 5,
-		Optimizer: graph.SGD{LR: 0.05, Momentum: 0.9}, Devices: cpuDevices(n)})
+		Optimizer: opt, Devices: cpuDevices(n)})
 	require.NoError(t, err)
 	r, err := NewPlanRunner(p)
 	require.NoError(t, err)
@@ -208,19 +217,59 @@ func TestStoreAssemblesPartsOfParts(t *testing.T) {
 	require.ErrorContains(t, moved.Put(bad), "a part of a part of a part")
 }
 
+// reference is what one device computes: its losses, and its weights and
+// optimizer state.
+type reference struct {
+	store *Store
+	loss  []float64
+}
+
+// references holds the one-device runs of a test, by model, optimizer and
+// batch.
+type references map[string]reference
+
+// of trains model on one device with opt (once per test) for iters
+// iterations.
+func (refs references) of(t *testing.T, model string, opt graph.Optimizer, batch, iters int) reference {
+	t.Helper()
+	key := fmt.Sprintf("%s/%s/%d", model, opt.Name(), batch)
+	if want, ok := refs[key]; ok {
+		return want
+	}
+	_, r, res := trainPlanWith(t, model, "single", opt, batch, 1, iters)
+	store, err := r.Store()
+	require.NoError(t, err)
+	refs[key] = reference{store, res.Loss}
+	return refs[key]
+}
+
+// requireMatched checks that a run (r, got) computed what one device did:
+// its losses, and its store's tensors assembled from the replicas' parts.
+func (want reference) requireMatched(t *testing.T, r *PlanRunner, got *RunResult) {
+	t.Helper()
+	for it := range want.loss {
+		require.InDelta(t, want.loss[it], got.Loss[it], 1e-5*want.loss[it], "iteration %d", it)
+	}
+	store, err := r.Store()
+	require.NoError(t, err)
+	for _, name := range want.store.Names() {
+		w, _ := want.store.Get(name)
+		g, ok := store.Get(name)
+		require.True(t, ok, "%s: in the store, assembled from the replicas' parts", name)
+		require.Less(t, relDiff(g, w), 1e-5, name)
+	}
+}
+
 // ZeRO computes what one device computes: the same losses and, assembled
 // from the replicas' parts, the same weights and optimizer state — at
 // every stage, where the replicas divide a weight's first axis (mlp's
 // 10-way output layer stays whole under dp=4), with several micro-batches
-// (stages 2 and 3 reduce-scatter each), uneven replicas (stage 1),
+// (stages 2 and 3 reduce-scatter each), uneven replicas (stage 1; stages
+// 2 and 3 in TestZeroUnevenMatchesOneDevice),
 // pipelines and three replicas.
 func TestZeroMatchesOneDevice(t *testing.T) {
 	const iters = 3
-	type ref struct {
-		store *Store
-		loss  []float64
-	}
-	refs := map[string]ref{}
+	refs := references{}
 	for _, c := range []struct {
 		model, strategy string
 		batch           int
@@ -237,19 +286,9 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 		{"mlp3x4096:depth=3,width=12", "dp=3,mb=2,recompute=full,zero=3,prefetch=1", 12}, {"mlp3x4096:depth=3,width=12", "dp=3,pp=2,mb=2,zero=3,prefetch=2", 12},
 	} {
 		t.Run(c.model+"/"+c.strategy, func(t *testing.T) {
-			key := fmt.Sprintf("%s/%d", c.model, c.batch)
-			want, ok := refs[key]
-			if !ok {
-				_, r, res := trainPlan(t, c.model, "single", c.batch, 1, iters)
-				store, err := r.Store()
-				require.NoError(t, err)
-				want = ref{store, res.Loss}
-				refs[key] = want
-			}
+			want := refs.of(t, c.model, sgdMomentum, c.batch, iters)
 			p, r, got := trainPlan(t, c.model, c.strategy, c.batch, 8, iters)
-			for it := range iters {
-				require.InDelta(t, want.loss[it], got.Loss[it], 1e-5*want.loss[it], "iteration %d", it)
-			}
+			want.requireMatched(t, r, got)
 			parts, masters := 0, 0
 			for _, reg := range p.Registers {
 				if reg.Init.Shard != nil {
@@ -265,14 +304,6 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 			} else {
 				require.Zero(t, masters, "a part is a weight's only copy")
 				require.Positive(t, parts)
-			}
-			store, err := r.Store()
-			require.NoError(t, err)
-			for _, name := range want.store.Names() {
-				w, _ := want.store.Get(name)
-				g, ok := store.Get(name)
-				require.True(t, ok, "%s: in the store, assembled from the replicas' parts", name)
-				require.Less(t, relDiff(g, w), 1e-5, name)
 			}
 			if c.model != "mlp" {
 				return
@@ -290,6 +321,50 @@ func TestZeroMatchesOneDevice(t *testing.T) {
 				require.Equal(t, w0, w1, "%s: every replica holds the gathered weight", name)
 			}
 		})
+	}
+}
+
+// ZeRO stages 2 and 3 over replicas with uneven micro-batches compute
+// what one device computes, with SGD and with Adam: the same losses and,
+// assembled from the parts, the same weights and optimizer state. The
+// replicas run max(mb) rounds of collectives, one with fewer micro-batches
+// joining the last ones without computing (contributing zeros to the
+// reduce-scatters, and getting its part of the others' gradients): it
+// may be the first replica or the last, one of three, in a pipeline, with
+// gathers ahead (prefetch) and with recompute.
+func TestZeroUnevenMatchesOneDevice(t *testing.T) {
+	const iters = 3
+	const (
+		mlp3 = "mlp3x4096:depth=3,width=12"
+		gpt  = "gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64"
+	)
+	adam := graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
+	refs := references{}
+	for _, c := range []struct {
+		model, strategy string
+		batch           int
+		adam            bool // also with Adam (not for an attention's key bias: see trainPlan)
+	}{
+		{"mlp", "dp=2,mb=3:1,zero=2", 8, true}, {"mlp", "dp=2,mb=3:1,zero=3", 8, true}, {"mlp", "dp=2,mb=1:3,zero=2", 8, true},
+		{"mlp", "dp=2,mb=3:1,zero=3,prefetch=1", 8, true}, {"mlp", "dp=2,mb=1:3,zero=3,prefetch=1", 8, true},
+		{"mlp", "dp=2,pp=2,mb=3:1,zero=2", 8, true}, {"mlp", "dp=2,pp=2,mb=1:3,sched=gpipe,zero=3,prefetch=1", 8, false},
+		{"mlp", "dp=2,mb=3:1,recompute=full,zero=3", 8, false},
+		{mlp3, "dp=3,mb=2:1:1,zero=2", 12, true}, {mlp3, "dp=3,mb=1:2:1,zero=3,prefetch=1", 12, true},
+		{mlp3, "dp=3,pp=2,mb=1:1:2,zero=3", 12, false},
+		{gpt, "dp=2,mb=3:1,zero=2", 8, false}, {gpt, "dp=2,mb=1:3,zero=3,prefetch=1", 8, false},
+	} {
+		opts := []graph.Optimizer{sgdMomentum}
+		if c.adam {
+			opts = append(opts, adam)
+		}
+		for _, opt := range opts {
+			t.Run(c.model+"/"+c.strategy+"/"+opt.Name(), func(t *testing.T) {
+				want := refs.of(t, c.model, opt, c.batch, iters)
+				p, r, got := trainPlanWith(t, c.model, c.strategy, opt, c.batch, 8, iters)
+				require.NotNil(t, p.Shares)
+				want.requireMatched(t, r, got)
+			})
+		}
 	}
 }
 
@@ -326,7 +401,7 @@ func TestCombinedStrategiesMatchOneDevice(t *testing.T) {
 // ZeRO over tensor-parallel groups computes what one device computes:
 // each rank's parts of the weights, and the weights every rank holds
 // whole, split over the replicas of the same stage and rank, at every
-// stage, with micro-batches (uneven ones under stage 1), pipelines
+// stage, with micro-batches (uneven ones too), pipelines
 // (interleaved too), sequence parallelism and recompute. Assembled from the parts of the parts, the
 // weights and optimizer state are one device's, and the ranks of a group
 // hold the same bits of what they share.
@@ -340,12 +415,12 @@ func TestZeroWithTensorParallelMatchesOneDevice(t *testing.T) {
 	cases := map[string][]string{
 		"mlp": {"dp=2,tp=2,zero=1", "dp=2,tp=2,zero=2", "dp=2,tp=2,zero=3", "dp=4,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2",
 			"dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=2", "dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3", "dp=2,tp=2,mb=3:1,zero=1",
-			"dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3,prefetch=1"},
+			"dp=2,tp=2,pp=2,mb=4,sched=gpipe,zero=3,prefetch=1", "dp=2,tp=2,mb=3:1,zero=2", "dp=2,tp=2,mb=1:3,zero=3,prefetch=1"},
 		blocks: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3",
 			"dp=2,tp=2,mb=2,recompute=full,zero=3", "dp=2,tp=2,mb=2,recompute=full,zero=3,prefetch=1", "dp=2,tp=2,pp=2,mb=4,zero=3,prefetch=1"},
 		gpt: {"dp=2,tp=2,mb=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,zero=2",
 			"dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3", "dp=2,tp=2,sp=on,mb=2,recompute=selective,zero=2",
-			"dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3,prefetch=1"},
+			"dp=2,tp=2,sp=on,pp=2,vpp=2,mb=2,zero=3,prefetch=1", "dp=2,tp=2,sp=on,mb=3:1,zero=3"},
 		llama: {"dp=2,tp=2,zero=1", "dp=2,tp=2,mb=2,zero=2", "dp=2,tp=2,sp=on,mb=2,zero=3", "dp=2,tp=2,pp=2,mb=2,zero=3",
 			"dp=2,tp=2,sp=on,mb=2,recompute=full,zero=3,prefetch=1"},
 	}

@@ -108,6 +108,43 @@ func TestDeterministic(t *testing.T) {
 	require.Equal(t, out(), out())
 }
 
+// ZeRO stages 2 and 3 over uneven replicas simulate, deterministically: a
+// replica with fewer micro-batches joins every round's collectives, each
+// priced over all the replicas, and computes less.
+func TestZeroUnevenSimulates(t *testing.T) {
+	for _, s := range []string{"dp=2,mb=3:1,zero=2", "dp=2,mb=3:1,zero=3", "dp=2,mb=1:3,zero=3,prefetch=1", "dp=3,pp=2,mb=2:1:1,zero=3,prefetch=1"} {
+		t.Run(s, func(t *testing.T) {
+			p := compile(t, "mlp", s, 8)
+			out := func() []byte {
+				tr, err := Simulate(p, unit, 3)
+				require.NoError(t, err)
+				require.NoError(t, p.CheckTrace(tr))
+				var b bytes.Buffer
+				require.NoError(t, trace.WriteChrome(&b, tr))
+				return b.Bytes()
+			}
+			require.Equal(t, out(), out())
+			computes := make([]int, len(p.Devices)) // compute firings per device
+			rounds := make([]int, len(p.Devices))   // round collectives' firings per device
+			for _, st := range p.Streams {
+				for _, f := range st.Order {
+					switch task := &p.Tasks[p.Firings[f].Task]; {
+					case task.Kind == plans.Compute && task.PerMicro:
+						computes[st.Device]++
+					case task.Rounds && task.Kind.Collective():
+						rounds[st.Device]++
+					}
+				}
+			}
+			for d := range p.Devices {
+				first := p.Stage(d) * p.TPDegree() // replica 0's device of the stage
+				require.Equal(t, rounds[first], rounds[d], "%s joins every round", p.Devices[d].Name)
+				require.Equal(t, computes[first]*p.Micros(p.Replica(d)), computes[d]*p.Micros(0), "%s computes its micro-batches", p.Devices[d].Name)
+			}
+		})
+	}
+}
+
 // Property: for any strategy and any task durations, the simulated trace
 // obeys every dependency edge and slot count of the plan, and never has
 // two registers that share memory live at once.
@@ -115,10 +152,17 @@ func TestSimulatedTracesObeyThePlan(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		dp := rapid.IntRange(1, 3).Draw(rt, "dp")
 		pp := rapid.IntRange(1, 3).Draw(rt, "pp")
-		// Each replica's micro-batches, even or not.
+		// Each replica's micro-batches, even or not; ZeRO's stages over
+		// them (stages 2 and 3 in rounds).
 		shares := rapid.SliceOfN(rapid.IntRange(1, 4), dp, dp).Draw(rt, "mb")
 		sched := rapid.SampledFrom([]string{"gpipe", "1f1b"}).Draw(rt, "sched")
 		st := plans.Strategy{DP: dp, PP: pp, Sched: plans.Schedule(sched)}.WithShares(shares)
+		if dp > 1 {
+			st.Zero = rapid.IntRange(0, 3).Draw(rt, "zero")
+		}
+		if st.Zero == 3 {
+			st.Prefetch = rapid.IntRange(0, 2).Draw(rt, "prefetch")
+		}
 		batch := st.TotalMicros() * rapid.IntRange(1, 3).Draw(rt, "per")
 		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: batch, Strategy: st,
 			Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devices(dp * pp)})
@@ -762,7 +806,7 @@ func stepOf(t *testing.T, p *plans.Plan, d Durations) time.Duration {
 
 // Every combination of the strategy options that parses and compiles —
 // data, tensor, sequence and pipeline parallelism, interleaving, ZeRO,
-// micro-batches, both schedules and recompute — simulates without a
+// micro-batches (uneven too), both schedules and recompute — simulates without a
 // deadlock, and its trace obeys the plan's edges and memory plan.
 func TestStrategyCombinations(t *testing.T) {
 	c, err := topology.Resolve("dgx-a100")
@@ -773,7 +817,7 @@ func TestStrategyCombinations(t *testing.T) {
 		for _, tp := range []string{"", "tp=2,", "tp=2,sp=on,"} {
 			for _, pp := range []string{"", "pp=2,", "pp=2,vpp=2,"} {
 				for _, zero := range []string{"", "zero=1,", "zero=2,", "zero=3,"} {
-					for _, mb := range []string{"mb=2", "mb=4,sched=gpipe"} {
+					for _, mb := range []string{"mb=2", "mb=4,sched=gpipe", "mb=3:1"} { // 3:1: dp=2 only
 						for _, re := range []string{"", ",recompute=selective", ",recompute=full"} {
 							s := dp + tp + pp + zero + mb + re
 							st, err := plans.ParseStrategy(s, 8)

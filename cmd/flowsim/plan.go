@@ -58,9 +58,11 @@ s+pp, …, which shrinks the bubble by V for V times the transfers; mb must
 be a multiple of pp. zero=1|2|3 (ZeRO, with dp ≥ 2) splits over
 the replicas the optimizer state (1; the gradient is reduce-scattered and
 the updated weight all-gathered), also the gradients (2; each micro-batch's
-gradient reduce-scattered as it is produced, so every replica runs the same
-micro-batches) and also the weights (3; all-gathered before each
-micro-batch's forward and backward use); weights the replicas do not divide
+gradient reduce-scattered as it is produced) and also the weights (3;
+all-gathered before each micro-batch's forward and backward use); stages 2
+and 3 run these collectives in rounds, as many as a replica's most
+micro-batches, so with uneven ones (mb=7:1, mb=auto) a replica with fewer
+joins the last rounds without computing; weights the replicas do not divide
 are all-reduced whole. With tp, a device splits its rank's parts with the
 devices of the same stage and rank in the other replicas. zero=3,prefetch=N
 gathers each layer's weights N layers ahead of their use, on a stream of

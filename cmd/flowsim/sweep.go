@@ -47,7 +47,8 @@ pipelines whose micro-batches are a multiple of their stages also
 interleaved (vpp=2) where the model has two layers per stage, and data-parallel strategies (with tp or not) also with
 each ZeRO stage (zero=1, 2, 3). With --uneven (on by default when
 the devices differ), each data-parallel strategy is also tried with
-mb=auto and each pipeline with layers=auto, resolved by their own searches
+mb=auto (with each ZeRO stage too) and each pipeline with layers=auto,
+resolved by their own searches
 (see 'flowsim plan --help'); with --place (on by default when the
 cluster's devices differ), each pipeline also with each placement of its
 stages on the cluster's device types, in blocks of neighbouring stages

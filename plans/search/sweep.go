@@ -25,8 +25,8 @@ type Space struct {
 	// up to it, and pp, 2·pp, 4·pp … up to it for pipelines.
 	MaxMB int
 	// Uneven adds, for unequal devices, each data-parallel strategy with
-	// mb=auto and each pipeline with layers=auto (1F1B), resolved by their
-	// own searches.
+	// mb=auto (with Zero, at each ZeRO stage too) and each pipeline with
+	// layers=auto (1F1B), resolved by their own searches.
 	Uneven bool
 	// Recompute adds each strategy with each of these recompute modes:
 	// slower, but it may fit where the strategy does not.
@@ -107,12 +107,7 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 				}
 				if sp.Zero && dp > 1 {
 					for _, v := range slices.Clone(variants) {
-						for stage := 1; stage <= 3; stage++ {
-							v.Zero = stage
-							variants = append(variants, v)
-						}
-						v.Prefetch = 1 // stage 3's gathers a layer ahead: faster, for some memory
-						variants = append(variants, v)
+						variants = append(variants, zeroVariants(v)...)
 					}
 				}
 				var places [][]string
@@ -138,6 +133,9 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 					auto := st
 					auto.AutoShares = true
 					out = append(out, auto)
+					if sp.Zero {
+						out = append(out, zeroVariants(auto)...)
+					}
 				}
 				if sp.Uneven && pp > 1 && sched == plans.OneFOneB {
 					auto := st
@@ -152,6 +150,18 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 		}
 	}
 	return out
+}
+
+// zeroVariants returns v with each ZeRO stage, and with stage 3's gathers
+// a layer ahead (prefetch=1: faster, for some memory).
+func zeroVariants(v plans.Strategy) []plans.Strategy {
+	var out []plans.Strategy
+	for stage := 1; stage <= 3; stage++ {
+		v.Zero = stage
+		out = append(out, v)
+	}
+	v.Prefetch = 1
+	return append(out, v)
 }
 
 // microCounts are the micro-batch counts a sweep tries for pp stages.

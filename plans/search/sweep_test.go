@@ -42,6 +42,24 @@ func TestStrategies(t *testing.T) {
 	require.Equal(t, 12, autos, "mb=auto for the 6 data-parallel 1F1B strategies, layers=auto for the 6 pipelined")
 	require.Len(t, uneven, len(even)+autos)
 
+	// With ZeRO, mb=auto at each stage too (stages 2 and 3 run uneven
+	// splits in rounds).
+	zeroUneven, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Uneven: true, Zero: true})
+	require.NoError(t, err)
+	zeroAutos := map[string]bool{}
+	for _, st := range zeroUneven {
+		if st.AutoShares && st.Zero > 0 {
+			zeroAutos[st.String()] = true
+			back, err := plans.ParseStrategy(st.String(), 64)
+			require.NoError(t, err)
+			require.Equal(t, st, back, "%s round-trips", st)
+		}
+	}
+	require.Len(t, zeroAutos, 4*6, "zero=1, 2, 3 and 3 with prefetch for each mb=auto")
+	for _, want := range []string{"dp=4,zero=2,mb=auto:4", "dp=2,pp=2,zero=3,prefetch=1,mb=auto:8,sched=1f1b"} {
+		require.True(t, zeroAutos[want], want)
+	}
+
 	re, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Recompute: []plans.Recompute{plans.RecomputeSelective, plans.RecomputeFull}})
 	require.NoError(t, err)
 	require.Len(t, re, 3*len(even), "each strategy also with each recompute mode")
@@ -138,6 +156,34 @@ func TestSweep(t *testing.T) {
 
 	_, err = Sweep(cfg, d, strategies, Options{Shard: 3, Shards: 3})
 	require.ErrorContains(t, err, "shard 3 of 3")
+}
+
+// A sweep of a GPU and a CPU tries ZeRO stages 2 and 3 with mb=auto: they
+// compile and simulate with uneven splits, the GPU's replica taking more.
+func TestSweepZeroUneven(t *testing.T) {
+	cfg := autoConfig(t, "mnist-cnn", "mixed-t4-cpu", "dp=2", 32, false)
+	all, err := Strategies(32, Space{Devices: 2, MaxMB: 4, Uneven: true, Zero: true})
+	require.NoError(t, err)
+	var autos []plans.Strategy
+	for _, st := range all {
+		if st.AutoShares && st.Zero >= 2 {
+			autos = append(autos, st)
+		}
+	}
+	require.Len(t, autos, 3*3, "mb=1, 2 and 4 to start from; zero=2, 3 and 3 with prefetch")
+	entries, err := Sweep(cfg, catalogModel(t, "mixed-t4-cpu"), autos, Options{})
+	require.NoError(t, err)
+	uneven := map[int]int{}
+	for _, e := range entries {
+		require.NoError(t, e.Err, e.Asked.String())
+		require.Equal(t, e.Asked.Zero, e.Strategy.Zero)
+		if sh := e.Strategy.Shares; sh != nil {
+			require.Greater(t, sh[0], sh[1], "%s: the GPU (replica 0) takes more", e.Strategy)
+			uneven[e.Strategy.Zero]++
+		}
+	}
+	require.Positive(t, uneven[2], "zero=2 over an uneven split")
+	require.Positive(t, uneven[3], "zero=3 over an uneven split")
 }
 
 // Recomputation makes fit what does not otherwise: a pipeline stage
