@@ -319,6 +319,22 @@ func (p *Plan) checkRest() error {
 			return bad("registers", i, "%s is a ZeRO master part without a shard or a zero stage of 1 or 2 (under 3 a part is a weight's only copy)", r.Name)
 		}
 	}
+	// Each register's writers are the tasks that write it: the edges
+	// follow the one, the runners the other.
+	for i, t := range p.Tasks {
+		for _, r := range t.Writes {
+			if !slices.Contains(p.Registers[r].Writers, i) {
+				return bad("tasks", i, "%s writes register %d (%s), whose writers do not list it", t.Name, r, p.Registers[r].Name)
+			}
+		}
+	}
+	for i, r := range p.Registers {
+		for _, w := range r.Writers {
+			if !slices.Contains(p.Tasks[w].Writes, i) {
+				return bad("registers", i, "%s lists writer %d (%s), which does not write it", r.Name, w, p.Tasks[w].Name)
+			}
+		}
+	}
 	return nil
 }
 

@@ -527,6 +527,8 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 		{"offset", "offset 2: its 2 micro-batches of 4 run past the batch of 8", func(p *Plan) { p.Tasks[input].Offset = 2 }},
 		{"register", "not a micro-batch of 4 samples", func(p *Plan) { p.Tasks[input].Writes = []int{p.Tasks[len(p.Tasks)-1].Writes[0]} }},
 		{"compute", "conv2d: writes f32[4,32,28,28] into register images, which holds f32[4,1,28,28]", func(p *Plan) { p.Tasks[input+2].Writes = p.Tasks[input].Writes }},
+		{"writers", "writes register 0 (conv1.weight), whose writers do not list it", func(p *Plan) { p.Registers[0].Writers = nil }},
+		{"writer", "lists writer 1", func(p *Plan) { p.Registers[0].Writers = append(p.Registers[0].Writers, 1) }},
 	})
 }
 
