@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/units"
@@ -86,11 +88,26 @@ func (f StopFeeder) Feed(iter, from, n int, images []float32, labels []int32) er
 	return f.Feeder.Feed(iter, from, n, images, labels)
 }
 
-// RunAll calls run for ranks 0 … n−1 at once, as the processes of a
-// multi-process run would run, and returns their results once all have
-// returned, failing t with the first rank's error.
-func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
-	t.Helper()
+// FailFeeder feeds as its Feeder does, and fails with Err to feed
+// iteration At or any later: a rank whose Run fails while its link stays
+// up.
+type FailFeeder struct {
+	Feeder
+	At  int
+	Err error
+}
+
+func (f FailFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
+	if iter >= f.At {
+		return f.Err
+	}
+	return f.Feeder.Feed(iter, from, n, images, labels)
+}
+
+// Each calls run for ranks 0 … n−1 at once, as the processes of a
+// multi-process run would run, and returns their results and errors once
+// all have returned.
+func Each[R any](n int, run func(rank int) (R, error)) ([]R, []error) {
 	res := make([]R, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -98,10 +115,33 @@ func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
 		wg.Go(func() { res[k], errs[k] = run(k) })
 	}
 	wg.Wait()
+	return res, errs
+}
+
+// RunAll is Each, failing t with the first rank's error.
+func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
+	t.Helper()
+	res, errs := Each(n, run)
 	for k, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", k, err)
 		}
 	}
 	return res
+}
+
+// RequireFailedBy checks the errors of a multi-process Run whose rank
+// failing failed with why: that rank's is its own, every other rank's
+// names it and its error (not a stall, nor another rank).
+func RequireFailedBy(t testing.TB, errs []error, failing int, why error) {
+	t.Helper()
+	for k, err := range errs {
+		require.ErrorContains(t, err, why.Error(), "rank %d", k)
+		if k == failing {
+			require.NotContains(t, err.Error(), "failed:", "rank %d: its own error", k)
+			continue
+		}
+		require.Contains(t, err.Error(), fmt.Sprintf("runtime: rank %d failed: ", failing), "rank %d", k)
+		require.NotContains(t, err.Error(), "stalled", "rank %d", k)
+	}
 }
