@@ -43,16 +43,11 @@ func TestRanksFailure(t *testing.T) {
 				require.NoError(t, err)
 				rs[k].Stall = time.Minute
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
-			_, errs := plantest.Each(len(rs), func(k int) (*RunResult, error) {
-				var feed Feeder = NewSyntheticFeeder(p.Images, 10, 64, 9)
-				if k == c.failing {
-					feed = plantest.FailFeeder{Feeder: feed, At: 1, Err: why}
-				}
-				return rs[k].Run(ctx, 5, feed)
-			})
-			plantest.RequireFailedBy(t, errs, c.failing, why)
+			errs := plantest.RunFailing(t, len(rs), c.failing, NewSyntheticFeeder(p.Images, 10, 64, 9), why,
+				func(ctx context.Context, k int, feed plantest.Feeder) error {
+					_, err := rs[k].Run(ctx, 5, feed)
+					return err
+				})
 			for k, err := range errs {
 				if k != c.failing {
 					e, ok := errors.AsType[*RankError](err)

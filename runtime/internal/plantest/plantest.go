@@ -4,9 +4,11 @@
 package plantest
 
 import (
+	"context"
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -130,11 +132,22 @@ func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
 	return res
 }
 
-// RequireFailedBy checks the errors of a multi-process Run whose rank
-// failing failed with why: that rank's is its own, every other rank's
-// names it and its error (not a stall, nor another rank).
-func RequireFailedBy(t testing.TB, errs []error, failing int, why error) {
+// RunFailing runs n ranks at once, as Each, rank k calling run with
+// feed, but rank failing with a FailFeeder of it that fails iteration 1
+// with why; each under a hang guard of 30 s (ctx). It checks that every
+// rank's Run fails: that rank's with its own error, every other's naming
+// that rank and its error (not a stall, nor another rank), and returns
+// the errors.
+func RunFailing(t testing.TB, n, failing int, feed Feeder, why error, run func(ctx context.Context, rank int, feed Feeder) error) []error {
 	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, errs := Each(n, func(k int) (struct{}, error) {
+		if k == failing {
+			return struct{}{}, run(ctx, k, FailFeeder{Feeder: feed, At: 1, Err: why})
+		}
+		return struct{}{}, run(ctx, k, feed)
+	})
 	for k, err := range errs {
 		require.ErrorContains(t, err, why.Error(), "rank %d", k)
 		if k == failing {
@@ -144,4 +157,5 @@ func RequireFailedBy(t testing.TB, errs []error, failing int, why error) {
 		require.Contains(t, err.Error(), fmt.Sprintf("runtime: rank %d failed: ", failing), "rank %d", k)
 		require.NotContains(t, err.Error(), "stalled", "rank %d", k)
 	}
+	return errs
 }
