@@ -104,21 +104,25 @@ func TestRanksOverGRPC(t *testing.T) {
 	}
 }
 
-// A run over ranks that talk gRPC, stopped by rank 0 mid-run, ends after
-// the same whole iterations on every rank; resumed from a checkpoint of
-// them (over new groups, as a new job would), it ends with the bits of a
-// run never stopped.
+// A run over ranks that talk gRPC, stopped mid-run by rank 0 or at
+// another rank's request, ends after the same whole iterations on every
+// rank; resumed from a checkpoint of them (over new groups, as a new job
+// would), it ends with the bits of a run never stopped.
 func TestRanksStopOverGRPC(t *testing.T) {
 	const iters = 8
 	for _, c := range []struct {
 		strategy string
 		ranks    []int
+		by       int // the rank whose Stop closes
 	}{
-		{"dp=2", []int{0, 1}},
-		{"pp=2,mb=4,sched=1f1b", []int{0, 1}},
-		{"dp=3", []int{0, 1, 2}},
+		{"dp=2", []int{0, 1}, 0},
+		{"dp=2", []int{0, 1}, 1},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}, 0},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}, 1},
+		{"dp=3", []int{0, 1, 2}, 0},
+		{"dp=3", []int{0, 1, 2}, 2},
 	} {
-		t.Run(c.strategy, func(t *testing.T) {
+		t.Run(fmt.Sprintf("%s/by=%d", c.strategy, c.by), func(t *testing.T) {
 			p := cpuPlan(t, "mlp", c.strategy, 12, graph.Adam{LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 			one, err := runtime.NewPlanRunner(p)
 			require.NoError(t, err)
@@ -140,9 +144,12 @@ func TestRanksStopOverGRPC(t *testing.T) {
 				return rs
 			}
 			rs := newRanks()
-			stop := make(chan struct{})
-			rs[0].Stop = stop
-			res := runAll(rs, iters, plantest.StopFeeder{Feeder: runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), At: 2, Stop: stop, Once: new(sync.Once)})
+			stops := plantest.NewStops(c.by)
+			rs[0].Stop, rs[c.by].Stop, rs[0].StopAsked = stops.Rank0, stops.Stopper, stops.Ask
+			res := runAll(rs, iters, plantest.StopFeeder{Feeder: runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), At: 2, Stop: stops.Stopper, Once: new(sync.Once)})
+			if c.by != 0 {
+				require.Equal(t, c.by, stops.Asked(), "the rank that asked rank 0 to stop")
+			}
 			done := len(res[0].Loss)
 			for k, r := range res {
 				require.Len(t, r.Loss, done, "rank %d's iterations", k)

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -89,6 +90,36 @@ func (f StopFeeder) Feed(iter, from, n int, images []float32, labels []int32) er
 	}
 	return f.Feeder.Feed(iter, from, n, images, labels)
 }
+
+// Stops are the Stop channels of a multi-process run stopped by rank By:
+// rank 0's, and By's (the same when By is 0). Ask, as rank 0's StopAsked,
+// closes rank 0's once another rank asks.
+type Stops struct {
+	By      int
+	Rank0   chan struct{}
+	Stopper chan struct{} // rank By's
+	asked   atomic.Int64  // the rank that asked, +1
+}
+
+// NewStops returns the Stops of a run stopped by rank by.
+func NewStops(by int) *Stops {
+	s := &Stops{By: by, Rank0: make(chan struct{})}
+	s.Stopper = s.Rank0
+	if by != 0 {
+		s.Stopper = make(chan struct{})
+	}
+	return s
+}
+
+// Ask is rank 0's StopAsked: rank k asks it to stop.
+func (s *Stops) Ask(k int) {
+	if s.asked.CompareAndSwap(0, int64(k)+1) {
+		close(s.Rank0)
+	}
+}
+
+// Asked is the rank that asked rank 0 to stop, −1 if none did.
+func (s *Stops) Asked() int { return int(s.asked.Load()) - 1 }
 
 // FailFeeder feeds as its Feeder does, and fails with Err to feed
 // iteration At or any later: a rank whose Run fails while its link stays
