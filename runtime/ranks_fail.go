@@ -22,10 +22,10 @@ import (
 // failed.
 type RankError struct {
 	Rank int
-	Err  string // the rank's error, as text
+	Text string // the rank's error
 }
 
-func (e *RankError) Error() string { return fmt.Sprintf("runtime: rank %d failed: %s", e.Rank, e.Err) }
+func (e *RankError) Error() string { return fmt.Sprintf("runtime: rank %d failed: %s", e.Rank, e.Text) }
 
 // maxFailureText bounds the bytes of an error a MsgFailed carries.
 const maxFailureText = 4096
@@ -88,5 +88,5 @@ func failure(m *Message) error {
 	for i := range b {
 		b[i] = byte(uint32(m.I[i/4]) >> (8 * (i % 4)))
 	}
-	return &RankError{Rank: m.From, Err: strings.ToValidUTF8(string(b), "\uFFFD")}
+	return &RankError{Rank: m.From, Text: strings.ToValidUTF8(string(b), "\uFFFD")}
 }

@@ -70,7 +70,7 @@ func TestFailureMessage(t *testing.T) {
 		m := &Message{From: 3, Kind: MsgFailed, Chunk: len(text), I: failureWords(text)}
 		e, ok := errors.AsType[*RankError](failure(m))
 		require.True(t, ok, "%q", text)
-		require.True(t, e.Rank == 3 && e.Err == text, "got rank %d %q, want rank 3 %q", e.Rank, e.Err, text)
+		require.True(t, e.Rank == 3 && e.Text == text, "got rank %d %q, want rank 3 %q", e.Rank, e.Text, text)
 	}
 	for _, m := range []*Message{
 		{Chunk: -1},
