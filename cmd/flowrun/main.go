@@ -108,7 +108,11 @@ func (h *interruptHandler) handle(signals <-chan os.Signal, cancel context.Cance
 			}
 			continue
 		case step == stepGraceful:
-			fmt.Fprintf(os.Stderr, "\nflowrun: %s: %s (interrupt again to stop at once)\n", why, how)
+			again := "again" // the next signal of this process cancels
+			if !signal {
+				again = "twice"
+			}
+			fmt.Fprintf(os.Stderr, "\nflowrun: %s: %s (interrupt %s to stop at once)\n", why, how, again)
 			close(h.stop)
 		case step == stepCancel:
 			fmt.Fprintf(os.Stderr, "\nflowrun: %s: stopping\n", why)
