@@ -37,11 +37,20 @@ const (
 	// MsgStopAt, from rank 0, ends the run after Iter iterations on every
 	// rank, the most any rank had begun; the rank resumes up to there.
 	MsgStopAt
+	// MsgFailed tells every other rank that the sender's Run failed, and
+	// why: its error's text, Chunk bytes packed four to a word in I
+	// (failureWords). The others' Runs fail at once with a *RankError,
+	// rather than wait for the sender until their stall timeout.
+	MsgFailed
+	// MsgStopRequest, from a rank other than 0 whose Stop closed, asks
+	// rank 0 to stop the run as its own Stop does (PlanRunner.StopAsked).
+	MsgStopRequest
 )
 
 // Message is one notice between the ranks of a multi-process run, about
-// one firing of one iteration of one Run, or about where the Run stops
-// (MsgPause, MsgBegun, MsgStopAt: Firing unused).
+// one firing of one iteration of one Run, or about the Run as a whole:
+// where it stops (MsgPause, MsgBegun, MsgStopAt, MsgStopRequest) or that
+// it failed (MsgFailed); Firing is then unused.
 type Message struct {
 	Run    int // the Run call, counted from 0 by each runner
 	From   int // the sender's rank
@@ -49,8 +58,8 @@ type Message struct {
 	Firing int
 	Iter   int
 	Reg    int       // MsgData, MsgPart
-	Chunk  int       // MsgPart, MsgReduced
-	F      []float32 // MsgData, MsgPart, MsgReduced: the payload (I for int32 registers)
+	Chunk  int       // MsgPart, MsgReduced; MsgFailed: the bytes of its text
+	F      []float32 // MsgData, MsgPart, MsgReduced: the payload (I for int32 registers; MsgFailed: its text)
 	I      []int32
 }
 

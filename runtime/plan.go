@@ -56,8 +56,14 @@ type PlanRunner struct {
 	// and Run returns the iterations done, fewer than asked. The weights
 	// are then those of that many whole iterations. In a multi-process
 	// run, rank 0's Stop stops every rank after the same iterations (they
-	// agree on them: see stopRanks); the other ranks' is ignored.
+	// agree on them: see stopRanks); another rank's asks rank 0 to stop
+	// (StopAsked).
 	Stop <-chan struct{}
+	// StopAsked, if set, is called on rank 0 of a multi-process run when
+	// another rank's Stop has closed during a Run, with that rank: closing
+	// rank 0's Stop then stops every rank. It is called from the goroutine
+	// that receives the Run's messages, so it must not block.
+	StopAsked func(rank int)
 	// Eager runs GPU plans by enqueueing every firing every iteration, as
 	// heterogeneous plans always run, instead of replaying a CUDA graph.
 	Eager bool
@@ -399,7 +405,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	p := r.p
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	x := &run{r: r, ctx: ctx, iters: iters, asked: iters, feed: feed,
+	x := &run{r: r, ctx: ctx, cancel: cancel, iters: iters, asked: iters, feed: feed,
 		done:   make([]int, len(p.Firings)),
 		events: make([]trace.Event, 0, len(p.Firings)*iters),
 		loss:   make([]float64, iters),
@@ -436,9 +442,9 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 		x.rr = &rankRun{id: rk.runs, heard: map[[2]int]int{}, parts: map[[2]int][]*Message{}, begunOf: map[int]int{}}
 		rk.runs++
 		defer rk.link.Forget(x.rr.id)
-		stopReceiving = x.startReceiving(cancel)
-		if rk.me == 0 && r.Stop != nil {
-			endStop = x.watchStop(cancel)
+		stopReceiving = x.startReceiving()
+		if r.Stop != nil {
+			endStop = x.watchStop()
 		}
 	}
 
@@ -456,19 +462,16 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 		}
 		wg.Go(func() {
 			if err := x.stream(order); err != nil {
-				cancel(err)
-				x.mu.Lock()
-				x.cond.Broadcast()
-				x.mu.Unlock()
+				x.fail(err)
 			}
 		})
 	}
-	stop := x.watchdog(cancel)
+	stop := x.watchdog()
 	wg.Wait()
 	endStop()
 	if x.rr != nil && r.rk.me != 0 && context.Cause(ctx) == nil {
 		if err := x.reportEnd(); err != nil {
-			cancel(err)
+			x.fail(err)
 		}
 	}
 	stop()
@@ -537,14 +540,15 @@ func (x *run) addLoss(it int, loss float64) (mean float64, report bool) {
 
 // run is the state of one Run.
 type run struct {
-	r     *PlanRunner
-	ctx   context.Context
-	iters int // lowered when the runner's Stop closes (x.mu held)
-	asked int // iters as Run was called
-	feed  Feeder
-	start time.Time
-	wall  time.Time // start without its monotonic reading
-	rr    *rankRun  // multi-process runs
+	r      *PlanRunner
+	ctx    context.Context
+	cancel context.CancelCauseFunc // fail
+	iters  int                     // lowered when the runner's Stop closes (x.mu held)
+	asked  int                     // iters as Run was called
+	feed   Feeder
+	start  time.Time
+	wall   time.Time // start without its monotonic reading
+	rr     *rankRun  // multi-process runs
 
 	mu       sync.Mutex
 	cond     *sync.Cond
@@ -703,7 +707,7 @@ func (x *run) wait(f, it int) error {
 
 // watchdog wakes the streams when the run is cancelled, and cancels it
 // when no firing has finished for Stall.
-func (x *run) watchdog(cancel context.CancelCauseFunc) (stop func()) {
+func (x *run) watchdog() (stop func()) {
 	quit := make(chan struct{})
 	go func() {
 		period := time.Second
@@ -726,7 +730,7 @@ func (x *run) watchdog(cancel context.CancelCauseFunc) (stop func()) {
 				stalled := x.r.Stall > 0 && time.Since(x.progress) > x.r.Stall
 				x.mu.Unlock()
 				if stalled {
-					cancel(fmt.Errorf("%w: no task finished for %v", ErrStalled, x.r.Stall))
+					x.fail(fmt.Errorf("%w: no task finished for %v", ErrStalled, x.r.Stall))
 				}
 			}
 		}

@@ -67,8 +67,14 @@ import (
 // iteration's). A rank whose streams have run all of the Run's iterations
 // may end its Run before MsgPause reaches it, and its inbox then drops
 // it: so every rank but 0 sends MsgBegun unasked at the end of each Run.
-// A rank lost or stalled meanwhile fails the run as it would otherwise:
-// the link's error or ErrStalled.
+// A rank lost, stalled or failed meanwhile fails the run as it would
+// otherwise: the link's error, ErrStalled or its MsgFailed.
+//
+// Another rank's Stop closing asks rank 0 to stop (MsgStopRequest, sent
+// once a Run, at its start if Stop closed before): rank 0's StopAsked
+// hears of it, and closes rank 0's Stop if the caller so chooses (flowrun
+// does as for rank 0's own interrupt). A request that comes between two
+// Runs waits in the inbox for the next.
 
 // ranked is a PlanRunner's part of a multi-process run.
 type ranked struct {
@@ -278,7 +284,7 @@ func (x *run) notify(f, it int) error {
 }
 
 // receive handles the run's messages until the run ends or the link fails.
-func (x *run) receive(inbox <-chan *Message, quit <-chan struct{}, fail func(error)) {
+func (x *run) receive(inbox <-chan *Message, quit <-chan struct{}) {
 	for {
 		select {
 		case <-quit:
@@ -291,11 +297,11 @@ func (x *run) receive(inbox <-chan *Message, quit <-chan struct{}, fail func(err
 				if err == nil {
 					err = fmt.Errorf("runtime: the link to the other ranks closed")
 				}
-				fail(err)
+				x.fail(err)
 				return
 			}
 			if err := x.handle(m); err != nil {
-				fail(err)
+				x.fail(err)
 				return
 			}
 		}
@@ -307,8 +313,10 @@ func (x *run) handle(m *Message) error {
 	p := x.r.p
 	rk := x.r.rk
 	switch m.Kind {
-	case MsgPause, MsgBegun, MsgStopAt:
+	case MsgPause, MsgBegun, MsgStopAt, MsgStopRequest:
 		return x.handleStop(m)
+	case MsgFailed:
+		return failure(m)
 	}
 	if m.Firing < 0 || m.Firing >= len(p.Firings) || m.Iter < 0 || m.Iter >= x.asked {
 		return fmt.Errorf("runtime: rank %d sent a message about firing %d of iteration %d, outside the plan's %d firings and %d iterations",
@@ -383,16 +391,22 @@ func (x *run) handleStop(m *Message) error {
 		x.cond.Broadcast()
 		x.mu.Unlock()
 		return nil
+	case m.Kind == MsgStopRequest && me == 0 && m.From != 0:
+		x.mu.Unlock()
+		if asked := x.r.StopAsked; asked != nil {
+			asked(m.From)
+		}
+		return nil
 	}
 	x.mu.Unlock()
 	return fmt.Errorf("runtime: rank %d sent rank %d a stop message (kind %d) for iteration %d, which the protocol has no place for", m.From, me, m.Kind, m.Iter)
 }
 
-// watchStop, on rank 0, stops every rank once the runner's Stop closes
-// (stopRanks). The end it returns, called once the streams are done,
-// waits for a stop begun to finish: the other ranks may be paused until
-// they hear where to stop.
-func (x *run) watchStop(cancel context.CancelCauseFunc) (end func()) {
+// watchStop acts once the runner's Stop closes: rank 0 stops every rank
+// (stopRanks), another rank asks rank 0 to (MsgStopRequest). The end it
+// returns, called once the streams are done, waits for a stop begun to
+// finish: the other ranks may be paused until they hear where to stop.
+func (x *run) watchStop() (end func()) {
 	quit := make(chan struct{})
 	done := make(chan struct{})
 	go func() {
@@ -404,11 +418,14 @@ func (x *run) watchStop(cancel context.CancelCauseFunc) (end func()) {
 		case <-x.ctx.Done():
 			return
 		}
-		if err := x.stopRanks(); err != nil {
-			cancel(err)
-			x.mu.Lock()
-			x.cond.Broadcast()
-			x.mu.Unlock()
+		var err error
+		if x.r.rk.me == 0 {
+			err = x.stopRanks()
+		} else if err = x.send(0, &Message{Kind: MsgStopRequest}); err != nil {
+			err = fmt.Errorf("runtime: asking rank 0 to stop: %w", err)
+		}
+		if err != nil {
+			x.fail(err)
 		}
 	}()
 	return func() {
@@ -833,20 +850,15 @@ func (r *PlanRunner) homeOf(f int) int {
 }
 
 // startReceiving handles the run's messages from the other ranks until the
-// returned stop is called; a bad message or a failed link cancels the run.
-func (x *run) startReceiving(cancel context.CancelCauseFunc) (stop func()) {
+// returned stop is called; a bad message, another rank's failure or a
+// failed link fails the run.
+func (x *run) startReceiving() (stop func()) {
 	rk := x.r.rk
 	quit := make(chan struct{})
 	done := make(chan struct{})
-	fail := func(err error) {
-		cancel(err)
-		x.mu.Lock()
-		x.cond.Broadcast()
-		x.mu.Unlock()
-	}
 	go func() {
 		defer close(done)
-		x.receive(rk.link.Inbox(x.rr.id), quit, fail)
+		x.receive(rk.link.Inbox(x.rr.id), quit)
 	}()
 	return func() {
 		close(quit)

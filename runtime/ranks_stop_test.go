@@ -40,7 +40,8 @@ func runRanksTogether(t *testing.T, rs []*PlanRunner, iters int, feed Feeder) []
 // from a checkpoint of them for the steps left, it ends with the bits of
 // a run never stopped. Stopped in the last iteration, with the pause late
 // to reach the other ranks, it runs every iteration (ranks that ended
-// their Run before the pause reached them told rank 0 so).
+// their Run before the pause reached them told rank 0 so). So too when
+// rank 1's Stop closes: it asks rank 0, whose StopAsked closes rank 0's.
 func TestRanksStop(t *testing.T) {
 	const iters = 8
 	cases := []struct {
@@ -59,8 +60,12 @@ func TestRanksStop(t *testing.T) {
 		_, err = one.Run(context.Background(), iters, NewSyntheticFeeder(p.Images, 10, 64, 9))
 		require.NoError(t, err)
 		for _, at := range []int{1, 3, iters - 1} {
-			for _, delay := range []time.Duration{0, 300 * time.Millisecond} {
-				t.Run(fmt.Sprintf("%s/%v/at=%d/delay=%v", c.strategy, c.ranks, at, delay), func(t *testing.T) {
+			for _, stop := range []struct {
+				by    int // the rank whose Stop closes
+				delay time.Duration
+			}{{0, 0}, {0, 300 * time.Millisecond}, {1, 0}} {
+				delay := stop.delay
+				t.Run(fmt.Sprintf("%s/%v/at=%d/by=%d/delay=%v", c.strategy, c.ranks, at, stop.by, delay), func(t *testing.T) {
 					n := slices.Max(c.ranks) + 1
 					h := newMemHub(n)
 					rs := make([]*PlanRunner, n)
@@ -73,13 +78,13 @@ func TestRanksStop(t *testing.T) {
 						require.NoError(t, err)
 						rs[k].Stall = 10 * time.Second
 					}
-					stop := make(chan struct{})
-					rs[0].Stop = stop
-					closed := make(chan struct{})
-					close(closed)
-					rs[1].Stop = closed // another rank's Stop is ignored: rank 0 decides
-					feed := plantest.StopFeeder{Feeder: NewSyntheticFeeder(p.Images, 10, 64, 9), At: at, Stop: stop, Once: new(sync.Once)}
+					stops := plantest.NewStops(stop.by)
+					rs[0].Stop, rs[stop.by].Stop, rs[0].StopAsked = stops.Rank0, stops.Stopper, stops.Ask
+					feed := plantest.StopFeeder{Feeder: NewSyntheticFeeder(p.Images, 10, 64, 9), At: at, Stop: stops.Stopper, Once: new(sync.Once)}
 					res := runRanksTogether(t, rs, iters, feed)
+					if stop.by != 0 && at < iters-1 {
+						require.Equal(t, stop.by, stops.Asked(), "the rank that asked rank 0 to stop")
+					}
 					done := len(res[0].Loss)
 					for k, r := range res {
 						require.Len(t, r.Loss, done, "rank %d's iterations", k)

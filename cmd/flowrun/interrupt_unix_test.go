@@ -14,6 +14,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -102,4 +103,46 @@ func scanCRLF(data []byte, atEOF bool) (advance int, token []byte, err error) {
 		return len(data), data, nil
 	}
 	return 0, nil, nil
+}
+
+// A worker started by a launcher that alone is interrupted (a scheduler
+// evicting its pod) asks rank 0 to stop as at its own interrupt: every
+// rank finishes the same steps, rank 0 writes the checkpoint and exits
+// naming it, and the worker exits cleanly, within the Run call of
+// --save-every steps in flight. (Before, the worker ignored the interrupt
+// and the run went on: the hang guard kills rank 0 after a minute.)
+func TestTrainLaunchedWorkerInterrupt(t *testing.T) {
+	port, err := freePort()
+	require.NoError(t, err)
+	for k, v := range map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": strconv.Itoa(port), "FLOWRUN_TOKEN": "launched"} {
+		t.Setenv(k, v)
+	}
+	worker := exec.Command(os.Args[0], "worker")
+	worker.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1", "RANK=1")
+	var said bytes.Buffer
+	worker.Stdout, worker.Stderr = &said, &said
+	require.NoError(t, worker.Start())
+	exited := make(chan error, 1)
+	go func() { exited <- worker.Wait() }()
+	t.Cleanup(func() {
+		worker.Process.Kill()
+		<-exited
+	})
+	ckpt := filepath.Join(t.TempDir(), "c.safetensors")
+	const every = 100
+	out, step := interruptTrain(t, ckpt, func(rank0 *exec.Cmd) error {
+		time.AfterFunc(time.Minute, func() { rank0.Process.Kill() })
+		return worker.Process.Signal(syscall.SIGTERM)
+	}, "--model", "mlp", "--strategy", "dp=2", "--epochs", "20", "--save-every", strconv.Itoa(every), "--workers", "1")
+	require.Contains(t, out, "rank 1 was interrupted: stopping every process after the steps in flight to write "+ckpt)
+	require.Greater(t, step, every, "stopped in the Run call after the first checkpoint's")
+	require.Less(t, step, 2*every, "stopped within the Run call, not at its end")
+	select {
+	case err := <-exited:
+		exited <- err // for the cleanup
+		require.NoError(t, err, "the worker exits cleanly:\n%s", said.String())
+	case <-time.After(30 * time.Second):
+		t.Fatal("the worker goes on after rank 0 ended the run")
+	}
+	require.Contains(t, said.String(), "terminated: asking rank 0 to stop the run on every rank")
 }

@@ -38,13 +38,15 @@ and reports what it measured.`,
 // sends before it kills a job) does: by default the first cancels the
 // command's context; a command that can stop cleanly asks for it with
 // Graceful. The next cancels, and the one after that exits at once, so
-// that nothing can hang on an interrupt.
-var interrupts = &interruptHandler{stop: make(chan struct{})}
+// that nothing can hang on an interrupt. Another process of the run can
+// ask for the first step (Ask): rank 0, for a worker interrupted.
+var interrupts = &interruptHandler{stop: make(chan struct{}), asked: make(chan string, 1)}
 
 type interruptHandler struct {
-	mu   sync.Mutex
-	how  string        // what a graceful stop does, said at the first interrupt ("": none asked for)
-	stop chan struct{} // closed by the first interrupt if a graceful stop was asked for
+	mu    sync.Mutex
+	how   string        // what a graceful stop does, said at the first interrupt ("": none asked for)
+	stop  chan struct{} // closed by the first interrupt if a graceful stop was asked for
+	asked chan string   // who asks for the first step (Ask)
 }
 
 // Graceful asks that the first interrupt close the channel it returns,
@@ -57,20 +59,68 @@ func (h *interruptHandler) Graceful(how string) <-chan struct{} {
 	return h.stop
 }
 
-// handle acts on the signals a process receives until it exits.
-func (h *interruptHandler) handle(signals <-chan os.Signal, cancel context.CancelFunc) {
-	sig := <-signals
-	h.mu.Lock()
-	how := h.how
-	h.mu.Unlock()
-	if how != "" {
-		fmt.Fprintf(os.Stderr, "\nflowrun: %v: %s (interrupt again to stop at once)\n", sig, how)
-		close(h.stop)
-		sig = <-signals
+// Ask has the command stop as at its first interrupt, for who (e.g.
+// "rank 2 was interrupted"), unless an interrupt already did. It never
+// blocks.
+func (h *interruptHandler) Ask(who string) {
+	select {
+	case h.asked <- who:
+	default:
 	}
-	fmt.Fprintf(os.Stderr, "\nflowrun: %v: stopping\n", sig)
-	cancel()
-	<-signals
-	fmt.Fprintln(os.Stderr, "flowrun: exiting")
-	os.Exit(130)
+}
+
+// The steps of interruptHandler.handle.
+const (
+	stepGraceful = iota + 1 // close stop
+	stepCancel              // cancel the command's context
+	stepExit                // exit at once
+)
+
+// handle acts on the signals a process receives, and on requests (Ask),
+// until it exits. The n-th signal takes the n-th step (the first the
+// graceful stop, if one was asked for, else cancelling); a request takes
+// the first; a step already taken is not taken again, so that a process
+// that another asked to stop still takes two more signals of its own to
+// exit.
+func (h *interruptHandler) handle(signals <-chan os.Signal, cancel context.CancelFunc) {
+	taken, n := 0, 0
+	for {
+		var why string
+		step, signal := stepGraceful, false
+		select {
+		case sig := <-signals:
+			n++
+			why, step, signal = sig.String(), n, true
+		case who := <-h.asked:
+			why = who
+		}
+		h.mu.Lock()
+		how := h.how
+		h.mu.Unlock()
+		if how == "" {
+			step++
+		}
+		step = min(step, stepExit)
+		switch {
+		case step <= taken:
+			if signal {
+				fmt.Fprintf(os.Stderr, "\nflowrun: %s: already stopping (interrupt again to stop at once)\n", why)
+			}
+			continue
+		case step == stepGraceful:
+			again := "again" // the next signal of this process cancels
+			if !signal {
+				again = "twice"
+			}
+			fmt.Fprintf(os.Stderr, "\nflowrun: %s: %s (interrupt %s to stop at once)\n", why, how, again)
+			close(h.stop)
+		case step == stepCancel:
+			fmt.Fprintf(os.Stderr, "\nflowrun: %s: stopping\n", why)
+			cancel()
+		default:
+			fmt.Fprintln(os.Stderr, "flowrun: exiting")
+			os.Exit(130)
+		}
+		taken = step
+	}
 }

@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"compress/gzip"
 	"encoding/json"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -126,4 +128,44 @@ func TestSampleCmd(t *testing.T) {
 	require.ErrorContains(t, err, "mlp.safetensors: runtime: model mlp is not a language model")
 	_, err = sample()
 	require.ErrorContains(t, err, "give a checkpoint file of a language model")
+}
+
+// Another process's request (Ask) takes the first step of an interrupt,
+// once: with a graceful stop, the process's own first interrupt then
+// takes no step and its second cancels; without, the request cancels.
+func TestInterruptAsked(t *testing.T) {
+	within := func(c <-chan struct{}, what string) {
+		t.Helper()
+		select {
+		case <-c:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("no %s", what)
+		}
+	}
+	for _, graceful := range []bool{true, false} {
+		t.Run(fmt.Sprint(graceful), func(t *testing.T) {
+			h := &interruptHandler{stop: make(chan struct{}), asked: make(chan string, 1)}
+			if graceful {
+				h.Graceful("stopping after the step in flight")
+			}
+			signals := make(chan os.Signal)
+			cancelled := make(chan struct{})
+			go h.handle(signals, func() { close(cancelled) })
+			h.Ask("rank 1 was interrupted")
+			if !graceful {
+				within(cancelled, "cancel")
+				return
+			}
+			within(h.stop, "graceful stop")
+			h.Ask("rank 2 was interrupted")
+			signals <- os.Interrupt
+			select {
+			case <-cancelled:
+				t.Fatal("the first interrupt of its own cancelled, a request having begun the graceful stop")
+			case <-time.After(100 * time.Millisecond):
+			}
+			signals <- os.Interrupt
+			within(cancelled, "cancel at the second interrupt")
+		})
+	}
 }

@@ -243,6 +243,7 @@ func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.D
 		return nil, err
 	}
 	pr.Stall = stall
+	pr.StopAsked = func(k int) { interrupts.Ask(fmt.Sprintf("rank %d was interrupted", k)) }
 	var plan bytes.Buffer
 	if err := plans.Encode(&plan, p); err != nil {
 		return nil, err
@@ -373,7 +374,10 @@ func (pr *procRunner) Run(ctx context.Context, iters int, feed runtime.Feeder) (
 	wg.Go(func() { local, lerr = pr.PlanRunner.Run(ctx, iters, feed) })
 	replies, err := pr.ask(ctx, cmdRun, b)
 	wg.Wait()
-	if err == nil {
+	if lerr != nil {
+		// Rank 0's own, or the error of the worker that failed (a
+		// runtime.RankError), where another worker's reply would say
+		// that that worker failed.
 		err = lerr
 	}
 	if err != nil {

@@ -1,13 +1,18 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -330,4 +335,70 @@ func TestFinishTraining(t *testing.T) {
 	require.ErrorContains(t, err, "c.safetensors holds the weights after step 40: go on with --resume c.safetensors")
 	diverged := fmt.Errorf("%w at step 41", runtime.ErrDiverged)
 	require.Equal(t, diverged, finishTraining(nil, f, diverged))
+}
+
+// writeMNIST writes n images of side×side pixels, and their labels, as
+// MNIST's training and test sets in dir.
+func writeMNIST(t *testing.T, dir string, side, n int) {
+	t.Helper()
+	images := binary.BigEndian.AppendUint32(nil, 0x803)
+	for _, v := range []int{n, side, side} {
+		images = binary.BigEndian.AppendUint32(images, uint32(v))
+	}
+	labels := binary.BigEndian.AppendUint32(nil, 0x801)
+	labels = binary.BigEndian.AppendUint32(labels, uint32(n))
+	for i := range n {
+		for p := range side * side {
+			images = append(images, byte(i*7+p))
+		}
+		labels = append(labels, byte(i%10))
+	}
+	for name, b := range map[string][]byte{data.TrainImagesFile: images, data.TrainLabelsFile: labels, data.TestImagesFile: images, data.TestLabelsFile: labels} {
+		tmp := filepath.Join(dir, name+".tmp")
+		require.NoError(t, os.WriteFile(tmp, b, 0o644))
+		require.NoError(t, os.Rename(tmp, filepath.Join(dir, name)))
+	}
+}
+
+// A worker that cannot do its part while its link stays up (its copy of
+// the data set, read after rank 0's, has other images) fails the run on
+// rank 0 at once with its error, not with a stall after a minute; and the
+// worker, having failed, exits cleanly when rank 0 ends the run.
+func TestTrainLaunchedWorkerFails(t *testing.T) {
+	dir := t.TempDir()
+	writeMNIST(t, dir, 28, 64)
+	port, err := freePort()
+	require.NoError(t, err)
+	env := append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1", "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port), "FLOWRUN_TOKEN=launched")
+	var said0, said1 bytes.Buffer
+	rank0 := exec.Command(os.Args[0], "train", "--model", "mlp", "--strategy", "dp=2", "--batch", "16", "--max-steps", "50", "--data", dir, "--workers", "1")
+	rank0.Env, rank0.Stdout, rank0.Stderr = slices.Concat(env, []string{"RANK=0"}), &said0, &said0
+	worker := exec.Command(os.Args[0], "worker")
+	worker.Env, worker.Stdout, worker.Stderr = slices.Concat(env, []string{"RANK=1"}), &said1, &said1
+	require.NoError(t, rank0.Start())
+	guard := time.AfterFunc(2*time.Minute, func() { rank0.Process.Kill() })
+	defer guard.Stop()
+	exited := make(chan error, 1)
+	go func() { exited <- rank0.Wait() }()
+	for listening := false; !listening; { // once it has read the data set
+		select {
+		case err := <-exited:
+			t.Fatalf("rank 0 exited (%v) before the worker started:\n%s", err, said0.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+		c, err := net.Dial("tcp", net.JoinHostPort("127.0.0.1", strconv.Itoa(port)))
+		if listening = err == nil; listening {
+			c.Close()
+		}
+	}
+	writeMNIST(t, dir, 8, 64)
+	require.NoError(t, worker.Start())
+	var exit *exec.ExitError
+	require.ErrorAs(t, <-exited, &exit)
+	out := said0.String()
+	require.Equal(t, 1, exit.ExitCode(), out)
+	require.Contains(t, out, "flowrun: runtime: rank 1 failed: ")
+	require.Contains(t, out, "MNIST feeds 8×8 images")
+	require.NotContains(t, out, "stalled")
+	require.NoError(t, worker.Wait(), said1.String())
 }

@@ -97,8 +97,9 @@ and exits; a second interrupt stops at once. A run over several processes
 stops so too: rank 0, interrupted, has every process finish the same steps
 (those any of them has begun) before it writes the checkpoint. The workers
 that --procs starts are out of the terminal's reach (Ctrl-C interrupts
-this process alone); a 'flowrun worker' started by a launcher leaves the
-stop to rank 0 at its first interrupt and stops at once at its second.
+this process alone); a 'flowrun worker' started by a launcher asks rank 0
+to stop so at its first interrupt (a scheduler evicting it alone) and
+stops at once at its second.
 --resume starts from one, under any strategy, device or process count of
 the same model, and goes on as the run that wrote it would have; 'flowrun
 eval' scores one.

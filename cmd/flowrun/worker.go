@@ -35,9 +35,11 @@ process group of its own, out of the reach of the terminal's Ctrl-C: the
 coordinator ends them.
 
 Rank 0 decides when the run stops. A worker's first interrupt (the SIGTERM
-a scheduler sends every rank of a job it is about to kill) is left to rank
-0, which, interrupted too, stops a training run after the same steps on
-every rank, saves, and ends the run; the second stops the worker at once.`,
+a scheduler sends every rank of a job it is about to kill, or this pod
+alone that it evicts) asks rank 0 to stop as at its own first interrupt:
+a training run with --save stops after the same steps on every rank,
+saves, and ends the run; one without ends at once. The second stops the
+worker at once.`,
 		Example: `  # on each of two hosts (rank 0 runs flowrun exec):
   export WORLD_SIZE=2 MASTER_ADDR=10.0.0.1 MASTER_PORT=29500 FLOWRUN_TOKEN=$(cat secret)
   RANK=0 flowrun exec plan.json --compare
@@ -62,7 +64,7 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 		return err
 	}
 	o.Listen = listen
-	interrupts.Graceful("leaving the stop to rank 0, which ends the run on every rank")
+	stop := interrupts.Graceful("asking rank 0 to stop the run on every rank")
 	g, err := remote.Join(ctx, o)
 	if err != nil {
 		return err
@@ -97,6 +99,7 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 				break
 			}
 			runner.Stall = s.Stall
+			runner.Stop = stop
 			if feed, err = s.Feed.feeder(p); err != nil {
 				reply.Err = err.Error()
 			}

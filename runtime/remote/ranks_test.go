@@ -2,6 +2,7 @@ package remote
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
@@ -15,22 +16,28 @@ import (
 	"github.com/flowkit/flowkit/runtime/internal/plantest"
 )
 
+// cpuPlan compiles model under strategy for as many CPU devices as the
+// strategy has, one a rank.
+func cpuPlan(t *testing.T, model, strategy string, batch int, opt graph.Optimizer) *plans.Plan {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	devs := make([]plans.Device, st.Devices())
+	for i := range devs {
+		devs[i] = plans.Device{Name: fmt.Sprintf("cpu%d", i), Type: "cpu", Workers: 1, Memory: 1 << 30}
+	}
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 5, Optimizer: opt, Devices: devs})
+	require.NoError(t, err)
+	return p
+}
+
 // Plans run over ranks that talk gRPC on loopback give every replica the
 // bits one process computes: all-reduces in chunks over 3 and 4 ranks,
 // registers smaller than the ranks, weighted; ZeRO's reduce-scatters and
 // gathers over 3 ranks.
 func TestRanksOverGRPC(t *testing.T) {
 	compile := func(model, strategy string, batch int) *plans.Plan {
-		st, err := plans.ParseStrategy(strategy, batch)
-		require.NoError(t, err)
-		devs := make([]plans.Device, st.DP)
-		for i := range devs {
-			devs[i] = plans.Device{Name: fmt.Sprintf("cpu%d", i), Type: "cpu", Workers: 1, Memory: 1 << 30}
-		}
-		p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 5,
-			Optimizer: graph.SGD{LR: 0.05, Momentum: 0.9}, Devices: devs})
-		require.NoError(t, err)
-		return p
+		return cpuPlan(t, model, strategy, batch, graph.SGD{LR: 0.05, Momentum: 0.9})
 	}
 	const gpt3 = "gpt:layers=2,hidden=36,heads=4,seq=8,vocab=64"
 	for _, c := range []struct {
@@ -97,30 +104,26 @@ func TestRanksOverGRPC(t *testing.T) {
 	}
 }
 
-// A run over ranks that talk gRPC, stopped by rank 0 mid-run, ends after
-// the same whole iterations on every rank; resumed from a checkpoint of
-// them (over new groups, as a new job would), it ends with the bits of a
-// run never stopped.
+// A run over ranks that talk gRPC, stopped mid-run by rank 0 or at
+// another rank's request, ends after the same whole iterations on every
+// rank; resumed from a checkpoint of them (over new groups, as a new job
+// would), it ends with the bits of a run never stopped.
 func TestRanksStopOverGRPC(t *testing.T) {
 	const iters = 8
 	for _, c := range []struct {
 		strategy string
 		ranks    []int
+		by       int // the rank whose Stop closes
 	}{
-		{"dp=2", []int{0, 1}},
-		{"pp=2,mb=4,sched=1f1b", []int{0, 1}},
-		{"dp=3", []int{0, 1, 2}},
+		{"dp=2", []int{0, 1}, 0},
+		{"dp=2", []int{0, 1}, 1},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}, 0},
+		{"pp=2,mb=4,sched=1f1b", []int{0, 1}, 1},
+		{"dp=3", []int{0, 1, 2}, 0},
+		{"dp=3", []int{0, 1, 2}, 2},
 	} {
-		t.Run(c.strategy, func(t *testing.T) {
-			st, err := plans.ParseStrategy(c.strategy, 12)
-			require.NoError(t, err)
-			devs := make([]plans.Device, len(c.ranks))
-			for i := range devs {
-				devs[i] = plans.Device{Name: fmt.Sprintf("cpu%d", i), Type: "cpu", Workers: 1, Memory: 1 << 30}
-			}
-			p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 12, Strategy: st, Seed: 5,
-				Optimizer: graph.Adam{LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs})
-			require.NoError(t, err)
+		t.Run(fmt.Sprintf("%s/by=%d", c.strategy, c.by), func(t *testing.T) {
+			p := cpuPlan(t, "mlp", c.strategy, 12, graph.Adam{LR: 0.001, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
 			one, err := runtime.NewPlanRunner(p)
 			require.NoError(t, err)
 			_, err = one.Run(context.Background(), iters, runtime.NewSyntheticFeeder(p.Images, 10, 64, 9))
@@ -141,9 +144,12 @@ func TestRanksStopOverGRPC(t *testing.T) {
 				return rs
 			}
 			rs := newRanks()
-			stop := make(chan struct{})
-			rs[0].Stop = stop
-			res := runAll(rs, iters, plantest.StopFeeder{Feeder: runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), At: 2, Stop: stop, Once: new(sync.Once)})
+			stops := plantest.NewStops(c.by)
+			rs[0].Stop, rs[c.by].Stop, rs[0].StopAsked = stops.Rank0, stops.Stopper, stops.Ask
+			res := runAll(rs, iters, plantest.StopFeeder{Feeder: runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), At: 2, Stop: stops.Stopper, Once: new(sync.Once)})
+			if c.by != 0 {
+				require.Equal(t, c.by, stops.Asked(), "the rank that asked rank 0 to stop")
+			}
 			done := len(res[0].Loss)
 			for k, r := range res {
 				require.Len(t, r.Loss, done, "rank %d's iterations", k)
@@ -183,11 +189,7 @@ func TestRanksStopOverGRPC(t *testing.T) {
 // once, rather than waiting for messages that will not come until its
 // stall timeout.
 func TestGoodbyeEndsRun(t *testing.T) {
-	st, err := plans.ParseStrategy("dp=2", 8)
-	require.NoError(t, err)
-	devs := []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1, Memory: 1 << 30}, {Name: "cpu1", Type: "cpu", Workers: 1, Memory: 1 << 30}}
-	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Seed: 5, Optimizer: graph.SGD{LR: 0.05}, Devices: devs})
-	require.NoError(t, err)
+	p := cpuPlan(t, "mlp", "dp=2", 8, graph.SGD{LR: 0.05})
 	gs := groups(t, 2)
 	r, err := runtime.NewRankRunner(p, []int{0, 1}, gs[1].Link())
 	require.NoError(t, err)
@@ -204,5 +206,47 @@ func TestGoodbyeEndsRun(t *testing.T) {
 		require.Error(t, err)
 	case <-time.After(10 * time.Second):
 		t.Fatal("the worker's Run goes on after the coordinator's goodbye")
+	}
+}
+
+// A rank whose Run fails over gRPC, its link up, tells the others: their
+// Runs fail at once naming it and its error, not after the stall timeout
+// (a minute); every group stays up and closes cleanly, the failed rank's
+// too.
+func TestRanksFailureOverGRPC(t *testing.T) {
+	why := errors.New("the data set is gone")
+	for _, c := range []struct {
+		strategy string
+		failing  int
+	}{
+		{"dp=2", 1},
+		{"pp=2,mb=4,sched=1f1b", 0},
+		{"dp=3", 2},
+	} {
+		t.Run(fmt.Sprintf("%s/rank%d", c.strategy, c.failing), func(t *testing.T) {
+			p := cpuPlan(t, "mlp", c.strategy, 12, graph.SGD{LR: 0.05})
+			n := len(p.Devices)
+			gs := groups(t, n)
+			ranks := make([]int, n)
+			for k := range ranks {
+				ranks[k] = k
+			}
+			plantest.RunFailing(t, n, c.failing, runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), why,
+				func(ctx context.Context, k int, feed plantest.Feeder) error {
+					r, err := runtime.NewRankRunner(p, ranks, gs[k].Link())
+					if err != nil {
+						return err
+					}
+					r.Stall = time.Minute
+					_, err = r.Run(ctx, 5, feed)
+					return err
+				})
+			for k, g := range gs {
+				require.NoError(t, g.Err(), "rank %d's group", k)
+			}
+			for k, g := range gs {
+				require.NoError(t, g.Close(), "rank %d closes", k)
+			}
+		})
 	}
 }

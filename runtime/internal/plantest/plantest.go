@@ -4,9 +4,14 @@
 package plantest
 
 import (
+	"context"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
@@ -86,11 +91,56 @@ func (f StopFeeder) Feed(iter, from, n int, images []float32, labels []int32) er
 	return f.Feeder.Feed(iter, from, n, images, labels)
 }
 
-// RunAll calls run for ranks 0 … n−1 at once, as the processes of a
-// multi-process run would run, and returns their results once all have
-// returned, failing t with the first rank's error.
-func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
-	t.Helper()
+// Stops are the Stop channels of a multi-process run stopped by rank By:
+// rank 0's, and By's (the same when By is 0). Ask, as rank 0's StopAsked,
+// closes rank 0's once another rank asks.
+type Stops struct {
+	By      int
+	Rank0   chan struct{}
+	Stopper chan struct{} // rank By's
+	asked   atomic.Int64  // the rank that asked, +1
+}
+
+// NewStops returns the Stops of a run stopped by rank by.
+func NewStops(by int) *Stops {
+	s := &Stops{By: by, Rank0: make(chan struct{})}
+	s.Stopper = s.Rank0
+	if by != 0 {
+		s.Stopper = make(chan struct{})
+	}
+	return s
+}
+
+// Ask is rank 0's StopAsked: rank k asks it to stop.
+func (s *Stops) Ask(k int) {
+	if s.asked.CompareAndSwap(0, int64(k)+1) {
+		close(s.Rank0)
+	}
+}
+
+// Asked is the rank that asked rank 0 to stop, −1 if none did.
+func (s *Stops) Asked() int { return int(s.asked.Load()) - 1 }
+
+// FailFeeder feeds as its Feeder does, and fails with Err to feed
+// iteration At or any later: a rank whose Run fails while its link stays
+// up.
+type FailFeeder struct {
+	Feeder
+	At  int
+	Err error
+}
+
+func (f FailFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
+	if iter >= f.At {
+		return f.Err
+	}
+	return f.Feeder.Feed(iter, from, n, images, labels)
+}
+
+// Each calls run for ranks 0 … n−1 at once, as the processes of a
+// multi-process run would run, and returns their results and errors once
+// all have returned.
+func Each[R any](n int, run func(rank int) (R, error)) ([]R, []error) {
 	res := make([]R, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -98,10 +148,45 @@ func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
 		wg.Go(func() { res[k], errs[k] = run(k) })
 	}
 	wg.Wait()
+	return res, errs
+}
+
+// RunAll is Each, failing t with the first rank's error.
+func RunAll[R any](t testing.TB, n int, run func(rank int) (R, error)) []R {
+	t.Helper()
+	res, errs := Each(n, run)
 	for k, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", k, err)
 		}
 	}
 	return res
+}
+
+// RunFailing runs n ranks at once, as Each, rank k calling run with
+// feed, but rank failing with a FailFeeder of it that fails iteration 1
+// with why; each under a hang guard of 30 s (ctx). It checks that every
+// rank's Run fails: that rank's with its own error, every other's naming
+// that rank and its error (not a stall, nor another rank), and returns
+// the errors.
+func RunFailing(t testing.TB, n, failing int, feed Feeder, why error, run func(ctx context.Context, rank int, feed Feeder) error) []error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	_, errs := Each(n, func(k int) (struct{}, error) {
+		if k == failing {
+			return struct{}{}, run(ctx, k, FailFeeder{Feeder: feed, At: 1, Err: why})
+		}
+		return struct{}{}, run(ctx, k, feed)
+	})
+	for k, err := range errs {
+		require.ErrorContains(t, err, why.Error(), "rank %d", k)
+		if k == failing {
+			require.NotContains(t, err.Error(), "failed:", "rank %d: its own error", k)
+			continue
+		}
+		require.Contains(t, err.Error(), fmt.Sprintf("runtime: rank %d failed: ", failing), "rank %d", k)
+		require.NotContains(t, err.Error(), "stalled", "rank %d", k)
+	}
+	return errs
 }
