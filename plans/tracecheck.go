@@ -96,29 +96,9 @@ func (p *Plan) CheckTrace(tr *trace.Trace) error {
 	if err != nil {
 		return err
 	}
-	iters := tr.Iterations()
-	firingOf := p.firingIndex()
-	ev := make([][]*trace.Event, len(p.Firings)) // [firing][iter]
-	for f := range ev {
-		ev[f] = make([]*trace.Event, iters)
-	}
-	for i := range tr.Events {
-		e := &tr.Events[i]
-		if int(e.Task) >= len(p.Tasks) {
-			return fmt.Errorf("plans: trace event names task %d, the plan has %d", e.Task, len(p.Tasks))
-		}
-		f := firingOf(int(e.Task), int(e.Micro))
-		if p.Firings[f].Task != int(e.Task) || (p.Tasks[e.Task].PerMicro && p.Firings[f].Micro != int(e.Micro)) {
-			return fmt.Errorf("plans: trace event of %s has micro-batch %d", p.Tasks[e.Task].Name, e.Micro)
-		}
-		ev[f][e.Iter] = e
-	}
-	for f := range ev {
-		for i, e := range ev[f] {
-			if e == nil {
-				return fmt.Errorf("plans: trace lacks %s of iteration %d", p.FiringName(f), i)
-			}
-		}
+	ev, iters, err := p.firingEvents(tr)
+	if err != nil {
+		return err
 	}
 	for _, e := range edges {
 		for i := e.Delta; i < iters; i++ {
@@ -137,6 +117,37 @@ func (p *Plan) CheckTrace(tr *trace.Trace) error {
 		return err
 	}
 	return p.checkMemory(live)
+}
+
+// firingEvents indexes a valid trace of the plan's iterations by firing
+// and iteration, and fails unless every firing of every iteration is in
+// it once.
+func (p *Plan) firingEvents(tr *trace.Trace) (ev [][]*trace.Event, iters int, err error) {
+	iters = tr.Iterations()
+	firingOf := p.firingIndex()
+	ev = make([][]*trace.Event, len(p.Firings)) // [firing][iter]
+	for f := range ev {
+		ev[f] = make([]*trace.Event, iters)
+	}
+	for i := range tr.Events {
+		e := &tr.Events[i]
+		if int(e.Task) >= len(p.Tasks) {
+			return nil, 0, fmt.Errorf("plans: trace event names task %d, the plan has %d", e.Task, len(p.Tasks))
+		}
+		f := firingOf(int(e.Task), int(e.Micro))
+		if p.Firings[f].Task != int(e.Task) || (p.Tasks[e.Task].PerMicro && p.Firings[f].Micro != int(e.Micro)) {
+			return nil, 0, fmt.Errorf("plans: trace event of %s has micro-batch %d", p.Tasks[e.Task].Name, e.Micro)
+		}
+		ev[f][e.Iter] = e
+	}
+	for f := range ev {
+		for i, e := range ev[f] {
+			if e == nil {
+				return nil, 0, fmt.Errorf("plans: trace lacks %s of iteration %d", p.FiringName(f), i)
+			}
+		}
+	}
+	return ev, iters, nil
 }
 
 // span is the life of one version of a register: from the start of its
