@@ -155,6 +155,13 @@ func (p *Plan) firingEvents(tr *trace.Trace) (ev [][]*trace.Event, iters int, er
 type span struct{ start, end trace.Time }
 
 // liveSpans returns, by register and version, when each version was live.
+// Writes are spanned first and then extended by their reads, which a
+// firing listed before the writer's may do (a read of the previous
+// iteration's write, a task added to the plan before its input's
+// writer). The first in-place write of an iteration starts afresh (an
+// accumulation's first micro-batch overwrites), as the memory planner
+// takes it: the registers updated in place across iterations are
+// persistent, always live.
 func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error) {
 	live := make([]map[int]*span, len(p.Registers))
 	for r := range live {
@@ -174,6 +181,12 @@ func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error
 				s.start = min(s.start, e.Start)
 				s.end = max(s.end, e.End)
 			}
+		}
+	}
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		for i := range iters {
+			e := ev[f][i]
 			for _, u := range t.Reads {
 				if p.Idle(t, u, fi.Micro) {
 					continue
@@ -186,9 +199,10 @@ func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error
 					s.end = max(s.end, e.End)
 				}
 			}
-			if t.InPlace { // an in-place write reads the previous version
+			if t.InPlace { // an in-place write reads the previous version of its iteration
 				for _, r := range t.Writes {
-					if s := live[r][p.WriteVersion(r, t.ID, i, fi.Micro)-1]; s != nil {
+					v := p.WriteVersion(r, t.ID, i, fi.Micro)
+					if s := live[r][v-1]; s != nil && v%p.WritesPerIteration(r) != 0 {
 						s.end = max(s.end, e.End)
 					}
 				}
