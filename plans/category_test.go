@@ -45,8 +45,8 @@ func TestCategoriesKnownAnswers(t *testing.T) {
 	adam := graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
 	w := mlpParams
 	for _, tt := range []struct {
-		strategy          string
-		opt               graph.Optimizer
+		strategy           string
+		opt                graph.Optimizer
 		weights, optimizer units.Bytes
 	}{
 		{"single", sgd, w, 0},
