@@ -83,13 +83,23 @@ func TestCategoriesKnownAnswers(t *testing.T) {
 }
 
 // Each kind of register lands where DESIGN's roles put it, whatever it is
-// called: inputs and gathered weights are temporaries, recomputations
-// activations, accumulators and ZeRO's gradient parts gradients, and the
-// backward pass's gradients of activations temporaries.
+// called: inputs and ZeRO's gathered weights are temporaries,
+// recomputations and the forward pass's outputs (sequence parallelism's
+// gathers and scatters of them too) activations, accumulators and ZeRO's
+// gradient parts gradients, and the backward pass's gradients of
+// activations temporaries.
 func TestCategoriesByRole(t *testing.T) {
 	adam := graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
-	for _, strategy := range []string{"pp=2,mb=2,recompute=full", "dp=2,mb=2,zero=3", "dp=2,mb=2,zero=1"} {
-		p := compileMLP(t, strategy, adam)
+	for _, c := range []struct{ model, strategy string }{
+		{"mlp", "pp=2,mb=2,recompute=full"}, {"mlp", "dp=2,mb=2,zero=3"}, {"mlp", "dp=2,mb=2,zero=1"},
+		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "tp=2,sp=on,pp=2,mb=2,recompute=selective"},
+		{"gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", "dp=2,tp=2,sp=on,mb=2,zero=3"},
+	} {
+		strategy := c.model + " " + c.strategy
+		st, err := ParseStrategy(c.strategy, 8)
+		require.NoError(t, err)
+		p, err := Compile(Config{Model: c.model, Batch: 8, Strategy: st, Optimizer: adam, Devices: devs(st.Devices(), 0)})
+		require.NoError(t, err)
 		cat := p.Categories()
 		for _, task := range p.Tasks {
 			for _, r := range task.Writes {
@@ -97,9 +107,9 @@ func TestCategoriesByRole(t *testing.T) {
 				switch {
 				case reg.Persistent:
 					require.Contains(t, []Category{Weights, Optimizer}, c, reg.Name)
-				case task.Kind == Input, task.Kind == AllGather:
+				case task.Kind == Input, task.Kind == AllGather && !task.Sum:
 					require.Equal(t, Temporaries, c, reg.Name)
-				case task.Kind == Accumulate, task.Kind == ReduceScatter:
+				case task.Kind == Accumulate, task.Kind == ReduceScatter && !task.Sum:
 					require.Equal(t, Gradients, c, reg.Name)
 				case strings.HasSuffix(reg.Name, "@recompute"), task.Phase == "forward":
 					require.Equal(t, Activations, c, reg.Name)
