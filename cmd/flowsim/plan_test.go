@@ -50,10 +50,10 @@ func TestPlanThenSimulate(t *testing.T) {
 // --breakdown=false leaves alone; --json carries it.
 func TestSimulateBreakdown(t *testing.T) {
 	path := pipelinePlan(t)
-	short, err := run(t, "simulate", "--plan", path, "--breakdown=false", "--memory=false")
+	short, err := run(t, "simulate", "--plan", path, "--breakdown=false")
 	require.NoError(t, err)
 	require.Len(t, strings.Split(strings.TrimSpace(short), "\n"), 3, "step and two devices' memory:\n%s", short)
-	long, err := run(t, "simulate", "--plan", path, "--memory=false")
+	long, err := run(t, "simulate", "--plan", path)
 	require.NoError(t, err)
 	require.True(t, strings.HasPrefix(long, short), "the breakdown comes after:\n%s", long)
 	for _, want := range []string{"where a step goes (per step after 2 warm-up iterations)", "exposed comm", "local/cpu:1",
@@ -76,12 +76,17 @@ func TestSimulateBreakdown(t *testing.T) {
 	require.Equal(t, res.Path.Span, 8*res.Breakdown.Step+res.Path.Span%8, "the path spans the breakdown's 8 steps")
 }
 
-// simulate prints what fills memory last, by default: a row per device
-// with its arena and live peak and the categories then, and the largest
-// registers of the fullest; --json carries it, with the arena at least
-// the live peak.
+// simulate prints what fills memory last, by default as it prints the
+// breakdown: a row per device with its arena and live peak and the
+// categories then, and the largest registers of the fullest; --json
+// carries it, with the arena at least the live peak.
 func TestSimulateMemory(t *testing.T) {
 	path := pipelinePlan(t)
+	short, err := run(t, "simulate", "--plan", path, "--breakdown=false")
+	require.NoError(t, err)
+	alone, err := run(t, "simulate", "--plan", path, "--breakdown=false", "--memory")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(alone, short+"\nwhat fills memory"), "memory alone:\n%s", alone)
 	without, err := run(t, "simulate", "--plan", path, "--memory=false", "--top", "2")
 	require.NoError(t, err)
 	out, err := run(t, "simulate", "--plan", path, "--top", "2")

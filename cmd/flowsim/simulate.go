@@ -46,7 +46,7 @@ computing, communicating and waiting, the streams, ops and tasks (--top) it
 runs on most, and how many of its steps each kind of edge released (data,
 slot, stream, update, after).
 
-Last (--memory, on by default) what fills each device's memory: the planned
+Last (--memory, by default as --breakdown) what fills each device's memory: the planned
 arena (the memory the device needs) beside the most bytes the simulated
 iterations held live at once, when, and what they were: weights, optimizer
 state (ZeRO's master parts included), gradients of the weights and their
@@ -60,7 +60,12 @@ live peak: it holds every execution the plan's edges allow, not only the
 simulated one, and what does not pack tightly.`,
 		Example: `  flowsim simulate --plan plan.json --calib calib.json --trace sim.json`,
 		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd.OutOrStdout(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("memory") {
+				f.memory = f.breakdown
+			}
+			return runSimulate(cmd.OutOrStdout(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.plan, "plan", "", "plan file (from 'flowsim plan'; required)")
@@ -71,7 +76,7 @@ simulated one, and what does not pack tightly.`,
 	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")
 	fl.BoolVar(&f.breakdown, "breakdown", true, "print where the step goes per device and the critical path (in JSON: breakdown and critical_path)")
-	fl.BoolVar(&f.memory, "memory", true, "print what fills each device's memory at its live peak (in JSON: memory)")
+	fl.BoolVar(&f.memory, "memory", false, "print what fills each device's memory at its live peak (default: as --breakdown; in JSON: memory)")
 	fl.IntVar(&f.top, "top", 3, "streams, ops and tasks of the critical path, and registers at the fullest device's memory peak, shown (0: all)")
 	_ = cmd.MarkFlagRequired("plan")
 	return cmd
