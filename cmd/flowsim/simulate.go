@@ -46,12 +46,12 @@ computing, communicating and waiting, the streams, ops and tasks (--top) it
 runs on most, and how many of its steps each kind of edge released (data,
 slot, stream, update, after).
 
-Last (--memory, by default as --breakdown) what fills each device's memory: the planned
-arena (the memory the device needs) beside the most bytes the simulated
-iterations held live at once, when, and what they were: weights, optimizer
-state (ZeRO's master parts included), gradients of the weights and their
-accumulators, activations (forward outputs kept for the backward pass, and
-recomputations), and temporaries (inputs, ZeRO-3's gathered weights, the
+Last (--memory, by default as --breakdown) what fills each device's memory:
+the planned arena (the memory the device needs) beside the most bytes the
+simulated iterations held live at once, when, and what they were: weights,
+optimizer state (ZeRO's master parts included), gradients of the weights and
+their accumulators, activations (forward outputs kept for the backward pass,
+and recomputations), and temporaries (inputs, ZeRO-3's gathered weights, the
 backward pass's gradients of activations); then the largest registers live
 at the fullest device's peak (--top). A register's slot is live from the
 start of the firing that writes it to the end of the last firing that reads
