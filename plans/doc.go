@@ -24,4 +24,14 @@
 // CheckTrace verifies any execution trace, simulated or measured, against
 // the plan: every edge respected, no register holding more live versions
 // than it has slots, no two registers that share memory live at once.
+//
+// What fills a device's memory: Categories puts every register in one of
+// five categories (weights, optimizer state, gradients, activations,
+// temporaries) from the plan's structure — the optimizer's updates, task
+// kinds and phases — and UnsharedByCategory divides a device's planned
+// memory by them. LiveMemory replays a trace of the plan: per device the
+// bytes live over time (a slot from the start of its write to the end of
+// its last read), the peak, and what held it. The arena is never smaller
+// than any trace's live peak, since the planner keeps apart what any
+// execution the edges allow holds at once.
 package plans

@@ -61,8 +61,11 @@ func planMemory(p *Plan) error {
 		}
 		peak, base := p.Memory[d].Peak, p.Memory[d].Persistent
 		if capacity := p.Devices[d].Memory; capacity > 0 && peak > capacity {
-			return fmt.Errorf("%w: device %s needs %v, has %v (over by %v; %v of it parameters and optimizer state)",
-				ErrOutOfMemory, p.Devices[d].Name, peak, capacity, peak-capacity, base)
+			u := p.UnsharedByCategory(d)
+			return fmt.Errorf("%w: device %s needs %v, has %v (over by %v; %v of it parameters and optimizer state): "+
+				"weights %v, optimizer state %v; without reuse activations %v, gradients %v, temporaries %v",
+				ErrOutOfMemory, p.Devices[d].Name, peak, capacity, peak-capacity, base,
+				u[Weights], u[Optimizer], u[Activations], u[Gradients], u[Temporaries])
 		}
 	}
 	return nil

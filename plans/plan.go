@@ -66,8 +66,9 @@ type Plan struct {
 	Images graph.Spec `json:"images"`
 	Labels graph.Spec `json:"labels,omitzero"`
 
-	deps     []Edge // derived once, see Deps
-	depRules []rule // why each of deps exists
+	deps       []Edge     // derived once, see Deps
+	categories []Category // derived once, see Categories
+	depRules   []rule     // why each of deps exists
 }
 
 // DType is the dtype of the model's float tensors: its inputs', unless

@@ -96,29 +96,9 @@ func (p *Plan) CheckTrace(tr *trace.Trace) error {
 	if err != nil {
 		return err
 	}
-	iters := tr.Iterations()
-	firingOf := p.firingIndex()
-	ev := make([][]*trace.Event, len(p.Firings)) // [firing][iter]
-	for f := range ev {
-		ev[f] = make([]*trace.Event, iters)
-	}
-	for i := range tr.Events {
-		e := &tr.Events[i]
-		if int(e.Task) >= len(p.Tasks) {
-			return fmt.Errorf("plans: trace event names task %d, the plan has %d", e.Task, len(p.Tasks))
-		}
-		f := firingOf(int(e.Task), int(e.Micro))
-		if p.Firings[f].Task != int(e.Task) || (p.Tasks[e.Task].PerMicro && p.Firings[f].Micro != int(e.Micro)) {
-			return fmt.Errorf("plans: trace event of %s has micro-batch %d", p.Tasks[e.Task].Name, e.Micro)
-		}
-		ev[f][e.Iter] = e
-	}
-	for f := range ev {
-		for i, e := range ev[f] {
-			if e == nil {
-				return fmt.Errorf("plans: trace lacks %s of iteration %d", p.FiringName(f), i)
-			}
-		}
+	ev, iters, err := p.firingEvents(tr)
+	if err != nil {
+		return err
 	}
 	for _, e := range edges {
 		for i := e.Delta; i < iters; i++ {
@@ -139,11 +119,49 @@ func (p *Plan) CheckTrace(tr *trace.Trace) error {
 	return p.checkMemory(live)
 }
 
+// firingEvents indexes a valid trace of the plan's iterations by firing
+// and iteration, and fails unless every firing of every iteration is in
+// it once.
+func (p *Plan) firingEvents(tr *trace.Trace) (ev [][]*trace.Event, iters int, err error) {
+	iters = tr.Iterations()
+	firingOf := p.firingIndex()
+	ev = make([][]*trace.Event, len(p.Firings)) // [firing][iter]
+	for f := range ev {
+		ev[f] = make([]*trace.Event, iters)
+	}
+	for i := range tr.Events {
+		e := &tr.Events[i]
+		if int(e.Task) >= len(p.Tasks) {
+			return nil, 0, fmt.Errorf("plans: trace event names task %d, the plan has %d", e.Task, len(p.Tasks))
+		}
+		f := firingOf(int(e.Task), int(e.Micro))
+		if p.Firings[f].Task != int(e.Task) || (p.Tasks[e.Task].PerMicro && p.Firings[f].Micro != int(e.Micro)) {
+			return nil, 0, fmt.Errorf("plans: trace event of %s has micro-batch %d", p.Tasks[e.Task].Name, e.Micro)
+		}
+		ev[f][e.Iter] = e
+	}
+	for f := range ev {
+		for i, e := range ev[f] {
+			if e == nil {
+				return nil, 0, fmt.Errorf("plans: trace lacks %s of iteration %d", p.FiringName(f), i)
+			}
+		}
+	}
+	return ev, iters, nil
+}
+
 // span is the life of one version of a register: from the start of its
 // write to the end of its last read.
 type span struct{ start, end trace.Time }
 
 // liveSpans returns, by register and version, when each version was live.
+// Writes are spanned first and then extended by their reads, which a
+// firing listed before the writer's may do (a read of the previous
+// iteration's write, a task added to the plan before its input's
+// writer). The first in-place write of an iteration starts afresh (an
+// accumulation's first micro-batch overwrites), as the memory planner
+// takes it: the registers updated in place across iterations are
+// persistent, always live.
 func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error) {
 	live := make([]map[int]*span, len(p.Registers))
 	for r := range live {
@@ -163,6 +181,12 @@ func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error
 				s.start = min(s.start, e.Start)
 				s.end = max(s.end, e.End)
 			}
+		}
+	}
+	for f, fi := range p.Firings {
+		t := &p.Tasks[fi.Task]
+		for i := range iters {
+			e := ev[f][i]
 			for _, u := range t.Reads {
 				if p.Idle(t, u, fi.Micro) {
 					continue
@@ -175,9 +199,10 @@ func (p *Plan) liveSpans(ev [][]*trace.Event, iters int) ([]map[int]*span, error
 					s.end = max(s.end, e.End)
 				}
 			}
-			if t.InPlace { // an in-place write reads the previous version
+			if t.InPlace { // an in-place write reads the previous version of its iteration
 				for _, r := range t.Writes {
-					if s := live[r][p.WriteVersion(r, t.ID, i, fi.Micro)-1]; s != nil {
+					v := p.WriteVersion(r, t.ID, i, fi.Micro)
+					if s := live[r][v-1]; s != nil && v%p.WritesPerIteration(r) != 0 {
 						s.end = max(s.end, e.End)
 					}
 				}

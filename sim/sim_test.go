@@ -150,37 +150,45 @@ func TestZeroUnevenSimulates(t *testing.T) {
 // two registers that share memory live at once.
 func TestSimulatedTracesObeyThePlan(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
-		dp := rapid.IntRange(1, 3).Draw(rt, "dp")
-		pp := rapid.IntRange(1, 3).Draw(rt, "pp")
-		// Each replica's micro-batches, even or not; ZeRO's stages over
-		// them (stages 2 and 3 in rounds).
-		shares := rapid.SliceOfN(rapid.IntRange(1, 4), dp, dp).Draw(rt, "mb")
-		sched := rapid.SampledFrom([]string{"gpipe", "1f1b"}).Draw(rt, "sched")
-		st := plans.Strategy{DP: dp, PP: pp, Sched: plans.Schedule(sched)}.WithShares(shares)
-		if dp > 1 {
-			st.Zero = rapid.IntRange(0, 3).Draw(rt, "zero")
-		}
-		if st.Zero == 3 {
-			st.Prefetch = rapid.IntRange(0, 2).Draw(rt, "prefetch")
-		}
-		batch := st.TotalMicros() * rapid.IntRange(1, 3).Draw(rt, "per")
-		p, err := plans.Compile(plans.Config{Model: "mlp", Batch: batch, Strategy: st,
-			Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devices(dp * pp)})
-		if err != nil {
-			rt.Fatalf("compile %v: %v", st, err)
-		}
-		durs := make([]time.Duration, len(p.Tasks))
-		for i := range durs {
-			durs[i] = time.Duration(rapid.IntRange(0, 1000).Draw(rt, "d"))
-		}
-		tr, err := Simulate(p, DurationFunc(func(_ *plans.Plan, t int) (time.Duration, error) { return durs[t], nil }), 3)
-		if err != nil {
-			rt.Fatal(err)
-		}
+		p, tr := randomRun(rt)
 		if err := p.CheckTrace(tr); err != nil {
-			rt.Fatalf("%v: %v", st, err)
+			rt.Fatalf("%s: %v", p.Strategy, err)
 		}
 	})
+}
+
+// randomRun compiles the mlp with a random strategy (replicas, their
+// micro-batches even or not, stages, schedule, recompute, ZeRO's stages
+// over the micro-batches, stages 2 and 3 in rounds) and simulates it for 3
+// iterations with random task durations.
+func randomRun(rt *rapid.T) (*plans.Plan, *trace.Trace) {
+	dp := rapid.IntRange(1, 3).Draw(rt, "dp")
+	pp := rapid.IntRange(1, 3).Draw(rt, "pp")
+	shares := rapid.SliceOfN(rapid.IntRange(1, 4), dp, dp).Draw(rt, "mb")
+	sched := rapid.SampledFrom([]string{"gpipe", "1f1b"}).Draw(rt, "sched")
+	st := plans.Strategy{DP: dp, PP: pp, Sched: plans.Schedule(sched)}.WithShares(shares)
+	st.Recompute = rapid.SampledFrom([]plans.Recompute{plans.RecomputeNone, plans.RecomputeFull}).Draw(rt, "recompute")
+	if dp > 1 {
+		st.Zero = rapid.IntRange(0, 3).Draw(rt, "zero")
+	}
+	if st.Zero == 3 {
+		st.Prefetch = rapid.IntRange(0, 2).Draw(rt, "prefetch")
+	}
+	batch := st.TotalMicros() * rapid.IntRange(1, 3).Draw(rt, "per")
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: batch, Strategy: st,
+		Optimizer: graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devices(dp * pp)})
+	if err != nil {
+		rt.Fatalf("compile %v: %v", st, err)
+	}
+	durs := make([]time.Duration, len(p.Tasks))
+	for i := range durs {
+		durs[i] = time.Duration(rapid.IntRange(0, 1000).Draw(rt, "d"))
+	}
+	tr, err := Simulate(p, DurationFunc(func(_ *plans.Plan, t int) (time.Duration, error) { return durs[t], nil }), 3)
+	if err != nil {
+		rt.Fatal(err)
+	}
+	return p, tr
 }
 
 func TestSimulateErrors(t *testing.T) {

@@ -76,6 +76,63 @@ func TestSimulateBreakdown(t *testing.T) {
 	require.Equal(t, res.Path.Span, 8*res.Breakdown.Step+res.Path.Span%8, "the path spans the breakdown's 8 steps")
 }
 
+// simulate prints what fills memory last, by default as it prints the
+// breakdown: a row per device with its arena and live peak and the
+// categories then, and the largest registers of the fullest; --json
+// carries it, with the arena at least the live peak.
+func TestSimulateMemory(t *testing.T) {
+	path := pipelinePlan(t)
+	short, err := run(t, "simulate", "--plan", path, "--breakdown=false")
+	require.NoError(t, err)
+	alone, err := run(t, "simulate", "--plan", path, "--breakdown=false", "--memory")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(alone, short+"\nwhat fills memory"), "memory alone:\n%s", alone)
+	without, err := run(t, "simulate", "--plan", path, "--memory=false", "--top", "2")
+	require.NoError(t, err)
+	out, err := run(t, "simulate", "--plan", path, "--top", "2")
+	require.NoError(t, err)
+	require.True(t, strings.HasPrefix(out, without), "memory comes last:\n%s", out)
+	mem := strings.TrimPrefix(out, without)
+	for _, want := range []string{"what fills memory", "arena", "live peak", "weights", "optimizer", "gradients",
+		"activations", "temporaries", "local/cpu:0", "local/cpu:1", "largest registers live at local/cpu:"} {
+		require.Contains(t, mem, want)
+	}
+	lines := strings.Split(strings.TrimSpace(mem), "\n")
+	require.Len(t, lines, 1+3+1+2, "title, header, two devices, the fullest's two largest registers:\n%s", mem)
+
+	js, err := run(t, "simulate", "--plan", path, "--json")
+	require.NoError(t, err)
+	var res struct {
+		Memory struct {
+			Devices []struct {
+				Device     string           `json:"device"`
+				Arena      int64            `json:"arena_bytes"`
+				Peak       int64            `json:"live_peak_bytes"`
+				ByCategory map[string]int64 `json:"by_category"`
+				Largest    []struct {
+					Name     string `json:"name"`
+					Category string `json:"category"`
+					Bytes    int64  `json:"bytes"`
+				} `json:"largest"`
+			} `json:"devices"`
+		} `json:"memory"`
+		Peak map[string]int64 `json:"peak_mem_bytes"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &res))
+	require.Len(t, res.Memory.Devices, 2)
+	for _, d := range res.Memory.Devices {
+		require.Equal(t, res.Peak[d.Device], d.Arena, d.Device)
+		require.LessOrEqual(t, d.Peak, d.Arena, d.Device)
+		var sum int64
+		for _, b := range d.ByCategory {
+			sum += b
+		}
+		require.Equal(t, d.Peak, sum, d.Device)
+		require.Len(t, d.ByCategory, 5)
+		require.Len(t, d.Largest, 3, "--top's default")
+	}
+}
+
 func TestPlanBadInput(t *testing.T) {
 	for _, tt := range []struct {
 		args []string

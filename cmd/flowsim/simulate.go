@@ -18,7 +18,7 @@ import (
 type simFlags struct {
 	plan, calib, tracePath, cluster string
 	iters, warmup, top              int
-	json, breakdown                 bool
+	json, breakdown, memory         bool
 }
 
 func newSimulateCmd() *cobra.Command {
@@ -44,10 +44,28 @@ that ended the last one back, through whichever of its dependency edges'
 sources ended last (what released it), to the end of the warm-up; its time
 computing, communicating and waiting, the streams, ops and tasks (--top) it
 runs on most, and how many of its steps each kind of edge released (data,
-slot, stream, update, after).`,
+slot, stream, update, after).
+
+Last (--memory, by default as --breakdown) what fills each device's memory:
+the planned arena (the memory the device needs) beside the most bytes the
+simulated iterations held live at once, when, and what they were: weights,
+optimizer state (ZeRO's master parts included), gradients of the weights and
+their accumulators, activations (forward outputs kept for the backward pass,
+and recomputations), and temporaries (inputs, ZeRO-3's gathered weights, the
+backward pass's gradients of activations); then the largest registers live
+at the fullest device's peak (--top). A register's slot is live from the
+start of the firing that writes it to the end of the last firing that reads
+that write; persistent registers always. The arena is never smaller than the
+live peak: it holds every execution the plan's edges allow, not only the
+simulated one, and what does not pack tightly.`,
 		Example: `  flowsim simulate --plan plan.json --calib calib.json --trace sim.json`,
 		Args:    cobra.NoArgs,
-		RunE:    func(cmd *cobra.Command, _ []string) error { return runSimulate(cmd.OutOrStdout(), f) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if !cmd.Flags().Changed("memory") {
+				f.memory = f.breakdown
+			}
+			return runSimulate(cmd.OutOrStdout(), f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.plan, "plan", "", "plan file (from 'flowsim plan'; required)")
@@ -58,7 +76,8 @@ slot, stream, update, after).`,
 	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")
 	fl.BoolVar(&f.breakdown, "breakdown", true, "print where the step goes per device and the critical path (in JSON: breakdown and critical_path)")
-	fl.IntVar(&f.top, "top", 3, "streams, ops and tasks of the critical path shown (0: all)")
+	fl.BoolVar(&f.memory, "memory", false, "print what fills each device's memory at its live peak (default: as --breakdown; in JSON: memory)")
+	fl.IntVar(&f.top, "top", 3, "streams, ops and tasks of the critical path, and registers at the fullest device's memory peak, shown (0: all)")
 	_ = cmd.MarkFlagRequired("plan")
 	return cmd
 }
@@ -121,6 +140,12 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return err
 		}
 	}
+	var live *plans.LiveMemory
+	if f.memory {
+		if live, err = p.LiveMemory(tr, f.top); err != nil {
+			return err
+		}
+	}
 	peak := make(map[string]int64, len(p.Memory))
 	for _, m := range p.Memory {
 		peak[p.Devices[m.Device].Name] = int64(m.Peak)
@@ -136,6 +161,9 @@ func runSimulate(w io.Writer, f simFlags) error {
 		if report != nil {
 			out["breakdown"], out["critical_path"] = report.Breakdown, report.Path
 		}
+		if live != nil {
+			out["memory"] = live
+		}
 		return enc.Encode(out)
 	}
 	fmt.Fprintf(w, "%s %s batch %d: step %.3f ms, %.0f samples/s\n", p.Model, p.Strategy, p.Batch,
@@ -143,9 +171,41 @@ func runSimulate(w io.Writer, f simFlags) error {
 	for _, m := range p.Memory {
 		fmt.Fprintf(w, "  %s: peak memory %v\n", p.Devices[m.Device].Name, m.Peak)
 	}
-	if report == nil {
+	if report != nil {
+		fmt.Fprintln(w)
+		if err := report.Write(w, f.top); err != nil {
+			return err
+		}
+	}
+	if live == nil {
 		return nil
 	}
 	fmt.Fprintln(w)
-	return report.Write(w, f.top)
+	return writeLiveMemory(w, live)
+}
+
+// writeLiveMemory writes what fills each device's memory, and the largest
+// registers at the fullest device's peak.
+func writeLiveMemory(w io.Writer, m *plans.LiveMemory) error {
+	fmt.Fprintln(w, "what fills memory (arena: planned for every execution; live peak: the most held at once in this simulation, by category):")
+	if err := m.WriteTable(w); err != nil {
+		return err
+	}
+	if n := m.Unlisted; n > 0 {
+		fmt.Fprintf(w, "(and %d devices that hold what listed ones do: the plan lists one rank or replica for several)\n", n)
+	}
+	if len(m.Devices) == 0 {
+		return nil
+	}
+	full := m.Devices[0]
+	for _, d := range m.Devices[1:] {
+		if d.Peak > full.Peak {
+			full = d
+		}
+	}
+	fmt.Fprintf(w, "largest registers live at %s's peak:\n", full.Device)
+	for _, r := range full.Largest {
+		fmt.Fprintf(w, "  %v  %s (%v, %d slot(s))\n", r.Bytes, r.Name, r.Category, r.Slots)
+	}
+	return nil
 }
