@@ -7,6 +7,7 @@ import (
 
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/trace"
 )
 
 // Microbench measures the tasks of a plan where they run: it executes the
@@ -35,8 +36,17 @@ type TaskSample struct {
 	Key     string // the task's work, for people
 }
 
-// Measure runs p and returns one sample per task.
-func (m Microbench) Measure(ctx context.Context, p *plans.Plan) ([]TaskSample, error) {
+// Measured is what one Microbench.Measure measured.
+type Measured struct {
+	Tasks []TaskSample // one per task
+	// Dispatch holds, by plan device, the waits of its firings woken by
+	// another stream that went on running (see DispatchWaits).
+	Dispatch [][]time.Duration
+}
+
+// Measure runs p and returns one sample per task, and the waits of its
+// firings woken by another stream.
+func (m Microbench) Measure(ctx context.Context, p *plans.Plan) (*Measured, error) {
 	iters, warmup := m.Iters, m.Warmup
 	if iters <= 0 {
 		iters = 8
@@ -62,7 +72,11 @@ func (m Microbench) Measure(ctx context.Context, p *plans.Plan) ([]TaskSample, e
 	if err != nil {
 		return nil, err
 	}
-	var out []TaskSample
+	waits, err := DispatchWaits(p, res.Trace, warmup)
+	if err != nil {
+		return nil, err
+	}
+	out := &Measured{Dispatch: waits}
 	for _, st := range res.Trace.TaskStats(warmup) {
 		if st.Count == 0 {
 			continue
@@ -71,7 +85,7 @@ func (m Microbench) Measure(ctx context.Context, p *plans.Plan) ([]TaskSample, e
 		dev := p.Streams[p.Tasks[t].Streams[0]].Device
 		// The mean, not the median: a step time is a mean over iterations,
 		// and on a shared machine task times are skewed by slow outliers.
-		out = append(out, TaskSample{Sample: cost.Sample{Work: p.Work(t), Time: max(st.Mean+gap[dev], 1)},
+		out.Tasks = append(out.Tasks, TaskSample{Sample: cost.Sample{Work: p.Work(t), Time: max(st.Mean+gap[dev], 1)},
 			Workers: p.Devices[dev].Workers, Device: p.Devices[dev].Type, Key: p.Tasks[t].Key})
 	}
 	return out, nil
@@ -104,4 +118,59 @@ func (m Microbench) launchGap(ctx context.Context, r *PlanRunner, timed *RunResu
 		gap[p.Streams[0].Device] = g
 	}
 	return gap, nil
+}
+
+// DispatchWaits returns, by plan device, the waits of the firings on the
+// device (after warmup iterations of tr, a measured trace of p) that were
+// released by a firing of another stream whose own stream went on at once
+// (it released its stream's next firing too): the time from that firing's
+// end to their start. Every stream is a goroutine; the released one must
+// then be woken on another thread, while the releasing one keeps its own.
+// A firing released by a stream that then blocks starts at once, on the
+// thread that stream leaves, and is not counted.
+func DispatchWaits(p *plans.Plan, tr *trace.Trace, warmup int) ([][]time.Duration, error) {
+	deps, err := p.TraceDeps()
+	if err != nil {
+		return nil, err
+	}
+	type instance struct {
+		trace.Firing
+		iter int32
+	}
+	index := make(map[instance]int, len(tr.Events))
+	for i, e := range tr.Events {
+		index[instance{trace.Firing{Task: e.Task, Micro: e.Micro}, e.Iter}] = i
+	}
+	in := map[trace.Firing][]trace.Dep{}
+	for _, d := range deps {
+		in[d.To] = append(in[d.To], d)
+	}
+	home := func(e trace.Event) int { return p.Tasks[e.Task].Streams[0] }
+	// released[i] is the event whose end released event i (the last of
+	// those it waited for), −1 if none; goesOn[j] says whether event j
+	// released the next firing of its own stream.
+	released := make([]int, len(tr.Events))
+	goesOn := make([]bool, len(tr.Events))
+	for i, e := range tr.Events {
+		released[i] = -1
+		for _, d := range in[trace.Firing{Task: e.Task, Micro: e.Micro}] {
+			k, ok := index[instance{d.From, e.Iter - d.Delta}]
+			if ok && (released[i] < 0 || tr.Events[k].End > tr.Events[released[i]].End) {
+				released[i] = k
+			}
+		}
+		if r := released[i]; r >= 0 && home(tr.Events[r]) == home(e) {
+			goesOn[r] = true
+		}
+	}
+	waits := make([][]time.Duration, len(p.Devices))
+	for i, e := range tr.Events {
+		r := released[i]
+		if int(e.Iter) < warmup || r < 0 || !goesOn[r] || home(tr.Events[r]) == home(e) {
+			continue
+		}
+		dev := p.Streams[home(e)].Device
+		waits[dev] = append(waits[dev], max(e.Start.Sub(tr.Events[r].End), 0))
+	}
+	return waits, nil
 }

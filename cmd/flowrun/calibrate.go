@@ -128,6 +128,7 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 	bench := runtime.Microbench{Iters: f.iters}
 	var reports []calibReport
 	contention := map[string]float64{}
+	dispatch := map[string]time.Duration{}
 	for _, w := range f.workers {
 		spec, err := topology.Spec("cpu", w)
 		if err != nil {
@@ -143,10 +144,12 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return err
 		}
 		dc.Contention = m.contention
+		dc.Dispatch = m.dispatch()
 		host, _ := os.Hostname()
 		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
 			host, w, time.Now().UTC().Format("2006-01-02"), len(m.alone)+len(m.comm), time.Since(start).Seconds(), len(m.slowdowns))
 		contention[cost.CalibrationKey(spec)] = dc.Contention
+		dispatch[cost.CalibrationKey(spec)] = dc.Dispatch
 		calib.Devices[cost.CalibrationKey(spec)] = dc
 		for _, r := range reps {
 			reports = append(reports, calibReport{Key: cost.CalibrationKey(spec), FitReport: r})
@@ -156,10 +159,13 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		return err
 	}
 	if f.json {
-		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports), "contention": contention})
+		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports), "contention": contention, "dispatch_ns": dispatch})
 	}
 	for _, k := range slices.Sorted(maps.Keys(contention)) {
 		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host\n", k, 100*contention[k])
+		if d := dispatch[k]; d > 0 {
+			fmt.Printf("%s: a task released by another stream starts %v later\n", k, d)
+		}
 	}
 	return printFits(reports, f.out)
 }
@@ -213,6 +219,9 @@ type measured struct {
 	slowdowns []float64
 	// contention is their median (0 without any).
 	contention float64
+	// waits are, in the plans of two devices, the waits of the firings
+	// released by another stream's (runtime.DispatchWaits).
+	waits []time.Duration
 }
 
 // measure runs the calibration plans on devices of w workers: one-device
@@ -279,7 +288,12 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range got {
+		if j.devices > 1 {
+			for _, ws := range got.Dispatch {
+				m.waits = append(m.waits, ws...)
+			}
+		}
+		for _, s := range got.Tasks {
 			comm := s.Work.Kind == string(plans.Transfer) || plans.TaskKind(s.Work.Kind).Collective()
 			switch {
 			case j.devices == 1:
@@ -313,6 +327,20 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		}
 	}
 	return m, nil
+}
+
+// dispatch is the mean of the waits (0 without any): a step is a mean,
+// and the rare long wake-up (the OS running another thread first) costs
+// it as much as many short ones.
+func (m *measured) dispatch() time.Duration {
+	if len(m.waits) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, w := range m.waits {
+		sum += w
+	}
+	return sum / time.Duration(len(m.waits))
 }
 
 // medians returns each shape's median time, by kind and shape.
@@ -408,7 +436,7 @@ func runCalibrateCUDA(cmd *cobra.Command, f calibFlags) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", files[i%len(ps)], err)
 		}
-		for _, s := range got {
+		for _, s := range got.Tasks {
 			spec, err := topology.Spec(s.Device, s.Workers)
 			if err != nil {
 				return err
