@@ -39,8 +39,8 @@ type TaskSample struct {
 // Measured is what one Microbench.Measure measured.
 type Measured struct {
 	Tasks []TaskSample // one per task
-	// Dispatch holds, by plan device, the waits of its firings woken by
-	// another stream that went on running (see DispatchWaits).
+	// Dispatch holds, by plan device, the times its firings took to be
+	// woken by another stream (see DispatchWaits).
 	Dispatch [][]time.Duration
 }
 
@@ -120,14 +120,16 @@ func (m Microbench) launchGap(ctx context.Context, r *PlanRunner, timed *RunResu
 	return gap, nil
 }
 
-// DispatchWaits returns, by plan device, the waits of the firings on the
-// device (after warmup iterations of tr, a measured trace of p) that were
-// released by a firing of another stream whose own stream went on at once
-// (it released its stream's next firing too): the time from that firing's
-// end to their start. Every stream is a goroutine; the released one must
-// then be woken on another thread, while the releasing one keeps its own.
-// A firing released by a stream that then blocks starts at once, on the
-// thread that stream leaves, and is not counted.
+// DispatchWaits returns, by plan device, the times it took to wake the
+// firings on the device (after warmup iterations of tr, a measured trace
+// of p) that a firing of another stream released while releasing the next
+// firing of its own stream too: from that firing's end to their start.
+// Every stream is a goroutine; the releasing one goes on on its thread and
+// the released one must be woken on another. Left out are the firings
+// that started only once the releasing stream had nothing more to run:
+// they took its thread, sooner than a wake-up (see sim.Dispatch), and
+// firings released by a stream that had nothing to run, which start at
+// once.
 func DispatchWaits(p *plans.Plan, tr *trace.Trace, warmup int) ([][]time.Duration, error) {
 	deps, err := p.TraceDeps()
 	if err != nil {
@@ -145,31 +147,40 @@ func DispatchWaits(p *plans.Plan, tr *trace.Trace, warmup int) ([][]time.Duratio
 	for _, d := range deps {
 		in[d.To] = append(in[d.To], d)
 	}
-	home := func(e trace.Event) int { return p.Tasks[e.Task].Streams[0] }
+	home := func(i int) int { return p.Tasks[tr.Events[i].Task].Streams[0] }
 	// released[i] is the event whose end released event i (the last of
-	// those it waited for), −1 if none; goesOn[j] says whether event j
-	// released the next firing of its own stream.
-	released := make([]int, len(tr.Events))
-	goesOn := make([]bool, len(tr.Events))
+	// those it waited for), −1 if none; next[j] is the firing of its own
+	// stream event j released, −1 if none.
+	released, next := make([]int, len(tr.Events)), make([]int, len(tr.Events))
 	for i, e := range tr.Events {
-		released[i] = -1
+		released[i], next[i] = -1, -1
 		for _, d := range in[trace.Firing{Task: e.Task, Micro: e.Micro}] {
 			k, ok := index[instance{d.From, e.Iter - d.Delta}]
 			if ok && (released[i] < 0 || tr.Events[k].End > tr.Events[released[i]].End) {
 				released[i] = k
 			}
 		}
-		if r := released[i]; r >= 0 && home(tr.Events[r]) == home(e) {
-			goesOn[r] = true
+	}
+	for i, r := range released {
+		if r >= 0 && home(r) == home(i) {
+			next[r] = i
 		}
+	}
+	// busyUntil is when the stream of event j, going on from it, first
+	// had nothing to run.
+	busyUntil := func(j int) trace.Time {
+		for next[j] >= 0 {
+			j = next[j]
+		}
+		return tr.Events[j].End
 	}
 	waits := make([][]time.Duration, len(p.Devices))
 	for i, e := range tr.Events {
 		r := released[i]
-		if int(e.Iter) < warmup || r < 0 || !goesOn[r] || home(tr.Events[r]) == home(e) {
+		if int(e.Iter) < warmup || r < 0 || next[r] < 0 || home(r) == home(i) || busyUntil(r) <= e.Start {
 			continue
 		}
-		dev := p.Streams[home(e)].Device
+		dev := p.Streams[home(i)].Device
 		waits[dev] = append(waits[dev], max(e.Start.Sub(tr.Events[r].End), 0))
 	}
 	return waits, nil

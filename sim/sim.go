@@ -36,12 +36,13 @@ type LinkSharing interface {
 }
 
 // Dispatch is implemented by Durations that model the latency of waking
-// a stream: a firing on device dev released by the end of a firing of
-// another stream, when that firing also released the next firing of its
-// own stream, starts Dispatch(p, dev) after that end. The runtime runs each
-// stream on a goroutine: the released one must then be woken on another
-// thread while the releasing one goes on on its own; when the releasing
-// stream has nothing to run, the released one takes its thread at once.
+// a stream. The runtime runs each stream on a goroutine. When a firing
+// ends and releases both the next firing of its own stream and a firing
+// of another stream, its goroutine goes on on its thread and the released
+// one must be woken on another: the released firing, on device dev,
+// starts Dispatch(p, dev) after the end, or when the releasing stream
+// first has nothing to run, if that is sooner (its thread is then free).
+// A firing released by a stream that has nothing to run starts at once.
 type Dispatch interface {
 	Dispatch(p *plans.Plan, device int) time.Duration
 }
@@ -85,7 +86,9 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		s.homes[t] = p.Streams[task.Streams[0]].Device
 	}
 	if dl, ok := d.(Dispatch); ok {
-		s.dispatch = dispatchLatencies(p, dl)
+		if s.dispatch = dispatchLatencies(p, dl); s.dispatch != nil {
+			s.woken, s.waking = map[int]bool{}, make([][]int, len(p.Streams))
+		}
 	}
 	if ls, ok := d.(LinkSharing); ok {
 		if s.links, err = linkShares(p, ls); err != nil {
@@ -104,7 +107,7 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	for len(s.q) > 0 {
 		ev := s.pop()
 		if ev.release {
-			s.start(ev.inst, ev.at)
+			s.wake(ev.inst, ev.at)
 			continue
 		}
 		r := s.running[ev.inst]
@@ -136,9 +139,11 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	return tr, nil
 }
 
-// release starts the instances the end of inst released at now; with
-// dispatch latencies, those of other streams start later if inst's stream
-// goes on with one of them.
+// release starts the instances the end of inst released at now. With
+// dispatch latencies, if inst's stream goes on (inst released its next
+// firing), those of other streams are woken: they start after their
+// device's latency, or when inst's stream has nothing to run, if sooner.
+// If inst's stream has nothing to run, the firings it woke before start.
 func (s *engine) release(inst int, released []int, now trace.Time) {
 	goesOn := false
 	if s.dispatch != nil {
@@ -146,14 +151,38 @@ func (s *engine) release(inst int, released []int, now trace.Time) {
 			goesOn = goesOn || s.stream(next) == s.stream(inst)
 		}
 	}
+	from := s.stream(inst)
 	for _, next := range released {
-		if goesOn && s.dispatch[s.home(next)] > 0 && s.stream(next) != s.stream(inst) {
-			lat := s.dispatch[s.home(next)]
+		if lat := s.latency(next); goesOn && lat > 0 && s.stream(next) != from {
+			s.woken[next] = true
+			s.waking[from] = append(s.waking[from], next)
 			s.seq++
 			s.push(event{at: now + trace.Time(lat), seq: s.seq, inst: next, release: true})
 			continue
 		}
 		s.start(next, now)
+	}
+	if s.dispatch != nil && !goesOn {
+		for _, next := range s.waking[from] {
+			s.wake(next, now)
+		}
+		s.waking[from] = s.waking[from][:0]
+	}
+}
+
+// latency is the dispatch latency of inst's device (0: none).
+func (s *engine) latency(inst int) time.Duration {
+	if s.dispatch == nil {
+		return 0
+	}
+	return s.dispatch[s.home(inst)]
+}
+
+// wake starts inst, woken by another stream, unless it has started.
+func (s *engine) wake(inst int, now trace.Time) {
+	if s.woken[inst] {
+		delete(s.woken, inst)
+		s.start(inst, now)
 	}
 }
 
@@ -313,8 +342,12 @@ type engine struct {
 	p     *plans.Plan
 	dur   []time.Duration // by task
 	homes []int           // device by task
-	// dispatch is the dispatch latency by device (nil: none).
+	// dispatch is the dispatch latency by device (nil: none); woken are
+	// the instances woken and not started yet, waking by stream those it
+	// woke (some since started).
 	dispatch []time.Duration
+	woken    map[int]bool
+	waking   [][]int
 	hosts    *hosts
 	links    *links // nil: links are not shared
 	flows    []int  // running instances whose tasks use links, in start order

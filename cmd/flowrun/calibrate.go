@@ -219,8 +219,8 @@ type measured struct {
 	slowdowns []float64
 	// contention is their median (0 without any).
 	contention float64
-	// waits are, in the plans of two devices, the waits of the firings
-	// released by another stream's (runtime.DispatchWaits).
+	// waits are, for each run of a plan of two devices, the mean wait of
+	// its firings woken by another stream (runtime.DispatchWaits).
 	waits []time.Duration
 }
 
@@ -289,8 +289,16 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 			return nil, err
 		}
 		if j.devices > 1 {
+			var sum time.Duration
+			n := 0
 			for _, ws := range got.Dispatch {
-				m.waits = append(m.waits, ws...)
+				for _, w := range ws {
+					sum += w
+				}
+				n += len(ws)
+			}
+			if n > 0 {
+				m.waits = append(m.waits, sum/time.Duration(n))
 			}
 		}
 		for _, s := range got.Tasks {
@@ -329,18 +337,17 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 	return m, nil
 }
 
-// dispatch is the mean of the waits (0 without any): a step is a mean,
-// and the rare long wake-up (the OS running another thread first) costs
-// it as much as many short ones.
+// dispatch is the median of the runs' mean waits (0 without any): the
+// mean, as a step time is a mean over iterations; the median over runs, as
+// the plan loop takes the median of runs' step times, so that a run in a
+// slow spell of a shared machine does not set it.
 func (m *measured) dispatch() time.Duration {
 	if len(m.waits) == 0 {
 		return 0
 	}
-	var sum time.Duration
-	for _, w := range m.waits {
-		sum += w
-	}
-	return sum / time.Duration(len(m.waits))
+	ws := slices.Clone(m.waits)
+	slices.Sort(ws)
+	return ws[len(ws)/2]
 }
 
 // medians returns each shape's median time, by kind and shape.
