@@ -10,15 +10,19 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// waking prices task t at a duration of its own and wakes streams of
-// device d after lat[d].
-type waking struct{ lat []time.Duration }
-
-func (waking) Duration(p *plans.Plan, t int) (time.Duration, error) {
-	return time.Duration(1000+7919*(t+1)%1009) * time.Nanosecond, nil
+// waking wakes streams of device d after lat[d].
+type waking struct {
+	sim.DurationFunc
+	lat []time.Duration
 }
 
 func (w waking) Dispatch(_ *plans.Plan, dev int) time.Duration { return w.lat[dev] }
+
+// distinct prices task t at a duration of its own, so that no two firings
+// a firing waits for end at once.
+func distinct(_ *plans.Plan, t int) (time.Duration, error) {
+	return time.Duration(1000+7919*(t+1)%1009) * time.Nanosecond, nil
+}
 
 // DispatchWaits measures what the simulator applies: in a simulated trace,
 // the waits it finds are exactly the latencies of the devices woken (zero
@@ -28,7 +32,7 @@ func TestDispatchWaitsOfSimulatedTrace(t *testing.T) {
 		t.Run(strategy, func(t *testing.T) {
 			p := compile(t, "mlp", strategy, 16)
 			count := func(lat []time.Duration) int {
-				tr, err := sim.Simulate(p, waking{lat}, 5)
+				tr, err := sim.Simulate(p, waking{distinct, lat}, 5)
 				require.NoError(t, err)
 				waits, err := DispatchWaits(p, tr, 1)
 				require.NoError(t, err)

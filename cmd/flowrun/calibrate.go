@@ -47,13 +47,19 @@ dp=2 and pp=2 plans on this machine and taking each task's mean time in
 place (with the cache state and neighbours it has in a real run). Kernels are
 priced from one-device plans (running alone); the data-parallel plans give how
 much kernels slow down while another device of the host is busy (shared
-caches and memory bandwidth), which the simulator applies. Models with a
+caches and memory bandwidth), which the simulator applies, and how long a
+task released by another stream (a goroutine, which the releasing one must
+wake while it goes on) waits to start: the dispatch latency, taken from the
+waits in the traces of those plans (the median over runs of each run's mean)
+and applied by the simulator on the same edges. Models with a
 tensor-parallel layout also run tp=2 plans (and tp=2,sp=on for the GPTs):
 their sums, all-gathers and reduce-scatters, and their kernels on split
 weights (priced at their tp=2 time less that slowdown). Then
 fit the cost model per op kind: launch overhead + max(FLOPs / (peak·eff_c),
 bytes / (bandwidth·eff_m)) with efficiencies that saturate with the size of
-the work. Every fit is tested on a quarter of the shapes held out of it, and
+the work (for an all-reduce, the bytes its reduction moves in memory: over
+n members of b bytes, (5n−3)·b in place, 2n·b more for a tensor-parallel
+sum, which works out of place). Every fit is tested on a quarter of the shapes held out of it, and
 its error is printed. Every measured shape is also kept: an exact measured
 shape wins over the fit. The calibration is keyed by device type and core
 count ("cpu/2"), and loads on any machine.`,
@@ -345,9 +351,14 @@ func (m *measured) dispatch() time.Duration {
 	if len(m.waits) == 0 {
 		return 0
 	}
-	ws := slices.Clone(m.waits)
-	slices.Sort(ws)
-	return ws[len(ws)/2]
+	return medianOf(slices.Clone(m.waits))
+}
+
+// medianOf sorts ts and returns its median (the upper one of an even
+// count).
+func medianOf(ts []time.Duration) time.Duration {
+	slices.Sort(ts)
+	return ts[len(ts)/2]
 }
 
 // medians returns each shape's median time, by kind and shape.
@@ -359,8 +370,7 @@ func medians(samples []cost.Sample) map[string]time.Duration {
 	}
 	out := make(map[string]time.Duration, len(by))
 	for k, ts := range by {
-		slices.Sort(ts)
-		out[k] = ts[len(ts)/2]
+		out[k] = medianOf(ts)
 	}
 	return out
 }
