@@ -39,13 +39,13 @@ type TaskSample struct {
 // Measured is what one Microbench.Measure measured.
 type Measured struct {
 	Tasks []TaskSample // one per task
-	// Dispatch holds, by plan device, the times its firings took to be
-	// woken by another stream (see DispatchWaits).
-	Dispatch [][]time.Duration
+	// Wakes holds, by plan device, its firings woken by another stream
+	// (see Wakes).
+	Wakes [][]Wake
 }
 
-// Measure runs p and returns one sample per task, and the waits of its
-// firings woken by another stream.
+// Measure runs p and returns one sample per task, and its firings woken
+// by another stream.
 func (m Microbench) Measure(ctx context.Context, p *plans.Plan) (*Measured, error) {
 	iters, warmup := m.Iters, m.Warmup
 	if iters <= 0 {
@@ -72,11 +72,11 @@ func (m Microbench) Measure(ctx context.Context, p *plans.Plan) (*Measured, erro
 	if err != nil {
 		return nil, err
 	}
-	waits, err := DispatchWaits(p, res.Trace, warmup)
+	wakes, err := Wakes(p, res.Trace, warmup)
 	if err != nil {
 		return nil, err
 	}
-	out := &Measured{Dispatch: waits}
+	out := &Measured{Wakes: wakes}
 	for _, st := range res.Trace.TaskStats(warmup) {
 		if st.Count == 0 {
 			continue
@@ -120,17 +120,22 @@ func (m Microbench) launchGap(ctx context.Context, r *PlanRunner, timed *RunResu
 	return gap, nil
 }
 
-// DispatchWaits returns, by plan device, the times it took to wake the
-// firings on the device (after warmup iterations of tr, a measured trace
-// of p) that a firing of another stream released while releasing the next
-// firing of its own stream too: from that firing's end to their start.
-// Every stream is a goroutine; the releasing one goes on on its thread and
-// the released one must be woken on another. Left out are the firings
-// that started only once the releasing stream had nothing more to run:
-// they took its thread, sooner than a wake-up (see sim.Dispatch), and
-// firings released by a stream that had nothing to run, which start at
-// once.
-func DispatchWaits(p *plans.Plan, tr *trace.Trace, warmup int) ([][]time.Duration, error) {
+// Wake is a firing released by a firing of another stream that also
+// released the next firing of its own stream: a goroutine that must be
+// woken while the releasing one goes on on its thread.
+type Wake struct {
+	// Wait is the time from the release to the firing's start.
+	Wait time.Duration
+	// Busy is how long the releasing stream went on running from the
+	// release: a firing not woken by then takes its thread.
+	Busy time.Duration
+}
+
+// Wakes returns, by plan device, the firings on the device woken by
+// another stream (see Wake) after warmup iterations of tr, a measured
+// trace of p. A firing released by a stream that has nothing more to run
+// starts on the thread that stream leaves, and is not one.
+func Wakes(p *plans.Plan, tr *trace.Trace, warmup int) ([][]Wake, error) {
 	deps, err := p.TraceDeps()
 	if err != nil {
 		return nil, err
@@ -174,14 +179,46 @@ func DispatchWaits(p *plans.Plan, tr *trace.Trace, warmup int) ([][]time.Duratio
 		}
 		return tr.Events[j].End
 	}
-	waits := make([][]time.Duration, len(p.Devices))
+	wakes := make([][]Wake, len(p.Devices))
 	for i, e := range tr.Events {
 		r := released[i]
-		if int(e.Iter) < warmup || r < 0 || next[r] < 0 || home(r) == home(i) || busyUntil(r) <= e.Start {
+		if int(e.Iter) < warmup || r < 0 || next[r] < 0 || home(r) == home(i) {
 			continue
 		}
+		end := tr.Events[r].End
 		dev := p.Streams[home(i)].Device
-		waits[dev] = append(waits[dev], max(e.Start.Sub(tr.Events[r].End), 0))
+		wakes[dev] = append(wakes[dev], Wake{Wait: max(e.Start.Sub(end), 0), Busy: busyUntil(r).Sub(end)})
 	}
-	return waits, nil
+	return wakes, nil
+}
+
+// DispatchLatency estimates from wakes the latency L of waking a
+// goroutine as the simulator applies it (sim.Dispatch): a woken firing
+// starts after min(L, Busy). Waits cut short by the waking stream's end
+// say only that L was longer, so L is the one under which the simulated
+// waits add up to the measured ones: Σ min(L, Busy) = Σ Wait (the longest
+// Busy if no L is long enough; 0 without wakes).
+func DispatchLatency(wakes []Wake) time.Duration {
+	var want, longest time.Duration
+	for _, w := range wakes {
+		want += min(w.Wait, w.Busy)
+		longest = max(longest, w.Busy)
+	}
+	sum := func(l time.Duration) time.Duration {
+		var s time.Duration
+		for _, w := range wakes {
+			s += min(l, w.Busy)
+		}
+		return s
+	}
+	lo, hi := time.Duration(0), longest // the least L in [lo, hi] with sum(L) ≥ want
+	for lo < hi {
+		mid := lo + (hi-lo)/2
+		if sum(mid) >= want {
+			hi = mid
+		} else {
+			lo = mid + 1
+		}
+	}
+	return lo
 }

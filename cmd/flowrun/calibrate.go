@@ -50,8 +50,9 @@ much kernels slow down while another device of the host is busy (shared
 caches and memory bandwidth), which the simulator applies, and how long a
 task released by another stream (a goroutine, which the releasing one must
 wake while it goes on) waits to start: the dispatch latency, taken from the
-waits in the traces of those plans (the median over runs of each run's mean)
-and applied by the simulator on the same edges. Models with a
+waits in the traces of those plans (per run, the latency under which the
+simulator's waits add up to the measured ones; the median over runs) and
+applied by the simulator on the same edges. Models with a
 tensor-parallel layout also run tp=2 plans (and tp=2,sp=on for the GPTs):
 their sums, all-gathers and reduce-scatters, and their kernels on split
 weights (priced at their tp=2 time less that slowdown). Then
@@ -225,9 +226,9 @@ type measured struct {
 	slowdowns []float64
 	// contention is their median (0 without any).
 	contention float64
-	// waits are, for each run of a plan of two devices, the mean wait of
-	// its firings woken by another stream (runtime.DispatchWaits).
-	waits []time.Duration
+	// latencies are, for each run of a plan of two devices, the latency
+	// of waking a goroutine its wakes give (runtime.DispatchLatency).
+	latencies []time.Duration
 }
 
 // measure runs the calibration plans on devices of w workers: one-device
@@ -294,18 +295,8 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		if err != nil {
 			return nil, err
 		}
-		if j.devices > 1 {
-			var sum time.Duration
-			n := 0
-			for _, ws := range got.Dispatch {
-				for _, w := range ws {
-					sum += w
-				}
-				n += len(ws)
-			}
-			if n > 0 {
-				m.waits = append(m.waits, sum/time.Duration(n))
-			}
+		if wakes := slices.Concat(got.Wakes...); j.devices > 1 && len(wakes) > 0 {
+			m.latencies = append(m.latencies, runtime.DispatchLatency(wakes))
 		}
 		for _, s := range got.Tasks {
 			comm := s.Work.Kind == string(plans.Transfer) || plans.TaskKind(s.Work.Kind).Collective()
@@ -343,15 +334,14 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 	return m, nil
 }
 
-// dispatch is the median of the runs' mean waits (0 without any): the
-// mean, as a step time is a mean over iterations; the median over runs, as
-// the plan loop takes the median of runs' step times, so that a run in a
-// slow spell of a shared machine does not set it.
+// dispatch is the median of the runs' latencies (0 without any), as the
+// plan loop takes the median of runs' step times: a run in a slow spell of
+// a shared machine does not set it.
 func (m *measured) dispatch() time.Duration {
-	if len(m.waits) == 0 {
+	if len(m.latencies) == 0 {
 		return 0
 	}
-	return medianOf(slices.Clone(m.waits))
+	return medianOf(slices.Clone(m.latencies))
 }
 
 // medianOf sorts ts and returns its median (the upper one of an even

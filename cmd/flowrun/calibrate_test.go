@@ -45,7 +45,7 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 	}
 }
 
-// The dispatch latency is the median of the runs' mean waits.
+// The dispatch latency is the median of the runs' latencies.
 func TestMeasuredDispatch(t *testing.T) {
 	for _, tt := range []struct {
 		waits []time.Duration
@@ -55,8 +55,8 @@ func TestMeasuredDispatch(t *testing.T) {
 		{[]time.Duration{30, 10, 20}, 20},
 		{[]time.Duration{40, 10}, 40},
 	} {
-		m := &measured{waits: slices.Clone(tt.waits)}
+		m := &measured{latencies: slices.Clone(tt.waits)}
 		require.Equal(t, tt.want, m.dispatch(), "%v", tt.waits)
-		require.Equal(t, tt.waits, m.waits, "dispatch reordered the waits")
+		require.Equal(t, tt.waits, m.latencies, "dispatch reordered the latencies")
 	}
 }
