@@ -55,7 +55,7 @@ type Dispatch interface {
 // the firings progress at rates that are max-min fair (progressive
 // filling: every firing's rate, as a share of its rate alone, rises
 // together until a link it crosses is full). If d models dispatch, a
-// firing a stream wakes starts that much later.
+// firing another stream wakes starts that much later (see Dispatch).
 func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	if iters < 1 {
 		return nil, fmt.Errorf("sim: iterations must be ≥ 1, got %d", iters)
@@ -190,12 +190,12 @@ func (s *engine) wake(inst int, now trace.Time) {
 // nil if all are zero.
 func dispatchLatencies(p *plans.Plan, d Dispatch) []time.Duration {
 	lat := make([]time.Duration, len(p.Devices))
-	any := false
+	some := false
 	for dev := range p.Devices {
 		lat[dev] = max(d.Dispatch(p, dev), 0)
-		any = any || lat[dev] > 0
+		some = some || lat[dev] > 0
 	}
-	if !any {
+	if !some {
 		return nil
 	}
 	return lat
