@@ -18,12 +18,16 @@ func FuzzReadCalibration(f *testing.F) {
 	f.Add([]byte(`{"version":1,"devices":{"cpu/2":{"ops":{"relu":{"launch_ns":100,"compute":{"max":0.5,"half":1000,"gamma":1},` +
 		`"memory":{"max":0.5,"half":1000,"gamma":1},"exact":[{"dtype":"f32","shape":[4,4],"time_ns":500}]}}}}}`))
 	f.Add([]byte(`{"version":1,"devices":{"H200":null}}`))
+	f.Add([]byte(`{"version":1,"devices":{"cpu/1":{"dispatch_ns":80000,"ops":{"allreduce":{"launch_ns":100,"traffic":true,` +
+		`"compute":{"max":0.5,"half":1000,"gamma":1},"memory":{"max":0.5,"half":1000,"gamma":1},` +
+		`"exact":[{"dtype":"f32","shape":[2,4],"time_ns":500,"traffic":112},{"dtype":"f32","shape":[2,4],"time_ns":400}]}}}}}`))
 	cpu, _ := topology.Spec("cpu", 2)
 	h200, _ := topology.Spec("H200", 0)
 	work := []Work{
 		{Kind: "relu", FLOPs: 16, Bytes: 128, DType: "f32", Shape: []int{4, 4}},
 		{Kind: "matmul", FLOPs: 2e9, Bytes: 1e7, DType: "bf16", Shape: []int{1024, 1024}, Family: "fc1"},
 		{Kind: "conv2d", FLOPs: 0, Bytes: 0, DType: "f32"},
+		{Kind: "allreduce", FLOPs: 8, Bytes: 16, Traffic: 112, DType: "f32", Shape: []int{2, 4}},
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := ReadCalibration("fuzz.json", bytes.NewReader(data))
@@ -42,6 +46,9 @@ func FuzzReadCalibration(f *testing.F) {
 				}
 			}
 			_ = m.Slowdown(dev)
+			if d := m.Dispatch(dev); d < 0 {
+				t.Fatalf("dispatch on %s: %v", dev.Type, d)
+			}
 		}
 	})
 }

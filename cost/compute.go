@@ -30,6 +30,11 @@ type Work struct {
 	// do — one layer at several batch sizes. A fit interpolates a family's
 	// measured shapes before it falls back to the op kind's curves.
 	Family string
+	// Traffic, if set, is the bytes the kernel moves through memory where
+	// Bytes says something else: an in-process collective's Bytes is its
+	// message, its traffic depends on the members and on how it reduces.
+	// A fit on samples that have it prices memory by it (OpFit.Traffic).
+	Traffic units.Bytes
 }
 
 // Curve is a saturating efficiency curve over work size w (FLOPs or bytes):
@@ -67,6 +72,9 @@ type OpFit struct {
 	Families map[string][]FamilyPoint `json:"families,omitempty"`
 	// Report is the fit's own error on held-out shapes, when fitted.
 	Report *FitReport `json:"fit,omitempty"`
+	// Traffic says that the memory curve is over Work.Traffic, where a
+	// Work has it, not Work.Bytes (absent in files of before: Bytes).
+	Traffic bool `json:"traffic,omitempty"`
 }
 
 // FamilyPoint is one measured shape of a family: its work (FLOPs, or
@@ -110,6 +118,9 @@ type Measurement struct {
 	DType string        `json:"dtype"`
 	Shape []int         `json:"shape"`
 	Time  time.Duration `json:"time_ns"`
+	// Traffic is the Work's Traffic, which tells apart works of one shape
+	// that move different bytes (absent: any).
+	Traffic units.Bytes `json:"traffic,omitempty"`
 }
 
 // predict is the compute model's formula:
@@ -175,18 +186,21 @@ func NewComputeModel(c *Calibration) *ComputeModel {
 		for kind, of := range dc.Ops {
 			for _, e := range of.Exact {
 				dt, _ := topology.CanonicalDType(e.DType)
-				m.exact[exactKey(typ, kind, dt, e.Shape)] = e.Time
+				m.exact[exactKey(typ, kind, dt, e.Shape, e.Traffic)] = e.Time
 			}
 		}
 	}
 	return m
 }
 
-func exactKey(typ, kind, dtype string, shape []int) string {
+func exactKey(typ, kind, dtype string, shape []int, traffic units.Bytes) string {
 	var b strings.Builder
 	b.WriteString(typ + "\x00" + kind + "\x00" + dtype + "\x00")
 	for _, d := range shape {
 		b.WriteString(strconv.Itoa(d) + "x")
+	}
+	if traffic > 0 {
+		b.WriteString("\x00" + strconv.FormatInt(int64(traffic), 10))
 	}
 	return b.String()
 }
@@ -216,8 +230,12 @@ func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, err
 		}
 		if dc != nil {
 			for _, kind := range []string{w.Kind, "*"} {
-				if t, ok := m.exact[exactKey(key, kind, dtype, w.Shape)]; ok && w.Shape != nil {
-					return Prediction{Time: t, Source: FromExact}, nil
+				// A measurement of the work's traffic, else one that does
+				// not say (of a file of before traffic was measured).
+				for _, traffic := range []units.Bytes{w.Traffic, 0} {
+					if t, ok := m.exact[exactKey(key, kind, dtype, w.Shape, traffic)]; ok && w.Shape != nil {
+						return Prediction{Time: t, Source: FromExact}, nil
+					}
 				}
 			}
 			if of := dc.Ops[w.Kind]; of != nil && w.Family != "" {
@@ -236,6 +254,9 @@ func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, err
 }
 
 func price(of *OpFit, peak units.FLOPsPerSecond, bw units.BytesPerSecond, w Work, src Source) Prediction {
+	if of.Traffic && w.Traffic > 0 {
+		w.Bytes = w.Traffic
+	}
 	f, b := float64(w.FLOPs), float64(w.Bytes)
 	var p Prediction
 	if f > 0 {
@@ -252,15 +273,33 @@ func price(of *OpFit, peak units.FLOPsPerSecond, bw units.BytesPerSecond, w Work
 // Slowdown is the calibrated contention of a device (see
 // DeviceCalibration.Contention), 0 when uncalibrated.
 func (m *ComputeModel) Slowdown(dev topology.DeviceSpec) float64 {
+	if dc := m.device(dev); dc != nil {
+		return dc.Contention
+	}
+	return 0
+}
+
+// Dispatch is the calibrated dispatch latency of a device (see
+// DeviceCalibration.Dispatch), 0 when uncalibrated.
+func (m *ComputeModel) Dispatch(dev topology.DeviceSpec) time.Duration {
+	if dc := m.device(dev); dc != nil {
+		return dc.Dispatch
+	}
+	return 0
+}
+
+// device is the calibration of dev: under its key, else its bare type;
+// nil if none.
+func (m *ComputeModel) device(dev topology.DeviceSpec) *DeviceCalibration {
 	if m == nil || m.calib == nil {
-		return 0
+		return nil
 	}
 	for _, key := range []string{CalibrationKey(dev), dev.Type} {
 		if dc := m.calib.Devices[key]; dc != nil {
-			return dc.Contention
+			return dc
 		}
 	}
-	return 0
+	return nil
 }
 
 // CalibrationKey is the key under which a calibration file holds a

@@ -171,6 +171,7 @@ func TestCalibrationLoaderErrors(t *testing.T) {
 		{"syntax", strings.Replace(good, `"devices": {`, "\n\"devices\": x{", 1), "calib.json:2: invalid character 'x'"},
 		{"unknown field", strings.Replace(good, `"launch_ns"`, `"lunch_ns"`, 1), `calib.json:1: unknown field "lunch_ns"`},
 		{"type", strings.Replace(good, `100`, `"fast"`, 1), "calib.json:1: cannot unmarshal string"},
+		{"dispatch", strings.Replace(good, `"ops"`, `"dispatch_ns": -3, "ops"`, 1), `devices["cpu"].dispatch_ns: must not be negative, got -3`},
 	}
 	for _, tt := range tests {
 		_, err := ReadCalibration("calib.json", strings.NewReader(tt.json))

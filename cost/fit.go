@@ -48,6 +48,8 @@ type shapeStat struct {
 	bytes  float64
 	peak   float64
 	t      float64 // seconds
+	// traffic is the work's Traffic (0: none), which bytes then is.
+	traffic units.Bytes
 }
 
 // Fit fits the compute model of one op kind on device dev from measured
@@ -97,10 +99,7 @@ func Fit(dev topology.DeviceSpec, samples []Sample) (OpFit, FitReport, error) {
 	rep := FitReport{Kind: kind, Samples: len(samples), Shapes: len(stats), HeldOut: len(test),
 		MedianRelErr: median(errs), MaxRelErr: errs[len(errs)-1]}
 	of := fitStats(dev, stats)
-	of.Families = families(stats)
-	for _, s := range stats {
-		of.Exact = append(of.Exact, Measurement{DType: s.dtype, Shape: s.shape, Time: time.Duration(math.Round(s.t * 1e9))})
-	}
+	of.measured(stats)
 	of.Report = &rep
 	return of, rep, nil
 }
@@ -144,9 +143,14 @@ func shapeStats(dev topology.DeviceSpec, kind string, samples []Sample) ([]shape
 			return nil, fmt.Errorf("%w: sample %d: unknown dtype %q", ErrFit, i, w.DType)
 		}
 		peak, _ := dev.Peak.PeakFor(dt)
-		key := fmt.Sprintf("%s|%v|%g|%d", dt, w.Shape, float64(w.FLOPs), w.Bytes)
+		bytes := w.Bytes
+		if w.Traffic > 0 {
+			bytes = w.Traffic
+		}
+		key := fmt.Sprintf("%s|%v|%g|%d|%d", dt, w.Shape, float64(w.FLOPs), w.Bytes, w.Traffic)
 		if _, ok := first[key]; !ok {
-			first[key] = shapeStat{family: w.Family, dtype: dt, shape: slices.Clone(w.Shape), flops: float64(w.FLOPs), bytes: float64(w.Bytes), peak: float64(peak)}
+			first[key] = shapeStat{family: w.Family, dtype: dt, shape: slices.Clone(w.Shape), flops: float64(w.FLOPs), bytes: float64(bytes),
+				peak: float64(peak), traffic: w.Traffic}
 		}
 		groups[key] = append(groups[key], s.Time.Seconds())
 	}
@@ -276,11 +280,18 @@ func ExactOnly(dev topology.DeviceSpec, samples []Sample) (OpFit, error) {
 		return OpFit{}, err
 	}
 	of := *defaultFit(dev)
-	of.Families = families(stats)
-	for _, s := range stats {
-		of.Exact = append(of.Exact, Measurement{DType: s.dtype, Shape: s.shape, Time: time.Duration(math.Round(s.t * 1e9))})
-	}
+	of.measured(stats)
 	return of, nil
+}
+
+// measured records the measured shapes in f: as exact measurements, as
+// families, and whether they priced memory by traffic.
+func (f *OpFit) measured(stats []shapeStat) {
+	f.Families = families(stats)
+	for _, s := range stats {
+		f.Exact = append(f.Exact, Measurement{DType: s.dtype, Shape: s.shape, Time: time.Duration(math.Round(s.t * 1e9)), Traffic: s.traffic})
+		f.Traffic = f.Traffic || s.traffic > 0
+	}
 }
 
 // families groups shapes by family into points sorted by work, keeping

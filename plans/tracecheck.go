@@ -7,6 +7,7 @@ import (
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/trace"
+	"github.com/flowkit/flowkit/units"
 )
 
 // NewTrace returns an empty trace labelled with the plan's devices,
@@ -65,7 +66,31 @@ func (p *Plan) Work(t int) cost.Work {
 	if task.Op != nil {
 		kind = task.Op.Type
 	}
-	return cost.Work{Kind: kind, FLOPs: task.FLOPs, Bytes: task.Bytes, DType: p.workDType(task), Shape: task.Shape, Family: task.Family}
+	w := cost.Work{Kind: kind, FLOPs: task.FLOPs, Bytes: task.Bytes, DType: p.workDType(task), Shape: task.Shape, Family: task.Family}
+	if task.Kind == AllReduce {
+		w.Traffic = hostAllReduceTraffic(task)
+	}
+	return w
+}
+
+// hostAllReduceTraffic is the memory traffic of all-reduce task on CPU
+// devices of one process, as the runtime runs it over n members of b bytes
+// each: n−1 sums into the first member (two reads and a write each), a
+// scaling (a read and a write; with weights, the sums scale as they add),
+// and n−1 copies of the result back (a read and a write each), (5n−3)·b;
+// a tensor-parallel sum (Sum) works out of place and first copies every
+// member's read to its write, 2n·b more.
+func hostAllReduceTraffic(task *Task) units.Bytes {
+	n := len(task.Writes)
+	if len(task.Shape) > 0 { // the members, of which a plan may list one
+		n = task.Shape[0]
+	}
+	n = max(n, 1)
+	traffic := units.Bytes(5*n-3) * task.Bytes
+	if task.Sum {
+		traffic += units.Bytes(2*n) * task.Bytes
+	}
+	return traffic
 }
 
 func (p *Plan) workDType(task *Task) string {

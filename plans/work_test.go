@@ -4,6 +4,7 @@ import (
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/units"
 
 	"github.com/stretchr/testify/require"
 )
@@ -43,6 +44,39 @@ func TestWorkOfIsFresh(t *testing.T) {
 				want := work{key: workKey(n), family: workFamily(n), shape: workShape(n)}
 				require.Equal(t, want, comp.workOf(n), "node %d (%s)", n.ID, n.Op.Type())
 			}
+		})
+	}
+}
+
+// An in-process all-reduce's work carries the memory traffic of the
+// runtime's reduction: (5n−3)·b over n members of b bytes in place (the
+// gradients' mean over replicas), 2n·b more out of place (a
+// tensor-parallel sum, which first copies each member's read to its write).
+func TestAllReduceTraffic(t *testing.T) {
+	for _, c := range []struct {
+		strategy string
+		sum      bool
+		per      int // traffic per byte of a member
+	}{
+		{"dp=2", false, 7},
+		{"dp=4", false, 17},
+		{"tp=2", true, 11},
+		{"tp=4", true, 25},
+	} {
+		t.Run(c.strategy, func(t *testing.T) {
+			p := mustCompile(t, "mlp", c.strategy, 16)
+			found := 0
+			for i, task := range p.Tasks {
+				w := p.Work(i)
+				if task.Kind != AllReduce {
+					require.Zero(t, w.Traffic, task.Name)
+					continue
+				}
+				found++
+				require.Equal(t, c.sum, task.Sum, task.Name)
+				require.Equal(t, units.Bytes(c.per)*task.Bytes, w.Traffic, task.Name)
+			}
+			require.Positive(t, found)
 		})
 	}
 }

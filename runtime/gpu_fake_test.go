@@ -296,10 +296,10 @@ func randomDigits(n int, seed uint64) *data.Dataset {
 func TestFakeGPUMicrobench(t *testing.T) {
 	onFake(t)
 	p := compileOn(t, gpuDevices(t), "mnist-cnn", "single", 32, 0)
-	samples, err := Microbench{Iters: 4}.Measure(context.Background(), p)
+	got, err := Microbench{Iters: 4}.Measure(context.Background(), p)
 	require.NoError(t, err)
-	require.NotEmpty(t, samples)
-	for _, s := range samples {
+	require.NotEmpty(t, got.Tasks)
+	for _, s := range got.Tasks {
 		require.Positive(t, s.Time, s.Key)
 		require.Equal(t, "H200", s.Device)
 	}

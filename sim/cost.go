@@ -27,6 +27,7 @@ var (
 	_ Durations   = CostModel{}
 	_ Contention  = CostModel{}
 	_ LinkSharing = CostModel{}
+	_ Dispatch    = CostModel{}
 )
 
 // Duration implements Durations.
@@ -187,6 +188,16 @@ func (m CostModel) Slowdown(p *plans.Plan, device int) float64 {
 		return 0
 	}
 	return m.Compute.Slowdown(spec)
+}
+
+// Dispatch implements Dispatch with the calibrated dispatch latency of the
+// device's type.
+func (m CostModel) Dispatch(p *plans.Plan, device int) time.Duration {
+	spec, err := deviceSpec(p, device)
+	if err != nil {
+		return 0
+	}
+	return m.Compute.Dispatch(spec)
 }
 
 func deviceSpec(p *plans.Plan, device int) (topology.DeviceSpec, error) {

@@ -35,6 +35,18 @@ type LinkSharing interface {
 	Links(p *plans.Plan, t int) ([]cost.LinkUse, error)
 }
 
+// Dispatch is implemented by Durations that model the latency of waking
+// a stream. The runtime runs each stream on a goroutine. When a firing
+// ends and releases both the next firing of its own stream and a firing
+// of another stream, its goroutine goes on on its thread and the released
+// one must be woken on another: the released firing, on device dev,
+// starts Dispatch(p, dev) after the end, or when the releasing stream
+// first has nothing to run, if that is sooner (its thread is then free).
+// A firing released by a stream that has nothing to run starts at once.
+type Dispatch interface {
+	Dispatch(p *plans.Plan, device int) time.Duration
+}
+
 // Simulate executes iters iterations of p and returns the trace. Each
 // firing starts as soon as every firing its edges name has finished, and
 // runs for its task's duration, stretched while other devices of its host
@@ -42,7 +54,8 @@ type LinkSharing interface {
 // its links ask more than the link's bandwidth if d shares links: then
 // the firings progress at rates that are max-min fair (progressive
 // filling: every firing's rate, as a share of its rate alone, rises
-// together until a link it crosses is full).
+// together until a link it crosses is full). If d models dispatch, a
+// firing another stream wakes starts that much later (see Dispatch).
 func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	if iters < 1 {
 		return nil, fmt.Errorf("sim: iterations must be ≥ 1, got %d", iters)
@@ -72,6 +85,11 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	for t, task := range p.Tasks {
 		s.homes[t] = p.Streams[task.Streams[0]].Device
 	}
+	if dl, ok := d.(Dispatch); ok {
+		if s.dispatch = dispatchLatencies(p, dl); s.dispatch != nil {
+			s.woken, s.waking = map[int]bool{}, make([][]int, len(p.Streams))
+		}
+	}
 	if ls, ok := d.(LinkSharing); ok {
 		if s.links, err = linkShares(p, ls); err != nil {
 			return nil, err
@@ -85,8 +103,13 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		}
 	}
 	done := 0
+	var released []int // instances one finish releases
 	for len(s.q) > 0 {
 		ev := s.pop()
+		if ev.release {
+			s.wake(ev.inst, ev.at)
+			continue
+		}
 		r := s.running[ev.inst]
 		if r == nil || r.version != ev.version {
 			continue // rescheduled since
@@ -97,6 +120,7 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 		tr.Events = append(tr.Events, trace.Event{Task: int32(fi.Task), Iter: int32(i), Micro: int32(fi.Micro), Start: r.start, End: ev.at})
 		s.free = append(s.free, r)
 		done++
+		released = released[:0]
 		for k := out.start[f]; k < out.start[f+1]; k++ {
 			j := i + int(out.delta[k])
 			if j >= iters {
@@ -104,14 +128,77 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 			}
 			next := int(out.to[k]) + j*nf
 			if waiting[next]--; waiting[next] == 0 {
-				s.start(next, ev.at)
+				released = append(released, next)
 			}
 		}
+		s.release(ev.inst, released, ev.at)
 	}
 	if done != nf*iters {
 		return nil, fmt.Errorf("sim: %d of %d firings never became ready (a dependency cycle across iterations)", nf*iters-done, nf*iters)
 	}
 	return tr, nil
+}
+
+// release starts the instances the end of inst released at now. With
+// dispatch latencies, if inst's stream goes on (inst released its next
+// firing), those of other streams are woken: they start after their
+// device's latency, or when inst's stream has nothing to run, if sooner.
+// If inst's stream has nothing to run, the firings it woke before start.
+func (s *engine) release(inst int, released []int, now trace.Time) {
+	goesOn := false
+	if s.dispatch != nil {
+		for _, next := range released {
+			goesOn = goesOn || s.stream(next) == s.stream(inst)
+		}
+	}
+	from := s.stream(inst)
+	for _, next := range released {
+		if lat := s.latency(next); goesOn && lat > 0 && s.stream(next) != from {
+			s.woken[next] = true
+			s.waking[from] = append(s.waking[from], next)
+			s.seq++
+			s.push(event{at: now + trace.Time(lat), seq: s.seq, inst: next, release: true})
+			continue
+		}
+		s.start(next, now)
+	}
+	if s.dispatch != nil && !goesOn {
+		for _, next := range s.waking[from] {
+			s.wake(next, now)
+		}
+		s.waking[from] = s.waking[from][:0]
+	}
+}
+
+// latency is the dispatch latency of inst's device (0: none).
+func (s *engine) latency(inst int) time.Duration {
+	if s.dispatch == nil {
+		return 0
+	}
+	return s.dispatch[s.home(inst)]
+}
+
+// wake starts inst, woken by another stream, unless it has started.
+func (s *engine) wake(inst int, now trace.Time) {
+	if s.woken[inst] {
+		delete(s.woken, inst)
+		s.start(inst, now)
+	}
+}
+
+// dispatchLatencies returns the dispatch latency of every device of p,
+// nil if all are zero.
+func dispatchLatencies(p *plans.Plan, d Dispatch) []time.Duration {
+	lat := make([]time.Duration, len(p.Devices))
+	some := false
+	for dev := range p.Devices {
+		lat[dev] = max(d.Dispatch(p, dev), 0)
+		some = some || lat[dev] > 0
+	}
+	if !some {
+		return nil
+	}
+	return lat
 }
 
 // outs lists each firing's edges out, in the plan's order: those of f are
@@ -239,12 +326,14 @@ func (s *engine) rerate(inst int, r *running, host, link float64, now trace.Time
 	s.schedule(inst, r, now)
 }
 
-// event is the expected end of one firing instance.
+// event is the expected end of one firing instance, or with release
+// set, its start after a dispatch latency.
 type event struct {
 	at      trace.Time
 	seq     uint64
 	inst    int
 	version uint64
+	release bool
 }
 
 // engine is the simulation state and its event queue, a heap ordered by
@@ -253,10 +342,16 @@ type engine struct {
 	p     *plans.Plan
 	dur   []time.Duration // by task
 	homes []int           // device by task
-	hosts *hosts
-	links *links // nil: links are not shared
-	flows []int  // running instances whose tasks use links, in start order
-	over  int    // links asked more than they have by the running flows
+	// dispatch is the dispatch latency by device (nil: none); woken are
+	// the instances woken and not started yet, waking by stream those it
+	// woke (some since started).
+	dispatch []time.Duration
+	woken    map[int]bool
+	waking   [][]int
+	hosts    *hosts
+	links    *links // nil: links are not shared
+	flows    []int  // running instances whose tasks use links, in start order
+	over     int    // links asked more than they have by the running flows
 	// scratch of share and fill
 	rates       []float64
 	used, asked []float64
@@ -452,6 +547,9 @@ func (s *engine) load(task int, sign float64) {
 }
 
 func (s *engine) task(inst int) int { return s.p.Firings[inst%len(s.p.Firings)].Task }
+
+// stream is the home stream of inst's task: the goroutine that runs it.
+func (s *engine) stream(inst int) int { return s.p.Tasks[s.task(inst)].Streams[0] }
 
 // changeBusy records dev turning busy (+1) or idle (−1) and re-rates the
 // firings running on the other devices of its host.

@@ -47,13 +47,20 @@ dp=2 and pp=2 plans on this machine and taking each task's mean time in
 place (with the cache state and neighbours it has in a real run). Kernels are
 priced from one-device plans (running alone); the data-parallel plans give how
 much kernels slow down while another device of the host is busy (shared
-caches and memory bandwidth), which the simulator applies. Models with a
+caches and memory bandwidth), which the simulator applies, and how long a
+task released by another stream (a goroutine, which the releasing one must
+wake while it goes on) waits to start: the dispatch latency, taken from the
+waits in the traces of those plans (per run, the latency under which the
+simulator's waits add up to the measured ones; the median over runs) and
+applied by the simulator on the same edges. Models with a
 tensor-parallel layout also run tp=2 plans (and tp=2,sp=on for the GPTs):
 their sums, all-gathers and reduce-scatters, and their kernels on split
 weights (priced at their tp=2 time less that slowdown). Then
 fit the cost model per op kind: launch overhead + max(FLOPs / (peak·eff_c),
 bytes / (bandwidth·eff_m)) with efficiencies that saturate with the size of
-the work. Every fit is tested on a quarter of the shapes held out of it, and
+the work (for an all-reduce, the bytes its reduction moves in memory: over
+n members of b bytes, (5n−3)·b in place, 2n·b more for a tensor-parallel
+sum, which works out of place). Every fit is tested on a quarter of the shapes held out of it, and
 its error is printed. Every measured shape is also kept: an exact measured
 shape wins over the fit. The calibration is keyed by device type and core
 count ("cpu/2"), and loads on any machine.`,
@@ -128,6 +135,7 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 	bench := runtime.Microbench{Iters: f.iters}
 	var reports []calibReport
 	contention := map[string]float64{}
+	dispatch := map[string]time.Duration{}
 	for _, w := range f.workers {
 		spec, err := topology.Spec("cpu", w)
 		if err != nil {
@@ -143,10 +151,12 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return err
 		}
 		dc.Contention = m.contention
+		dc.Dispatch = m.dispatch()
 		host, _ := os.Hostname()
 		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
 			host, w, time.Now().UTC().Format("2006-01-02"), len(m.alone)+len(m.comm), time.Since(start).Seconds(), len(m.slowdowns))
 		contention[cost.CalibrationKey(spec)] = dc.Contention
+		dispatch[cost.CalibrationKey(spec)] = dc.Dispatch
 		calib.Devices[cost.CalibrationKey(spec)] = dc
 		for _, r := range reps {
 			reports = append(reports, calibReport{Key: cost.CalibrationKey(spec), FitReport: r})
@@ -156,10 +166,13 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		return err
 	}
 	if f.json {
-		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports), "contention": contention})
+		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports), "contention": contention, "dispatch_ns": dispatch})
 	}
 	for _, k := range slices.Sorted(maps.Keys(contention)) {
 		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host\n", k, 100*contention[k])
+		if d := dispatch[k]; d > 0 {
+			fmt.Printf("%s: a task released by another stream starts %v later\n", k, d)
+		}
 	}
 	return printFits(reports, f.out)
 }
@@ -213,6 +226,9 @@ type measured struct {
 	slowdowns []float64
 	// contention is their median (0 without any).
 	contention float64
+	// latencies are, for each run of a plan of two devices, the latency
+	// of waking a goroutine its wakes give (runtime.DispatchLatency).
+	latencies []time.Duration
 }
 
 // measure runs the calibration plans on devices of w workers: one-device
@@ -279,7 +295,10 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		if err != nil {
 			return nil, err
 		}
-		for _, s := range got {
+		if wakes := slices.Concat(got.Wakes...); j.devices > 1 && len(wakes) > 0 {
+			m.latencies = append(m.latencies, runtime.DispatchLatency(wakes))
+		}
+		for _, s := range got.Tasks {
 			comm := s.Work.Kind == string(plans.Transfer) || plans.TaskKind(s.Work.Kind).Collective()
 			switch {
 			case j.devices == 1:
@@ -315,6 +334,23 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 	return m, nil
 }
 
+// dispatch is the median of the runs' latencies (0 without any), as the
+// plan loop takes the median of runs' step times: a run in a slow spell of
+// a shared machine does not set it.
+func (m *measured) dispatch() time.Duration {
+	if len(m.latencies) == 0 {
+		return 0
+	}
+	return medianOf(slices.Clone(m.latencies))
+}
+
+// medianOf sorts ts and returns its median (the upper one of an even
+// count).
+func medianOf(ts []time.Duration) time.Duration {
+	slices.Sort(ts)
+	return ts[len(ts)/2]
+}
+
 // medians returns each shape's median time, by kind and shape.
 func medians(samples []cost.Sample) map[string]time.Duration {
 	by := map[string][]time.Duration{}
@@ -324,8 +360,7 @@ func medians(samples []cost.Sample) map[string]time.Duration {
 	}
 	out := make(map[string]time.Duration, len(by))
 	for k, ts := range by {
-		slices.Sort(ts)
-		out[k] = ts[len(ts)/2]
+		out[k] = medianOf(ts)
 	}
 	return out
 }
@@ -408,7 +443,7 @@ func runCalibrateCUDA(cmd *cobra.Command, f calibFlags) error {
 		if err != nil {
 			return fmt.Errorf("%s: %w", files[i%len(ps)], err)
 		}
-		for _, s := range got {
+		for _, s := range got.Tasks {
 			spec, err := topology.Spec(s.Device, s.Workers)
 			if err != nil {
 				return err
