@@ -247,3 +247,36 @@ func (m *LiveMemory) WriteTable(w io.Writer) error {
 	}
 	return tw.Flush()
 }
+
+// Counters returns each device's live bytes over time as a counter of tr
+// (in MiB), the trace m was computed from, for trace.WriteChrome: Perfetto
+// draws it under the device's streams.
+func (m *LiveMemory) Counters(tr *trace.Trace) ([]trace.Counter, error) {
+	var cs []trace.Counter
+	for _, d := range m.Devices {
+		dev := slices.Index(tr.Devices, d.Device)
+		if dev < 0 {
+			return nil, fmt.Errorf("plans: live memory of device %s, which the trace does not have", d.Device)
+		}
+		c := trace.Counter{Device: dev, Name: "live memory (MiB)", Points: make([]trace.CounterPoint, len(d.Steps))}
+		for i, st := range d.Steps {
+			c.Points[i] = trace.CounterPoint{At: st.At, Value: float64(st.Bytes) / (1 << 20)}
+		}
+		cs = append(cs, c)
+	}
+	return cs, nil
+}
+
+// WriteChrome writes tr, a trace of p, as trace.WriteChrome does, with
+// each device's live memory (LiveMemory) as a counter track under its
+// streams. A trace whose live memory cannot be followed (one that lacks
+// firings) is written without it.
+func (p *Plan) WriteChrome(w io.Writer, tr *trace.Trace) error {
+	var counters []trace.Counter
+	if live, err := p.LiveMemory(tr, 1); err == nil {
+		if counters, err = live.Counters(tr); err != nil {
+			return err
+		}
+	}
+	return trace.WriteChrome(w, tr, counters...)
+}

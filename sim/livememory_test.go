@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"bytes"
+	"encoding/json"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -159,4 +162,44 @@ func TestLiveMemoryErrors(t *testing.T) {
 	tr.Events = tr.Events[:len(tr.Events)-1]
 	_, err = p.LiveMemory(tr, 0)
 	require.Error(t, err)
+}
+
+// A simulated trace written for Perfetto carries each device's live
+// memory as a counter track whose highest point is the live peak, on the
+// device's own process.
+func TestWriteChromeLiveMemory(t *testing.T) {
+	p := compile(t, "mnist-cnn", "pp=2,mb=4,sched=1f1b", 64)
+	tr, err := Simulate(p, unit, 3)
+	require.NoError(t, err)
+	m, err := p.LiveMemory(tr, 0)
+	require.NoError(t, err)
+	var buf bytes.Buffer
+	require.NoError(t, p.WriteChrome(&buf, tr))
+	var doc struct {
+		TraceEvents []struct {
+			Name string             `json:"name"`
+			Ph   string             `json:"ph"`
+			Pid  int                `json:"pid"`
+			Args map[string]any `json:"args"`
+		} `json:"traceEvents"`
+	}
+	require.NoError(t, json.Unmarshal(buf.Bytes(), &doc))
+	highest := map[int]float64{}
+	points := 0
+	for _, e := range doc.TraceEvents {
+		if e.Ph == "C" {
+			require.Equal(t, "live memory (MiB)", e.Name)
+			v, ok := e.Args["value"].(float64)
+			require.True(t, ok, "a counter's value: %v", e.Args)
+			highest[e.Pid] = max(highest[e.Pid], v)
+			points++
+		}
+	}
+	require.Len(t, highest, len(m.Devices))
+	for _, d := range m.Devices {
+		dev := slices.Index(tr.Devices, d.Device)
+		require.InDelta(t, float64(d.Peak)/(1<<20), highest[dev], 1e-9, d.Device)
+		points -= len(d.Steps)
+	}
+	require.Zero(t, points, "one counter event per step of the timeline")
 }

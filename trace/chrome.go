@@ -10,14 +10,50 @@ import (
 	"github.com/flowkit/flowkit/units"
 )
 
+// Counter is a value over time on one of a trace's devices, which
+// WriteChrome draws as a counter track under the device's streams (the
+// live memory of plans.LiveMemory, say).
+type Counter struct {
+	Device int    // index into Trace.Devices
+	Name   string // the track's name, with its unit
+	Points []CounterPoint
+}
+
+// CounterPoint is a counter's value from At until the next point.
+type CounterPoint struct {
+	At    Time
+	Value float64
+}
+
+// check says what is wrong with c as a counter of t, if anything.
+func (c *Counter) check(t *Trace) error {
+	if c.Device < 0 || c.Device >= len(t.Devices) {
+		return fmt.Errorf("%w: counter %q on device %d, the trace has %d", ErrInvalid, c.Name, c.Device, len(t.Devices))
+	}
+	for i := 1; i < len(c.Points); i++ {
+		if c.Points[i].At < c.Points[i-1].At {
+			return fmt.Errorf("%w: counter %q on %s goes back in time at point %d (%d ns after %d ns)",
+				ErrInvalid, c.Name, t.Devices[c.Device], i, c.Points[i].At, c.Points[i-1].At)
+		}
+	}
+	return nil
+}
+
 // WriteChrome writes t in the Chrome trace event format (JSON), which
 // Perfetto and chrome://tracing open: one process per device, one thread
 // per stream, one complete ("X") event per event and stream it occupies, so
-// a transfer shows on both ends. Timestamps are microseconds with three
-// decimals, which keeps nanosecond precision. The output depends only on t.
-func WriteChrome(w io.Writer, t *Trace) error {
+// a transfer shows on both ends; and a counter ("C") event per point of
+// each counter, on its device. Timestamps are microseconds with three
+// decimals, which keeps nanosecond precision. The output depends only on
+// t and the counters.
+func WriteChrome(w io.Writer, t *Trace, counters ...Counter) error {
 	if err := t.Validate(); err != nil {
 		return err
+	}
+	for i := range counters {
+		if err := counters[i].check(t); err != nil {
+			return err
+		}
 	}
 	bw := bufio.NewWriter(w)
 	other, err := json.Marshal(map[string]string{"source": t.Source, "plan": t.Plan})
@@ -63,8 +99,24 @@ func WriteChrome(w io.Writer, t *Trace) error {
 			}
 		}
 	}
+	for _, c := range counters {
+		for _, pt := range c.Points {
+			ev := chromeCounter{Name: c.Name, Ph: "C", Ts: micros(pt.At), Pid: c.Device, Args: map[string]float64{"value": pt.Value}}
+			if err := emit(ev); err != nil {
+				return err
+			}
+		}
+	}
 	bw.WriteString("\n]}\n")
 	return bw.Flush()
+}
+
+type chromeCounter struct {
+	Name string             `json:"name"`
+	Ph   string             `json:"ph"`
+	Ts   micros             `json:"ts"`
+	Pid  int                `json:"pid"`
+	Args map[string]float64 `json:"args"`
 }
 
 type chromeEvent struct {

@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -110,5 +112,43 @@ func TestWriteChromeInvalid(t *testing.T) {
 	tr.Events[0].Task = 9
 	if err := trace.WriteChrome(new(bytes.Buffer), tr); !errors.Is(err, trace.ErrInvalid) {
 		t.Errorf("got %v, want ErrInvalid", err)
+	}
+}
+
+// Counters are written as "C" events on their device's process, a value
+// each, at nanosecond precision; a counter on no device of the trace, or
+// going back in time, is refused.
+func TestWriteChromeCounters(t *testing.T) {
+	mem := trace.Counter{Device: 1, Name: "live memory (MiB)", Points: []trace.CounterPoint{{At: 0, Value: 1.5}, {At: 1_234_567, Value: 2}, {At: 1_234_567, Value: 0.25}}}
+	var buf bytes.Buffer
+	if err := trace.WriteChrome(&buf, fixture(), mem); err != nil {
+		t.Fatal(err)
+	}
+	var f chromeFile
+	if err := json.Unmarshal(buf.Bytes(), &f); err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, e := range f.TraceEvents {
+		if e.Ph == "C" {
+			got = append(got, fmt.Sprintf("%s %d %s %s", e.Name, e.Pid, e.Ts, e.Args))
+		}
+	}
+	want := []string{
+		`live memory (MiB) 1 0.000 {"value":1.5}`,
+		`live memory (MiB) 1 1234.567 {"value":2}`,
+		`live memory (MiB) 1 1234.567 {"value":0.25}`,
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("counter events:\n%s\nwant\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	for _, bad := range []trace.Counter{
+		{Device: 2, Name: "x"},
+		{Device: -1, Name: "x"},
+		{Device: 0, Name: "x", Points: []trace.CounterPoint{{At: 5}, {At: 4}}},
+	} {
+		if err := trace.WriteChrome(new(bytes.Buffer), fixture(), bad); !errors.Is(err, trace.ErrInvalid) {
+			t.Errorf("counter %+v: got %v, want ErrInvalid", bad, err)
+		}
 	}
 }

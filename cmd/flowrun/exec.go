@@ -86,7 +86,7 @@ and the streams, ops and tasks it runs on most. See 'flowsim simulate --help'.`,
 	fl.BoolVar(&f.compare, "compare", false, "also simulate the plan and compare predicted with measured")
 	fl.BoolVar(&f.breakdown, "breakdown", true, "with --compare: print where the step goes per device and the critical path, predicted and measured (in JSON: breakdown and critical_path)")
 	fl.IntVar(&f.top, "top", 15, "tasks shown in the comparison table (worst first; 0: all)")
-	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json)")
+	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json), with each device's live memory as a counter track")
 	fl.StringVar(&f.pprofDir, "pprof", "", "write measured.pb.gz (and, with --compare, predicted.pb.gz) to this folder: go tool pprof -diff_base predicted.pb.gz measured.pb.gz")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.device, "device", "", "check where the plan runs: cpu (no GPU devices) or cuda (at least one); empty: wherever the plan says")
@@ -248,7 +248,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		measured = res.Trace
 	}
 	if f.tracePath != "" {
-		if err := writeChrome(f.tracePath, measured); err != nil {
+		if err := writeChrome(f.tracePath, p, measured); err != nil {
 			return err
 		}
 	}
@@ -276,7 +276,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return err
 	}
 	if f.tracePath != "" {
-		if err := writeChrome(strings.TrimSuffix(f.tracePath, filepath.Ext(f.tracePath))+".sim.json", pred); err != nil {
+		if err := writeChrome(strings.TrimSuffix(f.tracePath, filepath.Ext(f.tracePath))+".sim.json", p, pred); err != nil {
 			return err
 		}
 	}
@@ -364,12 +364,14 @@ func loadModel(path string) (*cost.ComputeModel, error) {
 	return cost.NewComputeModel(c), nil
 }
 
-func writeChrome(path string, tr *trace.Trace) error {
+// writeChrome writes tr, a trace of p, to path as Chrome JSON, with live
+// memory tracks (plans.Plan.WriteChrome).
+func writeChrome(path string, p *plans.Plan, tr *trace.Trace) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := trace.WriteChrome(f, tr); err != nil {
+	if err := p.WriteChrome(f, tr); err != nil {
 		f.Close()
 		return err
 	}

@@ -64,6 +64,11 @@ func TestExecCompareJSON(t *testing.T) {
 	for _, name := range []string{"run.json", "run.sim.json", "measured.pb.gz", "predicted.pb.gz"} {
 		require.FileExists(t, filepath.Join(dir, name))
 	}
+	for _, name := range []string{"run.json", "run.sim.json"} { // with live memory tracks
+		b, err := os.ReadFile(filepath.Join(dir, name))
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"name":"live memory (MiB)","ph":"C"`, name)
+	}
 }
 
 func TestExecBadInput(t *testing.T) {

@@ -73,7 +73,7 @@ simulated one, and what does not pack tightly.`,
 	fl.StringVar(&f.cluster, "cluster", "", "cluster whose routes price communication between accelerators (default: the plan's, if it is a preset)")
 	fl.IntVar(&f.iters, "iters", 10, "iterations to simulate")
 	fl.IntVar(&f.warmup, "warmup", 2, "iterations left out of the step time")
-	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto)")
+	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto), with each device's live memory as a counter track")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object")
 	fl.BoolVar(&f.breakdown, "breakdown", true, "print where the step goes per device and the critical path (in JSON: breakdown and critical_path)")
 	fl.BoolVar(&f.memory, "memory", false, "print what fills each device's memory at its live peak (default: as --breakdown; in JSON: memory)")
@@ -122,7 +122,7 @@ func runSimulate(w io.Writer, f simFlags) error {
 		if err != nil {
 			return err
 		}
-		if err := trace.WriteChrome(file, tr); err != nil {
+		if err := p.WriteChrome(file, tr); err != nil {
 			file.Close()
 			return err
 		}
