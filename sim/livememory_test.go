@@ -177,9 +177,9 @@ func TestWriteChromeLiveMemory(t *testing.T) {
 	require.NoError(t, p.WriteChrome(&buf, tr))
 	var doc struct {
 		TraceEvents []struct {
-			Name string             `json:"name"`
-			Ph   string             `json:"ph"`
-			Pid  int                `json:"pid"`
+			Name string         `json:"name"`
+			Ph   string         `json:"ph"`
+			Pid  int            `json:"pid"`
 			Args map[string]any `json:"args"`
 		} `json:"traceEvents"`
 	}
