@@ -239,3 +239,17 @@ func TestSharedHint(t *testing.T) {
 	other := fmt.Errorf("%w: out of memory", plans.ErrInfeasible)
 	require.Equal(t, other, sharedHint(other, plans.Config{Strategy: plans.Strategy{DP: 16, TP: 8}}))
 }
+
+// --trace writes the simulated trace with each device's live memory as a
+// counter track, whether or not the memory table is printed.
+func TestSimulateTraceHasMemory(t *testing.T) {
+	path := pipelinePlan(t)
+	for _, args := range [][]string{nil, {"--breakdown=false"}} {
+		out := filepath.Join(t.TempDir(), "sim.json")
+		_, err := run(t, append([]string{"simulate", "--plan", path, "--trace", out}, args...)...)
+		require.NoError(t, err)
+		b, err := os.ReadFile(out)
+		require.NoError(t, err)
+		require.Contains(t, string(b), `"name":"live memory (MiB)","ph":"C","ts":0.000,"pid":1`, args)
+	}
+}

@@ -117,18 +117,20 @@ func runSimulate(w io.Writer, f simFlags) error {
 	if err != nil {
 		return err
 	}
+	// Live memory once, for the table and the trace's counter tracks.
+	var live *plans.LiveMemory
+	if f.memory || f.tracePath != "" {
+		if live, err = p.LiveMemory(tr, f.top); err != nil {
+			return err
+		}
+	}
 	if f.tracePath != "" {
-		file, err := os.Create(f.tracePath)
-		if err != nil {
+		if err := writeTrace(f.tracePath, tr, live); err != nil {
 			return err
 		}
-		if err := p.WriteChrome(file, tr); err != nil {
-			file.Close()
-			return err
-		}
-		if err := file.Close(); err != nil {
-			return err
-		}
+	}
+	if !f.memory {
+		live = nil
 	}
 	var report *trace.StepReport
 	if f.breakdown {
@@ -137,12 +139,6 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return err
 		}
 		if report, err = trace.NewStepReport(tr, deps, f.warmup); err != nil {
-			return err
-		}
-	}
-	var live *plans.LiveMemory
-	if f.memory {
-		if live, err = p.LiveMemory(tr, f.top); err != nil {
 			return err
 		}
 	}
@@ -182,6 +178,23 @@ func runSimulate(w io.Writer, f simFlags) error {
 	}
 	fmt.Fprintln(w)
 	return writeLiveMemory(w, live)
+}
+
+// writeTrace writes tr to path as Chrome JSON with live's counter tracks.
+func writeTrace(path string, tr *trace.Trace, live *plans.LiveMemory) error {
+	counters, err := live.Counters(tr)
+	if err != nil {
+		return err
+	}
+	file, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := trace.WriteChrome(file, tr, counters...); err != nil {
+		file.Close()
+		return err
+	}
+	return file.Close()
 }
 
 // writeLiveMemory writes what fills each device's memory, and the largest
