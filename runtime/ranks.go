@@ -772,9 +772,12 @@ type RankResult struct {
 // MergeRanks combines the results of a multi-process run's ranks into the
 // run's result, on the clock of parts[0]'s rank. offsets[k] is rank k's
 // clock minus that rank's. A transfer to another rank lasts from its send
-// to its landing; an all-reduce over several ranks from the last part's
-// start to the first part's end, the span in which all of its ranks were
-// in it.
+// to its landing, which is kept within the sender's span (the data landed
+// before the sender heard so): clocks out of step, even by the gap
+// between the two clock readings of one time.Now, must not stretch it
+// over the sender's next task. An all-reduce over several ranks lasts
+// from the last part's start to the first part's end, the span in which
+// all of its ranks were in it.
 func MergeRanks(p *plans.Plan, parts []*RankResult, offsets []time.Duration) (*RunResult, error) {
 	if len(parts) == 0 || len(offsets) != len(parts) {
 		return nil, fmt.Errorf("runtime: merging %d rank results with %d clock offsets", len(parts), len(offsets))
@@ -820,7 +823,7 @@ func MergeRanks(p *plans.Plan, parts []*RankResult, offsets []time.Duration) (*R
 			if !ok {
 				return nil, fmt.Errorf("runtime: rank %d received %s of iteration %d, which no rank sent", part.Rank, p.Tasks[e.Task].Name, e.Iter)
 			}
-			ev.End = e.End + shift[k]
+			ev.End = max(ev.Start, min(ev.End, e.End+shift[k]))
 		}
 	}
 	tr := p.NewTrace("runtime")

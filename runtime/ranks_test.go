@@ -526,3 +526,35 @@ func TestChunksAsCostPricesThem(t *testing.T) {
 		}
 	}
 }
+
+// Clocks out of step, by the merge's offsets or by the gap between a
+// rank's wall and monotonic readings, leave a transfer to another rank
+// within its sender's span: the merged trace never has the sender's
+// stream run the transfer and its next task at once.
+func TestMergeRanksClockSkew(t *testing.T) {
+	p := compile(t, "mlp", "pp=2,mb=4,sched=1f1b", 16)
+	h := newMemHub(2)
+	rs := make([]*PlanRunner, 2)
+	for k := range rs {
+		r, err := NewRankRunner(p, []int{0, 1}, memLink{h, k})
+		require.NoError(t, err)
+		rs[k] = r
+	}
+	res := runRanksTogether(t, rs, 3, NewSyntheticFeeder(p.Images, 10, 64, 9))
+	parts := []*RankResult{res[0].Part, res[1].Part}
+	var sent int
+	for _, e := range parts[0].Events {
+		if p.Tasks[e.Task].Kind == plans.Transfer {
+			sent++
+		}
+	}
+	require.Positive(t, sent, "rank 0 sends to rank 1")
+	for _, skew := range []time.Duration{-5 * time.Millisecond, -time.Millisecond, 0, time.Millisecond, 5 * time.Millisecond} {
+		merged, err := MergeRanks(p, parts, []time.Duration{0, skew})
+		require.NoError(t, err)
+		require.NoError(t, merged.Trace.Validate(), "rank 1's clock %v off", skew)
+		for _, e := range merged.Trace.Events {
+			require.LessOrEqual(t, e.Start, e.End, "%s: rank 1's clock %v off", p.Tasks[e.Task].Name, skew)
+		}
+	}
+}
