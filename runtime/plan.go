@@ -413,7 +413,6 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	}
 	x.cond = sync.NewCond(&x.mu)
 	x.start = time.Now()
-	x.wall = x.start.Round(0)
 	x.progress = x.start
 	if r.gpu != nil {
 		x.issued = make([]int, iters)
@@ -496,7 +495,7 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	r.iteration += iters
 	res := x.result()
 	if x.rr != nil {
-		res.Part = &RankResult{Rank: r.rk.me, Start: x.wall, Events: res.Trace.Events, Landed: x.rr.landed, Loss: res.Loss}
+		res.Part = &RankResult{Rank: r.rk.me, Start: x.start, Events: res.Trace.Events, Landed: x.rr.landed, Loss: res.Loss}
 	}
 	prev := trace.Time(0)
 	for _, end := range res.Trace.IterationEnds() {
@@ -547,8 +546,7 @@ type run struct {
 	asked  int                     // iters as Run was called
 	feed   Feeder
 	start  time.Time
-	wall   time.Time // start without its monotonic reading
-	rr     *rankRun  // multi-process runs
+	rr     *rankRun // multi-process runs
 
 	mu       sync.Mutex
 	cond     *sync.Cond

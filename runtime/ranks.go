@@ -756,7 +756,8 @@ func (x *run) collect(f, it int, kind MessageKind, n int) ([]*Message, error) {
 type RankResult struct {
 	Rank int
 	// Start is the rank's clock when the run started; event times count
-	// from it.
+	// from it. It keeps its monotonic reading, so ranks of one process
+	// merge exactly; sent to another process it is the wall clock's.
 	Start time.Time
 	// Events are the firings the rank ran: for an all-reduce, its part;
 	// for a transfer to another rank, from sending to the acknowledgement.
