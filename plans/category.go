@@ -108,6 +108,8 @@ func (b ByCategory) String() string {
 // or if its value derives from the loss's gradient seed (a backward
 // compute task that reads nothing); else an activation.
 func (p *Plan) Categories() []Category {
+	p.derive.Lock()
+	defer p.derive.Unlock()
 	if p.categories == nil {
 		p.categories = p.categorize()
 	}

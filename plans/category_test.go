@@ -1,11 +1,14 @@
 package plans
 
 import (
+	"slices"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/units"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 )
 
@@ -175,4 +178,24 @@ func TestCategoryNames(t *testing.T) {
 	js, err := b.MarshalJSON()
 	require.NoError(t, err)
 	require.JSONEq(t, `{"weights":2048,"optimizer":0,"gradients":1,"activations":0,"temporaries":0}`, string(js))
+}
+
+// A plan's derived views may be asked for from several goroutines at once
+// (run with -race: the first callers derive them together).
+func TestCategoriesConcurrent(t *testing.T) {
+	p := compileMLP(t, "dp=2,mb=2", graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+	want := slices.Clone(p.categorize())
+	var wg sync.WaitGroup
+	got := make([][]Category, 4)
+	for i := range got {
+		wg.Go(func() {
+			_, err := p.Deps()
+			assert.NoError(t, err)
+			got[i] = p.Categories()
+		})
+	}
+	wg.Wait()
+	for _, g := range got {
+		require.Equal(t, want, g)
+	}
 }

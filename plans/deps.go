@@ -167,6 +167,8 @@ func (p *Plan) firingIndex() func(task, micro int) int {
 // register with too few slots for the schedule), reported with the firings
 // and registers involved.
 func (p *Plan) Deps() ([]Edge, error) {
+	p.derive.Lock()
+	defer p.derive.Unlock()
 	if p.deps != nil {
 		return p.deps, nil
 	}

@@ -3,6 +3,7 @@ package plans
 import (
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/units"
+	"sync"
 )
 
 // Version is the plan file format's version. 2 (2026-11-30) added the
@@ -66,9 +67,10 @@ type Plan struct {
 	Images graph.Spec `json:"images"`
 	Labels graph.Spec `json:"labels,omitzero"`
 
-	deps       []Edge     // derived once, see Deps
-	categories []Category // derived once, see Categories
+	derive     sync.Mutex // guards the fields below, derived once
+	deps       []Edge     // see Deps
 	depRules   []rule     // why each of deps exists
+	categories []Category // see Categories
 }
 
 // DType is the dtype of the model's float tensors: its inputs', unless

@@ -484,8 +484,10 @@ func TestCheckTraceCatchesViolations(t *testing.T) {
 	last.Start, last.End = 0, 1 // runs before everything it depends on
 	require.ErrorContains(t, p.CheckTrace(&early), "before")
 
-	shared := *p
-	shared.Registers = append([]Register(nil), p.Registers...)
+	var buf bytes.Buffer
+	require.NoError(t, Encode(&buf, p))
+	shared, err := Decode(&buf)
+	require.NoError(t, err)
 	for i := range shared.Registers {
 		if !shared.Registers[i].Persistent {
 			shared.Registers[i].Offset = shared.Memory[shared.Registers[i].Device].Persistent
