@@ -23,6 +23,8 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		Attention{Heads: 32, Seq: 8192, Causal: true, KVHeads: 8}, RoPE{Heads: 32, KVHeads: 8, Seq: 8192, Theta: 500000},
 		RoPEGrad{Heads: 4, Seq: 16, Theta: 10000}, SwiGLU{}, SwiGLUGrad{}, MeanSquare{}, MeanSquareGrad{},
 		SGDUpdate{LR: 0.1}, MomentumUpdate{LR: 0.01, Momentum: 0.9}, AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+		SGDUpdate{LR: 0.1, Schedule: Schedule{Warmup: 10}}, MomentumUpdate{LR: 0.01, Momentum: 0.9, Schedule: Schedule{Decay: "linear", Steps: 100}},
+		AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: Schedule{Decay: "cosine", Warmup: 10, Steps: 1000, MinRatio: 0.1}},
 		VocabEmbedding{Rows: 8, Lo: 16}, VocabEmbeddingGrad{Table: Shape{8, 4}, Lo: 8}, VocabStats{Width: 8, Lo: 8, Part: 1, Parts: 2},
 		VocabStatsGrad{Width: 8, Lo: 0, Part: 0, Parts: 2}, VocabLoss{}, VocabLossGrad{},
 	}
@@ -44,6 +46,10 @@ func TestOpCodecRoundTrip(t *testing.T) {
 	j, err := EncodeOp(Attention{Heads: 2, Seq: 4})
 	require.NoError(t, err)
 	require.JSONEq(t, `{"Heads":2,"Seq":4,"Causal":false}`, string(j.Attrs))
+	// Updates without a schedule encode as they did before schedules.
+	j, err = EncodeOp(AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8})
+	require.NoError(t, err)
+	require.JSONEq(t, `{"LR":0.001,"Beta1":0.9,"Beta2":0.999,"Eps":1e-8,"WeightDecay":0}`, string(j.Attrs))
 	_, err = DecodeOp(OpJSON{Type: "warp_drive"})
 	require.ErrorContains(t, err, "warp_drive")
 	_, err = DecodeOp(OpJSON{Type: "scale", Attrs: []byte(`{"Alpha":"x"}`)})

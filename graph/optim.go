@@ -26,31 +26,44 @@ func (g *Graph) Minimize(loss *Tensor, opt Optimizer) error {
 }
 
 // NewOptimizer returns the optimizer named "sgd" (with momentum when
-// momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8), as the CLIs take it.
-func NewOptimizer(name string, lr, momentum float64) (Optimizer, error) {
+// momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8), as the CLIs take it,
+// its learning rate following sched.
+func NewOptimizer(name string, lr, momentum float64, sched Schedule) (Optimizer, error) {
+	if err := sched.Validate(); err != nil {
+		return nil, err
+	}
 	switch name {
 	case "sgd":
-		return SGD{LR: float32(lr), Momentum: float32(momentum)}, nil
+		return SGD{LR: float32(lr), Momentum: float32(momentum), Schedule: sched}, nil
 	case "adam":
-		return Adam{LR: float32(lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, nil
+		return Adam{LR: float32(lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: sched}, nil
 	}
 	return nil, fmt.Errorf("graph: unknown optimizer %q (want sgd or adam)", name)
+}
+
+// scheduleName is ", schedule=…" for a schedule other than the zero one.
+func scheduleName(s Schedule) string {
+	if s.IsZero() {
+		return ""
+	}
+	return ", schedule=" + s.String()
 }
 
 // SGD is stochastic gradient descent, with momentum when Momentum > 0
 // (PyTorch's formulation: v = μ·v + g; w −= lr·v).
 type SGD struct {
 	LR, Momentum, WeightDecay float32
+	Schedule                  Schedule
 }
 
 func (o SGD) Name() string {
-	return fmt.Sprintf("sgd(lr=%g, momentum=%g, weight_decay=%g)", o.LR, o.Momentum, o.WeightDecay)
+	return fmt.Sprintf("sgd(lr=%g, momentum=%g, weight_decay=%g%s)", o.LR, o.Momentum, o.WeightDecay, scheduleName(o.Schedule))
 }
 
 func (o SGD) update(g *Graph, params, grads []*Tensor) {
 	for i, w := range params {
 		if o.Momentum == 0 {
-			g.Apply(SGDUpdate{LR: o.LR, WeightDecay: o.WeightDecay}, w, grads[i])
+			g.Apply(SGDUpdate{LR: o.LR, WeightDecay: o.WeightDecay, Schedule: o.Schedule}, w, grads[i])
 			continue
 		}
 		v := g.TypedState(w.Name+".momentum", w.Spec.Shape, w.Spec.DType, Init{Kind: Zeros, Shard: w.Init.Shard.Named(w.Name + ".momentum")})
@@ -62,10 +75,11 @@ func (o SGD) update(g *Graph, params, grads []*Tensor) {
 // the gradient, as PyTorch's Adam).
 type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Schedule                           Schedule
 }
 
 func (o Adam) Name() string {
-	return fmt.Sprintf("adam(lr=%g, betas=(%g, %g), eps=%g, weight_decay=%g)", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay)
+	return fmt.Sprintf("adam(lr=%g, betas=(%g, %g), eps=%g, weight_decay=%g%s)", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, scheduleName(o.Schedule))
 }
 
 func (o Adam) update(g *Graph, params, grads []*Tensor) {
@@ -77,10 +91,13 @@ func (o Adam) update(g *Graph, params, grads []*Tensor) {
 }
 
 // updateInfer checks an update op's inputs: the weight, its gradient and
-// its states, all of one shape.
-func updateInfer(op string, in []Spec, n int) ([]Spec, error) {
+// its states, all of one shape; and its learning-rate schedule.
+func updateInfer(op string, sched Schedule, in []Spec, n int) ([]Spec, error) {
 	if _, err := sameShapes(op, in, n); err != nil {
 		return nil, err
+	}
+	if err := sched.Validate(); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
 	}
 	return nil, nil
 }
@@ -90,24 +107,35 @@ func updateSignatures(in []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), len(in), 0, false)
 }
 
-// SGDUpdate is w −= lr·(g + wd·w): (w, g), updating w.
-type SGDUpdate struct{ LR, WeightDecay float32 }
+// SGDUpdate is w −= lr·(g + wd·w): (w, g), updating w. The update ops'
+// rate at a step is Schedule.Rate(LR, step).
+type SGDUpdate struct {
+	LR, WeightDecay float32
+	Schedule        Schedule `json:",omitzero"`
+}
 
-func (SGDUpdate) Type() string                    { return "sgd_update" }
-func (SGDUpdate) Mutates() []int                  { return []int{0} }
-func (SGDUpdate) Infer(in []Spec) ([]Spec, error) { return updateInfer("sgd_update", in, 2) }
-func (SGDUpdate) Cost(in, out []Spec) Cost        { return elementwiseCost(in, in[:1], 3) }
+func (SGDUpdate) Type() string   { return "sgd_update" }
+func (SGDUpdate) Mutates() []int { return []int{0} }
+func (o SGDUpdate) Infer(in []Spec) ([]Spec, error) {
+	return updateInfer("sgd_update", o.Schedule, in, 2)
+}
+func (SGDUpdate) Cost(in, out []Spec) Cost { return elementwiseCost(in, in[:1], 3) }
 func (SGDUpdate) Signatures(in, out []Spec) []Signature {
 	return updateSignatures(in)
 }
 
 // MomentumUpdate is v = μ·v + (g + wd·w); w −= lr·v: (w, g, v), updating w
 // and v.
-type MomentumUpdate struct{ LR, Momentum, WeightDecay float32 }
+type MomentumUpdate struct {
+	LR, Momentum, WeightDecay float32
+	Schedule                  Schedule `json:",omitzero"`
+}
 
-func (MomentumUpdate) Type() string                    { return "momentum_update" }
-func (MomentumUpdate) Mutates() []int                  { return []int{0, 2} }
-func (MomentumUpdate) Infer(in []Spec) ([]Spec, error) { return updateInfer("momentum_update", in, 3) }
+func (MomentumUpdate) Type() string   { return "momentum_update" }
+func (MomentumUpdate) Mutates() []int { return []int{0, 2} }
+func (o MomentumUpdate) Infer(in []Spec) ([]Spec, error) {
+	return updateInfer("momentum_update", o.Schedule, in, 3)
+}
 func (MomentumUpdate) Cost(in, out []Spec) Cost {
 	return Cost{FLOPs: elementwiseCost(in, in[:1], 5).FLOPs, Bytes: bytesOf(in, in[:1], in[2:])}
 }
@@ -115,12 +143,17 @@ func (MomentumUpdate) Signatures(in, out []Spec) []Signature { return updateSign
 
 // AdamUpdate is Adam's step, bias-corrected by the iteration number:
 // (w, g, m, v), updating w, m and v.
-type AdamUpdate struct{ LR, Beta1, Beta2, Eps, WeightDecay float32 }
+type AdamUpdate struct {
+	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Schedule                           Schedule `json:",omitzero"`
+}
 
-func (AdamUpdate) Type() string                    { return "adam_update" }
-func (AdamUpdate) Mutates() []int                  { return []int{0, 2, 3} }
-func (AdamUpdate) PerIteration()                   {}
-func (AdamUpdate) Infer(in []Spec) ([]Spec, error) { return updateInfer("adam_update", in, 4) }
+func (AdamUpdate) Type() string   { return "adam_update" }
+func (AdamUpdate) Mutates() []int { return []int{0, 2, 3} }
+func (AdamUpdate) PerIteration()  {}
+func (o AdamUpdate) Infer(in []Spec) ([]Spec, error) {
+	return updateInfer("adam_update", o.Schedule, in, 4)
+}
 func (AdamUpdate) Cost(in, out []Spec) Cost {
 	return Cost{FLOPs: elementwiseCost(in, in[:1], 12).FLOPs, Bytes: bytesOf(in, in[:1], in[2:])}
 }

@@ -197,11 +197,11 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 		s := shape(0)
 		cpu.VocabLossBackward(x(0), x(1)[0], y(0), s[1], s[0])
 	case graph.SGDUpdate:
-		cpu.SGDUpdate(p, x(0), x(1), op.LR, op.WeightDecay)
+		cpu.SGDUpdate(p, x(0), x(1), op.Schedule.Rate(op.LR, at.iter+1), op.WeightDecay)
 	case graph.MomentumUpdate:
-		cpu.MomentumUpdate(p, x(0), x(1), x(2), op.LR, op.Momentum, op.WeightDecay)
+		cpu.MomentumUpdate(p, x(0), x(1), x(2), op.Schedule.Rate(op.LR, at.iter+1), op.Momentum, op.WeightDecay)
 	case graph.AdamUpdate:
-		cpu.AdamUpdate(p, x(0), x(1), x(2), x(3), op.LR, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter+1)
+		cpu.AdamUpdate(p, x(0), x(1), x(2), x(3), op.Schedule.Rate(op.LR, at.iter+1), op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter+1)
 	default:
 		return fmt.Errorf("runtime: cpu: no kernel for op %s", op.Type())
 	}

@@ -335,6 +335,20 @@ type gpuStep struct {
 	micros    int        // global micro-batches per iteration
 	gemm      GEMMPolicy // PlanRunner.GEMM
 	capturing bool       // the enqueue is being captured into a graph
+	step      int        // the training step being taken, from 1 (not while capturing)
+}
+
+// rate is an update's learning rate at this step. A kernel captured into
+// a graph keeps its arguments, so a schedule cannot be captured
+// (capturable says so first).
+func (at gpuStep) rate(lr float32, s graph.Schedule) (float32, error) {
+	if s.IsZero() {
+		return lr, nil
+	}
+	if at.capturing {
+		return 0, fmt.Errorf("runtime: cuda: a learning-rate schedule (%s) cannot be captured into a CUDA graph", s)
+	}
+	return s.Rate(lr, at.step), nil
 }
 
 // workspace is the scratch a task's kernel needs.
@@ -527,11 +541,23 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 	case graph.EmbeddingGrad:
 		return k.EmbeddingBackward(s, inSpecs[1].DType, in[0], in[1], out[0], op.Table[0], op.Table[1], shape(0).NumElements())
 	case graph.SGDUpdate:
-		return k.SGDUpdate(s, dt, in[0], in[1], op.LR, op.WeightDecay, shape(0).NumElements())
+		lr, err := at.rate(op.LR, op.Schedule)
+		if err != nil {
+			return err
+		}
+		return k.SGDUpdate(s, dt, in[0], in[1], lr, op.WeightDecay, shape(0).NumElements())
 	case graph.MomentumUpdate:
-		return k.MomentumUpdate(s, dt, in[0], in[1], in[2], op.LR, op.Momentum, op.WeightDecay, shape(0).NumElements())
+		lr, err := at.rate(op.LR, op.Schedule)
+		if err != nil {
+			return err
+		}
+		return k.MomentumUpdate(s, dt, in[0], in[1], in[2], lr, op.Momentum, op.WeightDecay, shape(0).NumElements())
 	case graph.AdamUpdate:
-		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], op.LR, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter, shape(0).NumElements())
+		lr, err := at.rate(op.LR, op.Schedule)
+		if err != nil {
+			return err
+		}
+		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], lr, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter, shape(0).NumElements())
 	}
 	return fmt.Errorf("runtime: cuda: no kernel for op %s", op.Type())
 }

@@ -69,6 +69,9 @@ func (r *PlanRunner) capturable() string {
 		if t.Kind == plans.AllReduce {
 			return "it has all-reduces"
 		}
+		if s := graph.ScheduleOf(r.ops[t.ID]); !s.IsZero() {
+			return "its learning rate follows a schedule (" + s.String() + "), which a captured graph would hold fixed"
+		}
 	}
 	return ""
 }

@@ -23,7 +23,7 @@ import (
 
 type planFlags struct {
 	model, cluster, strategy, optimizer, out string
-	dtype, calib                             string
+	dtype, calib, schedule                   string
 	batch                                    int
 	lr, momentum                             float64
 	seed                                     uint64
@@ -192,6 +192,7 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
 	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
+	fl.StringVar(&f.schedule, "lr-schedule", "constant", "learning-rate schedule the plan's updates follow: constant, cosine or linear, with options warmup=N, steps=N (where a decay ends) and min=R (a fraction of --lr), e.g. cosine:warmup=100,steps=2000,min=0.1")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
 	fl.BoolVar(&f.sharedTP, "shared-tp", false, "compile tensor-parallel rank 0 only, which every rank runs alike: a plan tp times smaller for the simulator (flowrun refuses it)")
@@ -209,7 +210,11 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 	if err != nil {
 		return plans.Config{}, nil, fmt.Errorf("--dtype: %w", err)
 	}
-	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum)
+	sched, err := graph.ParseSchedule(f.schedule, 0)
+	if err != nil {
+		return plans.Config{}, nil, fmt.Errorf("--lr-schedule: %w", err)
+	}
+	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum, sched)
 	if err != nil {
 		return plans.Config{}, nil, err
 	}
