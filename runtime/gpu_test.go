@@ -366,7 +366,7 @@ func TestGPUSchedule(t *testing.T) {
 		require.NoError(t, err)
 		p, err := plans.Compile(plans.Config{Model: "mlp3x4096:width=64", Batch: 16, Strategy: st, Seed: 3,
 			Optimizer: graph.Adam{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: graph.Schedule{Decay: "cosine", Warmup: 2, Steps: 5, MinRatio: 0.1}},
-			Devices: devs, Cluster: "h200-host"})
+			Devices:   devs, Cluster: "h200-host"})
 		require.NoError(t, err)
 		return p
 	}
