@@ -1,6 +1,7 @@
 package graph
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -16,13 +17,21 @@ type OpJSON struct {
 // decoders maps each op type to a function decoding its attributes.
 var decoders = map[string]func([]byte) (Op, error){}
 
+// register adds T's decoder. An attribute T does not have is refused, not
+// dropped: a plan written by a newer flowkit (a learning-rate schedule on
+// an update, say) must not run here as something else.
 func register[T Op]() {
 	var zero T
 	decoders[zero.Type()] = func(b []byte) (Op, error) {
 		var op T
 		if len(b) > 0 {
-			if err := json.Unmarshal(b, &op); err != nil {
+			dec := json.NewDecoder(bytes.NewReader(b))
+			dec.DisallowUnknownFields()
+			if err := dec.Decode(&op); err != nil {
 				return nil, err
+			}
+			if dec.More() {
+				return nil, fmt.Errorf("more than one JSON value")
 			}
 		}
 		return op, nil

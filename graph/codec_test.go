@@ -54,4 +54,7 @@ func TestOpCodecRoundTrip(t *testing.T) {
 	require.ErrorContains(t, err, "warp_drive")
 	_, err = DecodeOp(OpJSON{Type: "scale", Attrs: []byte(`{"Alpha":"x"}`)})
 	require.ErrorContains(t, err, "scale")
+	// An attribute this build does not know is refused, not dropped.
+	_, err = DecodeOp(OpJSON{Type: "sgd_update", Attrs: []byte(`{"LR":0.1,"Nesterov":true}`)})
+	require.ErrorContains(t, err, `graph: op sgd_update: bad attributes {"LR":0.1,"Nesterov":true}: json: unknown field "Nesterov"`)
 }
