@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"math"
 )
 
 // Optimizer appends the update of params from their gradients to a graph.
@@ -25,20 +26,31 @@ func (g *Graph) Minimize(loss *Tensor, opt Optimizer) error {
 	return g.Err()
 }
 
-// NewOptimizer returns the optimizer named "sgd" (with momentum when
-// momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8), as the CLIs take it,
-// its learning rate following sched.
-func NewOptimizer(name string, lr, momentum float64, sched Schedule) (Optimizer, error) {
-	if err := sched.Validate(); err != nil {
+// OptimizerSpec is an optimizer and its settings, as the CLIs take them.
+type OptimizerSpec struct {
+	Name        string  // "sgd" (with momentum when Momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8)
+	LR          float64 // the learning rate, or the schedule's base rate
+	Momentum    float64 // SGD's
+	WeightDecay float64 // L2 decay added to the gradient, as PyTorch's SGD and Adam (not AdamW's)
+	Schedule    Schedule
+}
+
+// NewOptimizer returns the optimizer s names, with its settings.
+func NewOptimizer(s OptimizerSpec) (Optimizer, error) {
+	if err := s.Schedule.Validate(); err != nil {
 		return nil, err
 	}
-	switch name {
-	case "sgd":
-		return SGD{LR: float32(lr), Momentum: float32(momentum), Schedule: sched}, nil
-	case "adam":
-		return Adam{LR: float32(lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: sched}, nil
+	if !(s.WeightDecay >= 0) || math.IsInf(s.WeightDecay, 0) {
+		return nil, fmt.Errorf("graph: weight decay %g: want a finite number ≥ 0", s.WeightDecay)
 	}
-	return nil, fmt.Errorf("graph: unknown optimizer %q (want sgd or adam)", name)
+	lr, wd := float32(s.LR), float32(s.WeightDecay)
+	switch s.Name {
+	case "sgd":
+		return SGD{LR: lr, Momentum: float32(s.Momentum), WeightDecay: wd, Schedule: s.Schedule}, nil
+	case "adam":
+		return Adam{LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: wd, Schedule: s.Schedule}, nil
+	}
+	return nil, fmt.Errorf("graph: unknown optimizer %q (want sgd or adam)", s.Name)
 }
 
 // scheduleName is ", schedule=…" for a schedule other than the zero one.

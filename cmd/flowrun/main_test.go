@@ -40,6 +40,7 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--lr", "NaN"}, "--lr must be a positive number"},
 		{[]string{"--momentum", "1"}, "--momentum must be in [0, 1)"},
 		{[]string{"--optimizer", "lamb"}, `unknown optimizer "lamb"`},
+		{[]string{"--weight-decay", "-1"}, "--weight-decay must be a finite number ≥ 0, got -1"},
 		{[]string{"--lr-schedule", "exponential"}, `--lr-schedule: graph: learning-rate schedule "exponential": unknown decay (want constant, cosine or linear)`},
 		{[]string{"--lr-schedule", "cosine:warmup=20", "--max-steps", "10"}, "--lr-schedule: graph: learning-rate schedule cosine: steps=10 must exceed warmup=20"},
 		{[]string{"--dtype", "f16"}, `--dtype: zoo: models are built in f32 or bf16, not "f16"`},

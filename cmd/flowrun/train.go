@@ -28,31 +28,32 @@ import (
 )
 
 type trainFlags struct {
-	model     string
-	epochs    int
-	batch     int
-	lr        float64
-	momentum  float64
-	optimizer string
-	schedule  string         // --lr-schedule
-	sched     graph.Schedule // parsed, its decay's end set (setSchedule)
-	seed      uint64
-	workers   int
-	dataDir   string
-	ext       string
-	evalWins  int
-	maxSteps  int
-	json      bool
-	strategy  string
-	cluster   string
-	dtype     string
-	device    string
-	gemm      string
-	procs     procFlags
-	save      string // checkpoint to write after training
-	saveEvery int    // and every so many steps
-	saved     *int   // the steps of the last checkpoint written (0: none)
-	resume    string // checkpoint to start from
+	model       string
+	epochs      int
+	batch       int
+	lr          float64
+	momentum    float64
+	weightDecay float64
+	optimizer   string
+	schedule    string         // --lr-schedule
+	sched       graph.Schedule // parsed, its decay's end set (setSchedule)
+	seed        uint64
+	workers     int
+	dataDir     string
+	ext         string
+	evalWins    int
+	maxSteps    int
+	json        bool
+	strategy    string
+	cluster     string
+	dtype       string
+	device      string
+	gemm        string
+	procs       procFlags
+	save        string // checkpoint to write after training
+	saveEvery   int    // and every so many steps
+	saved       *int   // the steps of the last checkpoint written (0: none)
+	resume      string // checkpoint to start from
 	// checkpoint is --resume's, read by PreRunE.
 	checkpoint *runtime.Checkpoint
 }
@@ -134,6 +135,7 @@ graph would hold the rate fixed.`,
 	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum (0 for plain SGD; ignored by adam)")
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
+	fl.Float64Var(&f.weightDecay, "weight-decay", 0, "L2 weight decay, added to the gradient as PyTorch's SGD and Adam do (not AdamW's decoupled decay)")
 	fl.StringVar(&f.schedule, "lr-schedule", "constant", "learning-rate schedule: constant, cosine or linear, with options warmup=N (steps), steps=N (where the decay ends; default: the end of this run, counted from the first step of a resumed run's) and min=R (the rate it ends at, a fraction of --lr), e.g. cosine:warmup=100,min=0.1")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weights, the shuffling and dropout")
 	fl.IntVar(&f.workers, "workers", 0, "CPU worker goroutines (0: one per core)")
@@ -206,6 +208,8 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--lr must be a positive number, got %g", f.lr)
 	case !(f.momentum >= 0 && f.momentum < 1):
 		return fmt.Errorf("--momentum must be in [0, 1), got %g", f.momentum)
+	case !(f.weightDecay >= 0) || math.IsInf(f.weightDecay, 0):
+		return fmt.Errorf("--weight-decay must be a finite number ≥ 0, got %g", f.weightDecay)
 	case f.workers < 0:
 		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
 	case f.maxSteps < 0:
@@ -437,13 +441,18 @@ func (f *trainFlags) setSchedule(steps int) (graph.Optimizer, error) {
 		return nil, fmt.Errorf("--lr-schedule: %w", err)
 	}
 	f.sched = s
-	return graph.NewOptimizer(f.optimizer, f.lr, f.momentum, s)
+	return graph.NewOptimizer(f.optimizerSpec(s))
+}
+
+// optimizerSpec is the optimizer the flags ask for, following sched.
+func (f trainFlags) optimizerSpec(sched graph.Schedule) graph.OptimizerSpec {
+	return graph.OptimizerSpec{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: f.weightDecay, Schedule: sched}
 }
 
 // optimizerName is the optimizer's name with its settings, as a plan and
 // a TrainResult give it.
 func (f trainFlags) optimizerName() string {
-	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum, f.sched)
+	opt, err := graph.NewOptimizer(f.optimizerSpec(f.sched))
 	if err != nil {
 		return f.optimizer
 	}

@@ -25,7 +25,7 @@ type planFlags struct {
 	model, cluster, strategy, optimizer, out string
 	dtype, calib, schedule                   string
 	batch                                    int
-	lr, momentum                             float64
+	lr, momentum, weightDecay                float64
 	seed                                     uint64
 	oversubscribe, sharedTP, sharedDP        bool
 	json                                     bool
@@ -192,6 +192,7 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
 	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
+	fl.Float64Var(&f.weightDecay, "weight-decay", 0, "L2 weight decay, added to the gradient (as PyTorch's SGD and Adam)")
 	fl.StringVar(&f.schedule, "lr-schedule", "constant", "learning-rate schedule the plan's updates follow: constant, cosine or linear, with options warmup=N, steps=N (where a decay ends) and min=R (a fraction of --lr), e.g. cosine:warmup=100,steps=2000,min=0.1")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
@@ -214,7 +215,7 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 	if err != nil {
 		return plans.Config{}, nil, fmt.Errorf("--lr-schedule: %w", err)
 	}
-	opt, err := graph.NewOptimizer(f.optimizer, f.lr, f.momentum, sched)
+	opt, err := graph.NewOptimizer(graph.OptimizerSpec{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: f.weightDecay, Schedule: sched})
 	if err != nil {
 		return plans.Config{}, nil, err
 	}

@@ -146,6 +146,7 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
 		{[]string{"plan", "--strategy", "pp=2,mb=4,sched=gpipe,slots=1"}, "deadlock"},
 		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer"},
+		{[]string{"plan", "--weight-decay", "-0.1"}, "graph: weight decay -0.1: want a finite number ≥ 0"},
 		{[]string{"plan", "--lr-schedule", "cosine"}, "--lr-schedule: graph: learning-rate schedule \"cosine\": say at which step the decay ends (steps=N)"},
 		{[]string{"plan", "--dtype", "f64"}, `--dtype: zoo: models are built in f32 or bf16, not "f64"`},
 		{[]string{"plan", "--model", "gpt2s-blocks:depth=2"}, `unknown size option "depth"`},
@@ -159,11 +160,12 @@ func TestPlanBadInput(t *testing.T) {
 	}
 }
 
-// A plan's updates carry the learning-rate schedule asked for.
+// A plan's updates carry the learning-rate schedule and weight decay asked
+// for.
 func TestPlanSchedule(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "plan.json")
 	_, err := run(t, "plan", "--model", "mlp", "--strategy", "dp=2", "--batch", "16", "--optimizer", "adam", "--lr", "0.001",
-		"--lr-schedule", "cosine:warmup=10,steps=1000,min=0.1", "-o", path)
+		"--lr-schedule", "cosine:warmup=10,steps=1000,min=0.1", "--weight-decay", "0.01", "-o", path)
 	require.NoError(t, err)
 	p, err := plans.ReadFile(path)
 	require.NoError(t, err)
@@ -175,6 +177,7 @@ func TestPlanSchedule(t *testing.T) {
 		op, err := graph.DecodeOp(*task.Op)
 		require.NoError(t, err)
 		require.Equal(t, graph.Schedule{Decay: "cosine", Warmup: 10, Steps: 1000, MinRatio: 0.1}, graph.ScheduleOf(op), task.Name)
+		require.Equal(t, float32(0.01), op.(graph.AdamUpdate).WeightDecay, task.Name)
 		updates++
 	}
 	require.Equal(t, 2*6, updates, "the mlp's six parameters on each replica")

@@ -225,7 +225,7 @@ func simulateCell(c *cell, e *experiments.Experiment, base *topology.Cluster, f 
 	if err != nil {
 		return fmt.Errorf("experiment %s: dtype: %w", e.Name, err)
 	}
-	opt, err := graph.NewOptimizer(e.Optimizer, 1e-4, 0.9, graph.Schedule{})
+	opt, err := graph.NewOptimizer(graph.OptimizerSpec{Name: e.Optimizer, LR: 1e-4, Momentum: 0.9})
 	if err != nil {
 		return fmt.Errorf("experiment %s: %w", e.Name, err)
 	}
