@@ -27,6 +27,12 @@ type RankError struct {
 
 func (e *RankError) Error() string { return fmt.Sprintf("runtime: rank %d failed: %s", e.Rank, e.Text) }
 
+// Is says that a rank that stalled is ErrStalled here too: the run made
+// no progress, whichever rank noticed first.
+func (e *RankError) Is(target error) bool {
+	return target == ErrStalled && strings.HasPrefix(e.Text, ErrStalled.Error())
+}
+
 // maxFailureText bounds the bytes of an error a MsgFailed carries.
 const maxFailureText = 4096
 

@@ -72,6 +72,11 @@ func TestFailureMessage(t *testing.T) {
 		require.True(t, ok, "%q", text)
 		require.True(t, e.Rank == 3 && e.Text == text, "got rank %d %q, want rank 3 %q", e.Rank, e.Text, text)
 	}
+	// A rank that stalled stalled the run, as every rank reports it.
+	stalled := failureText(fmt.Errorf("%w: no task finished for 1m0s", ErrStalled))
+	require.ErrorIs(t, failure(&Message{From: 1, Kind: MsgFailed, Chunk: len(stalled), I: failureWords(stalled)}), ErrStalled)
+	require.NotErrorIs(t, failure(&Message{From: 1, Kind: MsgFailed, Chunk: 4, I: failureWords("oops")}), ErrStalled)
+
 	for _, m := range []*Message{
 		{Chunk: -1},
 		{Chunk: 5, I: []int32{1}},
