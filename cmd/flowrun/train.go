@@ -286,7 +286,7 @@ func runTrain(cmd *cobra.Command, f trainFlags) error {
 	if err != nil {
 		return err
 	}
-	bar := newProgress(f.batch)
+	bar := f.newProgress()
 	var res *runtime.TrainResult
 	if f.strategy != "" {
 		var p *plans.Plan
@@ -351,7 +351,7 @@ func runTrainText(cmd *cobra.Command, f trainFlags, dtype graph.DType) error {
 	if err != nil {
 		return fmt.Errorf("--gemm: %w", err)
 	}
-	bar := newProgress(f.batch)
+	bar := f.newProgress()
 	var res *runtime.TrainResult
 	if f.procs.multi() {
 		var pr *procRunner
@@ -574,13 +574,31 @@ type trainProgress struct {
 	bar    *progressbar.ProgressBar
 	start  time.Time
 	logged int
+	// rate, for a scheduled learning rate, is the rate of a step of this
+	// run (counted from 1).
+	rate func(step int) float32
 }
 
-func newProgress(batch int) *trainProgress { return &trainProgress{batch: batch, start: time.Now()} }
+// newProgress reports the progress of the training the flags ask for,
+// with the learning rate of each step if it follows a schedule.
+func (f trainFlags) newProgress() *trainProgress {
+	p := &trainProgress{batch: f.batch, start: time.Now()}
+	if !f.sched.IsZero() {
+		first := 0
+		if f.checkpoint != nil {
+			first = f.checkpoint.Step
+		}
+		p.rate = func(step int) float32 { return f.sched.Rate(float32(f.lr), first+step) }
+	}
+	return p
+}
 
 func (p *trainProgress) step(s runtime.StepStats) {
 	rate := float64(s.Step*p.batch) / time.Since(p.start).Seconds()
 	desc := fmt.Sprintf("epoch %d  loss %.4f  %5.0f samples/s", s.Epoch+1, s.Loss, rate)
+	if p.rate != nil {
+		desc += fmt.Sprintf("  lr %.3g", p.rate(s.Step))
+	}
 	if term.IsTerminal(int(os.Stderr.Fd())) {
 		if p.bar == nil {
 			p.bar = progressbar.NewOptions(s.Steps, progressbar.OptionSetWriter(os.Stderr),
