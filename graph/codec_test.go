@@ -25,6 +25,7 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		SGDUpdate{LR: 0.1}, MomentumUpdate{LR: 0.01, Momentum: 0.9}, AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
 		SGDUpdate{LR: 0.1, Schedule: Schedule{Warmup: 10}}, MomentumUpdate{LR: 0.01, Momentum: 0.9, Schedule: Schedule{Decay: "linear", Steps: 100}},
 		AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: Schedule{Decay: "cosine", Warmup: 10, Steps: 1000, MinRatio: 0.1}},
+		AdamUpdate{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: true},
 		VocabEmbedding{Rows: 8, Lo: 16}, VocabEmbeddingGrad{Table: Shape{8, 4}, Lo: 8}, VocabStats{Width: 8, Lo: 8, Part: 1, Parts: 2},
 		VocabStatsGrad{Width: 8, Lo: 0, Part: 0, Parts: 2}, VocabLoss{}, VocabLossGrad{},
 	}

@@ -28,10 +28,10 @@ func (g *Graph) Minimize(loss *Tensor, opt Optimizer) error {
 
 // OptimizerSpec is an optimizer and its settings, as the CLIs take them.
 type OptimizerSpec struct {
-	Name        string  // "sgd" (with momentum when Momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8)
+	Name        string  // "sgd" (with momentum when Momentum > 0), "adam" or "adamw" (β = 0.9, 0.999, ε = 1e-8)
 	LR          float64 // the learning rate, or the schedule's base rate
 	Momentum    float64 // SGD's
-	WeightDecay float64 // L2 decay added to the gradient, as PyTorch's SGD and Adam (not AdamW's)
+	WeightDecay float64 // sgd, adam: L2 decay added to the gradient, as PyTorch's; adamw: decoupled
 	Schedule    Schedule
 }
 
@@ -47,10 +47,10 @@ func NewOptimizer(s OptimizerSpec) (Optimizer, error) {
 	switch s.Name {
 	case "sgd":
 		return SGD{LR: lr, Momentum: float32(s.Momentum), WeightDecay: wd, Schedule: s.Schedule}, nil
-	case "adam":
-		return Adam{LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: wd, Schedule: s.Schedule}, nil
+	case "adam", "adamw":
+		return Adam{LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: wd, Decoupled: s.Name == "adamw", Schedule: s.Schedule}, nil
 	}
-	return nil, fmt.Errorf("graph: unknown optimizer %q (want sgd or adam)", s.Name)
+	return nil, fmt.Errorf("graph: unknown optimizer %q (want sgd, adam or adamw)", s.Name)
 }
 
 // scheduleName is ", schedule=…" for a schedule other than the zero one.
@@ -83,15 +83,22 @@ func (o SGD) update(g *Graph, params, grads []*Tensor) {
 	}
 }
 
-// Adam is the Adam optimizer with bias correction (weight decay added to
-// the gradient, as PyTorch's Adam).
+// Adam is the Adam optimizer with bias correction, its weight decay added
+// to the gradient as PyTorch's Adam, or Decoupled from it as AdamW
+// (Loshchilov and Hutter): the weights scaled by 1 − lr·WeightDecay
+// before the step.
 type Adam struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Decoupled                          bool
 	Schedule                           Schedule
 }
 
 func (o Adam) Name() string {
-	return fmt.Sprintf("adam(lr=%g, betas=(%g, %g), eps=%g, weight_decay=%g%s)", o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, scheduleName(o.Schedule))
+	name := "adam"
+	if o.Decoupled {
+		name = "adamw"
+	}
+	return fmt.Sprintf("%s(lr=%g, betas=(%g, %g), eps=%g, weight_decay=%g%s)", name, o.LR, o.Beta1, o.Beta2, o.Eps, o.WeightDecay, scheduleName(o.Schedule))
 }
 
 func (o Adam) update(g *Graph, params, grads []*Tensor) {
@@ -154,9 +161,10 @@ func (MomentumUpdate) Cost(in, out []Spec) Cost {
 func (MomentumUpdate) Signatures(in, out []Spec) []Signature { return updateSignatures(in) }
 
 // AdamUpdate is Adam's step, bias-corrected by the iteration number:
-// (w, g, m, v), updating w, m and v.
+// (w, g, m, v), updating w, m and v; AdamW's if Decoupled.
 type AdamUpdate struct {
 	LR, Beta1, Beta2, Eps, WeightDecay float32
+	Decoupled                          bool     `json:",omitempty"`
 	Schedule                           Schedule `json:",omitzero"`
 }
 

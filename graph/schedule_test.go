@@ -142,3 +142,39 @@ func FuzzParseSchedule(f *testing.F) {
 		}
 	})
 }
+
+// NewOptimizer builds what the CLIs name, with its settings, and refuses
+// what it cannot build.
+func TestNewOptimizer(t *testing.T) {
+	sched := Schedule{Warmup: 5}
+	for _, c := range []struct {
+		spec OptimizerSpec
+		want Optimizer
+		name string
+	}{
+		{OptimizerSpec{Name: "sgd", LR: 0.1}, SGD{LR: 0.1}, "sgd(lr=0.1, momentum=0, weight_decay=0)"},
+		{OptimizerSpec{Name: "sgd", LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, Schedule: sched}, SGD{LR: 0.1, Momentum: 0.9, WeightDecay: 1e-4, Schedule: sched},
+			"sgd(lr=0.1, momentum=0.9, weight_decay=0.0001, schedule=constant:warmup=5)"},
+		{OptimizerSpec{Name: "adam", LR: 1e-3, WeightDecay: 0.1}, Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1},
+			"adam(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.1)"},
+		{OptimizerSpec{Name: "adamw", LR: 1e-3, WeightDecay: 0.1}, Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.1, Decoupled: true},
+			"adamw(lr=0.001, betas=(0.9, 0.999), eps=1e-08, weight_decay=0.1)"},
+	} {
+		got, err := NewOptimizer(c.spec)
+		require.NoError(t, err)
+		require.Equal(t, c.want, got)
+		require.Equal(t, c.name, got.Name())
+	}
+	for _, c := range []struct {
+		spec OptimizerSpec
+		want string
+	}{
+		{OptimizerSpec{Name: "lion"}, `unknown optimizer "lion" (want sgd, adam or adamw)`},
+		{OptimizerSpec{Name: "adamw", WeightDecay: -1}, "weight decay -1: want a finite number ≥ 0"},
+		{OptimizerSpec{Name: "adamw", WeightDecay: math.Inf(1)}, "weight decay +Inf"},
+		{OptimizerSpec{Name: "sgd", Schedule: Schedule{Decay: "cosine"}}, "steps=0 must exceed warmup=0"},
+	} {
+		_, err := NewOptimizer(c.spec)
+		require.ErrorContains(t, err, c.want)
+	}
+}

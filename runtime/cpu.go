@@ -201,7 +201,11 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 	case graph.MomentumUpdate:
 		cpu.MomentumUpdate(p, x(0), x(1), x(2), op.Schedule.Rate(op.LR, at.iter+1), op.Momentum, op.WeightDecay)
 	case graph.AdamUpdate:
-		cpu.AdamUpdate(p, x(0), x(1), x(2), x(3), op.Schedule.Rate(op.LR, at.iter+1), op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter+1)
+		update := cpu.AdamUpdate
+		if op.Decoupled {
+			update = cpu.AdamWUpdate
+		}
+		update(p, x(0), x(1), x(2), x(3), op.Schedule.Rate(op.LR, at.iter+1), op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter+1)
 	default:
 		return fmt.Errorf("runtime: cpu: no kernel for op %s", op.Type())
 	}

@@ -557,7 +557,14 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		if err != nil {
 			return err
 		}
-		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], lr, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, at.iter, shape(0).NumElements())
+		l2 := op.WeightDecay
+		if op.Decoupled && op.WeightDecay != 0 { // AdamW: the weights decay first, as kernels/cpu's AdamWUpdate
+			if err := k.Scale(s, dt, 1-lr*op.WeightDecay, in[0], in[0], shape(0).NumElements()); err != nil {
+				return err
+			}
+			l2 = 0
+		}
+		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], lr, op.Beta1, op.Beta2, op.Eps, l2, at.iter, shape(0).NumElements())
 	}
 	return fmt.Errorf("runtime: cuda: no kernel for op %s", op.Type())
 }

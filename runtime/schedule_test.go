@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/kernels/cpu"
 	"github.com/flowkit/flowkit/plans"
 )
 
@@ -99,4 +100,36 @@ func requireDifferentWeights(t *testing.T, want, got *Store) {
 		}
 	}
 	t.Fatal("the weights are the same")
+}
+
+// The CPU device runs each update op with its kernel at the step's rate:
+// Adam's weight decay added to the gradient, AdamW's decoupled from it
+// (which alone leaves w·(1 − lr·wd) where the gradient is zero).
+func TestUpdateOpsOnCPU(t *testing.T) {
+	const n = 5
+	sched := graph.Schedule{Decay: "linear", Warmup: 1, Steps: 10, MinRatio: 0.2}
+	w0 := []float32{1, -2, 0.5, 3, -0.25}
+	g0 := []float32{0, 0.5, -1, 0, 2}
+	spec := graph.Spec{Shape: graph.Shape{n}, DType: graph.F32}
+	for _, decoupled := range []bool{false, true} {
+		op := graph.AdamUpdate{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.5, Decoupled: decoupled, Schedule: sched}
+		w, g, m, v := slices.Clone(w0), slices.Clone(g0), make([]float32, n), make([]float32, n)
+		specs := []graph.Spec{spec, spec, spec, spec}
+		const iter = 4 // step 5
+		require.NoError(t, NewCPU(1).launch(op, specs, nil, step{iter: iter}, []Buffer{{F: w}, {F: g}, {F: m}, {F: v}}, nil))
+
+		want, wm, wv := slices.Clone(w0), make([]float32, n), make([]float32, n)
+		lr := sched.Rate(op.LR, iter+1)
+		require.InDelta(t, 0.1*(0.2+0.8*5.0/9), float64(lr), 1e-7, "the linear decay's rate at step 5: 4/9 of the way from 1 to 0.2")
+		if decoupled {
+			cpu.AdamWUpdate(nil, want, g0, wm, wv, lr, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, iter+1)
+			require.Equal(t, w0[0]*(1-lr*op.WeightDecay), w[0], "a zero gradient: only the decay")
+		} else {
+			cpu.AdamUpdate(nil, want, g0, wm, wv, lr, op.Beta1, op.Beta2, op.Eps, op.WeightDecay, iter+1)
+			require.NotEqual(t, w0[0]*(1-lr*op.WeightDecay), w[0], "L2 decay goes through Adam's normalization")
+		}
+		require.Equal(t, want, w, "decoupled=%v", decoupled)
+		require.Equal(t, wm, m)
+		require.Equal(t, wv, v)
+	}
 }

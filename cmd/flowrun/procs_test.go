@@ -265,7 +265,7 @@ func TestTrainResume(t *testing.T) {
 	for i, args := range [][]string{
 		{"--model", "mlp", "--optimizer", "adam", "--lr", "0.001"},
 		{"--model", "mlp", "--strategy", "dp=2", "--seed", "4"},
-		{"--model", "mlp", "--lr-schedule", "cosine:warmup=2,steps=5,min=0.1", "--lr", "0.05"}, // the resumed run goes on along the schedule
+		{"--model", "mlp", "--optimizer", "adamw", "--lr-schedule", "cosine:warmup=2,steps=5,min=0.1", "--lr", "0.003"}, // the resumed run goes on along the schedule
 		{"--model", "gpt:layers=1,hidden=32,heads=2,seq=16,vocab=256", "--data", filepath.Join(src, "go"),
 			"--optimizer", "adam", "--lr", "0.01", "--batch", "8", "--eval-windows", "16"},
 	} {

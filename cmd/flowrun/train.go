@@ -134,8 +134,8 @@ graph would hold the rate fixed.`,
 	fl.IntVar(&f.batch, "batch", 64, "samples per training step")
 	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum (0 for plain SGD; ignored by adam)")
-	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
-	fl.Float64Var(&f.weightDecay, "weight-decay", 0, "L2 weight decay, added to the gradient as PyTorch's SGD and Adam do (not AdamW's decoupled decay)")
+	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd, adam or adamw (Adam with decoupled weight decay, --weight-decay 0.01 unless given)")
+	fl.Float64Var(&f.weightDecay, "weight-decay", 0, "weight decay: sgd and adam add it to the gradient (L2), as PyTorch's; adamw decouples it (default 0.01 for adamw)")
 	fl.StringVar(&f.schedule, "lr-schedule", "constant", "learning-rate schedule: constant, cosine or linear, with options warmup=N (steps), steps=N (where the decay ends; default: the end of this run, counted from the first step of a resumed run's) and min=R (the rate it ends at, a fraction of --lr), e.g. cosine:warmup=100,min=0.1")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the weights, the shuffling and dropout")
 	fl.IntVar(&f.workers, "workers", 0, "CPU worker goroutines (0: one per core)")
@@ -154,6 +154,9 @@ graph would hold the rate fixed.`,
 	fl.StringVar(&f.resume, "resume", "", "start from this checkpoint (from --save) instead of the seed's weights, and go on as its run would have: the same model, its seed, the next batch and Adam step")
 	fl.StringVar(&f.gemm, "gemm", "tuned", "with --device cuda: how dense layers and matrix products run, as for 'flowrun exec --gemm' (fused or unfused: no timing, so runs repeat bit for bit)")
 	cmd.PreRunE = func(cmd *cobra.Command, _ []string) error {
+		if f.optimizer == "adamw" && !cmd.Flags().Changed("weight-decay") {
+			f.weightDecay = 0.01 // PyTorch's AdamW's
+		}
 		switch f.device {
 		case "cpu":
 		case "cuda", "gpu":

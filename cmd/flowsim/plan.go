@@ -29,6 +29,7 @@ type planFlags struct {
 	seed                                     uint64
 	oversubscribe, sharedTP, sharedDP        bool
 	json                                     bool
+	flags                                    *pflag.FlagSet // where register put them, to tell defaults from choices
 }
 
 func newPlanCmd() *cobra.Command {
@@ -185,14 +186,15 @@ func runPlan(w io.Writer, f planFlags) error {
 // register adds the flags that say what to compile, and --calib, which
 // prices what.
 func (f *planFlags) register(fl *pflag.FlagSet, what string) {
+	f.flags = fl
 	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…), or a Hugging Face config.json of a llama, mistral or gpt2 model (path/config.json[:key=value,…])")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
 	fl.IntVar(&f.batch, "batch", 64, "global batch size")
-	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd or adam")
+	fl.StringVar(&f.optimizer, "optimizer", "sgd", "optimizer: sgd, adam or adamw (Adam with decoupled weight decay, --weight-decay 0.01 unless given)")
 	fl.Float64Var(&f.lr, "lr", 0.01, "learning rate")
 	fl.Float64Var(&f.momentum, "momentum", 0.9, "SGD momentum")
-	fl.Float64Var(&f.weightDecay, "weight-decay", 0, "L2 weight decay, added to the gradient (as PyTorch's SGD and Adam)")
+	fl.Float64Var(&f.weightDecay, "weight-decay", 0, "weight decay: sgd and adam add it to the gradient (L2), as PyTorch's; adamw decouples it (default 0.01 for adamw)")
 	fl.StringVar(&f.schedule, "lr-schedule", "constant", "learning-rate schedule the plan's updates follow: constant, cosine or linear, with options warmup=N, steps=N (where a decay ends) and min=R (a fraction of --lr), e.g. cosine:warmup=100,steps=2000,min=0.1")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
@@ -200,6 +202,10 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	fl.BoolVar(&f.sharedDP, "shared-dp", false, "compile data-parallel replica 0 only, which every replica runs alike (even micro-batches, same devices): a plan dp times smaller for the simulator (flowrun refuses it)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file pricing "+what+" (from 'flowrun calibrate'; default: the catalog's efficiencies)")
 }
+
+// adamWDecay is AdamW's weight decay unless --weight-decay says
+// otherwise: PyTorch's default.
+const adamWDecay = 0.01
 
 // config checks the flags and returns the compile configuration of
 // strategy st on the cluster, and the cluster.
@@ -215,7 +221,11 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 	if err != nil {
 		return plans.Config{}, nil, fmt.Errorf("--lr-schedule: %w", err)
 	}
-	opt, err := graph.NewOptimizer(graph.OptimizerSpec{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: f.weightDecay, Schedule: sched})
+	wd := f.weightDecay
+	if f.optimizer == "adamw" && (f.flags == nil || !f.flags.Changed("weight-decay")) {
+		wd = adamWDecay
+	}
+	opt, err := graph.NewOptimizer(graph.OptimizerSpec{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: wd, Schedule: sched})
 	if err != nil {
 		return plans.Config{}, nil, err
 	}

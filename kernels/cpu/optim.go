@@ -6,8 +6,8 @@ import (
 )
 
 // The optimizer updates work in place with PyTorch's semantics: weight
-// decay is L2 regularization added to the gradient (g + weightDecay·w), not
-// decoupled as in AdamW.
+// decay is L2 regularization added to the gradient (g + weightDecay·w),
+// except AdamW's, which is decoupled from it.
 
 // SGDUpdate sets w −= lr·(g + weightDecay·w).
 func SGDUpdate(p *Pool, w, g []float32, lr, weightDecay float32) {
@@ -42,11 +42,24 @@ func MomentumUpdate(p *Pool, w, g, v []float32, lr, momentum, weightDecay float3
 // w −= lr·m̂/(√v̂ + eps) where m̂ = m/(1−β1^step) and v̂ = v/(1−β2^step)
 // undo the bias of m and v starting at zero.
 func AdamUpdate(p *Pool, w, g, m, v []float32, lr, beta1, beta2, eps, weightDecay float32, step int) {
-	checkLen("AdamUpdate", "g", len(g), len(w))
-	checkLen("AdamUpdate", "m", len(m), len(w))
-	checkLen("AdamUpdate", "v", len(v), len(w))
+	adam("AdamUpdate", p, w, g, m, v, lr, beta1, beta2, eps, weightDecay, 1, step)
+}
+
+// AdamWUpdate applies step number step of AdamW (Loshchilov and Hutter's
+// decoupled weight decay, as PyTorch's AdamW): w is first scaled by
+// 1 − lr·weightDecay, then Adam's step is taken with the gradient alone.
+func AdamWUpdate(p *Pool, w, g, m, v []float32, lr, beta1, beta2, eps, weightDecay float32, step int) {
+	adam("AdamWUpdate", p, w, g, m, v, lr, beta1, beta2, eps, 0, 1-lr*weightDecay, step)
+}
+
+// adam is Adam's step with L2 decay l2 added to the gradient, after w is
+// scaled by decay (1: not at all, which leaves w's bits as they are).
+func adam(op string, p *Pool, w, g, m, v []float32, lr, beta1, beta2, eps, l2, decay float32, step int) {
+	checkLen(op, "g", len(g), len(w))
+	checkLen(op, "m", len(m), len(w))
+	checkLen(op, "v", len(v), len(w))
 	if step < 1 {
-		panic(fmt.Sprintf("cpu: AdamUpdate: step = %d, want ≥ 1", step))
+		panic(fmt.Sprintf("cpu: %s: step = %d, want ≥ 1", op, step))
 	}
 	// As PyTorch: w −= (lr/bc1)·m/(√v/√bc2 + eps).
 	bc1 := 1 - math.Pow(float64(beta1), float64(step))
@@ -57,7 +70,8 @@ func AdamUpdate(p *Pool, w, g, m, v []float32, lr, beta1, beta2, eps, weightDeca
 		w, g, m, v := w[lo:hi], g[lo:hi], m[lo:hi], v[lo:hi]
 		g, m, v = g[:len(w)], m[:len(w)], v[:len(w)]
 		for i, wi := range w {
-			d := g[i] + weightDecay*wi
+			wi *= decay
+			d := g[i] + l2*wi
 			mi := beta1*m[i] + (1-beta1)*d
 			vi := beta2*v[i] + (1-beta2)*d*d
 			m[i], v[i] = mi, vi

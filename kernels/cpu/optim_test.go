@@ -117,6 +117,37 @@ func TestAdamUpdate(t *testing.T) {
 	}
 }
 
+func TestAdamWUpdate(t *testing.T) {
+	for i, c := range optimCases {
+		c := c.asKernelSees()
+		w0, gs := randSlice(newRNG(uint64(i)), c.n), c.grads(uint64(i))
+		wantW, wantM, wantV := to64(w0), make([]float64, c.n), make([]float64, c.n)
+		for s, g := range gs {
+			step := float64(s + 1)
+			for j := range wantW {
+				wantW[j] *= 1 - c.lr*c.wd // decoupled: the weights decay, the gradient is left alone
+				d := float64(g[j])
+				wantM[j] = c.beta1*wantM[j] + (1-c.beta1)*d
+				wantV[j] = c.beta2*wantV[j] + (1-c.beta2)*d*d
+				mHat := wantM[j] / (1 - math.Pow(c.beta1, step))
+				vHat := wantV[j] / (1 - math.Pow(c.beta2, step))
+				wantW[j] -= c.lr * mHat / (math.Sqrt(vHat) + c.eps)
+			}
+		}
+		for _, tp := range testPools {
+			t.Run(c.String()+"/"+tp.name, func(t *testing.T) {
+				w, m, v := append([]float32(nil), w0...), make([]float32, c.n), make([]float32, c.n)
+				for s, g := range gs {
+					AdamWUpdate(tp.p, w, g, m, v, float32(c.lr), float32(c.beta1), float32(c.beta2), float32(c.eps), float32(c.wd), s+1)
+				}
+				checkClose(t, "w", w, wantW, fwdTol)
+				checkClose(t, "m", m, wantM, fwdTol)
+				checkClose(t, "v", v, wantV, fwdTol)
+			})
+		}
+	}
+}
+
 // TestAdamBiasCorrection checks the first step: with m and v corrected for
 // their zero start, the update is lr·g/(|g|+eps) ≈ lr·sign(g) whatever the
 // betas, where without correction it would be lr·(1−β1)/√(1−β2)·sign(g).
