@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"math"
 )
 
 // Optimizer appends the update of params from their gradients to a graph.
@@ -27,7 +28,16 @@ func (g *Graph) Minimize(loss *Tensor, opt Optimizer) error {
 
 // NewOptimizer returns the optimizer named "sgd" (with momentum when
 // momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8), as the CLIs take it.
+// The learning rate must be positive and finite in float32, and the
+// momentum in [0, 1): the update ops keep them as float32 attributes, and a
+// plan cannot encode a NaN or an infinity.
 func NewOptimizer(name string, lr, momentum float64) (Optimizer, error) {
+	if !(lr > 0) || lr > math.MaxFloat32 {
+		return nil, fmt.Errorf("graph: learning rate (lr) %g: want a positive number up to %.2g (float32)", lr, math.MaxFloat32)
+	}
+	if !(momentum >= 0 && momentum < 1) {
+		return nil, fmt.Errorf("graph: momentum %g: want a number in [0, 1)", momentum)
+	}
 	switch name {
 	case "sgd":
 		return SGD{LR: float32(lr), Momentum: float32(momentum)}, nil

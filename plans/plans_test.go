@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -411,6 +412,22 @@ func TestTooFewSlotsRejected(t *testing.T) {
 	require.True(t, errors.Is(err, ErrDeadlock), "got %v, want ErrDeadlock", err)
 	require.ErrorContains(t, err, "cpu0/")
 	require.ErrorContains(t, err, "frees a slot")
+}
+
+// An optimizer whose attributes a plan cannot hold (a NaN learning rate,
+// which JSON cannot encode) is an error naming the update, not an
+// inconsistent plan blamed on the compiler.
+func TestUnencodableUpdateRejected(t *testing.T) {
+	for _, opt := range []graph.Optimizer{
+		graph.SGD{LR: float32(math.NaN())},
+		graph.SGD{LR: 0.1, Momentum: float32(math.Inf(1))},
+		graph.Adam{LR: float32(math.NaN()), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+	} {
+		st, _ := ParseStrategy("single", 64)
+		_, err := Compile(Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: opt, Devices: devs(1, 0)})
+		require.ErrorContains(t, err, "update of fc", opt.Name())
+		require.NotContains(t, err.Error(), "compiler bug", opt.Name())
+	}
 }
 
 func TestOutOfMemoryRejected(t *testing.T) {

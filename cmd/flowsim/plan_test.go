@@ -145,6 +145,8 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
 		{[]string{"plan", "--strategy", "pp=2,mb=4,sched=gpipe,slots=1"}, "deadlock"},
 		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer"},
+		{[]string{"plan", "--model", "mlp", "--lr", "NaN"}, "learning rate (lr) NaN"},
+		{[]string{"plan", "--model", "mlp", "--momentum", "-1"}, "momentum -1"},
 		{[]string{"plan", "--dtype", "f64"}, `--dtype: zoo: models are built in f32 or bf16, not "f64"`},
 		{[]string{"plan", "--model", "gpt2s-blocks:depth=2"}, `unknown size option "depth"`},
 		{[]string{"plan", "--model", "nowhere/config.json"}, "nowhere/config.json"},
