@@ -81,9 +81,19 @@ func TestPresetNamesAndSizing(t *testing.T) {
 	if got, want := c.Bisection().Bandwidth, 128*50*units.GBps; got != want {
 		t.Errorf("dgx-h100x32 bisection: got %v, want %v (non-blocking: 128 NDR ports)", got, want)
 	}
-	for _, bad := range []string{"dgx-a100x0", "nosuch", "dgx-a100x", "dgx-a100x07"} {
-		if _, err := Preset(bad); !errors.Is(err, ErrUnknownCluster) {
-			t.Errorf("Preset(%q): got %v, want ErrUnknownCluster", bad, err)
+	for _, bad := range []struct{ name, want string }{
+		{"dgx-a100x0", `dgx-a100 is a preset, but "0" is no size: NAMExK takes K from 1 to 4096`},
+		{"dgx-a100x", `dgx-a100 is a preset, but "" is no size`},
+		{"dgx-a100x07", `dgx-a100 is a preset, but "07" is no size`},
+		{"dgx-a100x4097", `dgx-a100 is a preset, but "4097" is no size`},
+		{"nosuch", `unknown cluster "nosuch" (presets: `},
+		{"nosuchx4", `unknown cluster "nosuchx4" (presets: `},
+	} {
+		_, err := Preset(bad.name)
+		if !errors.Is(err, ErrUnknownCluster) {
+			t.Errorf("Preset(%q): got %v, want ErrUnknownCluster", bad.name, err)
+		} else if !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Preset(%q): got %q, want it to say %q", bad.name, err, bad.want)
 		}
 	}
 }
@@ -189,6 +199,8 @@ func TestBadClusterFiles(t *testing.T) {
 			`topology: bad.yaml:9: nodes[0].links[0]: from names 2 endpoints and to names 3`},
 		{"yaml syntax", "nodes: [\n  {name: a\n", ErrInvalid, `topology: bad.yaml:`},
 		{"no nodes", "name: x\n", ErrInvalid, `topology: bad.yaml:1: nodes: missing`},
+		{"no devices", "name: x\nnodes:\n  - name: n\n    devices: []\n", ErrInvalid,
+			`topology: bad.yaml:4: nodes[0].devices: empty: a node needs at least one device`},
 		{"fabric port missing", goodCluster + "    count: 2\nfabric: {kind: ib-hdr, ports: nic}\n", ErrUnknownEndpoint,
 			`topology: bad.yaml:11: fabric.ports: node "n0" has no element "nic" to attach`},
 	}

@@ -49,15 +49,17 @@ func Preset(name string) (*Cluster, error) {
 	}
 	if i := strings.LastIndexByte(name, 'x'); i > 0 {
 		base, k := name[:i], name[i+1:]
-		if n, err := strconv.Atoi(k); err == nil && n >= 1 && n <= maxNodes && k[0] != '0' {
-			if data, err := PresetSource(base); err == nil {
-				c, err := parse("presets/"+base+".yaml", data, n)
-				if err != nil {
-					return nil, err
-				}
-				c.Name = name
-				return c, nil
+		if data, err := PresetSource(base); err == nil {
+			n, err := strconv.Atoi(k)
+			if err != nil || n < 1 || n > maxNodes || k[0] == '0' {
+				return nil, fmt.Errorf("%w %q: %s is a preset, but %q is no size: NAMExK takes K from 1 to %d", ErrUnknownCluster, name, base, k, maxNodes)
 			}
+			c, err := parse("presets/"+base+".yaml", data, n)
+			if err != nil {
+				return nil, err
+			}
+			c.Name = name
+			return c, nil
 		}
 	}
 	return nil, fmt.Errorf("%w %q (presets: %s, each sizable as NAMExK; or a YAML file)", ErrUnknownCluster, name, strings.Join(PresetNames(), ", "))
