@@ -195,6 +195,8 @@ func TestSimulateErrors(t *testing.T) {
 	p := compile(t, "mlp", "single", 4)
 	_, err := Simulate(p, unit, 0)
 	require.ErrorContains(t, err, "iterations")
+	_, err = Simulate(p, unit, 1e12) // would allocate terabytes
+	require.ErrorContains(t, err, fmt.Sprintf("1000000000000 iterations of %d firings each are more than the %d firings", len(p.Firings), MaxInstances))
 	_, err = Simulate(p, DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return -1, nil }), 1)
 	require.ErrorContains(t, err, "negative")
 }
