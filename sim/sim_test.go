@@ -266,6 +266,34 @@ func TestCommOnGPUCluster(t *testing.T) {
 	require.Equal(t, 6, checked, "one all-reduce per weight and bias")
 }
 
+// A cluster that lacks devices the plan communicates between would price
+// their transfers and all-reduces as in-process copies: CheckCluster says
+// so, naming the device; one-host CPU plans need no cluster's devices.
+func TestCheckCluster(t *testing.T) {
+	gpus, _ := compileOnCluster(t, "dgx-a100", "dp=2", 64, 2)
+	cpus, _ := compileOnCluster(t, "local", "single", 64, 1)
+	for _, tc := range []struct {
+		plan    *plans.Plan
+		cluster string
+		err     string // "" for none
+	}{
+		{gpus, "dgx-a100", ""},
+		{gpus, "dgx-a100x2", "sim: cluster dgx-a100x2 has no device dgx/gpu0, which task"},
+		{gpus, "p3.8xlarge", "sim: cluster p3.8xlarge has no device dgx/gpu0"},
+		{gpus, "local", "has no device dgx/gpu0"},
+		{cpus, "dgx-a100", ""},
+	} {
+		c, err := topology.Resolve(tc.cluster)
+		require.NoError(t, err)
+		err = CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}.CheckCluster(tc.plan)
+		if tc.err == "" {
+			require.NoError(t, err, tc.cluster)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, tc.cluster)
+	}
+}
+
 // Between CPU devices, transfers and all-reduces are in-process copies
 // priced by the compute model on one host, and network traffic priced by
 // the communication model between hosts (the processes of a multi-process

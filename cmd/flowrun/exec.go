@@ -138,9 +138,15 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err := checkDevice(p, f.device); err != nil {
 		return err
 	}
-	var model *cost.ComputeModel
-	if f.compare {
+	var (
+		model *cost.ComputeModel
+		comm  *cost.Comm
+	)
+	if f.compare { // before the runs, which a bad --calib or --cluster would waste
 		if model, err = loadModel(f.calib); err != nil {
+			return err
+		}
+		if comm, err = planComm(p, f.cluster); err != nil {
 			return err
 		}
 	}
@@ -263,10 +269,6 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			p.Model, p.Strategy, p.Batch, len(p.Devices), ms(med.step), f.runs, float64(p.Batch)/med.step.Seconds())
 		return nil
 	}
-	comm, err := planComm(p, f.cluster)
-	if err != nil {
-		return err
-	}
 	pred, err := sim.Simulate(p, sim.CostModel{Compute: model, Comm: comm}, f.iters)
 	if err != nil {
 		return err
@@ -336,6 +338,12 @@ func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
 	name := cmp.Or(cluster, p.Cluster)
 	c, err := topology.Resolve(name)
 	switch {
+	case err == nil && cluster != "":
+		comm := cost.NewComm(c)
+		if err := (sim.CostModel{Comm: comm}).CheckCluster(p); err != nil {
+			return nil, fmt.Errorf("--cluster %s: %w", cluster, err)
+		}
+		return comm, nil
 	case err == nil:
 		return cost.NewComm(c), nil
 	case cluster != "":

@@ -12,6 +12,7 @@ import (
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 )
 
@@ -74,6 +75,21 @@ func TestExecCompareJSON(t *testing.T) {
 func TestExecBadInput(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte(`{"version": 1`), 0o644))
+	// A plan of two A100s, which --compare --cluster checks before running
+	// it (here, without CUDA, it could not run).
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	st, err := plans.ParseStrategy("dp=2", 8)
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, 2, true)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.01}, Cluster: c.Name, Devices: devs})
+	require.NoError(t, err)
+	gpus := filepath.Join(t.TempDir(), "gpus.json")
+	f, err := os.Create(gpus)
+	require.NoError(t, err)
+	require.NoError(t, plans.Encode(f, p))
+	require.NoError(t, f.Close())
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -82,6 +98,8 @@ func TestExecBadInput(t *testing.T) {
 		{[]string{bad}, "truncated"},
 		{[]string{bad, "--iters", "0"}, "--iters"},
 		{[]string{bad, "--warmup", "30"}, "--warmup"},
+		{[]string{gpus, "--compare", "--cluster", "p3.8xlarge"}, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0"},
+		{[]string{gpus, "--compare", "--cluster", "atlantis"}, `--cluster: topology: unknown cluster "atlantis"`},
 	} {
 		cmd := newExecCmd()
 		cmd.SetArgs(tt.args)

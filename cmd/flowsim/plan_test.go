@@ -159,6 +159,19 @@ func TestPlanBadInput(t *testing.T) {
 	}
 }
 
+// simulate --cluster names a cluster whose routes price the plan's
+// communication: one without the plan's devices is an error, not a
+// silent fallback to pricing it as copies.
+func TestSimulateClusterWithoutThePlansDevices(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "8", "-o", path)
+	require.NoError(t, err)
+	_, err = run(t, "simulate", "--plan", path, "--cluster", "dgx-a100")
+	require.NoError(t, err)
+	_, err = run(t, "simulate", "--plan", path, "--cluster", "p3.8xlarge")
+	require.ErrorContains(t, err, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0")
+}
+
 // The full-size workloads compile; bf16 halves the memory planned.
 func TestPlanWorkloads(t *testing.T) {
 	peak := func(model, batch, dtype string) float64 {

@@ -70,7 +70,7 @@ simulated one, and what does not pack tightly.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.plan, "plan", "", "plan file (from 'flowsim plan'; required)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file")
-	fl.StringVar(&f.cluster, "cluster", "", "cluster whose routes price communication between accelerators (default: the plan's, if it is a preset)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster whose routes price communication between accelerators, holding the plan's devices by name (default: the plan's, if it is a preset)")
 	fl.IntVar(&f.iters, "iters", 10, "iterations to simulate")
 	fl.IntVar(&f.warmup, "warmup", 2, "iterations left out of the step time")
 	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto), with each device's live memory as a counter track")
@@ -104,6 +104,9 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return err
 		}
 		model.Comm = cost.NewComm(c)
+		if err := model.CheckCluster(p); err != nil {
+			return fmt.Errorf("--cluster %s: %w", f.cluster, err)
+		}
 	case p.Cluster != "":
 		if c, err := topology.Resolve(p.Cluster); err == nil {
 			model.Comm = cost.NewComm(c)
