@@ -431,6 +431,12 @@ func runMerge(w io.Writer, f mergeFlags, paths []string) error {
 		if err != nil {
 			return err
 		}
+		// Another sweep's shard (or another division of this sweep) is not
+		// this sweep's shard again, even where its number is taken.
+		if merged != nil && merged.sweepSettings != file.sweepSettings {
+			return fmt.Errorf("%s (shard %d/%d) is a shard of another sweep than %s (shard %d/%d): model, cluster, batch, shard count or settings differ",
+				path, file.Shard, file.Shards, paths[0], merged.Shard, merged.Shards)
+		}
 		if prev, ok := seen[file.Shard]; ok {
 			return fmt.Errorf("%s: shard %d/%d again (also in %s)", path, file.Shard, file.Shards, prev)
 		}
@@ -438,9 +444,6 @@ func runMerge(w io.Writer, f mergeFlags, paths []string) error {
 		if merged == nil {
 			merged = file
 			continue
-		}
-		if merged.sweepSettings != file.sweepSettings {
-			return fmt.Errorf("%s is a shard of another sweep than %s (model, cluster, batch or settings differ)", path, paths[0])
 		}
 		merged.Entries = append(merged.Entries, file.Entries...)
 	}

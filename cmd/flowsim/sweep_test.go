@@ -62,6 +62,10 @@ func TestSweepAndMerge(t *testing.T) {
 	require.ErrorContains(t, err, "shard 1/3 is missing")
 	_, err = run(t, "sweep", "merge", shards[0], shards[0])
 	require.ErrorContains(t, err, "again")
+	wholePath := filepath.Join(dir, "whole.json") // shard 0/1: another division, not shard 0 again
+	require.NoError(t, os.WriteFile(wholePath, []byte(whole), 0o644))
+	_, err = run(t, "sweep", "merge", shards[0], shards[1], shards[2], wholePath)
+	require.ErrorContains(t, err, "whole.json (shard 0/1) is a shard of another sweep than "+shards[0]+" (shard 0/3)")
 	other, err := run(t, "sweep", "--model", "mlp", "--cluster", "mixed-t4-cpu", "--batch", "32", "--max-mb", "4", "--json", "--shard", "1/3")
 	require.NoError(t, err)
 	otherPath := filepath.Join(dir, "other.json")
