@@ -400,6 +400,9 @@ func fitKinds(spec topology.DeviceSpec, samples []cost.Sample) (*cost.DeviceCali
 // their CPU devices — f.rounds times, and fits each device type's model
 // from the medians.
 func runCalibrateCUDA(cmd *cobra.Command, f calibFlags) error {
+	if n, err := strconv.Atoi(strings.TrimPrefix(f.device, "cuda:")); f.device != "cuda" && (err != nil || n < 0) {
+		return fmt.Errorf("--device %q: want cpu or cuda[:N], N a GPU's ordinal", f.device)
+	}
 	if f.device != "cuda" && f.device != "cuda:0" {
 		return fmt.Errorf("--device %s: plans place their first GPU on cuda:0; other ordinals are not supported yet", f.device)
 	}
@@ -428,6 +431,9 @@ func runCalibrateCUDA(cmd *cobra.Command, f calibFlags) error {
 		p, err := plans.ReadFile(path)
 		if err != nil {
 			return err
+		}
+		if err := checkDevice(p, "cuda"); err != nil { // else nothing of it runs on the GPU being calibrated
+			return fmt.Errorf("--plans: %s: %w", path, err)
 		}
 		ps = append(ps, p)
 	}
