@@ -128,8 +128,8 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return fmt.Errorf("--warmup must be in [0, --iters), got %d", f.warmup)
 	case f.runs < 1:
 		return fmt.Errorf("--runs must be ≥ 1, got %d", f.runs)
-	case f.procs.procs < 1:
-		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	case f.procs.check() != nil:
+		return f.procs.check()
 	}
 	p, err := plans.ReadFile(path)
 	if err != nil {

@@ -76,8 +76,8 @@ func runCalibrateLink(ctx context.Context, f linkFlags) error {
 	if f.reps < 3 {
 		return fmt.Errorf("--reps must be ≥ 3, got %d", f.reps)
 	}
-	if f.procs.procs < 1 {
-		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	if err := f.procs.check(); err != nil {
+		return err
 	}
 	var sizes []int64
 	for _, s := range f.sizes {

@@ -45,6 +45,18 @@ func (f *procFlags) register(fl *pflag.FlagSet, procs int) {
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the run's shared secret (default: $FLOWRUN_TOKEN; --procs makes one)")
 }
 
+// check validates the flags: --ranks places devices on the ranks of a
+// multi-process run, and means nothing to one process.
+func (f *procFlags) check() error {
+	if f.procs < 1 {
+		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs)
+	}
+	if f.ranks != "" && !f.multi() {
+		return fmt.Errorf("--ranks %q: a run of one process has no ranks to place devices on (give --procs N, or WORLD_SIZE under a launcher)", f.ranks)
+	}
+	return nil
+}
+
 // multi says whether the flags and environment ask for several processes.
 func (f *procFlags) multi() bool {
 	return f.procs > 1 || (f.procs == 1 && os.Getenv("WORLD_SIZE") != "" && os.Getenv("WORLD_SIZE") != "1")

@@ -198,8 +198,8 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
 	case f.maxSteps < 0:
 		return fmt.Errorf("--max-steps must be ≥ 0, got %d", f.maxSteps)
-	case f.procs.procs < 1:
-		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	case f.procs.check() != nil:
+		return f.procs.check()
 	case f.saveEvery < 0:
 		return fmt.Errorf("--save-every must be ≥ 0, got %d", f.saveEvery)
 	case f.saveEvery > 0 && f.save == "":
