@@ -128,6 +128,8 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return fmt.Errorf("--warmup must be in [0, --iters), got %d", f.warmup)
 	case f.runs < 1:
 		return fmt.Errorf("--runs must be ≥ 1, got %d", f.runs)
+	case f.top < 0:
+		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
 	case f.procs.check() != nil:
 		return f.procs.check()
 	}

@@ -98,6 +98,7 @@ func TestExecBadInput(t *testing.T) {
 		{[]string{bad}, "truncated"},
 		{[]string{bad, "--iters", "0"}, "--iters"},
 		{[]string{bad, "--warmup", "30"}, "--warmup"},
+		{[]string{bad, "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
 		{[]string{gpus, "--compare", "--cluster", "p3.8xlarge"}, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0"},
 		{[]string{gpus, "--compare", "--cluster", "atlantis"}, `--cluster: topology: unknown cluster "atlantis"`},
 	} {

@@ -153,6 +153,8 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"sweep", "--model", "nowhere/config.json"}, "nowhere/config.json"},
 		{[]string{"simulate"}, `"plan" not set`},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
+		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
+		{[]string{"sweep", "merge", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
 	} {
 		_, err := run(t, tt.args...)
 		require.ErrorContains(t, err, tt.want, "%v", tt.args)

@@ -86,6 +86,9 @@ func runSimulate(w io.Writer, f simFlags) error {
 	if f.iters < 1 || f.warmup < 0 || f.warmup >= f.iters {
 		return fmt.Errorf("want --iters ≥ 1 and 0 ≤ --warmup < --iters, got %d and %d", f.iters, f.warmup)
 	}
+	if f.top < 0 {
+		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
+	}
 	p, err := plans.ReadFile(f.plan)
 	if err != nil {
 		return err

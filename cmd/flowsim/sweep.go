@@ -424,6 +424,9 @@ recompiles the best strategy's plan.`,
 }
 
 func runMerge(w io.Writer, f mergeFlags, paths []string) error {
+	if f.top < 0 {
+		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
+	}
 	var merged *sweepFile
 	seen := map[int]string{}
 	for _, path := range paths {
