@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -162,6 +163,26 @@ nodes:
     links:
       - {from: "gpu[0-1]", to: sw, kind: nvlink3, count: 12}
 `
+
+// A cluster named like neither a file nor a preset is an unknown preset;
+// where a file of that name exists, the error says how to name it.
+func TestResolveNamesAFileWithoutSuffix(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("cluster.txt", []byte(goodCluster), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Resolve("cluster.txt")
+	if !errors.Is(err, ErrUnknownCluster) || !strings.Contains(err.Error(), "a file cluster.txt exists, but only names ending in .yaml or .yml, or with a slash (./cluster.txt), are read") {
+		t.Errorf("Resolve(cluster.txt): got %v", err)
+	}
+	if _, err := Resolve("./cluster.txt"); err != nil {
+		t.Errorf("Resolve(./cluster.txt): %v", err)
+	}
+	if _, err := Resolve("nosuch"); err == nil || strings.Contains(err.Error(), "a file") {
+		t.Errorf("Resolve(nosuch): got %v, want no mention of a file", err)
+	}
+}
 
 func TestBadClusterFiles(t *testing.T) {
 	tests := []struct {

@@ -71,5 +71,11 @@ func Resolve(arg string) (*Cluster, error) {
 	if strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") || strings.ContainsRune(arg, os.PathSeparator) {
 		return Load(arg)
 	}
-	return Preset(arg)
+	c, err := Preset(arg)
+	if errors.Is(err, ErrUnknownCluster) {
+		if fi, serr := os.Stat(arg); serr == nil && fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w; a file %s exists, but only names ending in .yaml or .yml, or with a slash (./%s), are read as cluster files", err, arg, arg)
+		}
+	}
+	return c, err
 }
