@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -102,10 +103,51 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// sizeMismatch says by how much a safetensors file whose header reads is
+// shorter or longer than its header and tensors, which the safetensors
+// package reports only as "metadata incomplete buffer"; nil if it cannot
+// tell.
+func sizeMismatch(data []byte) error {
+	if len(data) < 8 {
+		return nil
+	}
+	n := binary.LittleEndian.Uint64(data)
+	if n > uint64(len(data)-8) {
+		if n > 100_000_000 { // the safetensors package's bound: not a header length at all
+			return nil
+		}
+		return fmt.Errorf("truncated: the file is %d bytes, its header alone %d", len(data), 8+n)
+	}
+	var header map[string]json.RawMessage
+	if json.Unmarshal(data[8:8+n], &header) != nil {
+		return nil
+	}
+	var end uint64
+	for name, raw := range header {
+		var t struct {
+			Offsets []uint64 `json:"data_offsets"`
+		}
+		if name == "__metadata__" || json.Unmarshal(raw, &t) != nil || len(t.Offsets) != 2 {
+			continue
+		}
+		end = max(end, t.Offsets[1])
+	}
+	switch want := 8 + n + end; {
+	case want > uint64(len(data)):
+		return fmt.Errorf("truncated: the file is %d bytes, its header and tensors %d (%d missing)", len(data), want, want-uint64(len(data)))
+	case want < uint64(len(data)):
+		return fmt.Errorf("not a safetensors file: %d bytes after its tensors, which end at byte %d", uint64(len(data))-want, want)
+	}
+	return nil
+}
+
 // ParseCheckpoint parses a checkpoint file's contents.
 func ParseCheckpoint(data []byte) (*Checkpoint, error) {
 	_, md, err := safetensors.ReadMetadata(data)
 	if err != nil {
+		if serr := sizeMismatch(data); serr != nil {
+			return nil, serr
+		}
 		return nil, fmt.Errorf("not a safetensors file: %w", err)
 	}
 	st, err := safetensors.Deserialize(data)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -73,7 +74,9 @@ func TestCheckpointErrors(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "not a safetensors file"},
-		{"truncated", good[:len(good)-1], "not a safetensors file"},
+		{"truncated", good[:len(good)-1], fmt.Sprintf("truncated: the file is %d bytes, its header and tensors %d (1 missing)", len(good)-1, len(good))},
+		{"truncated header", good[:20], "truncated: the file is 20 bytes, its header alone"},
+		{"trailing bytes", append(slices.Clone(good), 0, 0, 0), "not a safetensors file: 3 bytes after its tensors, which end at byte"},
 		{"huge header", binary.LittleEndian.AppendUint64(nil, 1<<40), "not a safetensors file"},
 		{"not flowkit's", safetensorsFile(t, `{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4), `metadata format is ""`},
 		{"f16", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"1","step":"0"},"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}`, 4), "tensor x is F16"},
