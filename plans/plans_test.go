@@ -551,6 +551,26 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 	})
 }
 
+// A plan whose registers do not fit its arenas, or whose arenas do not
+// fit its devices, is rejected when read: the runtime would slice past an
+// arena (a panic), or allocate what the device does not have.
+func TestDecodeRejectsBadArenas(t *testing.T) {
+	st, err := ParseStrategy("pp=2,mb=2", 8)
+	require.NoError(t, err)
+	good, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 64*units.MiB)})
+	require.NoError(t, err)
+	requireDecodeRejectsAll(t, good, []rejection{
+		{"no arenas", "plans: memory lists 0 devices' arenas, the plan has 2 devices", func(p *Plan) { p.Memory = nil }},
+		{"arena's device", "plans: memory[1]: device 0, an arena of", func(p *Plan) { p.Memory[1].Device = 0 }},
+		{"negative arena", "plans: memory[0]: device 0, an arena of -1 bytes on cpu0", func(p *Plan) { p.Memory[0].Peak = -1 }},
+		{"arena over capacity", "plans: memory[0]: device 0, an arena of 67108865 bytes on cpu0 (capacity 67108864 bytes)", func(p *Plan) { p.Memory[0].Peak = 64*units.MiB + 1 }},
+		{"negative capacity", "(capacity -1 bytes)", func(p *Plan) { p.Devices[0].Memory = -1 }},
+		{"offset", "runs past the", func(p *Plan) { p.Registers[0].Offset = 1 << 60 }},
+		{"slots", "runs past the", func(p *Plan) { p.Registers[0].Slots = 1 << 20 }},
+		{"too many slots", "is inconsistent (device 0, 1000000000000 slots", func(p *Plan) { p.Registers[0].Slots = 1e12 }},
+	})
+}
+
 // A tensor-parallel plan whose sums or parts disagree with its devices is
 // rejected when read: a kernel would run past a register, or a device
 // initialize another's part.
