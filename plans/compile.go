@@ -90,7 +90,11 @@ func newCompiler(cfg Config) (*compiler, error) {
 	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
 		return nil, err
 	}
-	stage, err := placeStages(m.Graph, m.Loss, st.ModelStages(), st.Layers)
+	stagesName := fmt.Sprintf("pp=%d", st.PP)
+	if st.VirtualStages() > 1 {
+		stagesName = fmt.Sprintf("pp=%d × vpp=%d (%d stages)", st.PP, st.VirtualStages(), st.ModelStages())
+	}
+	stage, err := placeStages(m.Graph, m.Loss, st.ModelStages(), st.Layers, stagesName)
 	if err != nil {
 		return nil, err
 	}

@@ -856,7 +856,7 @@ func TestInterleavedSchedule(t *testing.T) {
 	st, err := ParseStrategy("pp=4,vpp=4,mb=4", 24)
 	require.NoError(t, err)
 	_, err = Compile(Config{Model: "gpt2s-blocks:layers=12,hidden=16,heads=2,seq=4", Batch: 24, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(8, 0)})
-	require.ErrorContains(t, err, "needs 15 layer boundaries")
+	require.ErrorContains(t, err, "pp=4 × vpp=4 (16 stages) needs 15 layer boundaries, the model has")
 }
 
 // compileMLPAdam compiles mlp with Adam at batch 8 on four devices.
