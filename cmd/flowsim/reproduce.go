@@ -13,6 +13,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/experiments"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
@@ -127,6 +128,11 @@ func runReproduce(w, log io.Writer, name string, f reproduceFlags) error {
 	base, err := topology.Preset(e.Cluster)
 	if err != nil {
 		return fmt.Errorf("experiment %s: %w", name, err)
+	}
+	if f.calib != "" { // before any cell compiles (minutes, for the large ones): each would fail on it
+		if _, err := cost.LoadCalibration(f.calib); err != nil {
+			return fmt.Errorf("--calib: %w", err)
+		}
 	}
 	if f.out == "" {
 		f.out = filepath.Join("results", name)

@@ -66,4 +66,14 @@ rows:
 	require.ErrorContains(t, err, `no row "3B" (rows: 22B, 175B, 530B, 1T)`)
 	_, err = run(t, "reproduce", "nosuch")
 	require.ErrorContains(t, err, "korthikanti2022")
+
+	// A bad calibration is refused before any cell compiles, and nothing
+	// is written.
+	badCalib := filepath.Join(dir, "calib.json")
+	require.NoError(t, os.WriteFile(badCalib, []byte(`{"version":`), 0o644))
+	none := filepath.Join(dir, "none")
+	out, err = run(t, "reproduce", "korthikanti2022", "--rows", "22B", "--calib", badCalib, "--out", none)
+	require.ErrorContains(t, err, "--calib: cost: bad calibration file: "+badCalib)
+	require.NotContains(t, out, "not simulated")
+	require.NoDirExists(t, none)
 }
