@@ -40,6 +40,9 @@ const checkpointFormat = "flowkit-checkpoint"
 // the same folder, renamed over path once complete, so that an
 // interrupted write leaves the previous checkpoint.
 func WriteCheckpoint(path string, c Checkpoint) (err error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("runtime: checkpoint %s: is a directory", path)
+	}
 	views := map[string]safetensors.TensorView{}
 	for _, t := range c.Weights.whole() {
 		data := make([]byte, 4*len(t.F))
@@ -86,6 +89,20 @@ func WriteCheckpoint(path string, c Checkpoint) (err error) {
 		return fmt.Errorf("runtime: checkpoint: %w", err)
 	}
 	return nil
+}
+
+// CheckCheckpointPath says whether WriteCheckpoint can write path: that it
+// is not a directory, and that a file can be made in its directory. A run
+// checks its --save so before it trains, not when it has trained.
+func CheckCheckpointPath(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("runtime: checkpoint %s: is a directory", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("runtime: checkpoint %s: %w", path, err)
+	}
+	return errors.Join(f.Close(), os.Remove(f.Name()))
 }
 
 // ReadCheckpoint reads a checkpoint written by WriteCheckpoint. Tensors

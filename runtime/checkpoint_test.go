@@ -66,6 +66,22 @@ func TestCheckpointErrors(t *testing.T) {
 	good, err := os.ReadFile(path)
 	require.NoError(t, err)
 
+	// A path that cannot be written is refused, by CheckCheckpointPath
+	// before a run trains, and by WriteCheckpoint in words that say why.
+	dir := t.TempDir()
+	for _, tt := range []struct{ path, want string }{
+		{dir, "checkpoint " + dir + ": is a directory"},
+		{filepath.Join(dir, "none", "c.safetensors"), "checkpoint " + filepath.Join(dir, "none", "c.safetensors") + ": open " + filepath.Join(dir, "none")},
+	} {
+		require.ErrorContains(t, CheckCheckpointPath(tt.path), tt.want)
+		require.ErrorContains(t, WriteCheckpoint(tt.path, Checkpoint{Model: "mlp", Seed: 1, Weights: w}), "checkpoint")
+	}
+	require.ErrorContains(t, WriteCheckpoint(dir, Checkpoint{Model: "mlp", Seed: 1, Weights: w}), "checkpoint "+dir+": is a directory")
+	require.NoError(t, CheckCheckpointPath(filepath.Join(dir, "c.safetensors")))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "the check leaves nothing behind")
+
 	_, err = ReadCheckpoint(filepath.Join(t.TempDir(), "none.safetensors"))
 	require.ErrorContains(t, err, "none.safetensors")
 	for _, tt := range []struct {

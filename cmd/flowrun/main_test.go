@@ -28,6 +28,7 @@ func TestTrainBadInput(t *testing.T) {
 	for _, name := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
 		require.NoError(t, os.WriteFile(filepath.Join(trunc, name), buf.Bytes(), 0o644))
 	}
+	noDir := filepath.Join(t.TempDir(), "none") // its parent a directory, for --save
 	tests := []struct {
 		args []string
 		want string
@@ -51,6 +52,8 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--procs", "2"}, "a multi-process run trains through a plan: give --strategy"},
 		{[]string{"--save-every", "2"}, "--save-every 2: give --save FILE"},
 		{[]string{"--save-every", "-1", "--save", "x"}, "--save-every must be ≥ 0"},
+		{[]string{"--save", filepath.Join(noDir, "c.safetensors")}, "--save: runtime: checkpoint " + filepath.Join(noDir, "c.safetensors") + ": open " + noDir},
+		{[]string{"--save", noDir[:len(noDir)-len("/none")]}, "--save: runtime: checkpoint " + noDir[:len(noDir)-len("/none")] + ": is a directory"},
 		{[]string{"--resume", "nowhere.safetensors"}, "--resume: runtime: checkpoint: open nowhere.safetensors"},
 		{[]string{"--procs", "0", "--strategy", "dp=2"}, "--procs must be ≥ 1"},
 		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8"}, "vocabulary of 50257: flowrun train feeds a language model text byte by byte; give it vocab=256"},

@@ -204,6 +204,8 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--save-every must be ≥ 0, got %d", f.saveEvery)
 	case f.saveEvery > 0 && f.save == "":
 		return fmt.Errorf("--save-every %d: give --save FILE, the checkpoint to write", f.saveEvery)
+	case f.save != "" && runtime.CheckCheckpointPath(f.save) != nil: // before training, not after
+		return fmt.Errorf("--save: %w", runtime.CheckCheckpointPath(f.save))
 	case f.procs.multi() && f.strategy == "":
 		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
 	}
