@@ -19,6 +19,7 @@ import (
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/topology"
@@ -85,6 +86,9 @@ count ("cpu/2"), and loads on any machine.`,
 }
 
 func runCalibrate(cmd *cobra.Command, f calibFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil { // before minutes of measuring
+		return err
+	}
 	if f.device == "cuda" || strings.HasPrefix(f.device, "cuda:") {
 		return runCalibrateCUDA(cmd, f)
 	}

@@ -85,6 +85,21 @@ func TestCalibrateCUDABadPlans(t *testing.T) {
 	}
 }
 
+// An -o that cannot be written fails before anything is measured.
+func TestCalibrateBadOutput(t *testing.T) {
+	dir := t.TempDir()
+	for _, out := range []string{dir, filepath.Join(dir, "none", "calib.json")} {
+		cmd := newCalibrateCmd()
+		cmd.SetArgs([]string{"--models", "mlp", "--batches", "4", "--workers", "1", "--rounds", "1", "--iters", "3", "-o", out})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		var err error
+		printed := captureStdout(t, func() { err = cmd.Execute() })
+		require.ErrorContains(t, err, "-o "+out+": ")
+		require.Empty(t, printed, "nothing measured")
+	}
+}
+
 // The dispatch latency is the median of the runs' latencies.
 func TestMeasuredDispatch(t *testing.T) {
 	for _, tt := range []struct {

@@ -121,6 +121,9 @@ func checkDevice(p *plans.Plan, device string) error {
 }
 
 func runExec(cmd *cobra.Command, path string, f execFlags) error {
+	if err := cliargs.Output("--trace", f.tracePath); err != nil { // before the runs
+		return err
+	}
 	switch {
 	case f.iters < 1:
 		return fmt.Errorf("--iters must be ≥ 1, got %d", f.iters)

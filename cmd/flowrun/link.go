@@ -12,6 +12,7 @@ import (
 	"github.com/spf13/cobra"
 	"gonum.org/v1/gonum/stat"
 
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/topology"
 )
@@ -73,6 +74,9 @@ type linkFit struct {
 }
 
 func runCalibrateLink(ctx context.Context, f linkFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil {
+		return err
+	}
 	if f.reps < 3 {
 		return fmt.Errorf("--reps must be ≥ 3, got %d", f.reps)
 	}

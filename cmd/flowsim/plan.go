@@ -14,6 +14,7 @@ import (
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/internal/progress"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
@@ -132,6 +133,9 @@ every float tensor of the model; memory is planned at its size.`,
 }
 
 func runPlan(w io.Writer, f planFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil {
+		return err
+	}
 	var err error
 	if f.model, err = zoo.Resolve(f.model); err != nil { // a config.json: the plan names the zoo model it maps to
 		return err

@@ -134,6 +134,7 @@ func TestSimulateMemory(t *testing.T) {
 }
 
 func TestPlanBadInput(t *testing.T) {
+	outDir := t.TempDir()
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -154,6 +155,11 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"simulate"}, `"plan" not set`},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
+		// Outputs that cannot be written fail before the work, not after.
+		{[]string{"plan", "--model", "mlp", "-o", outDir}, "-o " + outDir + ": is a directory"},
+		{[]string{"sweep", "--model", "mlp", "-o", filepath.Join(t.TempDir(), "none", "best.json")}, "none/best.json: stat "},
+		{[]string{"sweep", "merge", filepath.Join(t.TempDir(), "none.json"), "-o", filepath.Join(t.TempDir(), "none", "best.json")}, "none/best.json: stat "},
+		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json"), "--trace", filepath.Join(t.TempDir(), "none", "t.json")}, "--trace "},
 		{[]string{"sweep", "merge", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
 	} {
 		_, err := run(t, tt.args...)

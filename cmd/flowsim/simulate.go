@@ -9,6 +9,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
@@ -83,6 +84,9 @@ simulated one, and what does not pack tightly.`,
 }
 
 func runSimulate(w io.Writer, f simFlags) error {
+	if err := cliargs.Output("--trace", f.tracePath); err != nil {
+		return err
+	}
 	if f.iters < 1 || f.warmup < 0 || f.warmup >= f.iters {
 		return fmt.Errorf("want --iters ≥ 1 and 0 ≤ --warmup < --iters, got %d and %d", f.iters, f.warmup)
 	}

@@ -128,6 +128,9 @@ type sweepEntry struct {
 }
 
 func runSweep(w io.Writer, f sweepFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil { // before the sweep
+		return err
+	}
 	shard, shards, err := parseShard(f.shard)
 	if err != nil {
 		return err
@@ -424,6 +427,9 @@ recompiles the best strategy's plan.`,
 }
 
 func runMerge(w io.Writer, f mergeFlags, paths []string) error {
+	if err := cliargs.Output("-o", f.out); err != nil {
+		return err
+	}
 	if f.top < 0 {
 		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
 	}
