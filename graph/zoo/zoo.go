@@ -148,6 +148,20 @@ type sizeOption struct {
 	choices []string
 }
 
+// most is the largest value option o takes: 1024 layers (compiling a
+// plan's memory takes time quadratic in them: a minute near the bound), a
+// RoPE theta up to 2^30, every other size up to 2^20, so that products of
+// sizes, in elements and bytes, stay far within int64.
+func (o sizeOption) most() int {
+	switch o.name {
+	case "layers", "depth":
+		return 1 << 10
+	case "theta":
+		return 1 << 30
+	}
+	return 1 << 20
+}
+
 // sizes are a model's size options by name.
 type sizes map[string]int
 
@@ -341,6 +355,9 @@ func parseOptions(name string) (builder, sizes, map[string]bool, error) {
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 1 {
 			return builder{}, nil, nil, fmt.Errorf("zoo: %s: %s must be a positive integer, got %q", name, k, v)
+		}
+		if most := b.option(k).most(); n > most {
+			return builder{}, nil, nil, fmt.Errorf("zoo: %s: %s=%d is more than the %d a model may have", name, k, n, most)
 		}
 		sz[k], set[k] = n, true
 	}

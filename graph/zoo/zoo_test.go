@@ -303,6 +303,11 @@ func TestSizeOptions(t *testing.T) {
 	}
 	for _, tt := range []struct{ name, want string }{
 		{"gpt2s-blocks:layers=0", "layers must be a positive integer"},
+		{"gpt2s-blocks:layers=99999999999", "layers=99999999999 is more than the 1024 a model may have"},
+		{"gpt2s-blocks:seq=2000000", "seq=2000000 is more than the 1048576 a model may have"},
+		{"mlp3x4096:depth=5000", "depth=5000 is more than the 1024"},
+		{"gpt:vocab=99999999999999", "vocab=99999999999999 is more than the 1048576"},
+		{"llama:theta=2000000000", "theta=2000000000 is more than the 1073741824"},
 		{"gpt2s-blocks:depth=2", `unknown size option "depth" (options: layers, hidden, heads, seq, norm)`},
 		{"gpt2s-blocks:norm=batch", `norm must be one of layer, rms, got "batch"`},
 		{"gpt2s-blocks:seq", "not key=value"},
