@@ -373,14 +373,19 @@ func ParseDType(s string) (graph.DType, error) {
 	return d, nil
 }
 
+// MaxBatch is the largest batch a model is built for: with the sizes'
+// bounds (see sizeOption.most), its tensors' elements and bytes stay
+// within int64.
+const MaxBatch = 1 << 20
+
 // Build builds the named model's forward graph and loss.
 func Build(name string, cfg Config) (*Model, error) {
 	b, sz, err := lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Batch < 1 {
-		return nil, fmt.Errorf("zoo: %s: batch must be ≥ 1, got %d", name, cfg.Batch)
+	if cfg.Batch < 1 || cfg.Batch > MaxBatch {
+		return nil, fmt.Errorf("zoo: %s: batch must be 1 to %d, got %d", name, MaxBatch, cfg.Batch)
 	}
 	dtype := cfg.DType
 	if dtype == 0 {

@@ -134,7 +134,11 @@ func TestBuildErrors(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "mnist-cnn")
 	_, err = Build("mlp", Config{Batch: 0})
-	require.ErrorContains(t, err, "batch")
+	require.ErrorContains(t, err, "batch must be 1 to 1048576, got 0")
+	// A batch whose tensors' sizes overflow is refused as such, not as a
+	// reshape of a negative or wrapped shape.
+	_, err = Build("gpt:layers=1", Config{Batch: 1 << 40})
+	require.ErrorContains(t, err, "zoo: gpt:layers=1: batch must be 1 to 1048576, got 1099511627776")
 }
 
 func TestShapeErrorNamesOpAndShapes(t *testing.T) {
