@@ -47,11 +47,6 @@ type Dispatch interface {
 	Dispatch(p *plans.Plan, device int) time.Duration
 }
 
-// MaxInstances bounds the firings of one simulation, over all its
-// iterations: the trace holds an event for each (some 40 bytes), so that a
-// simulation of this many needs several GiB of memory.
-const MaxInstances = 1 << 27
-
 // Simulate executes iters iterations of p and returns the trace. Each
 // firing starts as soon as every firing its edges name has finished, and
 // runs for its task's duration, stretched while other devices of its host
@@ -65,9 +60,9 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	if iters < 1 {
 		return nil, fmt.Errorf("sim: iterations must be ≥ 1, got %d", iters)
 	}
-	if nf := max(len(p.Firings), 1); iters > MaxInstances/nf {
-		return nil, fmt.Errorf("sim: %d iterations of %d firings each are more than the %d firings one simulation holds (at most %d iterations of this plan)",
-			iters, nf, MaxInstances, MaxInstances/nf)
+	if nf := max(len(p.Firings), 1); iters > trace.MaxEvents/nf {
+		return nil, fmt.Errorf("sim: %d iterations of %d firings each are more than the %d events a trace holds (at most %d iterations of this plan)",
+			iters, nf, trace.MaxEvents, trace.MaxEvents/nf)
 	}
 	edges, err := p.Deps()
 	if err != nil {

@@ -196,7 +196,7 @@ func TestSimulateErrors(t *testing.T) {
 	_, err := Simulate(p, unit, 0)
 	require.ErrorContains(t, err, "iterations")
 	_, err = Simulate(p, unit, 1e12) // would allocate terabytes
-	require.ErrorContains(t, err, fmt.Sprintf("1000000000000 iterations of %d firings each are more than the %d firings", len(p.Firings), MaxInstances))
+	require.ErrorContains(t, err, fmt.Sprintf("1000000000000 iterations of %d firings each are more than the %d events", len(p.Firings), trace.MaxEvents))
 	_, err = Simulate(p, DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return -1, nil }), 1)
 	require.ErrorContains(t, err, "negative")
 }
