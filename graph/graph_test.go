@@ -571,6 +571,7 @@ func TestNewOptimizerRejects(t *testing.T) {
 		{"sgd", 0.01, nan, "momentum NaN"},
 		{"sgd", 0.01, -0.5, "momentum -0.5"},
 		{"sgd", 0.01, 1, "momentum 1"},
+		{"adam", 0.01, 5, ""}, // Adam ignores momentum
 		{"rmsprop", 0.01, 0, `unknown optimizer "rmsprop"`},
 	}
 	for _, tc := range tests {

@@ -28,18 +28,18 @@ func (g *Graph) Minimize(loss *Tensor, opt Optimizer) error {
 
 // NewOptimizer returns the optimizer named "sgd" (with momentum when
 // momentum > 0) or "adam" (β = 0.9, 0.999, ε = 1e-8), as the CLIs take it.
-// The learning rate must be positive and finite in float32, and the
-// momentum in [0, 1): the update ops keep them as float32 attributes, and a
-// plan cannot encode a NaN or an infinity.
+// The learning rate must be positive and finite in float32, and SGD's
+// momentum in [0, 1) (Adam ignores it): the update ops keep them as float32
+// attributes, and a plan cannot encode a NaN or an infinity.
 func NewOptimizer(name string, lr, momentum float64) (Optimizer, error) {
 	if !(lr > 0) || lr > math.MaxFloat32 {
 		return nil, fmt.Errorf("graph: learning rate (lr) %g: want a positive number up to %.2g (float32)", lr, math.MaxFloat32)
 	}
-	if !(momentum >= 0 && momentum < 1) {
-		return nil, fmt.Errorf("graph: momentum %g: want a number in [0, 1)", momentum)
-	}
 	switch name {
 	case "sgd":
+		if !(momentum >= 0 && momentum < 1) {
+			return nil, fmt.Errorf("graph: momentum %g: want a number in [0, 1)", momentum)
+		}
 		return SGD{LR: float32(lr), Momentum: float32(momentum)}, nil
 	case "adam":
 		return Adam{LR: float32(lr), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, nil

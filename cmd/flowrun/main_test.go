@@ -40,6 +40,7 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--lr", "0"}, "--lr must be a positive number"},
 		{[]string{"--lr", "NaN"}, "--lr must be a positive number"},
 		{[]string{"--momentum", "1"}, "--momentum must be in [0, 1)"},
+		{[]string{"--momentum", "1", "--optimizer", "adam", "--workers", "-1"}, "--workers must be ≥ 0"}, // adam ignores --momentum: the next check speaks
 		{[]string{"--optimizer", "lamb"}, `unknown optimizer "lamb"`},
 		{[]string{"--dtype", "f16"}, `--dtype: zoo: models are built in f32 or bf16, not "f16"`},
 		{[]string{"--model", "mlp3x4096"}, "MNIST only"},

@@ -192,7 +192,7 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--batch must be ≥ 1, got %d", f.batch)
 	case !(f.lr > 0) || math.IsInf(f.lr, 0):
 		return fmt.Errorf("--lr must be a positive number, got %g", f.lr)
-	case !(f.momentum >= 0 && f.momentum < 1):
+	case f.optimizer == "sgd" && !(f.momentum >= 0 && f.momentum < 1): // adam ignores it
 		return fmt.Errorf("--momentum must be in [0, 1), got %g", f.momentum)
 	case f.workers < 0:
 		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
