@@ -142,6 +142,7 @@ func TestExecProcsBadInput(t *testing.T) {
 		{[]string{"--procs", "3"}, "3 processes for a plan of 2 devices"},
 		{[]string{"--procs", "1", "--ranks", "0,1"}, `--ranks "0,1": a run of one process has no ranks`},
 		{[]string{"--procs", "0"}, "--procs must be ≥ 1, got 0"},
+		{[]string{"--procs", "2", "--token-file", "secret"}, "--token-file secret: --procs 2 makes the run's secret"},
 		{[]string{"--procs", "2", "--ranks", "0"}, "1 ranks for the plan's 2 devices"},
 		{[]string{"--procs", "2", "--ranks", "0,2"}, `device cpu1: rank "2", want 0…1`},
 		{[]string{"--procs", "2", "--ranks", "1,1"}, `--ranks "1,1": rank 0 has none of the plan's 2 devices`},
