@@ -460,8 +460,21 @@ func (pr *procRunner) resume(f trainFlags) error {
 	return nil
 }
 
-// compileLocal compiles the plan of a --strategy training run.
+// compileLocal compiles the plan of a --strategy training run, which
+// must put work on a GPU with --device cuda and on none without: the
+// cluster says where the plan's devices are.
 func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.Plan, error) {
+	p, err := compilePlan(f, opt, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDevice(p, f.device); err != nil {
+		return nil, fmt.Errorf("--cluster %s: %w", f.cluster, err)
+	}
+	return p, nil
+}
+
+func compilePlan(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.Plan, error) {
 	st, err := plans.LoadStrategy(f.strategy, f.batch)
 	if err != nil {
 		return nil, err
