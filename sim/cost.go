@@ -2,6 +2,8 @@ package sim
 
 import (
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/flowkit/flowkit/cost"
@@ -88,6 +90,38 @@ func (m CostModel) CheckCluster(p *plans.Plan) error {
 		}
 	}
 	return nil
+}
+
+// CheckCalibration checks calibration c against p's devices: an error if
+// it holds none of them, whose fits would then price nothing of the plan
+// (the catalog's efficiencies would, as without c); else the calibration
+// keys of those it lacks ("T4", "cpu/8"), which the catalog prices.
+func CheckCalibration(p *plans.Plan, c *cost.Calibration) (lacking []string, err error) {
+	if c == nil {
+		return nil, nil
+	}
+	specs := make([]topology.DeviceSpec, len(p.Devices))
+	for i := range p.Devices {
+		if specs[i], err = deviceSpec(p, i); err != nil {
+			return nil, err
+		}
+	}
+	lacking, held := c.Lacks(specs)
+	uncalibrated := 0
+	for _, s := range specs {
+		if slices.Contains(lacking, cost.CalibrationKey(s)) {
+			uncalibrated++
+		}
+	}
+	if uncalibrated == len(specs) {
+		holds := strings.Join(held, ", ")
+		if holds == "" {
+			holds = "nothing"
+		}
+		return nil, fmt.Errorf("sim: the calibration holds none of the plan's devices (%s; it holds %s): it would price nothing",
+			strings.Join(lacking, ", "), holds)
+	}
+	return lacking, nil
 }
 
 // communicates says whether the communication model prices task t.

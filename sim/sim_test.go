@@ -294,6 +294,24 @@ func TestCheckCluster(t *testing.T) {
 	}
 }
 
+// A calibration that holds none of a plan's devices would price nothing
+// of it: CheckCalibration refuses it, naming both sides; one that holds
+// some says which it lacks.
+func TestCheckCalibration(t *testing.T) {
+	gpus, _ := compileOnCluster(t, "dgx-a100", "dp=2", 64, 2)
+	mixed, _ := compileOnCluster(t, "mixed-t4-cpu", "pp=2", 64, 2)
+	cal := cost.NewCalibration()
+	cal.Devices["cpu-cascadelake/8"] = &cost.DeviceCalibration{}
+	_, err := CheckCalibration(gpus, cal)
+	require.EqualError(t, err, "sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu-cascadelake/8): it would price nothing")
+	lacking, err := CheckCalibration(mixed, cal)
+	require.NoError(t, err)
+	require.Equal(t, []string{"T4"}, lacking)
+	lacking, err = CheckCalibration(gpus, nil)
+	require.NoError(t, err)
+	require.Empty(t, lacking)
+}
+
 // Between CPU devices, transfers and all-reduces are in-process copies
 // priced by the compute model on one host, and network traffic priced by
 // the communication model between hosts (the processes of a multi-process

@@ -148,7 +148,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		comm  *cost.Comm
 	)
 	if f.compare { // before the runs, which a bad --calib or --cluster would waste
-		if model, err = loadModel(f.calib); err != nil {
+		if model, err = loadModel(f.calib, p); err != nil {
 			return err
 		}
 		if comm, err = planComm(p, f.cluster); err != nil {
@@ -364,8 +364,9 @@ func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
 }
 
 // loadModel returns the compute model of a calibration file, or of the
-// catalog defaults when path is empty.
-func loadModel(path string) (*cost.ComputeModel, error) {
+// catalog defaults when path is empty; the calibration must hold some of
+// p's devices.
+func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, error) {
 	if path == "" {
 		fmt.Fprintln(os.Stderr, "flowrun: no --calib: predicting from the device catalog's default efficiencies (run 'flowrun calibrate' for real figures)")
 		return cost.NewComputeModel(nil), nil
@@ -373,6 +374,13 @@ func loadModel(path string) (*cost.ComputeModel, error) {
 	c, err := cost.LoadCalibration(path)
 	if err != nil {
 		return nil, err
+	}
+	lacking, err := sim.CheckCalibration(p, c)
+	if err != nil {
+		return nil, fmt.Errorf("--calib %s: %w", path, err)
+	}
+	if len(lacking) > 0 {
+		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s holds no calibration of %s: predicted from the catalog's efficiencies\n", path, strings.Join(lacking, ", "))
 	}
 	return cost.NewComputeModel(c), nil
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/topology"
@@ -85,6 +86,10 @@ func TestExecBadInput(t *testing.T) {
 	require.NoError(t, err)
 	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.01}, Cluster: c.Name, Devices: devs})
 	require.NoError(t, err)
+	cal := cost.NewCalibration()
+	cal.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
+	cpuCalib := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, cal.WriteFile(cpuCalib))
 	gpus := filepath.Join(t.TempDir(), "gpus.json")
 	f, err := os.Create(gpus)
 	require.NoError(t, err)
@@ -101,6 +106,7 @@ func TestExecBadInput(t *testing.T) {
 		{[]string{bad, "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
 		{[]string{gpus, "--compare", "--cluster", "p3.8xlarge"}, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0"},
 		{[]string{gpus, "--compare", "--cluster", "atlantis"}, `--cluster: topology: unknown cluster "atlantis"`},
+		{[]string{gpus, "--compare", "--calib", cpuCalib}, "--calib " + cpuCalib + ": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)"},
 	} {
 		cmd := newExecCmd()
 		cmd.SetArgs(tt.args)

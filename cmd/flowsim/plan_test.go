@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/trace"
 )
@@ -178,6 +179,21 @@ func TestSimulateClusterWithoutThePlansDevices(t *testing.T) {
 	require.NoError(t, err)
 	_, err = run(t, "simulate", "--plan", path, "--cluster", "p3.8xlarge")
 	require.ErrorContains(t, err, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0")
+}
+
+// simulate --calib must calibrate some of the plan's devices: one of other
+// devices would change nothing, silently.
+func TestSimulateCalibrationOfOtherDevices(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "8", "-o", path)
+	require.NoError(t, err)
+	cal := cost.NewCalibration()
+	cal.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
+	calib := filepath.Join(dir, "calib.json")
+	require.NoError(t, cal.WriteFile(calib))
+	_, err = run(t, "simulate", "--plan", path, "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)")
 }
 
 // The full-size workloads compile; bf16 halves the memory planned.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
@@ -101,6 +102,13 @@ func runSimulate(w io.Writer, f simFlags) error {
 	if f.calib != "" {
 		if calib, err = cost.LoadCalibration(f.calib); err != nil {
 			return err
+		}
+		lacking, err := sim.CheckCalibration(p, calib)
+		if err != nil {
+			return fmt.Errorf("--calib %s: %w", f.calib, err)
+		}
+		if len(lacking) > 0 {
+			fmt.Fprintf(os.Stderr, "flowsim: note: --calib %s holds no calibration of %s: priced from the catalog's efficiencies\n", f.calib, strings.Join(lacking, ", "))
 		}
 	}
 	model := sim.CostModel{Compute: cost.NewComputeModel(calib)}
