@@ -194,6 +194,11 @@ func TestSimulateCalibrationOfOtherDevices(t *testing.T) {
 	require.NoError(t, cal.WriteFile(calib))
 	_, err = run(t, "simulate", "--plan", path, "--calib", calib)
 	require.ErrorContains(t, err, "--calib "+calib+": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)")
+	// The searches too: sweep, and plan's mb=auto.
+	_, err = run(t, "sweep", "--model", "mlp", "--cluster", "dgx-a100", "--devices", "2", "--batch", "8", "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+" holds none of cluster dgx-a100's device types (A100-SXM4-40GB; it holds cpu/2)")
+	_, err = run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2,mbs=2,mb=auto", "--batch", "8", "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+" holds none of cluster dgx-a100's device types")
 }
 
 // The full-size workloads compile; bf16 halves the memory planned.

@@ -13,7 +13,6 @@ import (
 
 	"github.com/spf13/cobra"
 
-	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/experiments"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
@@ -130,8 +129,8 @@ func runReproduce(w, log io.Writer, name string, f reproduceFlags) error {
 		return fmt.Errorf("experiment %s: %w", name, err)
 	}
 	if f.calib != "" { // before any cell compiles (minutes, for the large ones): each would fail on it
-		if _, err := cost.LoadCalibration(f.calib); err != nil {
-			return fmt.Errorf("--calib: %w", err)
+		if _, err := costModel(f.calib, base); err != nil {
+			return err
 		}
 	}
 	if f.out == "" {
