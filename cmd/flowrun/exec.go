@@ -133,6 +133,10 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return fmt.Errorf("--runs must be ≥ 1, got %d", f.runs)
 	case f.top < 0:
 		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
+	case !f.compare && f.calib != "":
+		return fmt.Errorf("--calib %s prices the simulator's prediction, which only --compare makes: give --compare", f.calib)
+	case !f.compare && f.cluster != "":
+		return fmt.Errorf("--cluster %s prices the simulator's prediction, which only --compare makes: give --compare", f.cluster)
 	case f.procs.check() != nil:
 		return f.procs.check()
 	}

@@ -104,6 +104,8 @@ func TestExecBadInput(t *testing.T) {
 		{[]string{bad, "--iters", "0"}, "--iters"},
 		{[]string{bad, "--warmup", "30"}, "--warmup"},
 		{[]string{bad, "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
+		{[]string{bad, "--calib", "calib.json"}, "--calib calib.json prices the simulator's prediction, which only --compare makes"},
+		{[]string{bad, "--cluster", "dgx-a100"}, "--cluster dgx-a100 prices the simulator's prediction, which only --compare makes"},
 		{[]string{gpus, "--compare", "--cluster", "p3.8xlarge"}, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0"},
 		{[]string{gpus, "--compare", "--cluster", "atlantis"}, `--cluster: topology: unknown cluster "atlantis"`},
 		{[]string{gpus, "--compare", "--calib", cpuCalib}, "--calib " + cpuCalib + ": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)"},
