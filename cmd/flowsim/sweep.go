@@ -498,5 +498,20 @@ func readSweep(path string) (*sweepFile, error) {
 		return nil, fmt.Errorf("%s: shard %d/%d of %d strategies, batch %d, %d entries: inconsistent",
 			path, file.Shard, file.Shards, file.Strategies, file.Batch, len(file.Entries))
 	}
+	// The shard's entries are its strategies, every Shards-th from the
+	// Shard-th, each once.
+	want := (file.Strategies - file.Shard + file.Shards - 1) / file.Shards
+	seen := make(map[int]bool, len(file.Entries))
+	for i, e := range file.Entries {
+		if e.Index < 0 || e.Index >= file.Strategies || e.Index%file.Shards != file.Shard || seen[e.Index] {
+			return nil, fmt.Errorf("%s: entries[%d] (%s): index %d is not one of shard %d/%d's strategies of %d, or repeats one",
+				path, i, e.Asked, e.Index, file.Shard, file.Shards, file.Strategies)
+		}
+		seen[e.Index] = true
+	}
+	if len(file.Entries) != want {
+		return nil, fmt.Errorf("%s: %d entries, shard %d/%d of %d strategies has %d (a file cut short or edited?)",
+			path, len(file.Entries), file.Shard, file.Shards, file.Strategies, want)
+	}
 	return &file, nil
 }
