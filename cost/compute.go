@@ -302,6 +302,22 @@ func (m *ComputeModel) device(dev topology.DeviceSpec) *DeviceCalibration {
 	return nil
 }
 
+// Lacks returns the calibration keys of devs that c holds nothing for,
+// neither under their key nor under their bare type (the devices the
+// catalog's efficiencies price), sorted, each once; and the keys c holds.
+func (c *Calibration) Lacks(devs []topology.DeviceSpec) (lacking, held []string) {
+	m := &ComputeModel{calib: c}
+	seen := map[string]bool{}
+	for _, d := range devs {
+		if k := CalibrationKey(d); !seen[k] && m.device(d) == nil {
+			seen[k] = true
+			lacking = append(lacking, k)
+		}
+	}
+	slices.Sort(lacking)
+	return lacking, sortedKeys(c.Devices)
+}
+
 // CalibrationKey is the key under which a calibration file holds a
 // device's calibration: the device type, and for a CPU its core count
 // ("cpu/2"), since a CPU's efficiencies change with the cores a kernel is

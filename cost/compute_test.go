@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -72,6 +73,29 @@ func TestCalibrationLookupOrder(t *testing.T) {
 	t4, _ := topology.Spec("T4", 0)
 	if p, _ := m.Predict(t4, mm); p.Source != FromDefault {
 		t.Errorf("uncalibrated T4: got %v, want default", p.Source)
+	}
+}
+
+// Lacks names the devices a calibration holds nothing for: a CPU's key
+// has its cores, and a calibration under the bare type holds every count.
+func TestCalibrationLacks(t *testing.T) {
+	cpu2, _ := topology.Spec("cpu", 2)
+	cpu8, _ := topology.Spec("cpu", 8)
+	t4, _ := topology.Spec("T4", 0)
+	a100, _ := topology.Spec("A100", 0)
+	cal := NewCalibration()
+	cal.Devices["cpu/2"] = &DeviceCalibration{}
+	cal.Devices["T4"] = &DeviceCalibration{}
+	lacking, held := cal.Lacks([]topology.DeviceSpec{cpu2, cpu8, t4, a100, cpu8})
+	if want := []string{"A100-SXM4-40GB", "cpu/8"}; !slices.Equal(lacking, want) {
+		t.Errorf("lacking: got %v, want %v", lacking, want)
+	}
+	if want := []string{"T4", "cpu/2"}; !slices.Equal(held, want) {
+		t.Errorf("held: got %v, want %v", held, want)
+	}
+	cal.Devices["cpu"] = &DeviceCalibration{}
+	if lacking, _ := cal.Lacks([]topology.DeviceSpec{cpu2, cpu8}); len(lacking) != 0 {
+		t.Errorf("with a bare cpu entry: got %v lacking, want none", lacking)
 	}
 }
 

@@ -2,6 +2,7 @@ package graph
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -550,5 +551,35 @@ func TestDenseGrad(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+func TestNewOptimizerRejects(t *testing.T) {
+	nan, inf := math.NaN(), math.Inf(1)
+	tests := []struct {
+		name         string
+		lr, momentum float64
+		err          string // "" for none
+	}{
+		{"sgd", 0.01, 0.9, ""},
+		{"adam", 1e-3, 0, ""},
+		{"sgd", nan, 0.9, "learning rate (lr) NaN"},
+		{"sgd", 0, 0.9, "learning rate (lr) 0"},
+		{"sgd", -1, 0.9, "learning rate (lr) -1"},
+		{"sgd", inf, 0.9, "learning rate (lr) +Inf"},
+		{"adam", 1e40, 0, "learning rate (lr) 1e+40"}, // +Inf in float32
+		{"sgd", 0.01, nan, "momentum NaN"},
+		{"sgd", 0.01, -0.5, "momentum -0.5"},
+		{"sgd", 0.01, 1, "momentum 1"},
+		{"adam", 0.01, 5, ""}, // Adam ignores momentum
+		{"rmsprop", 0.01, 0, `unknown optimizer "rmsprop"`},
+	}
+	for _, tc := range tests {
+		_, err := NewOptimizer(OptimizerSpec{Name: tc.name, LR: tc.lr, Momentum: tc.momentum})
+		if tc.err == "" {
+			require.NoError(t, err, "%s lr %g momentum %g", tc.name, tc.lr, tc.momentum)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, "%s lr %g momentum %g", tc.name, tc.lr, tc.momentum)
 	}
 }

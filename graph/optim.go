@@ -35,13 +35,22 @@ type OptimizerSpec struct {
 	Schedule    Schedule
 }
 
-// NewOptimizer returns the optimizer s names, with its settings.
+// NewOptimizer returns the optimizer s names, with its settings. The
+// learning rate must be positive and finite in float32, and SGD's momentum
+// in [0, 1) (Adam ignores it): the update ops keep them as float32
+// attributes, and a plan cannot encode a NaN or an infinity.
 func NewOptimizer(s OptimizerSpec) (Optimizer, error) {
+	if !(s.LR > 0) || s.LR > math.MaxFloat32 {
+		return nil, fmt.Errorf("graph: learning rate (lr) %g: want a positive number up to %.2g (float32)", s.LR, math.MaxFloat32)
+	}
+	if s.Name == "sgd" && !(s.Momentum >= 0 && s.Momentum < 1) {
+		return nil, fmt.Errorf("graph: momentum %g: want a number in [0, 1)", s.Momentum)
+	}
 	if err := s.Schedule.Validate(); err != nil {
 		return nil, err
 	}
-	if !(s.WeightDecay >= 0) || math.IsInf(s.WeightDecay, 0) {
-		return nil, fmt.Errorf("graph: weight decay %g: want a finite number ≥ 0", s.WeightDecay)
+	if !(s.WeightDecay >= 0) || s.WeightDecay > math.MaxFloat32 {
+		return nil, fmt.Errorf("graph: weight decay %g: want a number ≥ 0, finite in float32", s.WeightDecay)
 	}
 	lr, wd := float32(s.LR), float32(s.WeightDecay)
 	switch s.Name {

@@ -169,10 +169,10 @@ func TestNewOptimizer(t *testing.T) {
 		spec OptimizerSpec
 		want string
 	}{
-		{OptimizerSpec{Name: "lion"}, `unknown optimizer "lion" (want sgd, adam or adamw)`},
-		{OptimizerSpec{Name: "adamw", WeightDecay: -1}, "weight decay -1: want a finite number ≥ 0"},
-		{OptimizerSpec{Name: "adamw", WeightDecay: math.Inf(1)}, "weight decay +Inf"},
-		{OptimizerSpec{Name: "sgd", Schedule: Schedule{Decay: "cosine"}}, "steps=0 must exceed warmup=0"},
+		{OptimizerSpec{Name: "lion", LR: 0.1}, `unknown optimizer "lion" (want sgd, adam or adamw)`},
+		{OptimizerSpec{Name: "adamw", LR: 0.1, WeightDecay: -1}, "weight decay -1: want a number ≥ 0, finite in float32"},
+		{OptimizerSpec{Name: "adamw", LR: 0.1, WeightDecay: math.Inf(1)}, "weight decay +Inf"},
+		{OptimizerSpec{Name: "sgd", LR: 0.1, Schedule: Schedule{Decay: "cosine"}}, "steps=0 must exceed warmup=0"},
 	} {
 		_, err := NewOptimizer(c.spec)
 		require.ErrorContains(t, err, c.want)

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/units"
 )
 
 // Encode writes p as indented JSON, in the compact form of file.go. It
@@ -293,9 +294,24 @@ func (p *Plan) checkRest() error {
 			listed[f] = i + 1
 		}
 	}
+	// Every device has an arena, within its capacity where it has one; the
+	// runtime allocates it and places the registers at their offsets in it.
+	if len(p.Memory) != len(p.Devices) {
+		return fmt.Errorf("plans: memory lists %d devices' arenas, the plan has %d devices", len(p.Memory), len(p.Devices))
+	}
+	for i, m := range p.Memory {
+		if c := p.Devices[i].Memory; m.Device != i || m.Peak < 0 || c < 0 || (c > 0 && m.Peak > c) {
+			return bad("memory", i, "device %d, an arena of %d bytes on %s (capacity %d bytes): want device %d, an arena of 0 to its capacity (0: unknown)",
+				m.Device, m.Peak, p.Devices[i].Name, c, i)
+		}
+	}
 	for i, r := range p.Registers {
-		if r.ID != i || r.Device < 0 || r.Device >= len(p.Devices) || r.Slots < 1 || r.SlotBytes != r.Spec.Bytes() || r.Offset < 0 {
+		if r.ID != i || r.Device < 0 || r.Device >= len(p.Devices) || r.Slots < 1 || r.Slots > maxCount || r.SlotBytes != r.Spec.Bytes() || r.Offset < 0 {
 			return bad("registers", i, "%s is inconsistent (device %d, %d slots of %d bytes for %v, offset %d)", r.Name, r.Device, r.Slots, r.SlotBytes, r.Spec, r.Offset)
+		}
+		if arena := p.Memory[r.Device].Peak; r.Offset > arena || r.SlotBytes > arena || (r.SlotBytes > 0 && units.Bytes(r.Slots) > (arena-r.Offset)/r.SlotBytes) {
+			return bad("registers", i, "%s (%d slots of %d bytes at offset %d) runs past the %d-byte arena of %s",
+				r.Name, r.Slots, r.SlotBytes, r.Offset, arena, p.Devices[r.Device].Name)
 		}
 		for _, w := range r.Writers {
 			if w < 0 || w >= len(p.Tasks) {

@@ -90,7 +90,11 @@ func newCompiler(cfg Config) (*compiler, error) {
 	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
 		return nil, err
 	}
-	stage, err := placeStages(m.Graph, m.Loss, st.ModelStages(), st.Layers)
+	stagesName := fmt.Sprintf("pp=%d", st.PP)
+	if st.VirtualStages() > 1 {
+		stagesName = fmt.Sprintf("pp=%d × vpp=%d (%d stages)", st.PP, st.VirtualStages(), st.ModelStages())
+	}
+	stage, err := placeStages(m.Graph, m.Loss, st.ModelStages(), st.Layers, stagesName)
 	if err != nil {
 		return nil, err
 	}
@@ -371,7 +375,9 @@ func (c *compiler) build() error {
 	if c.st.DP > 1 {
 		c.buildAllReduces()
 	}
-	c.buildUpdates()
+	if err := c.buildUpdates(); err != nil {
+		return err
+	}
 	c.sizeSlots()
 	if err := checkPlannable(c.p); err != nil {
 		return err
@@ -1062,11 +1068,11 @@ func (c *compiler) addZeroGather(w *graph.Tensor, s int) {
 }
 
 // buildUpdates adds the optimizer's update tasks on every device.
-func (c *compiler) buildUpdates() {
-	c.eachTP(func() error { c.buildUpdatesTP(); return nil })
+func (c *compiler) buildUpdates() error {
+	return c.eachTP(c.buildUpdatesTP)
 }
 
-func (c *compiler) buildUpdatesTP() {
+func (c *compiler) buildUpdatesTP() error {
 	for r := range c.replicas() {
 		for _, n := range c.updateNodes() {
 			dev := c.device(r, c.stage[n.ID])
@@ -1091,7 +1097,10 @@ func (c *compiler) buildUpdatesTP() {
 					reads = append(reads, Use{Reg: c.gradReg(dev, c.stage[n.ID], in, r), Mode: ReadFinal})
 				}
 			}
-			op, _ := graph.EncodeOp(n.Op) // every update op is registered
+			op, err := graph.EncodeOp(n.Op) // fails on attributes JSON cannot hold: a NaN learning rate
+			if err != nil {
+				return fmt.Errorf("plans: update of %s: %w", n.Inputs[0].Name, err)
+			}
 			priced := n
 			if split {
 				priced = c.partNode(n)
@@ -1108,6 +1117,7 @@ func (c *compiler) buildUpdatesTP() {
 			c.addZeroGather(n.Inputs[0], c.stage[n.ID])
 		}
 	}
+	return nil
 }
 
 // partNode is update node n as a ZeRO replica runs it: on its part of

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -413,6 +414,22 @@ func TestTooFewSlotsRejected(t *testing.T) {
 	require.ErrorContains(t, err, "frees a slot")
 }
 
+// An optimizer whose attributes a plan cannot hold (a NaN learning rate,
+// which JSON cannot encode) is an error naming the update, not an
+// inconsistent plan blamed on the compiler.
+func TestUnencodableUpdateRejected(t *testing.T) {
+	for _, opt := range []graph.Optimizer{
+		graph.SGD{LR: float32(math.NaN())},
+		graph.SGD{LR: 0.1, Momentum: float32(math.Inf(1))},
+		graph.Adam{LR: float32(math.NaN()), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+	} {
+		st, _ := ParseStrategy("single", 64)
+		_, err := Compile(Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: opt, Devices: devs(1, 0)})
+		require.ErrorContains(t, err, "update of fc", opt.Name())
+		require.NotContains(t, err.Error(), "compiler bug", opt.Name())
+	}
+}
+
 func TestOutOfMemoryRejected(t *testing.T) {
 	st, _ := ParseStrategy("single", 64)
 	_, err := Compile(Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(1, 8*units.MiB)})
@@ -531,6 +548,26 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 		{"compute", "conv2d: writes f32[4,32,28,28] into register images, which holds f32[4,1,28,28]", func(p *Plan) { p.Tasks[input+2].Writes = p.Tasks[input].Writes }},
 		{"writers", "writes register 0 (conv1.weight), whose writers do not list it", func(p *Plan) { p.Registers[0].Writers = nil }},
 		{"writer", "lists writer 1", func(p *Plan) { p.Registers[0].Writers = append(p.Registers[0].Writers, 1) }},
+	})
+}
+
+// A plan whose registers do not fit its arenas, or whose arenas do not
+// fit its devices, is rejected when read: the runtime would slice past an
+// arena (a panic), or allocate what the device does not have.
+func TestDecodeRejectsBadArenas(t *testing.T) {
+	st, err := ParseStrategy("pp=2,mb=2", 8)
+	require.NoError(t, err)
+	good, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 64*units.MiB)})
+	require.NoError(t, err)
+	requireDecodeRejectsAll(t, good, []rejection{
+		{"no arenas", "plans: memory lists 0 devices' arenas, the plan has 2 devices", func(p *Plan) { p.Memory = nil }},
+		{"arena's device", "plans: memory[1]: device 0, an arena of", func(p *Plan) { p.Memory[1].Device = 0 }},
+		{"negative arena", "plans: memory[0]: device 0, an arena of -1 bytes on cpu0", func(p *Plan) { p.Memory[0].Peak = -1 }},
+		{"arena over capacity", "plans: memory[0]: device 0, an arena of 67108865 bytes on cpu0 (capacity 67108864 bytes)", func(p *Plan) { p.Memory[0].Peak = 64*units.MiB + 1 }},
+		{"negative capacity", "(capacity -1 bytes)", func(p *Plan) { p.Devices[0].Memory = -1 }},
+		{"offset", "runs past the", func(p *Plan) { p.Registers[0].Offset = 1 << 60 }},
+		{"slots", "runs past the", func(p *Plan) { p.Registers[0].Slots = 1 << 20 }},
+		{"too many slots", "is inconsistent (device 0, 1000000000000 slots", func(p *Plan) { p.Registers[0].Slots = 1e12 }},
 	})
 }
 
@@ -819,7 +856,7 @@ func TestInterleavedSchedule(t *testing.T) {
 	st, err := ParseStrategy("pp=4,vpp=4,mb=4", 24)
 	require.NoError(t, err)
 	_, err = Compile(Config{Model: "gpt2s-blocks:layers=12,hidden=16,heads=2,seq=4", Batch: 24, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(8, 0)})
-	require.ErrorContains(t, err, "needs 15 layer boundaries")
+	require.ErrorContains(t, err, "pp=4 × vpp=4 (16 stages) needs 15 layer boundaries, the model has")
 }
 
 // compileMLPAdam compiles mlp with Adam at batch 8 on four devices.

@@ -14,8 +14,9 @@ import (
 // boundaries (see layerStarts):
 // by layers, when given, stage s taking the next layers[s]; else so as to
 // minimize the largest stage's forward FLOPs. A backward node goes with the
-// forward node it differentiates, an update with its weight.
-func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int) ([]int, error) {
+// forward node it differentiates, an update with its weight. Errors call
+// the stages name (pp=4, or pp=2 × vpp=2 (4 stages)).
+func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int, name string) ([]int, error) {
 	stage := make([]int, len(g.Nodes))
 	fwd := forwardNodes(g)
 	if pp > 1 {
@@ -24,8 +25,8 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int) ([]in
 		switch {
 		case layers != nil:
 			if len(layers) != pp || sum(layers) != len(starts)+1 || slices.Min(layers) < 1 {
-				return nil, fmt.Errorf("%w: layers=%s: the model has %d layers, to be split into pp=%d stages of at least one",
-					ErrInfeasible, FormatCounts(layers), len(starts)+1, pp)
+				return nil, fmt.Errorf("%w: layers=%s: the model has %d layers, to be split into %s stages of at least one",
+					ErrInfeasible, FormatCounts(layers), len(starts)+1, name)
 			}
 			n := 0
 			for _, l := range layers[:pp-1] {
@@ -33,7 +34,7 @@ func placeStages(g *graph.Graph, loss *graph.Tensor, pp int, layers []int) ([]in
 				cuts = append(cuts, starts[n-1])
 			}
 		case len(starts) < pp-1:
-			return nil, fmt.Errorf("%w: pp=%d needs %d layer boundaries, the model has %d", ErrInfeasible, pp, pp-1, len(starts))
+			return nil, fmt.Errorf("%w: %s needs %d layer boundaries, the model has %d", ErrInfeasible, name, pp-1, len(starts))
 		default:
 			prefix := make([]float64, len(fwd)+1)
 			for i, n := range fwd {

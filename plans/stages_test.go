@@ -35,7 +35,7 @@ func TestWeightOnlyNodesGoWithTheirReaders(t *testing.T) {
 		m, err := zoo.Build(model, zoo.Config{Batch: 16, Train: true, TP: 2, SP: st.SP})
 		require.NoError(t, err)
 		require.NoError(t, m.Graph.Minimize(m.Loss, graph.SGD{LR: 0.1}))
-		stage, err := placeStages(m.Graph, m.Loss, st.PP, st.Layers)
+		stage, err := placeStages(m.Graph, m.Loss, st.PP, st.Layers, "pp")
 		require.NoError(t, err)
 		consumers := m.Graph.Consumers()
 		for _, n := range forwardNodes(m.Graph) {

@@ -2,6 +2,7 @@ package runtime
 
 import (
 	"encoding/binary"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -39,6 +40,9 @@ const checkpointFormat = "flowkit-checkpoint"
 // the same folder, renamed over path once complete, so that an
 // interrupted write leaves the previous checkpoint.
 func WriteCheckpoint(path string, c Checkpoint) (err error) {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("runtime: checkpoint %s: is a directory", path)
+	}
 	views := map[string]safetensors.TensorView{}
 	for _, t := range c.Weights.whole() {
 		data := make([]byte, 4*len(t.F))
@@ -87,6 +91,20 @@ func WriteCheckpoint(path string, c Checkpoint) (err error) {
 	return nil
 }
 
+// CheckCheckpointPath says whether WriteCheckpoint can write path: that it
+// is not a directory, and that a file can be made in its directory. A run
+// checks its --save so before it trains, not when it has trained.
+func CheckCheckpointPath(path string) error {
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("runtime: checkpoint %s: is a directory", path)
+	}
+	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
+	if err != nil {
+		return fmt.Errorf("runtime: checkpoint %s: %w", path, err)
+	}
+	return errors.Join(f.Close(), os.Remove(f.Name()))
+}
+
 // ReadCheckpoint reads a checkpoint written by WriteCheckpoint. Tensors
 // in bf16 are read too (widened to f32), so that weights saved elsewhere
 // in either dtype load.
@@ -102,10 +120,51 @@ func ReadCheckpoint(path string) (*Checkpoint, error) {
 	return c, nil
 }
 
+// sizeMismatch says by how much a safetensors file whose header reads is
+// shorter or longer than its header and tensors, which the safetensors
+// package reports only as "metadata incomplete buffer"; nil if it cannot
+// tell.
+func sizeMismatch(data []byte) error {
+	if len(data) < 8 {
+		return nil
+	}
+	n := binary.LittleEndian.Uint64(data)
+	if n > uint64(len(data)-8) {
+		if n > 100_000_000 { // the safetensors package's bound: not a header length at all
+			return nil
+		}
+		return fmt.Errorf("truncated: the file is %d bytes, its header alone %d", len(data), 8+n)
+	}
+	var header map[string]json.RawMessage
+	if json.Unmarshal(data[8:8+n], &header) != nil {
+		return nil
+	}
+	var end uint64
+	for name, raw := range header {
+		var t struct {
+			Offsets []uint64 `json:"data_offsets"`
+		}
+		if name == "__metadata__" || json.Unmarshal(raw, &t) != nil || len(t.Offsets) != 2 {
+			continue
+		}
+		end = max(end, t.Offsets[1])
+	}
+	switch want := 8 + n + end; {
+	case want > uint64(len(data)):
+		return fmt.Errorf("truncated: the file is %d bytes, its header and tensors %d (%d missing)", len(data), want, want-uint64(len(data)))
+	case want < uint64(len(data)):
+		return fmt.Errorf("not a safetensors file: %d bytes after its tensors, which end at byte %d", uint64(len(data))-want, want)
+	}
+	return nil
+}
+
 // ParseCheckpoint parses a checkpoint file's contents.
 func ParseCheckpoint(data []byte) (*Checkpoint, error) {
 	_, md, err := safetensors.ReadMetadata(data)
 	if err != nil {
+		if serr := sizeMismatch(data); serr != nil {
+			return nil, serr
+		}
 		return nil, fmt.Errorf("not a safetensors file: %w", err)
 	}
 	st, err := safetensors.Deserialize(data)

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -65,6 +66,22 @@ func TestCheckpointErrors(t *testing.T) {
 	good, err := os.ReadFile(path)
 	require.NoError(t, err)
 
+	// A path that cannot be written is refused, by CheckCheckpointPath
+	// before a run trains, and by WriteCheckpoint in words that say why.
+	dir := t.TempDir()
+	for _, tt := range []struct{ path, want string }{
+		{dir, "checkpoint " + dir + ": is a directory"},
+		{filepath.Join(dir, "none", "c.safetensors"), "checkpoint " + filepath.Join(dir, "none", "c.safetensors") + ": open " + filepath.Join(dir, "none")},
+	} {
+		require.ErrorContains(t, CheckCheckpointPath(tt.path), tt.want)
+		require.ErrorContains(t, WriteCheckpoint(tt.path, Checkpoint{Model: "mlp", Seed: 1, Weights: w}), "checkpoint")
+	}
+	require.ErrorContains(t, WriteCheckpoint(dir, Checkpoint{Model: "mlp", Seed: 1, Weights: w}), "checkpoint "+dir+": is a directory")
+	require.NoError(t, CheckCheckpointPath(filepath.Join(dir, "c.safetensors")))
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, entries, "the check leaves nothing behind")
+
 	_, err = ReadCheckpoint(filepath.Join(t.TempDir(), "none.safetensors"))
 	require.ErrorContains(t, err, "none.safetensors")
 	for _, tt := range []struct {
@@ -73,7 +90,9 @@ func TestCheckpointErrors(t *testing.T) {
 		want string
 	}{
 		{"empty", nil, "not a safetensors file"},
-		{"truncated", good[:len(good)-1], "not a safetensors file"},
+		{"truncated", good[:len(good)-1], fmt.Sprintf("truncated: the file is %d bytes, its header and tensors %d (1 missing)", len(good)-1, len(good))},
+		{"truncated header", good[:20], "truncated: the file is 20 bytes, its header alone"},
+		{"trailing bytes", append(slices.Clone(good), 0, 0, 0), "not a safetensors file: 3 bytes after its tensors, which end at byte"},
 		{"huge header", binary.LittleEndian.AppendUint64(nil, 1<<40), "not a safetensors file"},
 		{"not flowkit's", safetensorsFile(t, `{"x":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}`, 4), `metadata format is ""`},
 		{"f16", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"1","step":"0"},"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}`, 4), "tensor x is F16"},

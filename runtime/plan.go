@@ -402,6 +402,10 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	if iters < 1 {
 		return nil, fmt.Errorf("runtime: iterations must be ≥ 1, got %d", iters)
 	}
+	if nf := max(len(r.p.Firings), 1); iters > trace.MaxEvents/nf {
+		return nil, fmt.Errorf("runtime: %d iterations of %d firings each are more than the %d events a trace holds (at most %d iterations of this plan)",
+			iters, nf, trace.MaxEvents, trace.MaxEvents/nf)
+	}
 	p := r.p
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

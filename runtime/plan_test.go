@@ -3,11 +3,13 @@ package runtime
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/trace"
 	"github.com/stretchr/testify/require"
 )
 
@@ -135,6 +137,18 @@ func TestPlanRunFeederError(t *testing.T) {
 	_, err = r.Run(context.Background(), 3, failingFeeder{})
 	require.ErrorContains(t, err, "input/images")
 	require.ErrorContains(t, err, "disk on fire")
+}
+
+// More iterations than a trace holds are refused before anything is
+// allocated for them.
+func TestPlanRunTooManyIterations(t *testing.T) {
+	p := compile(t, "mlp", "single", 8)
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	_, err = r.Run(context.Background(), 1e12, NewSyntheticFeeder(p.Images, 10, 16, 1))
+	require.ErrorContains(t, err, fmt.Sprintf("runtime: 1000000000000 iterations of %d firings each are more than the %d events a trace holds", len(p.Firings), trace.MaxEvents))
+	_, err = r.Run(context.Background(), 0, NewSyntheticFeeder(p.Images, 10, 16, 1))
+	require.ErrorContains(t, err, "iterations must be ≥ 1, got 0")
 }
 
 type failingFeeder struct{}

@@ -1,6 +1,9 @@
 package sim
 
 import (
+	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/flowkit/flowkit/cost"
@@ -52,6 +55,73 @@ func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.
 	}
 	d, _, ok, err = m.price(p, t, 0)
 	return d, ok, err
+}
+
+// CheckCluster says whether m.Comm's cluster knows, by name, every device
+// of p that a transfer or collective it prices involves: where it does not,
+// the task is priced as an in-process copy instead, as if no cluster had
+// been given. The error names the first device missing and its task.
+func (m CostModel) CheckCluster(p *plans.Plan) error {
+	if m.Comm == nil {
+		return nil
+	}
+	c := m.Comm.Cluster()
+	for t := range p.Tasks {
+		task := &p.Tasks[t]
+		spec, err := deviceSpec(p, p.Streams[task.Streams[0]].Device)
+		if err != nil {
+			return err
+		}
+		if !m.communicates(p, t, spec) {
+			continue
+		}
+		var devs []int
+		for _, s := range task.Streams {
+			devs = append(devs, p.Streams[s].Device)
+		}
+		if task.Kind == plans.Transfer {
+			devs = append(devs, p.Registers[task.Writes[0]].Device)
+		}
+		for _, d := range devs {
+			if _, ok := c.DeviceByName(p.Devices[d].Name); !ok {
+				return fmt.Errorf("sim: cluster %s has no device %s, which task %s of the plan (compiled for %s) communicates from or to",
+					c.Name, p.Devices[d].Name, task.Name, p.Cluster)
+			}
+		}
+	}
+	return nil
+}
+
+// CheckCalibration checks calibration c against p's devices: an error if
+// it holds none of them, whose fits would then price nothing of the plan
+// (the catalog's efficiencies would, as without c); else the calibration
+// keys of those it lacks ("T4", "cpu/8"), which the catalog prices.
+func CheckCalibration(p *plans.Plan, c *cost.Calibration) (lacking []string, err error) {
+	if c == nil {
+		return nil, nil
+	}
+	specs := make([]topology.DeviceSpec, len(p.Devices))
+	for i := range p.Devices {
+		if specs[i], err = deviceSpec(p, i); err != nil {
+			return nil, err
+		}
+	}
+	lacking, held := c.Lacks(specs)
+	uncalibrated := 0
+	for _, s := range specs {
+		if slices.Contains(lacking, cost.CalibrationKey(s)) {
+			uncalibrated++
+		}
+	}
+	if uncalibrated == len(specs) {
+		holds := strings.Join(held, ", ")
+		if holds == "" {
+			holds = "nothing"
+		}
+		return nil, fmt.Errorf("sim: the calibration holds none of the plan's devices (%s; it holds %s): it would price nothing",
+			strings.Join(lacking, ", "), holds)
+	}
+	return lacking, nil
 }
 
 // communicates says whether the communication model prices task t.

@@ -60,6 +60,10 @@ func Simulate(p *plans.Plan, d Durations, iters int) (*trace.Trace, error) {
 	if iters < 1 {
 		return nil, fmt.Errorf("sim: iterations must be ≥ 1, got %d", iters)
 	}
+	if nf := max(len(p.Firings), 1); iters > trace.MaxEvents/nf {
+		return nil, fmt.Errorf("sim: %d iterations of %d firings each are more than the %d events a trace holds (at most %d iterations of this plan)",
+			iters, nf, trace.MaxEvents, trace.MaxEvents/nf)
+	}
 	edges, err := p.Deps()
 	if err != nil {
 		return nil, err

@@ -195,6 +195,8 @@ func TestSimulateErrors(t *testing.T) {
 	p := compile(t, "mlp", "single", 4)
 	_, err := Simulate(p, unit, 0)
 	require.ErrorContains(t, err, "iterations")
+	_, err = Simulate(p, unit, 1e12) // would allocate terabytes
+	require.ErrorContains(t, err, fmt.Sprintf("1000000000000 iterations of %d firings each are more than the %d events", len(p.Firings), trace.MaxEvents))
 	_, err = Simulate(p, DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return -1, nil }), 1)
 	require.ErrorContains(t, err, "negative")
 }
@@ -262,6 +264,52 @@ func TestCommOnGPUCluster(t *testing.T) {
 		checked++
 	}
 	require.Equal(t, 6, checked, "one all-reduce per weight and bias")
+}
+
+// A cluster that lacks devices the plan communicates between would price
+// their transfers and all-reduces as in-process copies: CheckCluster says
+// so, naming the device; one-host CPU plans need no cluster's devices.
+func TestCheckCluster(t *testing.T) {
+	gpus, _ := compileOnCluster(t, "dgx-a100", "dp=2", 64, 2)
+	cpus, _ := compileOnCluster(t, "local", "single", 64, 1)
+	for _, tc := range []struct {
+		plan    *plans.Plan
+		cluster string
+		err     string // "" for none
+	}{
+		{gpus, "dgx-a100", ""},
+		{gpus, "dgx-a100x2", "sim: cluster dgx-a100x2 has no device dgx/gpu0, which task"},
+		{gpus, "p3.8xlarge", "sim: cluster p3.8xlarge has no device dgx/gpu0"},
+		{gpus, "local", "has no device dgx/gpu0"},
+		{cpus, "dgx-a100", ""},
+	} {
+		c, err := topology.Resolve(tc.cluster)
+		require.NoError(t, err)
+		err = CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}.CheckCluster(tc.plan)
+		if tc.err == "" {
+			require.NoError(t, err, tc.cluster)
+			continue
+		}
+		require.ErrorContains(t, err, tc.err, tc.cluster)
+	}
+}
+
+// A calibration that holds none of a plan's devices would price nothing
+// of it: CheckCalibration refuses it, naming both sides; one that holds
+// some says which it lacks.
+func TestCheckCalibration(t *testing.T) {
+	gpus, _ := compileOnCluster(t, "dgx-a100", "dp=2", 64, 2)
+	mixed, _ := compileOnCluster(t, "mixed-t4-cpu", "pp=2", 64, 2)
+	cal := cost.NewCalibration()
+	cal.Devices["cpu-cascadelake/8"] = &cost.DeviceCalibration{}
+	_, err := CheckCalibration(gpus, cal)
+	require.EqualError(t, err, "sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu-cascadelake/8): it would price nothing")
+	lacking, err := CheckCalibration(mixed, cal)
+	require.NoError(t, err)
+	require.Equal(t, []string{"T4"}, lacking)
+	lacking, err = CheckCalibration(gpus, nil)
+	require.NoError(t, err)
+	require.Empty(t, lacking)
 }
 
 // Between CPU devices, transfers and all-reduces are in-process copies

@@ -319,6 +319,9 @@ func (d *yamlDecoder) node(n *yaml.Node, path string) (*nodeSpec, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(items) == 0 {
+		return nil, d.invalid(devs, join(path, "devices"), "empty: a node needs at least one device")
+	}
 	for i, item := range items {
 		ds, err := d.device(item, fmt.Sprintf("%s.devices[%d]", path, i))
 		if err != nil {

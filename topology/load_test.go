@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -81,9 +82,19 @@ func TestPresetNamesAndSizing(t *testing.T) {
 	if got, want := c.Bisection().Bandwidth, 128*50*units.GBps; got != want {
 		t.Errorf("dgx-h100x32 bisection: got %v, want %v (non-blocking: 128 NDR ports)", got, want)
 	}
-	for _, bad := range []string{"dgx-a100x0", "nosuch", "dgx-a100x", "dgx-a100x07"} {
-		if _, err := Preset(bad); !errors.Is(err, ErrUnknownCluster) {
-			t.Errorf("Preset(%q): got %v, want ErrUnknownCluster", bad, err)
+	for _, bad := range []struct{ name, want string }{
+		{"dgx-a100x0", `dgx-a100 is a preset, but "0" is no size: NAMExK takes K from 1 to 4096`},
+		{"dgx-a100x", `dgx-a100 is a preset, but "" is no size`},
+		{"dgx-a100x07", `dgx-a100 is a preset, but "07" is no size`},
+		{"dgx-a100x4097", `dgx-a100 is a preset, but "4097" is no size`},
+		{"nosuch", `unknown cluster "nosuch" (presets: `},
+		{"nosuchx4", `unknown cluster "nosuchx4" (presets: `},
+	} {
+		_, err := Preset(bad.name)
+		if !errors.Is(err, ErrUnknownCluster) {
+			t.Errorf("Preset(%q): got %v, want ErrUnknownCluster", bad.name, err)
+		} else if !strings.Contains(err.Error(), bad.want) {
+			t.Errorf("Preset(%q): got %q, want it to say %q", bad.name, err, bad.want)
 		}
 	}
 }
@@ -153,6 +164,26 @@ nodes:
       - {from: "gpu[0-1]", to: sw, kind: nvlink3, count: 12}
 `
 
+// A cluster named like neither a file nor a preset is an unknown preset;
+// where a file of that name exists, the error says how to name it.
+func TestResolveNamesAFileWithoutSuffix(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	if err := os.WriteFile("cluster.txt", []byte(goodCluster), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := Resolve("cluster.txt")
+	if !errors.Is(err, ErrUnknownCluster) || !strings.Contains(err.Error(), "a file cluster.txt exists, but only names ending in .yaml or .yml, or with a slash (./cluster.txt), are read") {
+		t.Errorf("Resolve(cluster.txt): got %v", err)
+	}
+	if _, err := Resolve("./cluster.txt"); err != nil {
+		t.Errorf("Resolve(./cluster.txt): %v", err)
+	}
+	if _, err := Resolve("nosuch"); err == nil || strings.Contains(err.Error(), "a file") {
+		t.Errorf("Resolve(nosuch): got %v, want no mention of a file", err)
+	}
+}
+
 func TestBadClusterFiles(t *testing.T) {
 	tests := []struct {
 		name, yaml string
@@ -189,6 +220,8 @@ func TestBadClusterFiles(t *testing.T) {
 			`topology: bad.yaml:9: nodes[0].links[0]: from names 2 endpoints and to names 3`},
 		{"yaml syntax", "nodes: [\n  {name: a\n", ErrInvalid, `topology: bad.yaml:`},
 		{"no nodes", "name: x\n", ErrInvalid, `topology: bad.yaml:1: nodes: missing`},
+		{"no devices", "name: x\nnodes:\n  - name: n\n    devices: []\n", ErrInvalid,
+			`topology: bad.yaml:4: nodes[0].devices: empty: a node needs at least one device`},
 		{"fabric port missing", goodCluster + "    count: 2\nfabric: {kind: ib-hdr, ports: nic}\n", ErrUnknownEndpoint,
 			`topology: bad.yaml:11: fabric.ports: node "n0" has no element "nic" to attach`},
 	}

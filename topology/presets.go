@@ -49,15 +49,17 @@ func Preset(name string) (*Cluster, error) {
 	}
 	if i := strings.LastIndexByte(name, 'x'); i > 0 {
 		base, k := name[:i], name[i+1:]
-		if n, err := strconv.Atoi(k); err == nil && n >= 1 && n <= maxNodes && k[0] != '0' {
-			if data, err := PresetSource(base); err == nil {
-				c, err := parse("presets/"+base+".yaml", data, n)
-				if err != nil {
-					return nil, err
-				}
-				c.Name = name
-				return c, nil
+		if data, err := PresetSource(base); err == nil {
+			n, err := strconv.Atoi(k)
+			if err != nil || n < 1 || n > maxNodes || k[0] == '0' {
+				return nil, fmt.Errorf("%w %q: %s is a preset, but %q is no size: NAMExK takes K from 1 to %d", ErrUnknownCluster, name, base, k, maxNodes)
 			}
+			c, err := parse("presets/"+base+".yaml", data, n)
+			if err != nil {
+				return nil, err
+			}
+			c.Name = name
+			return c, nil
 		}
 	}
 	return nil, fmt.Errorf("%w %q (presets: %s, each sizable as NAMExK; or a YAML file)", ErrUnknownCluster, name, strings.Join(PresetNames(), ", "))
@@ -69,5 +71,11 @@ func Resolve(arg string) (*Cluster, error) {
 	if strings.HasSuffix(arg, ".yaml") || strings.HasSuffix(arg, ".yml") || strings.ContainsRune(arg, os.PathSeparator) {
 		return Load(arg)
 	}
-	return Preset(arg)
+	c, err := Preset(arg)
+	if errors.Is(err, ErrUnknownCluster) {
+		if fi, serr := os.Stat(arg); serr == nil && fi.Mode().IsRegular() {
+			return nil, fmt.Errorf("%w; a file %s exists, but only names ending in .yaml or .yml, or with a slash (./%s), are read as cluster files", err, arg, arg)
+		}
+	}
+	return c, err
 }

@@ -30,6 +30,11 @@ func (t Time) Sub(u Time) time.Duration { return time.Duration(t - u) }
 // Add returns the instant t+d.
 func (t Time) Add(d time.Duration) Time { return t + Time(d) }
 
+// MaxEvents bounds the events of one trace, some 40 bytes each: several
+// GiB at the bound. A simulation or a run of more firings, over all its
+// iterations, is refused before it starts, not left to run out of memory.
+const MaxEvents = 1 << 27
+
 // Event is one execution ("firing") of a plan task.
 type Event struct {
 	Task  int32 // index into Trace.Tasks

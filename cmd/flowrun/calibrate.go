@@ -19,6 +19,7 @@ import (
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/topology"
@@ -85,6 +86,9 @@ count ("cpu/2"), and loads on any machine.`,
 }
 
 func runCalibrate(cmd *cobra.Command, f calibFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil { // before minutes of measuring
+		return err
+	}
 	if f.device == "cuda" || strings.HasPrefix(f.device, "cuda:") {
 		return runCalibrateCUDA(cmd, f)
 	}
@@ -400,6 +404,9 @@ func fitKinds(spec topology.DeviceSpec, samples []cost.Sample) (*cost.DeviceCali
 // their CPU devices — f.rounds times, and fits each device type's model
 // from the medians.
 func runCalibrateCUDA(cmd *cobra.Command, f calibFlags) error {
+	if n, err := strconv.Atoi(strings.TrimPrefix(f.device, "cuda:")); f.device != "cuda" && (err != nil || n < 0) {
+		return fmt.Errorf("--device %q: want cpu or cuda[:N], N a GPU's ordinal", f.device)
+	}
 	if f.device != "cuda" && f.device != "cuda:0" {
 		return fmt.Errorf("--device %s: plans place their first GPU on cuda:0; other ordinals are not supported yet", f.device)
 	}
@@ -428,6 +435,9 @@ func runCalibrateCUDA(cmd *cobra.Command, f calibFlags) error {
 		p, err := plans.ReadFile(path)
 		if err != nil {
 			return err
+		}
+		if err := checkDevice(p, "cuda"); err != nil { // else nothing of it runs on the GPU being calibrated
+			return fmt.Errorf("--plans: %s: %w", path, err)
 		}
 		ps = append(ps, p)
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"io"
+	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -12,6 +13,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/plans"
 )
 
 // A small calibration writes the dispatch latency of the devices that ran
@@ -42,6 +45,58 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 	require.True(t, ar.Traffic)
 	for _, e := range ar.Exact {
 		require.Positive(t, e.Traffic, "%v", e.Shape)
+	}
+}
+
+// --device cuda measures plans on the GPU: a plan with no GPU device is an
+// error naming its file, before anything runs, not a calibration of the
+// CPU written as if of the GPU.
+func TestCalibrateCUDABadPlans(t *testing.T) {
+	dir := t.TempDir()
+	st, err := plans.ParseStrategy("single", 8)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.01},
+		Devices: []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1}}})
+	require.NoError(t, err)
+	cpu := filepath.Join(dir, "cpu.json")
+	f, err := os.Create(cpu)
+	require.NoError(t, err)
+	require.NoError(t, plans.Encode(f, p))
+	require.NoError(t, f.Close())
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--device", "cuda", "--plans", cpu}, "--plans: " + cpu + ": --device cuda: the plan has no GPU device"},
+		{[]string{"--device", "cuda", "--plans", filepath.Join(dir, "none*.json")}, "no such file"},
+		{[]string{"--device", "cuda"}, "--device cuda needs --plans"},
+		{[]string{"--device", "cuda:x", "--plans", cpu}, `--device "cuda:x": want cpu or cuda[:N]`},
+		{[]string{"--device", "cuda:-1", "--plans", cpu}, `--device "cuda:-1": want cpu or cuda[:N]`},
+		{[]string{"--device", "cuda:1", "--plans", cpu}, "other ordinals are not supported yet"},
+		{[]string{"--plans", cpu}, "--plans is for --device cuda"},
+	} {
+		out := filepath.Join(dir, "calib.json")
+		cmd := newCalibrateCmd()
+		cmd.SetArgs(append(tt.args, "--rounds", "1", "--iters", "3", "-o", out))
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		require.ErrorContains(t, cmd.Execute(), tt.want, "%v", tt.args)
+		require.NoFileExists(t, out)
+	}
+}
+
+// An -o that cannot be written fails before anything is measured.
+func TestCalibrateBadOutput(t *testing.T) {
+	dir := t.TempDir()
+	for _, out := range []string{dir, filepath.Join(dir, "none", "calib.json")} {
+		cmd := newCalibrateCmd()
+		cmd.SetArgs([]string{"--models", "mlp", "--batches", "4", "--workers", "1", "--rounds", "1", "--iters", "3", "-o", out})
+		cmd.SetOut(io.Discard)
+		cmd.SetErr(io.Discard)
+		var err error
+		printed := captureStdout(t, func() { err = cmd.Execute() })
+		require.ErrorContains(t, err, "-o "+out+": ")
+		require.Empty(t, printed, "nothing measured")
 	}
 }
 

@@ -81,6 +81,10 @@ func TestGPUCommandsBadInput(t *testing.T) {
 		{newCalibrateCmd, []string{"--device", "cpu", "--plans", gpuPlan}, "--plans is for --device cuda"},
 		{newCalibrateCmd, []string{"--device", "rocm"}, `--device "rocm": want cpu or cuda[:N]`},
 		{newTrainCmd, []string{"--device", "tpu"}, `--device "tpu": want cpu or cuda`},
+		// The cluster decides where a plan runs: one that contradicts --device
+		// is refused, not trained on the CPU as if on the GPU.
+		{newTrainCmd, []string{"--model", "mlp", "--max-steps", "1", "--device", "cuda", "--cluster", "local"}, "--cluster local: --device cuda: the plan has no GPU device"},
+		{newTrainCmd, []string{"--model", "mlp", "--max-steps", "1", "--strategy", "single", "--cluster", "dgx-a100"}, "--cluster dgx-a100: --device cpu: the plan places work on 1 GPU(s)"},
 	} {
 		cmd := tt.cmd()
 		cmd.SetArgs(tt.args)

@@ -50,6 +50,9 @@ func runEval(path string, f evalFlags) error {
 	if f.evalWins < 1 {
 		return fmt.Errorf("--eval-windows must be ≥ 1, got %d", f.evalWins)
 	}
+	if f.workers < 0 {
+		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
+	}
 	c, err := runtime.ReadCheckpoint(path)
 	if err != nil {
 		return err

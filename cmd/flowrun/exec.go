@@ -121,6 +121,9 @@ func checkDevice(p *plans.Plan, device string) error {
 }
 
 func runExec(cmd *cobra.Command, path string, f execFlags) error {
+	if err := cliargs.Output("--trace", f.tracePath); err != nil { // before the runs
+		return err
+	}
 	switch {
 	case f.iters < 1:
 		return fmt.Errorf("--iters must be ≥ 1, got %d", f.iters)
@@ -128,8 +131,14 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return fmt.Errorf("--warmup must be in [0, --iters), got %d", f.warmup)
 	case f.runs < 1:
 		return fmt.Errorf("--runs must be ≥ 1, got %d", f.runs)
-	case f.procs.procs < 1:
-		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	case f.top < 0:
+		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
+	case !f.compare && f.calib != "":
+		return fmt.Errorf("--calib %s prices the simulator's prediction, which only --compare makes: give --compare", f.calib)
+	case !f.compare && f.cluster != "":
+		return fmt.Errorf("--cluster %s prices the simulator's prediction, which only --compare makes: give --compare", f.cluster)
+	case f.procs.check() != nil:
+		return f.procs.check()
 	}
 	p, err := plans.ReadFile(path)
 	if err != nil {
@@ -138,9 +147,15 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err := checkDevice(p, f.device); err != nil {
 		return err
 	}
-	var model *cost.ComputeModel
-	if f.compare {
-		if model, err = loadModel(f.calib); err != nil {
+	var (
+		model *cost.ComputeModel
+		comm  *cost.Comm
+	)
+	if f.compare { // before the runs, which a bad --calib or --cluster would waste
+		if model, err = loadModel(f.calib, p); err != nil {
+			return err
+		}
+		if comm, err = planComm(p, f.cluster); err != nil {
 			return err
 		}
 	}
@@ -263,10 +278,6 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			p.Model, p.Strategy, p.Batch, len(p.Devices), ms(med.step), f.runs, float64(p.Batch)/med.step.Seconds())
 		return nil
 	}
-	comm, err := planComm(p, f.cluster)
-	if err != nil {
-		return err
-	}
 	pred, err := sim.Simulate(p, sim.CostModel{Compute: model, Comm: comm}, f.iters)
 	if err != nil {
 		return err
@@ -336,6 +347,12 @@ func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
 	name := cmp.Or(cluster, p.Cluster)
 	c, err := topology.Resolve(name)
 	switch {
+	case err == nil && cluster != "":
+		comm := cost.NewComm(c)
+		if err := (sim.CostModel{Comm: comm}).CheckCluster(p); err != nil {
+			return nil, fmt.Errorf("--cluster %s: %w", cluster, err)
+		}
+		return comm, nil
 	case err == nil:
 		return cost.NewComm(c), nil
 	case cluster != "":
@@ -351,8 +368,9 @@ func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
 }
 
 // loadModel returns the compute model of a calibration file, or of the
-// catalog defaults when path is empty.
-func loadModel(path string) (*cost.ComputeModel, error) {
+// catalog defaults when path is empty; the calibration must hold some of
+// p's devices.
+func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, error) {
 	if path == "" {
 		fmt.Fprintln(os.Stderr, "flowrun: no --calib: predicting from the device catalog's default efficiencies (run 'flowrun calibrate' for real figures)")
 		return cost.NewComputeModel(nil), nil
@@ -360,6 +378,13 @@ func loadModel(path string) (*cost.ComputeModel, error) {
 	c, err := cost.LoadCalibration(path)
 	if err != nil {
 		return nil, err
+	}
+	lacking, err := sim.CheckCalibration(p, c)
+	if err != nil {
+		return nil, fmt.Errorf("--calib %s: %w", path, err)
+	}
+	if len(lacking) > 0 {
+		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s holds no calibration of %s: predicted from the catalog's efficiencies\n", path, strings.Join(lacking, ", "))
 	}
 	return cost.NewComputeModel(c), nil
 }

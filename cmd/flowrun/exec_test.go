@@ -10,8 +10,10 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 )
 
@@ -74,6 +76,25 @@ func TestExecCompareJSON(t *testing.T) {
 func TestExecBadInput(t *testing.T) {
 	bad := filepath.Join(t.TempDir(), "bad.json")
 	require.NoError(t, os.WriteFile(bad, []byte(`{"version": 1`), 0o644))
+	// A plan of two A100s, which --compare --cluster checks before running
+	// it (here, without CUDA, it could not run).
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	st, err := plans.ParseStrategy("dp=2", 8)
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, 2, true)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.01}, Cluster: c.Name, Devices: devs})
+	require.NoError(t, err)
+	cal := cost.NewCalibration()
+	cal.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
+	cpuCalib := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, cal.WriteFile(cpuCalib))
+	gpus := filepath.Join(t.TempDir(), "gpus.json")
+	f, err := os.Create(gpus)
+	require.NoError(t, err)
+	require.NoError(t, plans.Encode(f, p))
+	require.NoError(t, f.Close())
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -82,6 +103,12 @@ func TestExecBadInput(t *testing.T) {
 		{[]string{bad}, "truncated"},
 		{[]string{bad, "--iters", "0"}, "--iters"},
 		{[]string{bad, "--warmup", "30"}, "--warmup"},
+		{[]string{bad, "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
+		{[]string{bad, "--calib", "calib.json"}, "--calib calib.json prices the simulator's prediction, which only --compare makes"},
+		{[]string{bad, "--cluster", "dgx-a100"}, "--cluster dgx-a100 prices the simulator's prediction, which only --compare makes"},
+		{[]string{gpus, "--compare", "--cluster", "p3.8xlarge"}, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0"},
+		{[]string{gpus, "--compare", "--cluster", "atlantis"}, `--cluster: topology: unknown cluster "atlantis"`},
+		{[]string{gpus, "--compare", "--calib", cpuCalib}, "--calib " + cpuCalib + ": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)"},
 	} {
 		cmd := newExecCmd()
 		cmd.SetArgs(tt.args)

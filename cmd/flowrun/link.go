@@ -12,8 +12,10 @@ import (
 	"github.com/spf13/cobra"
 	"gonum.org/v1/gonum/stat"
 
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
 )
 
 // cmdEcho asks a worker to send back the next Count messages of run Run.
@@ -72,12 +74,20 @@ type linkFit struct {
 	Fitted    []float64     `json:"fitted_s"`
 }
 
+// maxLinkMessage is the largest message calibrate link sends: each rank
+// holds it (and rank 0 its echo) in memory, and gRPC caps a message at
+// 2 GiB.
+const maxLinkMessage = 1 << 30
+
 func runCalibrateLink(ctx context.Context, f linkFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil {
+		return err
+	}
 	if f.reps < 3 {
 		return fmt.Errorf("--reps must be ≥ 3, got %d", f.reps)
 	}
-	if f.procs.procs < 1 {
-		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	if err := f.procs.check(); err != nil {
+		return err
 	}
 	var sizes []int64
 	for _, s := range f.sizes {
@@ -85,8 +95,8 @@ func runCalibrateLink(ctx context.Context, f linkFlags) error {
 		if err != nil {
 			return fmt.Errorf("--sizes %q: %w", s, err)
 		}
-		if b < 4 || b%4 != 0 {
-			return fmt.Errorf("--sizes %q: want a positive multiple of 4 bytes", s)
+		if b < 4 || b%4 != 0 || b > maxLinkMessage {
+			return fmt.Errorf("--sizes %q: want a positive multiple of 4 bytes, up to %v", s, units.Bytes(maxLinkMessage))
 		}
 		sizes = append(sizes, int64(b))
 	}

@@ -28,6 +28,7 @@ func TestTrainBadInput(t *testing.T) {
 	for _, name := range []string{"train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz"} {
 		require.NoError(t, os.WriteFile(filepath.Join(trunc, name), buf.Bytes(), 0o644))
 	}
+	noDir := filepath.Join(t.TempDir(), "none") // its parent a directory, for --save
 	tests := []struct {
 		args []string
 		want string
@@ -39,6 +40,7 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--lr", "0"}, "--lr must be a positive number"},
 		{[]string{"--lr", "NaN"}, "--lr must be a positive number"},
 		{[]string{"--momentum", "1"}, "--momentum must be in [0, 1)"},
+		{[]string{"--momentum", "1", "--optimizer", "adam", "--workers", "-1"}, "--workers must be ≥ 0"}, // adam ignores --momentum: the next check speaks
 		{[]string{"--optimizer", "lamb"}, `unknown optimizer "lamb"`},
 		{[]string{"--weight-decay", "-1"}, "--weight-decay must be a finite number ≥ 0, got -1"},
 		{[]string{"--lr-schedule", "exponential"}, `--lr-schedule: graph: learning-rate schedule "exponential": unknown decay (want constant, cosine or linear)`},
@@ -54,6 +56,8 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--procs", "2"}, "a multi-process run trains through a plan: give --strategy"},
 		{[]string{"--save-every", "2"}, "--save-every 2: give --save FILE"},
 		{[]string{"--save-every", "-1", "--save", "x"}, "--save-every must be ≥ 0"},
+		{[]string{"--save", filepath.Join(noDir, "c.safetensors")}, "--save: runtime: checkpoint " + filepath.Join(noDir, "c.safetensors") + ": open " + noDir},
+		{[]string{"--save", noDir[:len(noDir)-len("/none")]}, "--save: runtime: checkpoint " + noDir[:len(noDir)-len("/none")] + ": is a directory"},
 		{[]string{"--resume", "nowhere.safetensors"}, "--resume: runtime: checkpoint: open nowhere.safetensors"},
 		{[]string{"--procs", "0", "--strategy", "dp=2"}, "--procs must be ≥ 1"},
 		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8"}, "vocabulary of 50257: flowrun train feeds a language model text byte by byte; give it vocab=256"},
@@ -123,6 +127,13 @@ func TestSampleCmd(t *testing.T) {
 	require.ErrorContains(t, err, "temperature -1")
 	_, err = sample(lm, "--bytes", "-2")
 	require.ErrorContains(t, err, "--bytes must be ≥ 0")
+	_, err = sample(lm, "--workers", "-1")
+	require.ErrorContains(t, err, "--workers must be ≥ 0, got -1")
+	cmd := newEvalCmd()
+	cmd.SetArgs([]string{lm, "--workers", "-1"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	require.ErrorContains(t, cmd.Execute(), "--workers must be ≥ 0, got -1", "eval too")
 	mlp, err := runtime.InitWeights("mlp", 7)
 	require.NoError(t, err)
 	cls := filepath.Join(dir, "mlp.safetensors")

@@ -45,6 +45,22 @@ func (f *procFlags) register(fl *pflag.FlagSet, procs int) {
 	fl.StringVar(&f.tokenFile, "token-file", "", "file holding the run's shared secret (default: $FLOWRUN_TOKEN; --procs makes one)")
 }
 
+// check validates the flags: --ranks places devices on the ranks of a
+// multi-process run, and means nothing to one process; --token-file is the
+// secret of a launcher's run, where --procs makes its own.
+func (f *procFlags) check() error {
+	if f.procs < 1 {
+		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs)
+	}
+	if f.ranks != "" && !f.multi() {
+		return fmt.Errorf("--ranks %q: a run of one process has no ranks to place devices on (give --procs N, or WORLD_SIZE under a launcher)", f.ranks)
+	}
+	if f.procs > 1 && f.tokenFile != "" {
+		return fmt.Errorf("--token-file %s: --procs %d makes the run's secret and gives it to the workers it starts; the file is for a run under a launcher (--procs 1, WORLD_SIZE set)", f.tokenFile, f.procs)
+	}
+	return nil
+}
+
 // multi says whether the flags and environment ask for several processes.
 func (f *procFlags) multi() bool {
 	return f.procs > 1 || (f.procs == 1 && os.Getenv("WORLD_SIZE") != "" && os.Getenv("WORLD_SIZE") != "1")

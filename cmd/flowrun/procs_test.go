@@ -140,6 +140,9 @@ func TestExecProcsBadInput(t *testing.T) {
 		want string
 	}{
 		{[]string{"--procs", "3"}, "3 processes for a plan of 2 devices"},
+		{[]string{"--procs", "1", "--ranks", "0,1"}, `--ranks "0,1": a run of one process has no ranks`},
+		{[]string{"--procs", "0"}, "--procs must be ≥ 1, got 0"},
+		{[]string{"--procs", "2", "--token-file", "secret"}, "--token-file secret: --procs 2 makes the run's secret"},
 		{[]string{"--procs", "2", "--ranks", "0"}, "1 ranks for the plan's 2 devices"},
 		{[]string{"--procs", "2", "--ranks", "0,2"}, `device cpu1: rank "2", want 0…1`},
 		{[]string{"--procs", "2", "--ranks", "1,1"}, `--ranks "1,1": rank 0 has none of the plan's 2 devices`},
@@ -244,6 +247,7 @@ func TestCalibrateLink(t *testing.T) {
 		{[]string{"--reps", "2"}, "--reps must be ≥ 3"},
 		{[]string{"--sizes", "6B,64KiB"}, "want a positive multiple of 4 bytes"},
 		{[]string{"--sizes", "4KiB"}, "at least two sizes"},
+		{[]string{"--sizes", "1TiB,2TiB"}, `--sizes "1TiB": want a positive multiple of 4 bytes, up to 1.00 GiB`},
 		{[]string{"--procs", "1"}, "WORLD_SIZE"},
 	} {
 		cmd := newCalibrateCmd()

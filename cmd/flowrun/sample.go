@@ -52,6 +52,9 @@ func runSample(path string, f sampleFlags) error {
 	if f.bytes < 0 {
 		return fmt.Errorf("--bytes must be ≥ 0, got %d", f.bytes)
 	}
+	if f.workers < 0 {
+		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
+	}
 	c, err := runtime.ReadCheckpoint(path)
 	if err != nil {
 		return err

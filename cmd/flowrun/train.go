@@ -209,7 +209,7 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--batch must be ≥ 1, got %d", f.batch)
 	case !(f.lr > 0) || math.IsInf(f.lr, 0):
 		return fmt.Errorf("--lr must be a positive number, got %g", f.lr)
-	case !(f.momentum >= 0 && f.momentum < 1):
+	case f.optimizer == "sgd" && !(f.momentum >= 0 && f.momentum < 1): // adam ignores it
 		return fmt.Errorf("--momentum must be in [0, 1), got %g", f.momentum)
 	case !(f.weightDecay >= 0) || math.IsInf(f.weightDecay, 0):
 		return fmt.Errorf("--weight-decay must be a finite number ≥ 0, got %g", f.weightDecay)
@@ -217,12 +217,14 @@ func (f trainFlags) validate() error {
 		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
 	case f.maxSteps < 0:
 		return fmt.Errorf("--max-steps must be ≥ 0, got %d", f.maxSteps)
-	case f.procs.procs < 1:
-		return fmt.Errorf("--procs must be ≥ 1, got %d", f.procs.procs)
+	case f.procs.check() != nil:
+		return f.procs.check()
 	case f.saveEvery < 0:
 		return fmt.Errorf("--save-every must be ≥ 0, got %d", f.saveEvery)
 	case f.saveEvery > 0 && f.save == "":
 		return fmt.Errorf("--save-every %d: give --save FILE, the checkpoint to write", f.saveEvery)
+	case f.save != "" && runtime.CheckCheckpointPath(f.save) != nil: // before training, not after
+		return fmt.Errorf("--save: %w", runtime.CheckCheckpointPath(f.save))
 	case f.procs.multi() && f.strategy == "":
 		return fmt.Errorf("a multi-process run trains through a plan: give --strategy (e.g. dp=2)")
 	}
@@ -508,8 +510,21 @@ func (pr *procRunner) resume(f trainFlags) error {
 	return nil
 }
 
-// compileLocal compiles the plan of a --strategy training run.
+// compileLocal compiles the plan of a --strategy training run, which
+// must put work on a GPU with --device cuda and on none without: the
+// cluster says where the plan's devices are.
 func compileLocal(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.Plan, error) {
+	p, err := compilePlan(f, opt, dtype)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkDevice(p, f.device); err != nil {
+		return nil, fmt.Errorf("--cluster %s: %w", f.cluster, err)
+	}
+	return p, nil
+}
+
+func compilePlan(f trainFlags, opt graph.Optimizer, dtype graph.DType) (*plans.Plan, error) {
 	st, err := plans.LoadStrategy(f.strategy, f.batch)
 	if err != nil {
 		return nil, err

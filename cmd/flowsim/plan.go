@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -14,6 +16,7 @@ import (
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/internal/progress"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
@@ -133,6 +136,9 @@ every float tensor of the model; memory is planned at its size.`,
 }
 
 func runPlan(w io.Writer, f planFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil {
+		return err
+	}
 	var err error
 	if f.model, err = zoo.Resolve(f.model); err != nil { // a config.json: the plan names the zoo model it maps to
 		return err
@@ -242,13 +248,33 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 }
 
 // costModel prices tasks for searches: the calibration file if given,
-// else the catalog's efficiencies, and the cluster's routes.
+// else the catalog's efficiencies, and the cluster's routes. A calibration
+// must hold one of the cluster's device types (at some core count: a
+// search may divide a CPU's cores), else it would price nothing.
 func costModel(calibPath string, cluster *topology.Cluster) (sim.CostModel, error) {
 	var calib *cost.Calibration
 	if calibPath != "" {
 		var err error
 		if calib, err = cost.LoadCalibration(calibPath); err != nil {
-			return sim.CostModel{}, err
+			return sim.CostModel{}, fmt.Errorf("--calib: %w", err)
+		}
+		var types, held []string
+		for _, d := range cluster.Devices {
+			if !slices.Contains(types, d.Spec.Type) {
+				types = append(types, d.Spec.Type)
+			}
+		}
+		for key := range calib.Devices {
+			if typ, _, _ := strings.Cut(key, "/"); slices.Contains(types, typ) {
+				held = nil
+				break
+			}
+			held = append(held, key)
+		}
+		if held != nil || len(calib.Devices) == 0 {
+			slices.Sort(held)
+			return sim.CostModel{}, fmt.Errorf("--calib %s holds none of cluster %s's device types (%s; it holds %s): it would price nothing",
+				calibPath, cluster.Name, strings.Join(types, ", "), cmp.Or(strings.Join(held, ", "), "nothing"))
 		}
 	}
 	return sim.CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(cluster)}, nil

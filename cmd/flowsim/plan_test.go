@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/trace"
@@ -135,6 +136,7 @@ func TestSimulateMemory(t *testing.T) {
 }
 
 func TestPlanBadInput(t *testing.T) {
+	outDir := t.TempDir()
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -146,14 +148,23 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
 		{[]string{"plan", "--strategy", "pp=2,mb=4,sched=gpipe,slots=1"}, "deadlock"},
 		{[]string{"plan", "--optimizer", "lion"}, "unknown optimizer"},
-		{[]string{"plan", "--weight-decay", "-0.1"}, "graph: weight decay -0.1: want a finite number ≥ 0"},
+		{[]string{"plan", "--weight-decay", "-0.1"}, "graph: weight decay -0.1: want a number ≥ 0, finite in float32"},
 		{[]string{"plan", "--lr-schedule", "cosine"}, "--lr-schedule: graph: learning-rate schedule \"cosine\": say at which step the decay ends (steps=N)"},
+		{[]string{"plan", "--model", "mlp", "--lr", "NaN"}, "learning rate (lr) NaN"},
+		{[]string{"plan", "--model", "mlp", "--momentum", "-1"}, "momentum -1"},
 		{[]string{"plan", "--dtype", "f64"}, `--dtype: zoo: models are built in f32 or bf16, not "f64"`},
 		{[]string{"plan", "--model", "gpt2s-blocks:depth=2"}, `unknown size option "depth"`},
 		{[]string{"plan", "--model", "nowhere/config.json"}, "nowhere/config.json"},
 		{[]string{"sweep", "--model", "nowhere/config.json"}, "nowhere/config.json"},
 		{[]string{"simulate"}, `"plan" not set`},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
+		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
+		// Outputs that cannot be written fail before the work, not after.
+		{[]string{"plan", "--model", "mlp", "-o", outDir}, "-o " + outDir + ": is a directory"},
+		{[]string{"sweep", "--model", "mlp", "-o", filepath.Join(t.TempDir(), "none", "best.json")}, "none/best.json: stat "},
+		{[]string{"sweep", "merge", filepath.Join(t.TempDir(), "none.json"), "-o", filepath.Join(t.TempDir(), "none", "best.json")}, "none/best.json: stat "},
+		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json"), "--trace", filepath.Join(t.TempDir(), "none", "t.json")}, "--trace "},
+		{[]string{"sweep", "merge", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
 	} {
 		_, err := run(t, tt.args...)
 		require.ErrorContains(t, err, tt.want, "%v", tt.args)
@@ -181,6 +192,39 @@ func TestPlanSchedule(t *testing.T) {
 		updates++
 	}
 	require.Equal(t, 2*6, updates, "the mlp's six parameters on each replica")
+}
+
+// simulate --cluster names a cluster whose routes price the plan's
+// communication: one without the plan's devices is an error, not a
+// silent fallback to pricing it as copies.
+func TestSimulateClusterWithoutThePlansDevices(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "8", "-o", path)
+	require.NoError(t, err)
+	_, err = run(t, "simulate", "--plan", path, "--cluster", "dgx-a100")
+	require.NoError(t, err)
+	_, err = run(t, "simulate", "--plan", path, "--cluster", "p3.8xlarge")
+	require.ErrorContains(t, err, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0")
+}
+
+// simulate --calib must calibrate some of the plan's devices: one of other
+// devices would change nothing, silently.
+func TestSimulateCalibrationOfOtherDevices(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "8", "-o", path)
+	require.NoError(t, err)
+	cal := cost.NewCalibration()
+	cal.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
+	calib := filepath.Join(dir, "calib.json")
+	require.NoError(t, cal.WriteFile(calib))
+	_, err = run(t, "simulate", "--plan", path, "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)")
+	// The searches too: sweep, and plan's mb=auto.
+	_, err = run(t, "sweep", "--model", "mlp", "--cluster", "dgx-a100", "--devices", "2", "--batch", "8", "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+" holds none of cluster dgx-a100's device types (A100-SXM4-40GB; it holds cpu/2)")
+	_, err = run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2,mbs=2,mb=auto", "--batch", "8", "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+" holds none of cluster dgx-a100's device types")
 }
 
 // The full-size workloads compile; bf16 halves the memory planned.

@@ -128,6 +128,11 @@ func runReproduce(w, log io.Writer, name string, f reproduceFlags) error {
 	if err != nil {
 		return fmt.Errorf("experiment %s: %w", name, err)
 	}
+	if f.calib != "" { // before any cell compiles (minutes, for the large ones): each would fail on it
+		if _, err := costModel(f.calib, base); err != nil {
+			return err
+		}
+	}
 	if f.out == "" {
 		f.out = filepath.Join("results", name)
 	}

@@ -8,6 +8,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/flowkit/flowkit/cost"
 )
 
 // The 22B row of Korthikanti et al.'s Table 5, with full recompute and with
@@ -66,4 +68,22 @@ rows:
 	require.ErrorContains(t, err, `no row "3B" (rows: 22B, 175B, 530B, 1T)`)
 	_, err = run(t, "reproduce", "nosuch")
 	require.ErrorContains(t, err, "korthikanti2022")
+
+	// A bad calibration is refused before any cell compiles, and nothing
+	// is written.
+	badCalib := filepath.Join(dir, "calib.json")
+	require.NoError(t, os.WriteFile(badCalib, []byte(`{"version":`), 0o644))
+	none := filepath.Join(dir, "none")
+	out, err = run(t, "reproduce", "korthikanti2022", "--rows", "22B", "--calib", badCalib, "--out", none)
+	require.ErrorContains(t, err, "--calib: cost: bad calibration file: "+badCalib)
+	require.NotContains(t, out, "not simulated")
+	require.NoDirExists(t, none)
+	// So is one that holds none of the experiment's devices (a CPU
+	// calibration, for A100s): it would change nothing.
+	cal := cost.NewCalibration()
+	cal.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
+	require.NoError(t, cal.WriteFile(badCalib))
+	_, err = run(t, "reproduce", "korthikanti2022", "--rows", "22B", "--calib", badCalib, "--out", none)
+	require.ErrorContains(t, err, "--calib "+badCalib+" holds none of cluster dgx-a100-80g's device types (A100-SXM4-80GB; it holds cpu/2)")
+	require.NoDirExists(t, none)
 }

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strings"
 
 	"github.com/spf13/cobra"
 
 	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
@@ -70,7 +72,7 @@ simulated one, and what does not pack tightly.`,
 	fl := cmd.Flags()
 	fl.StringVar(&f.plan, "plan", "", "plan file (from 'flowsim plan'; required)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file")
-	fl.StringVar(&f.cluster, "cluster", "", "cluster whose routes price communication between accelerators (default: the plan's, if it is a preset)")
+	fl.StringVar(&f.cluster, "cluster", "", "cluster whose routes price communication between accelerators, holding the plan's devices by name (default: the plan's, if it is a preset)")
 	fl.IntVar(&f.iters, "iters", 10, "iterations to simulate")
 	fl.IntVar(&f.warmup, "warmup", 2, "iterations left out of the step time")
 	fl.StringVar(&f.tracePath, "trace", "", "write the simulated trace as Chrome JSON (opens in Perfetto), with each device's live memory as a counter track")
@@ -83,8 +85,14 @@ simulated one, and what does not pack tightly.`,
 }
 
 func runSimulate(w io.Writer, f simFlags) error {
+	if err := cliargs.Output("--trace", f.tracePath); err != nil {
+		return err
+	}
 	if f.iters < 1 || f.warmup < 0 || f.warmup >= f.iters {
 		return fmt.Errorf("want --iters ≥ 1 and 0 ≤ --warmup < --iters, got %d and %d", f.iters, f.warmup)
+	}
+	if f.top < 0 {
+		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
 	}
 	p, err := plans.ReadFile(f.plan)
 	if err != nil {
@@ -95,6 +103,13 @@ func runSimulate(w io.Writer, f simFlags) error {
 		if calib, err = cost.LoadCalibration(f.calib); err != nil {
 			return err
 		}
+		lacking, err := sim.CheckCalibration(p, calib)
+		if err != nil {
+			return fmt.Errorf("--calib %s: %w", f.calib, err)
+		}
+		if len(lacking) > 0 {
+			fmt.Fprintf(os.Stderr, "flowsim: note: --calib %s holds no calibration of %s: priced from the catalog's efficiencies\n", f.calib, strings.Join(lacking, ", "))
+		}
 	}
 	model := sim.CostModel{Compute: cost.NewComputeModel(calib)}
 	switch {
@@ -104,6 +119,9 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return err
 		}
 		model.Comm = cost.NewComm(c)
+		if err := model.CheckCluster(p); err != nil {
+			return fmt.Errorf("--cluster %s: %w", f.cluster, err)
+		}
 	case p.Cluster != "":
 		if c, err := topology.Resolve(p.Cluster); err == nil {
 			model.Comm = cost.NewComm(c)

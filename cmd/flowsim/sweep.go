@@ -128,6 +128,9 @@ type sweepEntry struct {
 }
 
 func runSweep(w io.Writer, f sweepFlags) error {
+	if err := cliargs.Output("-o", f.out); err != nil { // before the sweep
+		return err
+	}
 	shard, shards, err := parseShard(f.shard)
 	if err != nil {
 		return err
@@ -424,12 +427,24 @@ recompiles the best strategy's plan.`,
 }
 
 func runMerge(w io.Writer, f mergeFlags, paths []string) error {
+	if err := cliargs.Output("-o", f.out); err != nil {
+		return err
+	}
+	if f.top < 0 {
+		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
+	}
 	var merged *sweepFile
 	seen := map[int]string{}
 	for _, path := range paths {
 		file, err := readSweep(path)
 		if err != nil {
 			return err
+		}
+		// Another sweep's shard (or another division of this sweep) is not
+		// this sweep's shard again, even where its number is taken.
+		if merged != nil && merged.sweepSettings != file.sweepSettings {
+			return fmt.Errorf("%s (shard %d/%d) is a shard of another sweep than %s (shard %d/%d): model, cluster, batch, shard count or settings differ",
+				path, file.Shard, file.Shards, paths[0], merged.Shard, merged.Shards)
 		}
 		if prev, ok := seen[file.Shard]; ok {
 			return fmt.Errorf("%s: shard %d/%d again (also in %s)", path, file.Shard, file.Shards, prev)
@@ -438,9 +453,6 @@ func runMerge(w io.Writer, f mergeFlags, paths []string) error {
 		if merged == nil {
 			merged = file
 			continue
-		}
-		if merged.sweepSettings != file.sweepSettings {
-			return fmt.Errorf("%s is a shard of another sweep than %s (model, cluster, batch or settings differ)", path, paths[0])
 		}
 		merged.Entries = append(merged.Entries, file.Entries...)
 	}
@@ -485,6 +497,21 @@ func readSweep(path string) (*sweepFile, error) {
 	if file.Shards < 1 || file.Shard < 0 || file.Shard >= file.Shards || file.Batch < 1 || len(file.Entries) > file.Strategies {
 		return nil, fmt.Errorf("%s: shard %d/%d of %d strategies, batch %d, %d entries: inconsistent",
 			path, file.Shard, file.Shards, file.Strategies, file.Batch, len(file.Entries))
+	}
+	// The shard's entries are its strategies, every Shards-th from the
+	// Shard-th, each once.
+	want := (file.Strategies - file.Shard + file.Shards - 1) / file.Shards
+	seen := make(map[int]bool, len(file.Entries))
+	for i, e := range file.Entries {
+		if e.Index < 0 || e.Index >= file.Strategies || e.Index%file.Shards != file.Shard || seen[e.Index] {
+			return nil, fmt.Errorf("%s: entries[%d] (%s): index %d is not one of shard %d/%d's strategies of %d, or repeats one",
+				path, i, e.Asked, e.Index, file.Shard, file.Shards, file.Strategies)
+		}
+		seen[e.Index] = true
+	}
+	if len(file.Entries) != want {
+		return nil, fmt.Errorf("%s: %d entries, shard %d/%d of %d strategies has %d (a file cut short or edited?)",
+			path, len(file.Entries), file.Shard, file.Shards, file.Strategies, want)
 	}
 	return &file, nil
 }

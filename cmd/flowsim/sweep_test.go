@@ -62,6 +62,10 @@ func TestSweepAndMerge(t *testing.T) {
 	require.ErrorContains(t, err, "shard 1/3 is missing")
 	_, err = run(t, "sweep", "merge", shards[0], shards[0])
 	require.ErrorContains(t, err, "again")
+	wholePath := filepath.Join(dir, "whole.json") // shard 0/1: another division, not shard 0 again
+	require.NoError(t, os.WriteFile(wholePath, []byte(whole), 0o644))
+	_, err = run(t, "sweep", "merge", shards[0], shards[1], shards[2], wholePath)
+	require.ErrorContains(t, err, "whole.json (shard 0/1) is a shard of another sweep than "+shards[0]+" (shard 0/3)")
 	other, err := run(t, "sweep", "--model", "mlp", "--cluster", "mixed-t4-cpu", "--batch", "32", "--max-mb", "4", "--json", "--shard", "1/3")
 	require.NoError(t, err)
 	otherPath := filepath.Join(dir, "other.json")
@@ -193,4 +197,42 @@ func FuzzMergeSweep(f *testing.F) {
 		}
 		_ = runMerge(io.Discard, mergeFlags{top: 3}, []string{path})
 	})
+}
+
+// A shard file cut short, or with entries of another shard or repeated,
+// is refused, naming the file: merged, it would rank a sweep with
+// strategies missing as if whole.
+func TestMergeRejectsBadShards(t *testing.T) {
+	dir := t.TempDir()
+	var files [2]sweepFile
+	var paths [2]string
+	for i := range files {
+		out, err := run(t, "sweep", "--model", "mlp", "--cluster", "dgx-a100", "--devices", "2", "--batch", "8", "--json", "--shard", fmt.Sprintf("%d/2", i))
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal([]byte(out), &files[i]))
+		paths[i] = filepath.Join(dir, fmt.Sprintf("s%d.json", i))
+		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
+	}
+	_, err := run(t, "sweep", "merge", paths[0], paths[1])
+	require.NoError(t, err)
+	for _, tt := range []struct {
+		name string
+		edit func(f *sweepFile)
+		want string
+	}{
+		{"cut short", func(f *sweepFile) { f.Entries = f.Entries[:len(f.Entries)-1] }, fmt.Sprintf("%d entries, shard 1/2 of %d strategies has %d", len(files[1].Entries)-1, files[1].Strategies, len(files[1].Entries))},
+		{"repeated", func(f *sweepFile) { f.Entries[0].Index = f.Entries[1].Index }, "entries[1]"},
+		{"another shard's", func(f *sweepFile) { f.Entries[0].Index = 0 }, "entries[0] (" + files[1].Entries[0].Asked + "): index 0 is not one of shard 1/2's strategies"},
+	} {
+		f := files[1]
+		f.Entries = slices.Clone(f.Entries)
+		tt.edit(&f)
+		b, err := json.Marshal(f)
+		require.NoError(t, err)
+		bad := filepath.Join(dir, "bad.json")
+		require.NoError(t, os.WriteFile(bad, b, 0o644))
+		_, err = run(t, "sweep", "merge", paths[0], bad)
+		require.ErrorContains(t, err, bad+": ", tt.name)
+		require.ErrorContains(t, err, tt.want, tt.name)
+	}
 }

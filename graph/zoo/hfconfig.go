@@ -55,7 +55,17 @@ func Resolve(name string) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("zoo: model config: %w", err)
 	}
-	return parseHFConfig(path, data, opts)
+	canonical, err := parseHFConfig(path, data, opts)
+	if err != nil {
+		return "", err
+	}
+	// Sizes that do not fit together (heads that do not divide the hidden
+	// size) are the file's error: said with its name, not only the zoo
+	// name it maps to.
+	if _, _, err := lookup(canonical); err != nil {
+		return "", fmt.Errorf("%s: %w", path, err)
+	}
+	return canonical, nil
 }
 
 // hfFields are a config's top-level fields, decoded as needed.

@@ -223,6 +223,10 @@ func TestConfigErrors(t *testing.T) {
 	require.ErrorContains(t, err, `unknown size option "depth"`)
 	require.True(t, Known("testdata/gpt2.json:layers=1"))
 	require.True(t, HasTP("testdata/llama-3-8b.json"))
+	// Sizes that do not fit together are the file's error, named so.
+	_, err = Resolve("testdata/llama-3-8b.json:heads=3,kv_heads=3")
+	require.ErrorContains(t, err, "testdata/llama-3-8b.json: zoo: llama:")
+	require.ErrorContains(t, err, "hidden size 4096 does not divide into 3 heads")
 }
 
 // A LLaMA config that ties its head resolves with tie=on, and builds

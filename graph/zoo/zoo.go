@@ -148,6 +148,20 @@ type sizeOption struct {
 	choices []string
 }
 
+// most is the largest value option o takes: 1024 layers (compiling a
+// plan's memory takes time quadratic in them: a minute near the bound), a
+// RoPE theta up to 2^30, every other size up to 2^20, so that products of
+// sizes, in elements and bytes, stay far within int64.
+func (o sizeOption) most() int {
+	switch o.name {
+	case "layers", "depth":
+		return 1 << 10
+	case "theta":
+		return 1 << 30
+	}
+	return 1 << 20
+}
+
 // sizes are a model's size options by name.
 type sizes map[string]int
 
@@ -342,6 +356,9 @@ func parseOptions(name string) (builder, sizes, map[string]bool, error) {
 		if err != nil || n < 1 {
 			return builder{}, nil, nil, fmt.Errorf("zoo: %s: %s must be a positive integer, got %q", name, k, v)
 		}
+		if most := b.option(k).most(); n > most {
+			return builder{}, nil, nil, fmt.Errorf("zoo: %s: %s=%d is more than the %d a model may have", name, k, n, most)
+		}
 		sz[k], set[k] = n, true
 	}
 	return b, sz, set, nil
@@ -356,14 +373,19 @@ func ParseDType(s string) (graph.DType, error) {
 	return d, nil
 }
 
+// MaxBatch is the largest batch a model is built for: with the sizes'
+// bounds (see sizeOption.most), its tensors' elements and bytes stay
+// within int64.
+const MaxBatch = 1 << 20
+
 // Build builds the named model's forward graph and loss.
 func Build(name string, cfg Config) (*Model, error) {
 	b, sz, err := lookup(name)
 	if err != nil {
 		return nil, err
 	}
-	if cfg.Batch < 1 {
-		return nil, fmt.Errorf("zoo: %s: batch must be ≥ 1, got %d", name, cfg.Batch)
+	if cfg.Batch < 1 || cfg.Batch > MaxBatch {
+		return nil, fmt.Errorf("zoo: %s: batch must be 1 to %d, got %d", name, MaxBatch, cfg.Batch)
 	}
 	dtype := cfg.DType
 	if dtype == 0 {

@@ -134,7 +134,11 @@ func TestBuildErrors(t *testing.T) {
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "mnist-cnn")
 	_, err = Build("mlp", Config{Batch: 0})
-	require.ErrorContains(t, err, "batch")
+	require.ErrorContains(t, err, "batch must be 1 to 1048576, got 0")
+	// A batch whose tensors' sizes overflow is refused as such, not as a
+	// reshape of a negative or wrapped shape.
+	_, err = Build("gpt:layers=1", Config{Batch: 1 << 40})
+	require.ErrorContains(t, err, "zoo: gpt:layers=1: batch must be 1 to 1048576, got 1099511627776")
 }
 
 func TestShapeErrorNamesOpAndShapes(t *testing.T) {
@@ -303,6 +307,11 @@ func TestSizeOptions(t *testing.T) {
 	}
 	for _, tt := range []struct{ name, want string }{
 		{"gpt2s-blocks:layers=0", "layers must be a positive integer"},
+		{"gpt2s-blocks:layers=99999999999", "layers=99999999999 is more than the 1024 a model may have"},
+		{"gpt2s-blocks:seq=2000000", "seq=2000000 is more than the 1048576 a model may have"},
+		{"mlp3x4096:depth=5000", "depth=5000 is more than the 1024"},
+		{"gpt:vocab=99999999999999", "vocab=99999999999999 is more than the 1048576"},
+		{"llama:theta=2000000000", "theta=2000000000 is more than the 1073741824"},
 		{"gpt2s-blocks:depth=2", `unknown size option "depth" (options: layers, hidden, heads, seq, norm)`},
 		{"gpt2s-blocks:norm=batch", `norm must be one of layer, rms, got "batch"`},
 		{"gpt2s-blocks:seq", "not key=value"},

@@ -1,10 +1,12 @@
 // Package cliargs checks the positional arguments of flowsim's and
 // flowrun's commands, with errors that say what the argument is (cobra's
-// own say only how many it wanted).
+// own say only how many it wanted), and the files their flags name.
 package cliargs
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 
 	"github.com/spf13/cobra"
 )
@@ -32,4 +34,26 @@ func AtLeastOne(what string) cobra.PositionalArgs {
 		}
 		return nil
 	}
+}
+
+// Output checks that path, the file a flag names for a command's output,
+// can be written, so that a command fails before its work, not after it:
+// that it is not a directory, and that its directory exists. An empty
+// path (no output asked for) passes.
+func Output(flag, path string) error {
+	if path == "" {
+		return nil
+	}
+	if fi, err := os.Stat(path); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s %s: is a directory", flag, path)
+	}
+	dir := filepath.Dir(path)
+	fi, err := os.Stat(dir)
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s %s: %w", flag, path, err)
+	case !fi.IsDir():
+		return fmt.Errorf("%s %s: %s is not a directory", flag, path, dir)
+	}
+	return nil
 }

@@ -1,6 +1,8 @@
 package cliargs
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,4 +16,25 @@ func TestArgs(t *testing.T) {
 	some := AtLeastOne("the shards' JSON files")
 	require.NoError(t, some(nil, []string{"a", "b"}))
 	require.EqualError(t, some(nil, nil), "give the shards' JSON files")
+}
+
+func TestOutput(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f.json")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, tt := range []struct{ path, err string }{
+		{"", ""},
+		{file, ""},
+		{filepath.Join(dir, "new.json"), ""},
+		{dir, "-o " + dir + ": is a directory"},
+		{filepath.Join(dir, "none", "p.json"), "-o " + filepath.Join(dir, "none", "p.json") + ": stat " + filepath.Join(dir, "none") + ": no such file or directory"},
+		{filepath.Join(file, "p.json"), "-o " + filepath.Join(file, "p.json") + ": " + file + " is not a directory"},
+	} {
+		err := Output("-o", tt.path)
+		if tt.err == "" {
+			require.NoError(t, err, tt.path)
+			continue
+		}
+		require.EqualError(t, err, tt.err)
+	}
 }

@@ -13,6 +13,10 @@ import (
 // Options.JoinTimeout is zero.
 const DefaultJoinTimeout = 60 * time.Second
 
+// MaxWorld is the most ranks a run may have: each rank keeps a connection
+// and a stream slot for every other, allocated when it joins.
+const MaxWorld = 1 << 16
+
 // DefaultListen is a worker's peer address when Options.Listen is empty.
 // It is reachable only from its own host: a run over several hosts sets
 // Listen to an address the others can reach (":0" serves every interface,
@@ -49,6 +53,9 @@ func FromEnv() (Options, error) {
 	}
 	if o.World < 1 {
 		return Options{}, fmt.Errorf("remote: WORLD_SIZE=%d is not positive", o.World)
+	}
+	if o.World > MaxWorld {
+		return Options{}, fmt.Errorf("remote: WORLD_SIZE=%d is more than the %d ranks a run may have", o.World, MaxWorld)
 	}
 	if o.Rank, err = envInt("RANK"); err != nil {
 		return Options{}, err
@@ -95,6 +102,9 @@ func envInt(name string) (int, error) {
 func (o Options) check() (Options, error) {
 	if o.World < 1 {
 		return o, fmt.Errorf("remote: world size %d is not positive", o.World)
+	}
+	if o.World > MaxWorld {
+		return o, fmt.Errorf("remote: world size %d is more than the %d ranks a run may have", o.World, MaxWorld)
 	}
 	if o.Rank < 0 || o.Rank >= o.World {
 		return o, fmt.Errorf("remote: rank %d is not in 0..%d", o.Rank, o.World-1)

@@ -20,6 +20,7 @@ func TestFromEnv(t *testing.T) {
 		{"negative rank", map[string]string{"RANK": "-1"}, "remote: RANK=-1 is not in 0..WORLD_SIZE-1 (WORLD_SIZE=4)"},
 		{"no world", map[string]string{"WORLD_SIZE": ""}, "remote: WORLD_SIZE is not set"},
 		{"world zero", map[string]string{"WORLD_SIZE": "0"}, "remote: WORLD_SIZE=0 is not positive"},
+		{"world too large", map[string]string{"WORLD_SIZE": "99999999999"}, "remote: WORLD_SIZE=99999999999 is more than the 65536 ranks a run may have"},
 		{"no master", map[string]string{"MASTER_ADDR": ""}, "remote: MASTER_ADDR is not set"},
 		{"no port", map[string]string{"MASTER_PORT": ""}, "remote: MASTER_PORT is not set"},
 		{"port not a number", map[string]string{"MASTER_PORT": "http"}, `remote: MASTER_PORT="http" is not an integer`},
@@ -51,4 +52,13 @@ func TestFromEnvIPv6(t *testing.T) {
 	o, err := FromEnv()
 	require.NoError(t, err)
 	require.Equal(t, "[::1]:1234", o.Master)
+}
+
+func TestCheckBoundsTheWorld(t *testing.T) {
+	o := Options{Rank: 1, World: MaxWorld + 1, Master: "node0:29500", Token: "t"}
+	_, err := o.check()
+	require.EqualError(t, err, "remote: world size 65537 is more than the 65536 ranks a run may have")
+	o.World = MaxWorld
+	_, err = o.check()
+	require.NoError(t, err)
 }
