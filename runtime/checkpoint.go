@@ -30,7 +30,10 @@ type Checkpoint struct {
 	Optimizer string
 	Seed      uint64
 	Step      int    // steps run
-	Weights   *Store // whole tensors
+	// Batch is the samples a step of the run took, which with Step says
+	// where its data order is (0: not recorded, as in files of before).
+	Batch   int
+	Weights *Store // whole tensors
 }
 
 // checkpointFormat is the metadata's "format": what wrote the file.
@@ -65,6 +68,9 @@ func WriteCheckpoint(path string, c Checkpoint) (err error) {
 	meta := map[string]string{
 		"format": checkpointFormat, "model": c.Model, "optimizer": c.Optimizer,
 		"seed": strconv.FormatUint(c.Seed, 10), "step": strconv.Itoa(c.Step),
+	}
+	if c.Batch > 0 {
+		meta["batch"] = strconv.Itoa(c.Batch)
 	}
 	f, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".*")
 	if err != nil {
@@ -182,6 +188,11 @@ func ParseCheckpoint(data []byte) (*Checkpoint, error) {
 	if c.Step, err = strconv.Atoi(meta["step"]); err != nil || c.Step < 0 {
 		return nil, fmt.Errorf("metadata step %q: want the steps run, ≥ 0", meta["step"])
 	}
+	if b, ok := meta["batch"]; ok {
+		if c.Batch, err = strconv.Atoi(b); err != nil || c.Batch < 1 {
+			return nil, fmt.Errorf("metadata batch %q: want the samples a step took, ≥ 1", b)
+		}
+	}
 	c.Weights = NewStore(c.Seed)
 	for _, nt := range st.Tensors() {
 		v := nt.TensorView
@@ -257,9 +268,12 @@ func (r *PlanRunner) Load(w *Store) error {
 
 // check says whether c can resume training model, whose graph is g: the
 // same model, and every persistent tensor of g there, of its shape.
-func (c *Checkpoint) check(model string, g *graph.Graph) error {
+func (c *Checkpoint) check(model string, batch int, g *graph.Graph) error {
 	if c.Model != model {
 		return fmt.Errorf("runtime: the checkpoint is of model %s, not %s", c.Model, model)
+	}
+	if err := c.checkBatch(batch); err != nil {
+		return err
 	}
 	for _, t := range g.Tensors {
 		if !t.Persistent() {
@@ -276,12 +290,25 @@ func (c *Checkpoint) check(model string, g *graph.Graph) error {
 	return nil
 }
 
+// checkBatch refuses to go on with batches of another size than the
+// checkpoint's run took: the data order would resume elsewhere than where
+// that run was.
+func (c *Checkpoint) checkBatch(batch int) error {
+	if c.Batch > 0 && batch != c.Batch {
+		return fmt.Errorf("runtime: the checkpoint's run took batches of %d (%d steps: where its data order is), this run takes %d", c.Batch, c.Step, batch)
+	}
+	return nil
+}
+
 // Resume loads c into r, which runs a plan of the same model: its
 // weights and state on every device, and its steps, so that the next
 // Run goes on from there.
 func (r *PlanRunner) Resume(c *Checkpoint) error {
 	if c.Model != r.p.Model {
 		return fmt.Errorf("runtime: the checkpoint is of model %s, the plan of %s", c.Model, r.p.Model)
+	}
+	if err := c.checkBatch(r.p.Batch); err != nil {
+		return err
 	}
 	if err := r.Load(c.Weights); err != nil {
 		return fmt.Errorf("%w (the checkpoint of %s, saved with %s)", err, c.Model, c.Optimizer)

@@ -98,6 +98,7 @@ func TestCheckpointErrors(t *testing.T) {
 		{"f16", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"1","step":"0"},"x":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}}`, 4), "tensor x is F16"},
 		{"bad step", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"1","step":"-1"}}`, 0), `metadata step "-1"`},
 		{"bad seed", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"x","step":"1"}}`, 0), `metadata seed "x"`},
+		{"bad batch", safetensorsFile(t, `{"__metadata__":{"format":"flowkit-checkpoint","seed":"1","step":"1","batch":"0"}}`, 0), `metadata batch "0"`},
 	} {
 		_, err := ParseCheckpoint(tt.data)
 		require.ErrorContains(t, err, tt.want, tt.name)
@@ -153,9 +154,15 @@ func TestResumeMatchesOneRun(t *testing.T) {
 	first, err := Train(context.Background(), cfg, train, test, nil)
 	require.NoError(t, err)
 	path := filepath.Join(t.TempDir(), "c.safetensors")
-	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: first.Optimizer, Seed: 5, Step: first.Step, Weights: first.Weights}))
+	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: first.Optimizer, Seed: 5, Step: first.Step, Batch: 16, Weights: first.Weights}))
 	c, err := ReadCheckpoint(path)
 	require.NoError(t, err)
+	require.Equal(t, 16, c.Batch)
+	// Batches of another size would resume the data order elsewhere.
+	other := cfg
+	other.Batch, other.Resume = 8, c
+	_, err = Train(context.Background(), other, train, test, nil)
+	require.ErrorContains(t, err, "runtime: the checkpoint's run took batches of 16 (3 steps: where its data order is), this run takes 8")
 	cfg.MaxSteps, cfg.Resume = 5, c
 	second, err := Train(context.Background(), cfg, train, test, nil)
 	require.NoError(t, err)
@@ -206,9 +213,15 @@ func TestResumePlans(t *testing.T) {
 	whole := trainOn(single, 6, nil)
 	first := trainOn(single, 2, nil)
 	path := filepath.Join(t.TempDir(), "c.safetensors")
-	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: first.Optimizer, Seed: 9, Step: first.Step, Weights: first.Weights}))
+	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: first.Optimizer, Seed: 9, Step: first.Step, Batch: 32, Weights: first.Weights}))
 	c, err := ReadCheckpoint(path)
 	require.NoError(t, err)
+	r, err := NewPlanRunner(compile("single"))
+	require.NoError(t, err)
+	wrong := *c
+	wrong.Batch = 64
+	require.ErrorContains(t, r.Resume(&wrong), "the checkpoint's run took batches of 64 (2 steps: where its data order is), this run takes 32")
+	require.NoError(t, r.Close())
 	again := trainOn(single, 4, c)
 	require.Equal(t, 6, again.Step)
 	requireSameWeights(t, whole.Weights, again.Weights)
@@ -226,7 +239,7 @@ func TestResumePlans(t *testing.T) {
 
 	// A checkpoint of another model is refused.
 	c.Model = "mnist-cnn"
-	r, err := NewPlanRunner(single)
+	r, err = NewPlanRunner(single)
 	require.NoError(t, err)
 	defer r.Close()
 	require.ErrorContains(t, r.Resume(c), "the checkpoint is of model mnist-cnn, the plan of mlp")

@@ -166,7 +166,7 @@ func Train(ctx context.Context, cfg TrainConfig, train, test *data.Dataset, prog
 	dev := NewCPU(cfg.Workers)
 	store, first := NewStore(cfg.Seed), 0
 	if c := cfg.Resume; c != nil {
-		if err := c.check(cfg.Model, m.Graph); err != nil {
+		if err := c.check(cfg.Model, cfg.Batch, m.Graph); err != nil {
 			return nil, err
 		}
 		store, first = c.Weights, c.Step

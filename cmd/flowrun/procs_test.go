@@ -317,6 +317,7 @@ func TestTrainResume(t *testing.T) {
 		{[]string{"--resume", filepath.Join(dir, "none.safetensors")}, "--resume: runtime: checkpoint: open"},
 		{[]string{"--resume", ckpt, "--model", "mnist-cnn"}, "the checkpoint is of model mlp, not mnist-cnn"},
 		{[]string{"--resume", ckpt, "--model", "mlp", "--seed", "9"}, "the checkpoint's run has seed 1 (its data order and dropout), --seed says 9"},
+		{[]string{"--resume", ckpt, "--model", "mlp", "--batch", "32"}, "--resume: the checkpoint's run took batches of 64 (where its data order is), --batch says 32: drop --batch"},
 		{[]string{"--resume", ckpt, "--model", "mlp", "--strategy", "single"}, "have no tensor fc1.weight.momentum (the checkpoint of mlp, saved with adam("},
 	} {
 		cmd := newTrainCmd()

@@ -182,6 +182,12 @@ graph would hold the rate fixed.`,
 		if cmd.Flags().Changed("seed") && f.seed != c.Seed {
 			return fmt.Errorf("--resume: the checkpoint's run has seed %d (its data order and dropout), --seed says %d: drop --seed to go on with its own", c.Seed, f.seed)
 		}
+		if c.Batch > 0 {
+			if cmd.Flags().Changed("batch") && f.batch != c.Batch {
+				return fmt.Errorf("--resume: the checkpoint's run took batches of %d (where its data order is), --batch says %d: drop --batch to go on with its own", c.Batch, f.batch)
+			}
+			f.batch = c.Batch
+		}
 		f.seed, f.checkpoint = c.Seed, c
 		return nil
 	}
@@ -423,7 +429,7 @@ func finishTraining(res *runtime.TrainResult, f trainFlags, err error) error {
 // writeCheckpoint writes --save's checkpoint of weights w after step
 // steps.
 func (f trainFlags) writeCheckpoint(optimizer string, step int, w *runtime.Store) error {
-	c := runtime.Checkpoint{Model: f.model, Optimizer: optimizer, Seed: f.seed, Step: step, Weights: w}
+	c := runtime.Checkpoint{Model: f.model, Optimizer: optimizer, Seed: f.seed, Step: step, Batch: f.batch, Weights: w}
 	if err := runtime.WriteCheckpoint(f.save, c); err != nil {
 		return fmt.Errorf("--save: %w", err)
 	}
