@@ -29,7 +29,7 @@ type Checkpoint struct {
 	Model     string
 	Optimizer string
 	Seed      uint64
-	Step      int    // steps run
+	Step      int // steps run
 	// Batch is the samples a step of the run took, which with Step says
 	// where its data order is (0: not recorded, as in files of before).
 	Batch   int
