@@ -19,6 +19,9 @@ type SampleConfig struct {
 	// Seed seeds the draws: the same seed, weights and prompt give the
 	// same text.
 	Seed uint64
+	// Emit, if set, is given each byte as it is drawn, for a caller that
+	// writes the text as it comes.
+	Emit func(b byte)
 }
 
 // Sample continues prompt by n bytes that byte-level language model
@@ -65,7 +68,11 @@ func Sample(model string, w *Store, dev *CPU, prompt []byte, n int, cfg SampleCo
 			return nil, err
 		}
 		row := e.ex.Buffer(e.m.Logits).F[(len(ctx)-1)*TextVocab : len(ctx)*TextVocab]
-		text = append(text, byte(draw(row, probs, cfg, rng)))
+		b := byte(draw(row, probs, cfg, rng))
+		text = append(text, b)
+		if cfg.Emit != nil {
+			cfg.Emit(b)
+		}
 	}
 	return text[start:], nil
 }

@@ -50,9 +50,11 @@ func TestSample(t *testing.T) {
 	a, err := Sample(sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 1})
 	require.NoError(t, err)
 	require.Len(t, a, 40)
-	b, err := Sample(sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 1})
+	var emitted []byte // as they were drawn
+	b, err := Sample(sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 1, Emit: func(c byte) { emitted = append(emitted, c) }})
 	require.NoError(t, err)
 	require.Equal(t, a, b)
+	require.Equal(t, a, emitted)
 	c, err := Sample(sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 2})
 	require.NoError(t, err)
 	require.NotEqual(t, a, c)

@@ -123,8 +123,9 @@ func TestSampleCmd(t *testing.T) {
 	require.NoError(t, json.Unmarshal(enc, &want))
 	require.Equal(t, want, res.Text)
 
-	_, err = sample(lm, "--temperature", "-1")
+	out, err := sample(lm, "--temperature", "-1")
 	require.ErrorContains(t, err, "temperature -1")
+	require.Empty(t, out, "nothing written before the error")
 	_, err = sample(lm, "--bytes", "-2")
 	require.ErrorContains(t, err, "--bytes must be ≥ 0")
 	_, err = sample(lm, "--workers", "-1")

@@ -59,15 +59,42 @@ func runSample(path string, f sampleFlags) error {
 	if err != nil {
 		return err
 	}
-	text, err := runtime.Sample(c.Model, c.Weights, runtime.NewCPU(f.workers), []byte(f.prompt), f.bytes,
-		runtime.SampleConfig{Temperature: f.temperature, TopK: f.topK, Seed: f.seed})
+	cfg := runtime.SampleConfig{Temperature: f.temperature, TopK: f.topK, Seed: f.seed}
+	// Without --json the text is written as it is drawn, after the prompt,
+	// which waits for the first byte: a model that cannot sample prints
+	// nothing.
+	var (
+		started bool
+		werr    error // the first error writing to stdout
+	)
+	write := func(b []byte) {
+		if werr == nil {
+			_, werr = os.Stdout.Write(b)
+		}
+	}
+	if !f.json {
+		cfg.Emit = func(b byte) {
+			if !started {
+				started = true
+				write([]byte(f.prompt))
+			}
+			write([]byte{b})
+		}
+	}
+	text, err := runtime.Sample(c.Model, c.Weights, runtime.NewCPU(f.workers), []byte(f.prompt), f.bytes, cfg)
 	if err != nil {
+		if started {
+			write([]byte("\n"))
+		}
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	if f.json {
 		return printJSON(map[string]any{"checkpoint": path, "model": c.Model, "steps_total": c.Step, "prompt": f.prompt,
 			"text": string(text), "temperature": f.temperature, "top_k": f.topK, "seed": f.seed})
 	}
-	_, err = fmt.Fprintf(os.Stdout, "%s%s\n", f.prompt, text)
-	return err
+	if !started {
+		write([]byte(f.prompt))
+	}
+	write([]byte("\n"))
+	return werr
 }
