@@ -315,9 +315,9 @@ func TestTrainResume(t *testing.T) {
 		want string
 	}{
 		{[]string{"--resume", filepath.Join(dir, "none.safetensors")}, "--resume: runtime: checkpoint: open"},
-		{[]string{"--resume", ckpt, "--model", "mnist-cnn"}, "the checkpoint is of model mlp, not mnist-cnn"},
+		{[]string{"--resume", ckpt, "--model", "mnist-cnn"}, "--resume " + ckpt + ": the checkpoint is of model mlp, not mnist-cnn (--model): drop --model"},
 		{[]string{"--resume", ckpt, "--model", "mlp", "--seed", "9"}, "the checkpoint's run has seed 1 (its data order and dropout), --seed says 9"},
-		{[]string{"--resume", ckpt, "--model", "mlp", "--batch", "32"}, "--resume: the checkpoint's run took batches of 64 (where its data order is), --batch says 32: drop --batch"},
+		{[]string{"--resume", ckpt, "--model", "mlp", "--batch", "32"}, "the checkpoint's run took batches of 64 (where its data order is), --batch says 32: drop --batch"},
 		{[]string{"--resume", ckpt, "--model", "mlp", "--strategy", "single"}, "have no tensor fc1.weight.momentum (the checkpoint of mlp, saved with adam("},
 	} {
 		cmd := newTrainCmd()
@@ -327,6 +327,11 @@ func TestTrainResume(t *testing.T) {
 		cmd.SilenceUsage = true
 		require.ErrorContains(t, cmd.Execute(), tt.want, "%v", tt.args)
 	}
+	// Without --model, --seed or --batch, a resumed run takes the
+	// checkpoint's.
+	res := trainJSON(t, "--resume", ckpt, "--optimizer", "adam", "--lr", "0.001", "--max-steps", "1")
+	require.Equal(t, "mlp", res["model"])
+	require.Equal(t, 6.0, res["steps_total"])
 }
 
 // A run that stops after a checkpoint says how to go on from it; one that

@@ -179,12 +179,18 @@ graph would hold the rate fixed.`,
 		if err != nil {
 			return fmt.Errorf("--resume: %w", err)
 		}
+		if c.Model != f.model {
+			if cmd.Flags().Changed("model") {
+				return fmt.Errorf("--resume %s: the checkpoint is of model %s, not %s (--model): drop --model to go on with its own", f.resume, c.Model, f.model)
+			}
+			f.model = c.Model
+		}
 		if cmd.Flags().Changed("seed") && f.seed != c.Seed {
-			return fmt.Errorf("--resume: the checkpoint's run has seed %d (its data order and dropout), --seed says %d: drop --seed to go on with its own", c.Seed, f.seed)
+			return fmt.Errorf("--resume %s: the checkpoint's run has seed %d (its data order and dropout), --seed says %d: drop --seed to go on with its own", f.resume, c.Seed, f.seed)
 		}
 		if c.Batch > 0 {
 			if cmd.Flags().Changed("batch") && f.batch != c.Batch {
-				return fmt.Errorf("--resume: the checkpoint's run took batches of %d (where its data order is), --batch says %d: drop --batch to go on with its own", c.Batch, f.batch)
+				return fmt.Errorf("--resume %s: the checkpoint's run took batches of %d (where its data order is), --batch says %d: drop --batch to go on with its own", f.resume, c.Batch, f.batch)
 			}
 			f.batch = c.Batch
 		}
