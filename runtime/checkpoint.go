@@ -355,6 +355,11 @@ func checkWeights(model string, g *graph.Graph, w *Store) error {
 		case !st.spec.Shape.Equal(t.Spec.Shape):
 			return fmt.Errorf("runtime: tensor %s is %v in the weights, %v in model %s", t.Name, st.spec.Shape, t.Spec.Shape, model)
 		}
+		for i, v := range st.buf.F {
+			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
+				return fmt.Errorf("runtime: tensor %s holds %v at element %d: the run that wrote these weights diverged", t.Name, v, i)
+			}
+		}
 	}
 	return nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
@@ -361,6 +362,11 @@ func TestCheckWeights(t *testing.T) {
 	put("fc3.bias", 10)
 	require.NoError(t, CheckWeights("mlp", w))
 	require.ErrorContains(t, CheckWeights("nope", w), "nope")
+	// Weights of a run that diverged are refused, not scored as NaN.
+	bias := make([]float32, 10)
+	bias[7] = float32(math.NaN())
+	require.NoError(t, w.Put(Tensor{Name: "fc3.bias", Spec: graph.Spec{Shape: graph.Shape{10}, DType: graph.F32}, F: bias}))
+	require.ErrorContains(t, CheckWeights("mlp", w), "tensor fc3.bias holds NaN at element 7: the run that wrote these weights diverged")
 }
 
 // A run whose Stop closes ends with whole steps and saves them: resumed
