@@ -3,9 +3,6 @@ package topology
 import (
 	"math"
 
-	"gonum.org/v1/gonum/graph/network"
-	"gonum.org/v1/gonum/graph/simple"
-
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -93,12 +90,9 @@ func popcount(x int) int {
 
 // flowAcross is the maximum flow from the devices of a to those of b.
 func (c *Cluster) flowAcross(a, b []DeviceID) units.BytesPerSecond {
-	g := simple.NewWeightedDirectedGraph(0, 0)
 	nv := c.NumVertices()
-	src, dst := simple.Node(nv), simple.Node(nv+1)
-	for v := range nv + 2 {
-		g.AddNode(simple.Node(v))
-	}
+	src, dst := nv, nv+1
+	n := newFlowNet(nv + 2)
 	role := make([]int, nv) // 1: in A (sends only), 2: in B (receives only)
 	var total float64
 	for _, l := range c.Links {
@@ -106,11 +100,11 @@ func (c *Cluster) flowAcross(a, b []DeviceID) units.BytesPerSecond {
 	}
 	for _, d := range a {
 		role[d] = 1
-		g.SetWeightedEdge(g.NewWeightedEdge(src, simple.Node(d), total))
+		n.arc(src, int(d), total)
 	}
 	for _, d := range b {
 		role[d] = 2
-		g.SetWeightedEdge(g.NewWeightedEdge(simple.Node(d), dst, total))
+		n.arc(int(d), dst, total)
 	}
 	add := func(u, v Vertex, w float64) {
 		if _, isDev := c.DeviceAt(u); isDev && role[u] != 1 {
@@ -119,11 +113,11 @@ func (c *Cluster) flowAcross(a, b []DeviceID) units.BytesPerSecond {
 		if _, isDev := c.DeviceAt(v); isDev && role[v] != 2 {
 			return
 		}
-		g.SetWeightedEdge(g.NewWeightedEdge(simple.Node(u), simple.Node(v), w))
+		n.arc(int(u), int(v), w)
 	}
 	for _, l := range c.Links {
 		add(l.A, l.B, float64(l.Bandwidth))
 		add(l.B, l.A, float64(l.Bandwidth))
 	}
-	return units.BytesPerSecond(network.MaxFlowDinic(g, src, dst, -1))
+	return units.BytesPerSecond(n.maxFlow(src, dst))
 }
