@@ -50,7 +50,7 @@ func DevicesFromCluster(c *topology.Cluster, n int, oversubscribe bool) ([]Devic
 		return devs, nil
 	}
 	if per < 1 {
-		return nil, fmt.Errorf("%w: the plan needs %d devices, cluster %s has %d CPU cores in all", ErrInfeasible, n, c.Name, cores)
+		return nil, &fewerCores{fmt.Errorf("%w: the plan needs %d devices, cluster %s has %d CPU cores in all", ErrInfeasible, n, c.Name, cores)}
 	}
 	var devs []Device
 	for _, d := range c.Devices {
@@ -81,3 +81,8 @@ func DevicesFor(c *topology.Cluster, st Strategy, oversubscribe bool) ([]Device,
 	}
 	return DevicesFromCluster(c, n, oversubscribe)
 }
+
+// fewerCores is an ErrInfeasible that is also ErrFewerCores.
+type fewerCores struct{ error }
+
+func (e *fewerCores) Unwrap() []error { return []error{e.error, ErrFewerCores} }

@@ -12,6 +12,10 @@ var (
 	ErrOutOfMemory = errors.New("plans: out of memory")
 	// ErrInfeasible: the strategy does not fit the model, batch or cluster.
 	ErrInfeasible = errors.New("plans: infeasible strategy")
+	// ErrFewerCores, with ErrInfeasible: a CPU cluster has fewer cores
+	// than the plan has devices, which DevicesFromCluster's oversubscribe
+	// allows.
+	ErrFewerCores = errors.New("fewer CPU cores than devices")
 )
 
 // FiringsError is the ErrInfeasible of a plan too large to plan memory

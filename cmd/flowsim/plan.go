@@ -240,6 +240,9 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 		return plans.Config{}, nil, err
 	}
 	devs, err := plans.DevicesFor(cluster, st, f.oversubscribe)
+	if errors.Is(err, plans.ErrFewerCores) {
+		err = fmt.Errorf("%w (--oversubscribe runs more devices than cores)", err)
+	}
 	if err != nil {
 		return plans.Config{}, nil, err
 	}

@@ -6,6 +6,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -169,6 +170,18 @@ func TestPlanBadInput(t *testing.T) {
 		_, err := run(t, tt.args...)
 		require.ErrorContains(t, err, tt.want, "%v", tt.args)
 	}
+}
+
+// More CPU devices than the machine has cores: the error says how to
+// have them anyway, and --oversubscribe does.
+func TestPlanOversubscribeHint(t *testing.T) {
+	n := goruntime.NumCPU() + 1 // the local preset has the machine's cores
+	args := []string{"plan", "--model", "mlp", "--strategy", fmt.Sprintf("dp=%d", n), "--batch", fmt.Sprint(2 * n), "-o", filepath.Join(t.TempDir(), "p.json")}
+	_, err := run(t, args...)
+	require.ErrorIs(t, err, plans.ErrInfeasible)
+	require.ErrorContains(t, err, "CPU cores in all (--oversubscribe runs more devices than cores)")
+	_, err = run(t, append(args, "--oversubscribe")...)
+	require.NoError(t, err)
 }
 
 // A plan's updates carry the learning-rate schedule and weight decay asked
