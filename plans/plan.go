@@ -1,9 +1,10 @@
 package plans
 
 import (
+	"sync"
+
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/units"
-	"sync"
 )
 
 // Version is the plan file format's version. 2 (2026-11-30) added the
