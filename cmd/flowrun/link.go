@@ -58,6 +58,7 @@ they run.`,
 	}
 	fl := cmd.Flags()
 	f.procs.register(fl, 2)
+	_ = fl.MarkHidden("ranks") // there is no plan to place: refused if given
 	fl.StringSliceVar(&f.sizes, "sizes", []string{"4KiB", "64KiB", "256KiB", "1MiB", "4MiB", "16MiB"}, "message sizes measured (multiples of 4 bytes)")
 	fl.IntVar(&f.reps, "reps", 20, "round trips per size (after 2 untimed; at least 3)")
 	fl.StringVarP(&f.out, "output", "o", "", "write a cluster file of the processes, with the measured fabric, here")
@@ -85,6 +86,9 @@ func runCalibrateLink(ctx context.Context, f linkFlags) error {
 	}
 	if f.reps < 3 {
 		return fmt.Errorf("--reps must be ≥ 3, got %d", f.reps)
+	}
+	if f.procs.ranks != "" {
+		return fmt.Errorf("--ranks %q: calibrate link measures ranks 0 and 1 and places no plan's devices", f.procs.ranks)
 	}
 	if err := f.procs.check(); err != nil {
 		return err
