@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"io"
-	"os"
 	"path/filepath"
 	goruntime "runtime"
 	"slices"
@@ -13,7 +12,6 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowkit/flowkit/cost"
-	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 )
 
@@ -53,16 +51,7 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 // CPU written as if of the GPU.
 func TestCalibrateCUDABadPlans(t *testing.T) {
 	dir := t.TempDir()
-	st, err := plans.ParseStrategy("single", 8)
-	require.NoError(t, err)
-	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.01},
-		Devices: []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1}}})
-	require.NoError(t, err)
-	cpu := filepath.Join(dir, "cpu.json")
-	f, err := os.Create(cpu)
-	require.NoError(t, err)
-	require.NoError(t, plans.Encode(f, p))
-	require.NoError(t, f.Close())
+	cpu := writePlan(t, []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1}})
 	for _, tt := range []struct {
 		args []string
 		want string

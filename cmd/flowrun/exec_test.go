@@ -90,11 +90,7 @@ func TestExecBadInput(t *testing.T) {
 	cal.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
 	cpuCalib := filepath.Join(t.TempDir(), "calib.json")
 	require.NoError(t, cal.WriteFile(cpuCalib))
-	gpus := filepath.Join(t.TempDir(), "gpus.json")
-	f, err := os.Create(gpus)
-	require.NoError(t, err)
-	require.NoError(t, plans.Encode(f, p))
-	require.NoError(t, f.Close())
+	gpus := savePlan(t, p)
 	for _, tt := range []struct {
 		args []string
 		want string

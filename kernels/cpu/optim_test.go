@@ -87,37 +87,14 @@ func TestMomentumUpdate(t *testing.T) {
 	}
 }
 
-func TestAdamUpdate(t *testing.T) {
-	for i, c := range optimCases {
-		c := c.asKernelSees()
-		w0, gs := randSlice(newRNG(uint64(i)), c.n), c.grads(uint64(i))
-		wantW, wantM, wantV := to64(w0), make([]float64, c.n), make([]float64, c.n)
-		for s, g := range gs {
-			step := float64(s + 1)
-			for j := range wantW {
-				d := float64(g[j]) + c.wd*wantW[j]
-				wantM[j] = c.beta1*wantM[j] + (1-c.beta1)*d
-				wantV[j] = c.beta2*wantV[j] + (1-c.beta2)*d*d
-				mHat := wantM[j] / (1 - math.Pow(c.beta1, step))
-				vHat := wantV[j] / (1 - math.Pow(c.beta2, step))
-				wantW[j] -= c.lr * mHat / (math.Sqrt(vHat) + c.eps)
-			}
-		}
-		for _, tp := range testPools {
-			t.Run(c.String()+"/"+tp.name, func(t *testing.T) {
-				w, m, v := append([]float32(nil), w0...), make([]float32, c.n), make([]float32, c.n)
-				for s, g := range gs {
-					AdamUpdate(tp.p, w, g, m, v, float32(c.lr), float32(c.beta1), float32(c.beta2), float32(c.eps), float32(c.wd), s+1)
-				}
-				checkClose(t, "w", w, wantW, fwdTol)
-				checkClose(t, "m", m, wantM, fwdTol)
-				checkClose(t, "v", v, wantV, fwdTol)
-			})
-		}
-	}
-}
+func TestAdamUpdate(t *testing.T) { testAdam(t, AdamUpdate, false) }
 
-func TestAdamWUpdate(t *testing.T) {
+func TestAdamWUpdate(t *testing.T) { testAdam(t, AdamWUpdate, true) }
+
+// testAdam checks an Adam kernel against float64 over optimCases, its
+// weight decay added to the gradient, or decoupled from it (AdamW: the
+// weights decay, the gradient is left alone).
+func testAdam(t *testing.T, update func(p *Pool, w, g, m, v []float32, lr, beta1, beta2, eps, weightDecay float32, step int), decoupled bool) {
 	for i, c := range optimCases {
 		c := c.asKernelSees()
 		w0, gs := randSlice(newRNG(uint64(i)), c.n), c.grads(uint64(i))
@@ -125,8 +102,12 @@ func TestAdamWUpdate(t *testing.T) {
 		for s, g := range gs {
 			step := float64(s + 1)
 			for j := range wantW {
-				wantW[j] *= 1 - c.lr*c.wd // decoupled: the weights decay, the gradient is left alone
 				d := float64(g[j])
+				if decoupled {
+					wantW[j] *= 1 - c.lr*c.wd
+				} else {
+					d += c.wd * wantW[j]
+				}
 				wantM[j] = c.beta1*wantM[j] + (1-c.beta1)*d
 				wantV[j] = c.beta2*wantV[j] + (1-c.beta2)*d*d
 				mHat := wantM[j] / (1 - math.Pow(c.beta1, step))
@@ -138,7 +119,7 @@ func TestAdamWUpdate(t *testing.T) {
 			t.Run(c.String()+"/"+tp.name, func(t *testing.T) {
 				w, m, v := append([]float32(nil), w0...), make([]float32, c.n), make([]float32, c.n)
 				for s, g := range gs {
-					AdamWUpdate(tp.p, w, g, m, v, float32(c.lr), float32(c.beta1), float32(c.beta2), float32(c.eps), float32(c.wd), s+1)
+					update(tp.p, w, g, m, v, float32(c.lr), float32(c.beta1), float32(c.beta2), float32(c.eps), float32(c.wd), s+1)
 				}
 				checkClose(t, "w", w, wantW, fwdTol)
 				checkClose(t, "m", m, wantM, fwdTol)
