@@ -336,19 +336,20 @@ type gpuStep struct {
 	gemm      GEMMPolicy // PlanRunner.GEMM
 	capturing bool       // the enqueue is being captured into a graph
 	step      int        // the training step being taken, from 1 (not while capturing)
+	rates     *rateTables
 }
 
-// rate is an update's learning rate at this step. A kernel captured into
-// a graph keeps its arguments, so a schedule cannot be captured
-// (capturable says so first).
-func (at gpuStep) rate(lr float32, s graph.Schedule) (float32, error) {
-	if s.IsZero() {
-		return lr, nil
+// rate is an update's learning rate at this step: its value when the
+// kernel is enqueued for one step, and, in a capture, a schedule's table,
+// which the kernel reads by the iteration counter.
+func (at gpuStep) rate(lr float32, s graph.Schedule) (kcuda.Rate, error) {
+	switch {
+	case s.IsZero():
+		return kcuda.Rate{LR: lr}, nil
+	case !at.capturing:
+		return kcuda.Rate{LR: s.Rate(lr, at.step)}, nil
 	}
-	if at.capturing {
-		return 0, fmt.Errorf("runtime: cuda: a learning-rate schedule (%s) cannot be captured into a CUDA graph", s)
-	}
-	return s.Rate(lr, at.step), nil
+	return at.rates.of(lr, s)
 }
 
 // workspace is the scratch a task's kernel needs.
@@ -545,26 +546,20 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		if err != nil {
 			return err
 		}
-		return k.SGDUpdate(s, dt, in[0], in[1], lr, op.WeightDecay, shape(0).NumElements())
+		return k.SGDUpdate(s, dt, in[0], in[1], lr, op.WeightDecay, at.iter, shape(0).NumElements())
 	case graph.MomentumUpdate:
 		lr, err := at.rate(op.LR, op.Schedule)
 		if err != nil {
 			return err
 		}
-		return k.MomentumUpdate(s, dt, in[0], in[1], in[2], lr, op.Momentum, op.WeightDecay, shape(0).NumElements())
+		return k.MomentumUpdate(s, dt, in[0], in[1], in[2], lr, op.Momentum, op.WeightDecay, at.iter, shape(0).NumElements())
 	case graph.AdamUpdate:
 		lr, err := at.rate(op.LR, op.Schedule)
 		if err != nil {
 			return err
 		}
-		l2 := op.WeightDecay
-		if op.Decoupled && op.WeightDecay != 0 { // AdamW: the weights decay first, as kernels/cpu's AdamWUpdate
-			if err := k.Scale(s, dt, 1-lr*op.WeightDecay, in[0], in[0], shape(0).NumElements()); err != nil {
-				return err
-			}
-			l2 = 0
-		}
-		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], lr, op.Beta1, op.Beta2, op.Eps, l2, at.iter, shape(0).NumElements())
+		o := kcuda.Adam{Beta1: op.Beta1, Beta2: op.Beta2, Eps: op.Eps, WeightDecay: op.WeightDecay, Decoupled: op.Decoupled}
+		return k.AdamUpdate(s, dt, in[0], in[1], in[2], in[3], lr, o, at.iter, shape(0).NumElements())
 	}
 	return fmt.Errorf("runtime: cuda: no kernel for op %s", op.Type())
 }

@@ -115,7 +115,7 @@ func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, 
 		if _, ok := op.(graph.Mutator); ok {
 			out = nil
 		}
-		at := gpuStep{iter: iter, micro: p.FirstMicro(t.Replica) + fi.Micro, micros: p.TotalMicros(), gemm: r.GEMM, capturing: g.capturing, step: r.iteration + it + 1}
+		at := gpuStep{iter: iter, micro: p.FirstMicro(t.Replica) + fi.Micro, micros: p.TotalMicros(), gemm: r.GEMM, capturing: g.capturing, step: r.iteration + it + 1, rates: g.rates}
 		if err := dev.launch(s, op, r.in[t.ID], r.out[t.ID], at, reads, out, g.work[devIdx]); err != nil {
 			return err
 		}

@@ -69,9 +69,6 @@ func (r *PlanRunner) capturable() string {
 		if t.Kind == plans.AllReduce {
 			return "it has all-reduces"
 		}
-		if s := graph.ScheduleOf(r.ops[t.ID]); !s.IsZero() {
-			return "its learning rate follows a schedule (" + s.String() + "), which a captured graph would hold fixed"
-		}
 	}
 	return ""
 }
@@ -172,6 +169,12 @@ func (r *PlanRunner) capture(feed Feeder, timed bool) (*gpuGraph, error) {
 			return nil, fmt.Errorf("warming up: %w", err)
 		}
 		g.warm = true
+	}
+	if g.rates == nil {
+		var err error
+		if g.rates, err = r.newRateTables(); err != nil {
+			return nil, err
+		}
 	}
 	if err := gg.origin.BeginCapture(); err != nil {
 		return nil, err
@@ -361,6 +364,11 @@ func (x *run) runGraph(ctx context.Context) error {
 	if err := g.setInts(g.counter, []int64{int64(r.iteration)}); err != nil { // the replays advance it
 		return err
 	}
+	if g.rates != nil {
+		if err := g.rates.fill(g, r.iteration); err != nil {
+			return err
+		}
+	}
 	marks := make([]*cu.Event, x.iters+1)
 	for i := range marks {
 		e, err := dev.ctx.NewEvent(true)
@@ -411,6 +419,16 @@ func (x *run) runGraph(ctx context.Context) error {
 		if it > 0 && x.stopping() {
 			x.iters = it
 			break
+		}
+		if g.rates != nil && it > 0 && it%rateCap == 0 {
+			// The tables hold iterations up to this one: refill them
+			// once the replays that read them have run.
+			if err := s.Synchronize(); err != nil {
+				return err
+			}
+			if err := g.rates.fill(g, r.iteration+it); err != nil {
+				return err
+			}
 		}
 		if !pooled {
 			// Host-fed inputs: fill the staging buffers the graph copies

@@ -63,9 +63,10 @@ type gpuPlan struct {
 	hostRun []bool
 	mirror  map[int]cu.HostBuffer
 
-	graph     *gpuGraph // captured iteration, for GPU-only plans
-	warm      bool      // an iteration has run once before capturing (see warmUp)
-	capturing bool      // enqueues are being captured: nothing may synchronize
+	graph     *gpuGraph   // captured iteration, for GPU-only plans
+	rates     *rateTables // the captured graph's scheduled learning rates, made by its first capture
+	warm      bool        // an iteration has run once before capturing (see warmUp)
+	capturing bool        // enqueues are being captured: nothing may synchronize
 }
 
 // devicePool is a synthetic feeder's sample pool copied to the GPU: rows
@@ -312,6 +313,7 @@ func (g *gpuPlan) Close() error {
 		for _, dp := range g.pools {
 			keep(dp.free(first.ctx))
 		}
+		keep(g.rates.free(g))
 		if g.base != nil {
 			keep(g.base.Destroy())
 		}

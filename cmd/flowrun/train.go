@@ -115,8 +115,7 @@ min=0.1 raises it over 30 steps, then lowers it along half a cosine to a
 tenth of --lr at the last step. The decay ends with this run unless steps=N
 says otherwise; a run that will be resumed should say steps=N, the whole
 training's, and its resumed runs the same (they count steps on from the
-checkpoint's). On a GPU, a scheduled plan runs eagerly: a captured CUDA
-graph would hold the rate fixed.`,
+checkpoint's).`,
 		Example: `  flowrun train
   flowrun train --model mlp --epochs 3 --optimizer adam --lr 0.001
   flowrun train --json > result.json

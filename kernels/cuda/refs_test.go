@@ -290,6 +290,12 @@ func refAdam(w, g, m, v, lr, b1, b2, eps, wd float64, t int) (float64, float64, 
 	return w - lr*mh/(math.Sqrt(vh)+eps), m, v
 }
 
+// refAdamW is AdamUpdate's step t on one element with decoupled decay
+// (AdamW): the weight decays, then Adam steps on the gradient alone.
+func refAdamW(w, g, m, v, lr, b1, b2, eps, wd float64, t int) (float64, float64, float64) {
+	return refAdam(w*(1-lr*wd), g, m, v, lr, b1, b2, eps, 0, t)
+}
+
 // nearCPU checks a reference against kernels/cpu's float32 result.
 func nearCPU(t *testing.T, what string, ref []float64, got []float32) {
 	t.Helper()
@@ -435,6 +441,20 @@ func TestReferences(t *testing.T) {
 			rw[i], rm[i], rv[i] = refAdam(float64(w[i]), float64(g[i]), float64(m[i]), float64(v[i]), 0.01, 0.9, 0.999, 1e-8, 0.01, 3)
 		}
 		cpu.AdamUpdate(nil, w, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.01, 3)
+		nearCPU(t, "w", rw, w)
+		nearCPU(t, "m", rm, m)
+		nearCPU(t, "v", rv, v)
+	})
+	t.Run("adamw", func(t *testing.T) {
+		w, g, m, v := rand32(100), rand32(100), rand32(100), rand32(100)
+		for i := range v {
+			v[i] = float32(math.Abs(float64(v[i])))
+		}
+		rw, rm, rv := make([]float64, 100), make([]float64, 100), make([]float64, 100)
+		for i := range w {
+			rw[i], rm[i], rv[i] = refAdamW(float64(w[i]), float64(g[i]), float64(m[i]), float64(v[i]), 0.01, 0.9, 0.999, 1e-8, 0.5, 3)
+		}
+		cpu.AdamWUpdate(nil, w, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.5, 3)
 		nearCPU(t, "w", rw, w)
 		nearCPU(t, "m", rm, m)
 		nearCPU(t, "v", rv, v)

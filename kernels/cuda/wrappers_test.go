@@ -207,9 +207,12 @@ func TestWrappers(t *testing.T) {
 				k.Dropout(nil, dt, x, y, 0.1, 7, 100, 0, 0, n),
 				k.Dropout(nil, dt, x, y, 0, 7, 0, 0, 0, n), k.Dropout(nil, dt, x, y, 1, 7, 0, 0, 0, n),
 				k.DropoutBackward(nil, dt, x, y, 0.5, 7, 0, iter, 0, n),
-				k.SGDUpdate(nil, dt, x, y, 0.1, 0.01, n),
-				k.MomentumUpdate(nil, dt, x, y, z, 0.1, 0.9, 0.01, n),
-				k.AdamUpdate(nil, dt, x, y, z, buf(r, dt, n), 0.1, 0.9, 0.999, 1e-8, 0.01, iter, n),
+				k.SGDUpdate(nil, dt, x, y, Rate{LR: 0.1}, 0.01, 0, n),
+				k.SGDUpdate(nil, dt, x, y, Rate{Table: r.alloc("rates", 4*5), Len: 5}, 0.01, iter, n),
+				k.MomentumUpdate(nil, dt, x, y, z, Rate{LR: 0.1}, 0.9, 0.01, 0, n),
+				k.MomentumUpdate(nil, dt, x, y, z, Rate{Table: r.alloc("rates", 4*5), Len: 5}, 0.9, 0.01, iter, n),
+				k.AdamUpdate(nil, dt, x, y, z, buf(r, dt, n), Rate{LR: 0.1}, Adam{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01}, iter, n),
+				k.AdamUpdate(nil, dt, x, y, z, buf(r, dt, n), Rate{Table: r.alloc("rates", 4*5), Len: 5}, Adam{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, WeightDecay: 0.01, Decoupled: true}, iter, n),
 				k.MeanSquare(nil, dt, x, r.alloc("loss", 4), r.alloc("work", MeanSquareWorkspace(n)), n),
 				k.MeanSquareBackward(nil, dt, x, r.alloc("dloss", 4), y, n),
 			)
@@ -405,6 +408,8 @@ func TestWrapperErrors(t *testing.T) {
 		{"pool shape", k.MaxPool2DForward(nil, cpu.PoolShape{N: 1, C: 1, H: 2, W: 2, KH: 2, KW: 2}, x, y), ErrArg},
 		{"loss log", k.LossLog(nil, x, y, x, 3, 3, 10), ErrArg},
 		{"mean square", k.MeanSquare(nil, graph.F32, x, y, y, -1), ErrArg},
+		{"rate table without iter", k.SGDUpdate(nil, graph.F32, x, y, Rate{Table: x, Len: 4}, 0, 0, 4), ErrArg},
+		{"empty rate table", k.MomentumUpdate(nil, graph.F32, x, y, y, Rate{Table: x}, 0.9, 0, x, 4), ErrArg},
 	} {
 		if !errors.Is(c.err, c.want) {
 			t.Errorf("%s: got %v, want an error wrapping %v", c.name, c.err, c.want)

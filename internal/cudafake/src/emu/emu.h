@@ -54,6 +54,10 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float normcdff(float v) { return 0.5f * erfcf(-v * (float)M_SQRT1_2); }
 static inline float rsqrtf(float v) { return 1.0f / sqrtf(v); }
+// The host compiler contracts nothing without -mfma, so the round-to-nearest
+// intrinsics, which keep nvcc from fusing, are the plain operations here.
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
 
 template <class T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <class T> static inline T max(T a, T b) { return a < b ? b : a; }
