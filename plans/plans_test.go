@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 	"github.com/flowkit/flowkit/units"
 	"github.com/stretchr/testify/require"
@@ -569,6 +570,29 @@ func TestDecodeRejectsBadArenas(t *testing.T) {
 		{"slots", "runs past the", func(p *Plan) { p.Registers[0].Slots = 1 << 20 }},
 		{"too many slots", "is inconsistent (device 0, 1000000000000 slots", func(p *Plan) { p.Registers[0].Slots = 1e12 }},
 	})
+}
+
+// A CPU device's workers are bounded when a plan is read: the runtime
+// would start that many goroutines, the simulator price a CPU of that many
+// cores (10^9 of them).
+func TestDecodeRejectsBadWorkers(t *testing.T) {
+	good := mustCompile(t, "mlp", "dp=2", 8)
+	requireDecodeRejectsAll(t, good, []rejection{
+		{"absurd", "plans: devices[1]: CPU device cpu1 (cpu) has 1000000000 workers: want 1 to 65536", func(p *Plan) { p.Devices[1].Workers = 1e9 }},
+		{"one over", "plans: devices[0]: CPU device cpu0 (cpu) has 65537 workers: want 1 to 65536", func(p *Plan) { p.Devices[0].Workers = topology.MaxCores + 1 }},
+		{"zero", "plans: devices[0]: CPU device cpu0 (cpu) has 0 workers", func(p *Plan) { p.Devices[0].Workers = 0 }},
+		{"negative", "plans: devices[1]: CPU device cpu1 (cpu) has -4 workers", func(p *Plan) { p.Devices[1].Workers = -4 }},
+	})
+	// The bound itself is a plan's to have.
+	var b bytes.Buffer
+	require.NoError(t, Encode(&b, good))
+	p, err := Decode(&b)
+	require.NoError(t, err)
+	p.Devices[0].Workers = topology.MaxCores
+	b.Reset()
+	require.NoError(t, Encode(&b, p))
+	_, err = Decode(&b)
+	require.NoError(t, err)
 }
 
 // A tensor-parallel plan whose sums or parts disagree with its devices is
