@@ -124,6 +124,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err := cliargs.Output("--trace", f.tracePath); err != nil { // before the runs
 		return err
 	}
+	if err := cliargs.OutputDir("--pprof", f.pprofDir); err != nil { // made after the runs
+		return err
+	}
 	switch {
 	case f.iters < 1:
 		return fmt.Errorf("--iters must be ≥ 1, got %d", f.iters)
