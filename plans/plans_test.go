@@ -512,6 +512,23 @@ func TestCheckTraceCatchesViolations(t *testing.T) {
 		}
 	}
 	require.ErrorContains(t, shared.CheckTrace(tr), "memory plan")
+
+	// CheckedTrace checks the same, once, and returns the trace checked
+	// for the analyses that would validate it again: written as Chrome
+	// JSON as WriteChrome writes it, live memory and all.
+	c, err := p.CheckedTrace(tr)
+	require.NoError(t, err)
+	require.Same(t, tr, c.Trace())
+	_, err = p.CheckedTrace(&early)
+	require.ErrorContains(t, err, "before")
+	_, err = shared.CheckedTrace(tr)
+	require.ErrorContains(t, err, "memory plan")
+	var want, got bytes.Buffer
+	require.NoError(t, p.WriteChrome(&want, tr))
+	require.NoError(t, p.WriteChromeChecked(&got, c))
+	require.Equal(t, want.String(), got.String())
+	require.Contains(t, got.String(), "live memory (MiB)")
+	require.ErrorIs(t, p.WriteChromeChecked(&got, trace.Checked{}), trace.ErrInvalid, "no trace was checked")
 }
 
 // topo orders firings so that every same-iteration edge points forward.
