@@ -19,6 +19,11 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 )
 
 //go:embed */experiment.yaml
@@ -35,7 +40,7 @@ type Experiment struct {
 	Notes     string   `yaml:"notes"`
 	Metric    string   `yaml:"metric"`    // what the figures are; so far "iteration time (s)"
 	DType     string   `yaml:"dtype"`     // of the models' float tensors: f32 (the default) or bf16
-	Optimizer string   `yaml:"optimizer"` // sgd or adam
+	Optimizer string   `yaml:"optimizer"` // sgd, adam or adamw
 	Cluster   string   `yaml:"cluster"`   // a preset, sized to each row's devices as NAMExK
 	Columns   []Column `yaml:"columns"`
 	Rows      []Row    `yaml:"rows"`
@@ -71,6 +76,13 @@ type Published struct {
 	TFLOPs float64 `yaml:"tflops"`
 	HFU    float64 `yaml:"hfu"`
 	PFLOPs float64 `yaml:"pflops"`
+}
+
+// OptimizerSpec is the optimizer every cell of the experiment is compiled
+// with: its Optimizer, at a learning rate and momentum that change its
+// state's memory and its update's cost not at all.
+func (e *Experiment) OptimizerSpec() graph.OptimizerSpec {
+	return graph.OptimizerSpec{Name: e.Optimizer, LR: 1e-4, Momentum: 0.9}
 }
 
 // StrategyIn is the strategy string of a row in a column.
@@ -147,6 +159,18 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 	if len(e.Columns) == 0 || len(e.Rows) == 0 {
 		return nil, fail(top.Line, "want at least one column and one row")
 	}
+	// What every cell takes from the experiment is checked here, once,
+	// rather than by each cell after others compiled (minutes, for the
+	// large ones).
+	if _, err := graph.NewOptimizer(e.OptimizerSpec()); err != nil {
+		return nil, fail(value(top, "optimizer").Line, "optimizer: %v", err)
+	}
+	if _, err := zoo.ParseDType(e.DType); err != nil {
+		return nil, fail(value(top, "dtype").Line, "dtype: %v", err)
+	}
+	if _, err := topology.Preset(e.Cluster); err != nil {
+		return nil, fail(value(top, "cluster").Line, "cluster: %v", err)
+	}
 	cols := map[string]bool{}
 	for i, c := range e.Columns {
 		if c.Name == "" || cols[c.Name] {
@@ -164,8 +188,8 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 			return nil, fail(r.Line, "rows[%d]: a name, unique, is required", i)
 		case r.Model == "":
 			return nil, fail(r.Line, "%s: model: missing", where)
-		case r.Batch < 1:
-			return nil, fail(r.Line, "%s: batch: want ≥ 1, got %d", where, r.Batch)
+		case r.Batch < 1 || r.Batch > zoo.MaxBatch:
+			return nil, fail(r.Line, "%s: batch: want 1 to %d, got %d", where, zoo.MaxBatch, r.Batch)
 		case r.Strategy == "":
 			return nil, fail(r.Line, "%s: strategy: missing", where)
 		case len(r.Paper) == 0:
@@ -174,6 +198,9 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 			return nil, fail(r.Line, "%s: params: want ≥ 0 (billions), got %g", where, r.Params)
 		}
 		seen[r.Name] = true
+		if err := e.checkCells(r, where, child(top, "rows", i), top, fail); err != nil {
+			return nil, err
+		}
 		for col, p := range r.Paper {
 			if !cols[col] {
 				return nil, fail(r.Line, "%s: paper: %q is no column (columns: %s)", where, col, strings.Join(slices.Sorted(maps.Keys(cols)), ", "))
@@ -187,6 +214,44 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 		}
 	}
 	return &e, nil
+}
+
+// checkCells checks what the cells of row r (node n) take from it, as
+// each would when compiled: its model, a zoo name with valid size options,
+// its strategy, and its strategy with each column's options that the row
+// has a published figure in (the cells reproduce simulates). Errors name
+// the field's line.
+func (e *Experiment) checkCells(r *Row, where string, n, top *yaml.Node, fail func(int, string, ...any) error) error {
+	if _, err := zoo.InputShape(r.Model); err != nil {
+		return fail(value(n, "model").Line, "%s: model: %v", where, err)
+	}
+	line := value(n, "strategy").Line
+	if _, err := plans.ParseStrategy(r.Strategy, r.Batch); err != nil {
+		return fail(line, "%s: strategy: %v", where, err)
+	}
+	for j, c := range e.Columns {
+		if _, ok := r.Paper[c.Name]; !ok {
+			continue
+		}
+		if _, err := plans.ParseStrategy(r.StrategyIn(c), r.Batch); err != nil {
+			return fail(line, "%s: strategy in column %q (line %d, strategy %q): %v",
+				where, c.Name, value(child(top, "columns", j), "strategy").Line, c.Strategy, err)
+		}
+	}
+	return nil
+}
+
+// value returns the value of key in mapping m (m itself if it has none),
+// for line numbers.
+func value(m *yaml.Node, key string) *yaml.Node {
+	if m.Kind == yaml.MappingNode {
+		for k := 0; k+1 < len(m.Content); k += 2 {
+			if m.Content[k].Value == key {
+				return m.Content[k+1]
+			}
+		}
+	}
+	return m
 }
 
 // child returns item i of the sequence under key in a mapping node (the

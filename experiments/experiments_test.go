@@ -113,7 +113,18 @@ rows:
 	_, err := Parse("x.yaml", "x", []byte(good))
 	require.NoError(t, err)
 	for _, c := range []struct{ from, to, want string }{
-		{"batch: 4", "batch: 0", "x.yaml:9: rows[0] (r): batch: want ≥ 1, got 0"},
+		{"batch: 4", "batch: 0", "x.yaml:9: rows[0] (r): batch: want 1 to 1048576, got 0"},
+		{"batch: 4", "batch: 2000000", "x.yaml:9: rows[0] (r): batch: want 1 to 1048576, got 2000000"},
+		// What every cell takes from the file is refused when it is read,
+		// not by each cell after others compiled.
+		{"optimizer: adam", "optimizer: adamx", `x.yaml:4: optimizer: graph: unknown optimizer "adamx" (want sgd, adam or adamw)`},
+		{"optimizer: adam", "optimizer: adam\ndtype: f16", `x.yaml:5: dtype: zoo: models are built in f32 or bf16, not "f16"`},
+		{"cluster: dgx-a100", "cluster: dgx-z100", `x.yaml:5: cluster: topology: unknown cluster "dgx-z100"`},
+		{"model: mlp", "model: mlpx", `x.yaml:10: rows[0] (r): model: zoo: unknown model "mlpx"`},
+		{"model: mlp", `model: "gpt:layers=0"`, `x.yaml:10: rows[0] (r): model: zoo: gpt:layers=0: layers must be a positive integer, got "0"`},
+		{"strategy: dp=2", "strategy: dp=two", `x.yaml:12: rows[0] (r): strategy: plans: strategy "dp=two": dp=two: want a positive integer`},
+		{"strategy: dp=2", "strategy: dp=2,mbs=3", `x.yaml:12: rows[0] (r): strategy: plans: strategy "dp=2,mbs=3": batch 4 does not split into dp=2 replicas of micro-batches of 3`},
+		{`strategy: "recompute=full"`, `strategy: "sched=zigzag"`, `x.yaml:12: rows[0] (r): strategy in column "a" (line 7, strategy "sched=zigzag"): plans: strategy "dp=2,sched=zigzag": sched=zigzag: want gpipe or 1f1b`},
 		{"a: {seconds: 1.5}", "b: {seconds: 1.5}", `x.yaml:9: rows[0] (r): paper: "b" is no column (columns: a)`},
 		{"a: {seconds: 1.5}", "a: {seconds: -1}", "x.yaml:9: rows[0] (r): paper: a: want seconds > 0"},
 		{"a: {seconds: 1.5}", "a: {second: 1.5}", "x.yaml: yaml: unmarshal errors:\n  line 14: field second not found"},

@@ -10,6 +10,7 @@ import (
 	"slices"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -177,6 +178,22 @@ func (p *Plan) checkHeader() error {
 	}
 	if len(p.Images.Shape) == 0 || p.Images.Shape[0] != p.Batch || p.Images.Shape.NumElements() < p.Batch {
 		return fmt.Errorf("plans: images %v: want the global batch's shape, [%d, …]", p.Images, p.Batch)
+	}
+	return p.checkDevices()
+}
+
+// checkDevices checks each CPU device's workers: the runtime starts that
+// many worker goroutines and the simulator prices a CPU of that many
+// cores, so a count no machine has (10^9) would simulate a CPU that does
+// not exist, or start goroutines without end. The bound is the cores a
+// cluster file's CPU device may have (topology.MaxCores), which is what
+// DevicesFromCluster divides among a plan's devices.
+func (p *Plan) checkDevices() error {
+	for i, d := range p.Devices {
+		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.CPU && (d.Workers < 1 || d.Workers > topology.MaxCores) {
+			return fmt.Errorf("plans: devices[%d]: CPU device %s (%s) has %d workers: want 1 to %d (its cores; a CPU device has at most %d)",
+				i, d.Name, d.Type, d.Workers, topology.MaxCores, topology.MaxCores)
+		}
 	}
 	return nil
 }

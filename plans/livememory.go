@@ -74,6 +74,11 @@ func (p *Plan) LiveMemory(tr *trace.Trace, top int) (*LiveMemory, error) {
 	if err := tr.Validate(); err != nil {
 		return nil, err
 	}
+	return p.liveMemory(tr, top)
+}
+
+// liveMemory is LiveMemory of a trace that Validate passed.
+func (p *Plan) liveMemory(tr *trace.Trace, top int) (*LiveMemory, error) {
 	if len(tr.Devices) != len(p.Devices) {
 		return nil, fmt.Errorf("plans: trace has %d devices, the plan %d", len(tr.Devices), len(p.Devices))
 	}
@@ -272,11 +277,25 @@ func (m *LiveMemory) Counters(tr *trace.Trace) ([]trace.Counter, error) {
 // streams. A trace whose live memory cannot be followed (one that lacks
 // firings) is written without it.
 func (p *Plan) WriteChrome(w io.Writer, tr *trace.Trace) error {
+	c, err := trace.Check(tr)
+	if err != nil {
+		return err
+	}
+	return p.WriteChromeChecked(w, c)
+}
+
+// WriteChromeChecked is WriteChrome of a checked trace, which it does not
+// validate again.
+func (p *Plan) WriteChromeChecked(w io.Writer, c trace.Checked) error {
+	tr := c.Trace()
+	if tr == nil {
+		return c.WriteChrome(w) // refused: no trace was checked
+	}
 	var counters []trace.Counter
-	if live, err := p.LiveMemory(tr, 1); err == nil {
+	if live, err := p.liveMemory(tr, 1); err == nil {
 		if counters, err = live.Counters(tr); err != nil {
 			return err
 		}
 	}
-	return trace.WriteChrome(w, tr, counters...)
+	return c.WriteChrome(w, counters...)
 }

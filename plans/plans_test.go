@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 	"github.com/flowkit/flowkit/units"
 	"github.com/stretchr/testify/require"
@@ -511,6 +512,23 @@ func TestCheckTraceCatchesViolations(t *testing.T) {
 		}
 	}
 	require.ErrorContains(t, shared.CheckTrace(tr), "memory plan")
+
+	// CheckedTrace checks the same, once, and returns the trace checked
+	// for the analyses that would validate it again: written as Chrome
+	// JSON as WriteChrome writes it, live memory and all.
+	c, err := p.CheckedTrace(tr)
+	require.NoError(t, err)
+	require.Same(t, tr, c.Trace())
+	_, err = p.CheckedTrace(&early)
+	require.ErrorContains(t, err, "before")
+	_, err = shared.CheckedTrace(tr)
+	require.ErrorContains(t, err, "memory plan")
+	var want, got bytes.Buffer
+	require.NoError(t, p.WriteChrome(&want, tr))
+	require.NoError(t, p.WriteChromeChecked(&got, c))
+	require.Equal(t, want.String(), got.String())
+	require.Contains(t, got.String(), "live memory (MiB)")
+	require.ErrorIs(t, p.WriteChromeChecked(&got, trace.Checked{}), trace.ErrInvalid, "no trace was checked")
 }
 
 // topo orders firings so that every same-iteration edge points forward.
@@ -569,6 +587,29 @@ func TestDecodeRejectsBadArenas(t *testing.T) {
 		{"slots", "runs past the", func(p *Plan) { p.Registers[0].Slots = 1 << 20 }},
 		{"too many slots", "is inconsistent (device 0, 1000000000000 slots", func(p *Plan) { p.Registers[0].Slots = 1e12 }},
 	})
+}
+
+// A CPU device's workers are bounded when a plan is read: the runtime
+// would start that many goroutines, the simulator price a CPU of that many
+// cores (10^9 of them).
+func TestDecodeRejectsBadWorkers(t *testing.T) {
+	good := mustCompile(t, "mlp", "dp=2", 8)
+	requireDecodeRejectsAll(t, good, []rejection{
+		{"absurd", "plans: devices[1]: CPU device cpu1 (cpu) has 1000000000 workers: want 1 to 65536", func(p *Plan) { p.Devices[1].Workers = 1e9 }},
+		{"one over", "plans: devices[0]: CPU device cpu0 (cpu) has 65537 workers: want 1 to 65536", func(p *Plan) { p.Devices[0].Workers = topology.MaxCores + 1 }},
+		{"zero", "plans: devices[0]: CPU device cpu0 (cpu) has 0 workers", func(p *Plan) { p.Devices[0].Workers = 0 }},
+		{"negative", "plans: devices[1]: CPU device cpu1 (cpu) has -4 workers", func(p *Plan) { p.Devices[1].Workers = -4 }},
+	})
+	// The bound itself is a plan's to have.
+	var b bytes.Buffer
+	require.NoError(t, Encode(&b, good))
+	p, err := Decode(&b)
+	require.NoError(t, err)
+	p.Devices[0].Workers = topology.MaxCores
+	b.Reset()
+	require.NoError(t, Encode(&b, p))
+	_, err = Decode(&b)
+	require.NoError(t, err)
 }
 
 // A tensor-parallel plan whose sums or parts disagree with its devices is

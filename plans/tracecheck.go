@@ -114,9 +114,28 @@ func (p *Plan) workDType(task *Task) string {
 // live versions than it has slots (a version is live from the start of
 // its write to the end of its last read).
 func (p *Plan) CheckTrace(tr *trace.Trace) error {
-	if err := tr.Validate(); err != nil {
-		return err
+	_, err := p.CheckedTrace(tr)
+	return err
+}
+
+// CheckedTrace checks tr as CheckTrace does and returns it checked
+// (trace.Check), for the analyses that would otherwise validate it again:
+// flowrun exec checks each run's trace against the plan, then compares
+// it, breaks its step down and writes it out.
+func (p *Plan) CheckedTrace(tr *trace.Trace) (trace.Checked, error) {
+	c, err := trace.Check(tr)
+	if err != nil {
+		return trace.Checked{}, err
 	}
+	if err := p.checkRules(tr); err != nil {
+		return trace.Checked{}, err
+	}
+	return c, nil
+}
+
+// checkRules checks a trace that Validate passed against the plan's
+// execution rules (CheckTrace).
+func (p *Plan) checkRules(tr *trace.Trace) error {
 	edges, err := p.Deps()
 	if err != nil {
 		return err

@@ -128,6 +128,11 @@ type DeviceSpec struct {
 	Source       string // where the figures come from
 }
 
+// MaxCores is the most cores a CPU device may have: a cluster file's
+// cores, and a plan's CPU workers, beyond it are refused, since no machine
+// has that many and the cost model would price a CPU that does not exist.
+const MaxCores = 1 << 16
+
 // cpuEntry is a catalog CPU: rates per core, bandwidth per core and per
 // socket (a few cores saturate the memory controllers).
 type cpuEntry struct {

@@ -371,7 +371,7 @@ func (d *yamlDecoder) device(n *yaml.Node, path string) (*deviceSpec, error) {
 		}
 		if c.Value == "auto" {
 			ds.cores = runtime.NumCPU()
-		} else if ds.cores, err = d.intValue(c, join(path, "cores"), 1, 1<<16); err != nil {
+		} else if ds.cores, err = d.intValue(c, join(path, "cores"), 1, MaxCores); err != nil {
 			return nil, err
 		}
 	}

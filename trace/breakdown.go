@@ -75,6 +75,11 @@ func (t *Trace) Breakdown(warmup int) (*Breakdown, error) {
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
+	return t.breakdown(warmup)
+}
+
+// breakdown is Breakdown of a trace that Validate passed.
+func (t *Trace) breakdown(warmup int) (*Breakdown, error) {
 	from, to, n, err := t.window(warmup)
 	if err != nil {
 		return nil, err
@@ -194,11 +199,21 @@ type StepReport struct {
 // NewStepReport returns the StepReport of t, whose plan's edges are deps,
 // after warmup iterations.
 func NewStepReport(t *Trace, deps []Dep, warmup int) (*StepReport, error) {
-	b, err := t.Breakdown(warmup)
+	c, err := Check(t)
 	if err != nil {
 		return nil, err
 	}
-	c, err := t.CriticalPath(deps, warmup, t.Iterations()-1)
+	return c.StepReport(deps, warmup)
+}
+
+// newStepReport is NewStepReport of a trace that Validate passed: it
+// validates it once, not for the breakdown and again for the path.
+func newStepReport(t *Trace, deps []Dep, warmup int) (*StepReport, error) {
+	b, err := t.breakdown(warmup)
+	if err != nil {
+		return nil, err
+	}
+	c, err := t.criticalPath(deps, warmup, t.Iterations()-1)
 	if err != nil {
 		return nil, err
 	}

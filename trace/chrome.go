@@ -50,6 +50,11 @@ func WriteChrome(w io.Writer, t *Trace, counters ...Counter) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	return writeChrome(w, t, counters...)
+}
+
+// writeChrome is WriteChrome of a trace that Validate passed.
+func writeChrome(w io.Writer, t *Trace, counters ...Counter) error {
 	for i := range counters {
 		if err := counters[i].check(t); err != nil {
 			return err

@@ -72,6 +72,11 @@ func Compare(pred, meas *Trace, warmup int) (*Comparison, error) {
 	if err := meas.Validate(); err != nil {
 		return nil, fmt.Errorf("measured: %w", err)
 	}
+	return compare(pred, meas, warmup)
+}
+
+// compare is Compare of traces that Validate passed.
+func compare(pred, meas *Trace, warmup int) (*Comparison, error) {
 	if len(pred.Tasks) != len(meas.Tasks) {
 		return nil, fmt.Errorf("%w: predicted has %d tasks, measured %d", ErrMismatch, len(pred.Tasks), len(meas.Tasks))
 	}

@@ -115,6 +115,11 @@ func (t *Trace) CriticalPath(deps []Dep, first, last int) (*CriticalPath, error)
 	if err := t.Validate(); err != nil {
 		return nil, err
 	}
+	return t.criticalPath(deps, first, last)
+}
+
+// criticalPath is CriticalPath of a trace that Validate passed.
+func (t *Trace) criticalPath(deps []Dep, first, last int) (*CriticalPath, error) {
 	ends := t.IterationEnds()
 	if first < 0 || first > last || last >= len(ends) {
 		return nil, fmt.Errorf("%w: no iterations %d to %d in a trace of %d", ErrTooFewIterations, first, last, len(ends))

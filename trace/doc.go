@@ -17,7 +17,9 @@
 // Start to End. A task occupies all of its streams for the whole event: one
 // stream for a kernel, both ends for a transfer, every member for a
 // collective. Validate checks the invariants both engines promise, above all
-// that a stream runs one task at a time.
+// that a stream runs one task at a time. Every analysis below validates the
+// trace it is given; Check validates one once, for a caller that runs
+// several, and its Checked runs them without validating it again.
 //
 // # Views
 //

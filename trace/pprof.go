@@ -21,6 +21,11 @@ func WritePprof(w io.Writer, t *Trace, warmup int) error {
 	if err := t.Validate(); err != nil {
 		return err
 	}
+	return writePprof(w, t, warmup)
+}
+
+// writePprof is WritePprof of a trace that Validate passed.
+func writePprof(w io.Writer, t *Trace, warmup int) error {
 	from, to, _, err := t.window(warmup)
 	if err != nil {
 		return err

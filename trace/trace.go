@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/flowkit/flowkit/units"
@@ -183,6 +184,10 @@ func (t *Trace) TaskStats(warmup int) []TaskStat {
 	return stats
 }
 
+// validations counts Validate's calls, for the tests that check that a
+// trace is validated once however many analyses run on it (Checked).
+var validations atomic.Int64
+
 // Validate checks the trace's structural invariants and returns the first
 // violation, wrapping ErrInvalid: names and indices in range, each task on
 // at least one distinct stream, End ≥ Start, each firing (task, iteration,
@@ -191,6 +196,7 @@ func (t *Trace) TaskStats(warmup int) []TaskStat {
 // at a time; events that only touch, one ending when the next starts, are
 // fine). Overlaps are reported earliest first.
 func (t *Trace) Validate() error {
+	validations.Add(1)
 	if len(t.Streams) != len(t.Devices) {
 		return fmt.Errorf("%w: %d devices but stream names for %d", ErrInvalid, len(t.Devices), len(t.Streams))
 	}

@@ -124,6 +124,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err := cliargs.Output("--trace", f.tracePath); err != nil { // before the runs
 		return err
 	}
+	if err := cliargs.OutputDir("--pprof", f.pprofDir); err != nil { // made after the runs
+		return err
+	}
 	switch {
 	case f.iters < 1:
 		return fmt.Errorf("--iters must be ≥ 1, got %d", f.iters)
@@ -187,9 +190,13 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	runner.Eager = f.eager
 	runner.GEMM = policy
 	feed := runtime.NewSyntheticFeeder(p.Images, classes, pool, p.Seed)
+	// Each trace is validated once, when it is checked against the plan;
+	// what follows (comparing it, breaking its step down, writing it out)
+	// takes it checked and does not validate it again.
 	type timedRun struct {
-		res  *runtime.RunResult
-		step time.Duration
+		res   *runtime.RunResult
+		trace trace.Checked // of a run with events
+		step  time.Duration
 	}
 	var runs []timedRun
 	for i := range f.runs {
@@ -197,8 +204,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if err != nil {
 			return err
 		}
+		var checked trace.Checked
 		if len(res.Trace.Events) > 0 {
-			if err := p.CheckTrace(res.Trace); err != nil {
+			if checked, err = p.CheckedTrace(res.Trace); err != nil {
 				return fmt.Errorf("run %d broke the plan's rules: %w", i, err)
 			}
 		}
@@ -206,7 +214,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if err != nil {
 			return err
 		}
-		runs = append(runs, timedRun{res, step})
+		runs = append(runs, timedRun{res, checked, step})
 		if !f.json {
 			fmt.Fprintf(os.Stderr, "run %d: step %.3f ms\n", i+1, ms(step))
 		}
@@ -242,8 +250,8 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			fmt.Fprintln(os.Stderr, "flowrun: tuned:", t)
 		}
 	}
-	measured := med.res.Trace
-	if len(measured.Events) == 0 && (f.compare || f.tracePath != "" || f.pprofDir != "") {
+	measured := med.trace
+	if len(med.res.Trace.Events) == 0 && (f.compare || f.tracePath != "" || f.pprofDir != "") {
 		// A graph replay timed whole iterations: one more run, with events
 		// around every task, gives the per-task times (its step, longer by
 		// the events' cost, is reported but not compared).
@@ -252,7 +260,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if err != nil {
 			return err
 		}
-		if err := p.CheckTrace(res.Trace); err != nil {
+		if measured, err = p.CheckedTrace(res.Trace); err != nil {
 			return fmt.Errorf("the timed run broke the plan's rules: %w", err)
 		}
 		step, err := res.StepTime(f.warmup)
@@ -260,7 +268,6 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			return err
 		}
 		out["timed_tasks_step_s"] = step.Seconds()
-		measured = res.Trace
 	}
 	if f.tracePath != "" {
 		if err := writeChrome(f.tracePath, p, measured); err != nil {
@@ -278,11 +285,15 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			p.Model, p.Strategy, p.Batch, len(p.Devices), ms(med.step), f.runs, float64(p.Batch)/med.step.Seconds())
 		return nil
 	}
-	pred, err := sim.Simulate(p, sim.CostModel{Compute: model, Comm: comm}, f.iters)
+	simulated, err := sim.Simulate(p, sim.CostModel{Compute: model, Comm: comm}, f.iters)
 	if err != nil {
 		return err
 	}
-	cmp, err := trace.Compare(pred, measured, f.warmup)
+	pred, err := trace.Check(simulated)
+	if err != nil {
+		return fmt.Errorf("predicted: %w", err)
+	}
+	cmp, err := trace.CompareChecked(pred, measured, f.warmup)
 	if err != nil {
 		return err
 	}
@@ -323,16 +334,16 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 
 // stepReports returns where the step goes in a predicted and a measured
 // trace of p.
-func stepReports(p *plans.Plan, pred, meas *trace.Trace, warmup int) (*trace.StepReport, *trace.StepReport, error) {
+func stepReports(p *plans.Plan, pred, meas trace.Checked, warmup int) (*trace.StepReport, *trace.StepReport, error) {
 	deps, err := p.TraceDeps()
 	if err != nil {
 		return nil, nil, err
 	}
-	pr, err := trace.NewStepReport(pred, deps, warmup)
+	pr, err := pred.StepReport(deps, warmup)
 	if err != nil {
 		return nil, nil, fmt.Errorf("predicted: %w", err)
 	}
-	mr, err := trace.NewStepReport(meas, deps, warmup)
+	mr, err := meas.StepReport(deps, warmup)
 	if err != nil {
 		return nil, nil, fmt.Errorf("measured: %w", err)
 	}
@@ -390,13 +401,13 @@ func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, error) {
 }
 
 // writeChrome writes tr, a trace of p, to path as Chrome JSON, with live
-// memory tracks (plans.Plan.WriteChrome).
-func writeChrome(path string, p *plans.Plan, tr *trace.Trace) error {
+// memory tracks (plans.Plan.WriteChromeChecked).
+func writeChrome(path string, p *plans.Plan, tr trace.Checked) error {
 	f, err := os.Create(path)
 	if err != nil {
 		return err
 	}
-	if err := p.WriteChrome(f, tr); err != nil {
+	if err := p.WriteChromeChecked(f, tr); err != nil {
 		f.Close()
 		return err
 	}
@@ -405,7 +416,7 @@ func writeChrome(path string, p *plans.Plan, tr *trace.Trace) error {
 
 // writeProfile writes a trace as a pprof profile into dir (nothing if dir
 // is empty).
-func writeProfile(dir, name string, tr *trace.Trace, warmup int) error {
+func writeProfile(dir, name string, tr trace.Checked, warmup int) error {
 	if dir == "" {
 		return nil
 	}
@@ -416,7 +427,7 @@ func writeProfile(dir, name string, tr *trace.Trace, warmup int) error {
 	if err != nil {
 		return err
 	}
-	if err := trace.WritePprof(f, tr, warmup); err != nil {
+	if err := tr.WritePprof(f, warmup); err != nil {
 		f.Close()
 		return err
 	}

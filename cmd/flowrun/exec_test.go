@@ -100,6 +100,9 @@ func TestExecBadInput(t *testing.T) {
 		{[]string{bad, "--iters", "0"}, "--iters"},
 		{[]string{bad, "--warmup", "30"}, "--warmup"},
 		{[]string{bad, "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
+		// Output folders are checked before the plan is read and run.
+		{[]string{bad, "--pprof", filepath.Join(bad, "prof")}, "--pprof " + filepath.Join(bad, "prof") + ": " + bad + " is not a directory"},
+		{[]string{bad, "--pprof", bad}, "--pprof " + bad + ": is not a directory"},
 		{[]string{bad, "--calib", "calib.json"}, "--calib calib.json prices the simulator's prediction, which only --compare makes"},
 		{[]string{bad, "--cluster", "dgx-a100"}, "--cluster dgx-a100 prices the simulator's prediction, which only --compare makes"},
 		{[]string{gpus, "--compare", "--cluster", "p3.8xlarge"}, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0"},

@@ -40,9 +40,12 @@ plan (its model, batch and strategy, the column's options added) on the
 experiment's cluster preset sized to the row's devices, and simulated.
 
 Writes, under --out: table.md (paper vs simulated), plot.svg (the same as
-bars) and summary.json. A cell that cannot be simulated (a strategy option
-not built yet, a plan too large) is reported with its reason, and the
-command then exits non-zero; --rows and --columns choose the cells.
+bars) and summary.json. A file whose optimizer, dtype, cluster, models or
+strategies (a row's, with each column's options) no cell could take is
+refused when read, naming its line. A cell that cannot be simulated (a
+strategy option not built yet, a plan too large) is reported with its
+reason, and the command then exits non-zero; --rows and --columns choose
+the cells.
 
 Each cell is compiled with one rank of every tensor-parallel group standing
 for all (see 'flowsim plan --shared-tp'): the ranks run alike, so the plan
@@ -230,7 +233,7 @@ func simulateCell(c *cell, e *experiments.Experiment, base *topology.Cluster, f 
 	if err != nil {
 		return fmt.Errorf("experiment %s: dtype: %w", e.Name, err)
 	}
-	opt, err := graph.NewOptimizer(graph.OptimizerSpec{Name: e.Optimizer, LR: 1e-4, Momentum: 0.9})
+	opt, err := graph.NewOptimizer(e.OptimizerSpec())
 	if err != nil {
 		return fmt.Errorf("experiment %s: %w", e.Name, err)
 	}

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -86,4 +87,38 @@ rows:
 	_, err = run(t, "reproduce", "korthikanti2022", "--rows", "22B", "--calib", badCalib, "--out", none)
 	require.ErrorContains(t, err, "--calib "+badCalib+" holds none of cluster dgx-a100-80g's device types (A100-SXM4-80GB; it holds cpu/2)")
 	require.NoDirExists(t, none)
+}
+
+// An experiment file whose optimizer, model or strategies no cell could
+// compile with is refused when it is read, naming the file, line and
+// field: before any cell compiles, and with nothing written.
+func TestReproduceRefusesBadFileFirst(t *testing.T) {
+	dir := t.TempDir()
+	good := `title: a table of mine
+source: nowhere
+metric: iteration time (s)
+optimizer: sgd
+cluster: dgx-a100
+columns:
+  - {name: plain, strategy: "mb=2"}
+rows:
+  - {name: fits, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "tp=2", paper: {plain: {seconds: 0.001}}}
+  - {name: also, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "dp=2", paper: {plain: {seconds: 0.001}}}
+`
+	own := filepath.Join(dir, "mine.yaml")
+	for _, c := range []struct{ from, to, want string }{
+		{"optimizer: sgd", "optimizer: lion", own + `:4: optimizer: graph: unknown optimizer "lion" (want sgd, adam or adamw)`},
+		{`strategy: "mb=2"`, `strategy: "mb=2,recompute=most"`, own + `:9: rows[0] (fits): strategy in column "plain" (line 7, strategy "mb=2,recompute=most"): plans: strategy "tp=2,mb=2,recompute=most": recompute=most: want none, selective or full`},
+		{`model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "dp=2"`, `model: "gpt3:layers=2", batch: 4, strategy: "dp=2"`, own + `:10: rows[1] (also): model: zoo: unknown model "gpt3:layers=2" (known: `},
+	} {
+		bad := strings.Replace(good, c.from, c.to, 1)
+		require.NotEqual(t, good, bad)
+		require.NoError(t, os.WriteFile(own, []byte(bad), 0o644))
+		out := filepath.Join(dir, "out")
+		log, err := run(t, "reproduce", own, "--out", out)
+		require.Error(t, err)
+		require.True(t, strings.HasPrefix(err.Error(), c.want), "got %v, want %s…", err, c.want)
+		require.NotContains(t, log, "simulated")
+		require.NoDirExists(t, out)
+	}
 }

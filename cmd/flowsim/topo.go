@@ -41,6 +41,11 @@ a preset sized to K times its nodes (NAMExK, e.g. dgx-a100x4), or a path to
 a cluster YAML file (see topology/README.md for the schema).`,
 		Args: cliargs.One("a cluster: a preset (" + joinPresets() + "), NAMExK, or a YAML file"),
 		RunE: func(cmd *cobra.Command, args []string) error {
+			// Before the cluster is built and its bisection computed
+			// (seconds, for thousands of devices).
+			if err := cliargs.Output("--png", png); err != nil {
+				return err
+			}
 			c, err := topology.Resolve(args[0])
 			if err != nil {
 				return err

@@ -66,6 +66,15 @@ func TestTopoShowErrors(t *testing.T) {
 	if _, err := run(t, "topo", "show", bad); err == nil || !strings.Contains(err.Error(), "bad.yaml:3: nodes[0].devices[0].type: unknown device type") {
 		t.Errorf("got %v", err)
 	}
+	// --png is checked before the cluster is built: a bad folder is
+	// refused first, and nothing is printed.
+	noDir := filepath.Join(t.TempDir(), "none", "c.png")
+	want := "--png " + noDir + ": stat " + filepath.Dir(noDir) + ": no such file or directory"
+	for _, cluster := range []string{"dgx-a100", "dgx-z100"} {
+		if out, err := run(t, "topo", "show", cluster, "--png", noDir); err == nil || err.Error() != want || strings.Contains(out, "cluster") {
+			t.Errorf("topo show %s --png %s: got %v, printing %q; want %s", cluster, noDir, err, out, want)
+		}
+	}
 	if _, err := run(t, "topo", "show"); err == nil {
 		t.Errorf("no argument: got no error")
 	}

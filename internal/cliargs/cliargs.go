@@ -4,9 +4,12 @@
 package cliargs
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"syscall"
 
 	"github.com/spf13/cobra"
 )
@@ -56,4 +59,29 @@ func Output(flag, path string) error {
 		return fmt.Errorf("%s %s: %s is not a directory", flag, path, dir)
 	}
 	return nil
+}
+
+// OutputDir checks that dir, the folder a flag names for a command's
+// outputs, can be made or written into before the command's work, which
+// creates it (os.MkdirAll) only after: that it is a directory if it
+// exists, and that the nearest part of its path that exists is one if it
+// does not. An empty dir (no output asked for) passes.
+func OutputDir(flag, dir string) error {
+	if dir == "" {
+		return nil
+	}
+	for p := filepath.Clean(dir); ; p = filepath.Dir(p) {
+		fi, err := os.Stat(p)
+		switch {
+		case (errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR)) && filepath.Dir(p) != p:
+			continue // made by MkdirAll, if what holds it is a directory
+		case err != nil:
+			return fmt.Errorf("%s %s: %w", flag, dir, err)
+		case !fi.IsDir() && p == filepath.Clean(dir):
+			return fmt.Errorf("%s %s: is not a directory", flag, dir)
+		case !fi.IsDir():
+			return fmt.Errorf("%s %s: %s is not a directory", flag, dir, p)
+		}
+		return nil
+	}
 }

@@ -38,3 +38,26 @@ func TestOutput(t *testing.T) {
 		require.EqualError(t, err, tt.err)
 	}
 }
+
+func TestOutputDir(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	require.NoError(t, os.WriteFile(file, nil, 0o644))
+	for _, tt := range []struct{ path, err string }{
+		{"", ""},
+		{dir, ""},
+		{filepath.Join(dir, "new"), ""},
+		{filepath.Join(dir, "new", "deeper") + "/", ""},
+		{file, "--pprof " + file + ": is not a directory"},
+		{filepath.Join(file, "p"), "--pprof " + filepath.Join(file, "p") + ": " + file + " is not a directory"},
+		{filepath.Join(file, "p", "q"), "--pprof " + filepath.Join(file, "p", "q") + ": " + file + " is not a directory"},
+	} {
+		err := OutputDir("--pprof", tt.path)
+		if tt.err == "" {
+			require.NoError(t, err, tt.path)
+			continue
+		}
+		require.EqualError(t, err, tt.err)
+	}
+	require.NoDirExists(t, filepath.Join(dir, "new"), "checking makes nothing")
+}
