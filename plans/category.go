@@ -62,6 +62,17 @@ func (c Category) MarshalText() ([]byte, error) {
 	return []byte(c.String()), nil
 }
 
+// UnmarshalText reads a category's name, as MarshalText writes it.
+func (c *Category) UnmarshalText(b []byte) error {
+	for i, name := range categoryNames {
+		if string(b) == name {
+			*c = Category(i)
+			return nil
+		}
+	}
+	return fmt.Errorf("plans: unknown register category %q (want %s)", b, strings.Join(categoryNames[:], ", "))
+}
+
 // ByCategory is an amount of memory per category, indexed by Category.
 type ByCategory [NumCategories]units.Bytes
 
@@ -81,6 +92,20 @@ func (b ByCategory) MarshalJSON() ([]byte, error) {
 		m[Category(c).String()] = x
 	}
 	return json.Marshal(m)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes: the output of 'flowsim
+// simulate --json' and 'flowrun exec --json' reads back into LiveMemory.
+func (b *ByCategory) UnmarshalJSON(data []byte) error {
+	var m map[Category]units.Bytes
+	if err := json.Unmarshal(data, &m); err != nil {
+		return err
+	}
+	*b = ByCategory{}
+	for c, x := range m {
+		b[c] = x
+	}
+	return nil
 }
 
 // String lists the categories' amounts, e.g. "weights 1.2 GiB, optimizer

@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"sync"
@@ -198,4 +199,16 @@ func TestCategoriesConcurrent(t *testing.T) {
 	for _, g := range got {
 		require.Equal(t, want, g)
 	}
+}
+
+// ByCategory reads back what it writes, and names an unknown category.
+func TestByCategoryJSON(t *testing.T) {
+	want := ByCategory{Weights: 1 << 20, Gradients: 7, Temporaries: 3 << 30}
+	b, err := json.Marshal(want)
+	require.NoError(t, err)
+	var got ByCategory
+	require.NoError(t, json.Unmarshal(b, &got))
+	require.Equal(t, want, got)
+	err = json.Unmarshal([]byte(`{"weights": 4, "buffers": 8}`), &got)
+	require.ErrorContains(t, err, `plans: unknown register category "buffers" (want weights, optimizer, gradients, activations, temporaries)`)
 }

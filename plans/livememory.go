@@ -77,6 +77,17 @@ func (p *Plan) LiveMemory(tr *trace.Trace, top int) (*LiveMemory, error) {
 	return p.liveMemory(tr, top)
 }
 
+// LiveMemoryChecked is LiveMemory of a checked trace, which it does not
+// validate again.
+func (p *Plan) LiveMemoryChecked(c trace.Checked, top int) (*LiveMemory, error) {
+	tr := c.Trace()
+	if tr == nil {
+		_, err := c.Breakdown(0) // refused: no trace was checked
+		return nil, err
+	}
+	return p.liveMemory(tr, top)
+}
+
 // liveMemory is LiveMemory of a trace that Validate passed.
 func (p *Plan) liveMemory(tr *trace.Trace, top int) (*LiveMemory, error) {
 	if len(tr.Devices) != len(p.Devices) {
@@ -251,6 +262,33 @@ func (m *LiveMemory) WriteTable(w io.Writer) error {
 		fmt.Fprintln(tw)
 	}
 	return tw.Flush()
+}
+
+// Write writes m for people under a heading that says where the trace
+// came from (of, e.g. "this simulation"): the table (WriteTable), then
+// the largest registers live at the fullest device's peak.
+func (m *LiveMemory) Write(w io.Writer, of string) error {
+	fmt.Fprintf(w, "what fills memory (arena: planned for every execution; live peak: the most held at once in %s, by category):\n", of)
+	if err := m.WriteTable(w); err != nil {
+		return err
+	}
+	if n := m.Unlisted; n > 0 {
+		fmt.Fprintf(w, "(and %d devices that hold what listed ones do: the plan lists one rank or replica for several)\n", n)
+	}
+	if len(m.Devices) == 0 {
+		return nil
+	}
+	full := m.Devices[0]
+	for _, d := range m.Devices[1:] {
+		if d.Peak > full.Peak {
+			full = d
+		}
+	}
+	fmt.Fprintf(w, "largest registers live at %s's peak:\n", full.Device)
+	for _, r := range full.Largest {
+		fmt.Fprintf(w, "  %v  %s (%v, %d slot(s))\n", r.Bytes, r.Name, r.Category, r.Slots)
+	}
+	return nil
 }
 
 // Counters returns each device's live bytes over time as a counter of tr

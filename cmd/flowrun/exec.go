@@ -26,7 +26,7 @@ type execFlags struct {
 	iters, warmup, runs, top int
 	calib, device, cluster   string
 	compare, json, eager     bool
-	breakdown                bool
+	breakdown, memory        bool
 	gemm                     string
 	tracePath, pprofDir      string
 	procs                    procFlags
@@ -67,7 +67,11 @@ measured: its time computing, communicating with no compute running on the
 device (exposed), and idle, which add up to the step; and the critical path
 of the same iterations in each trace (from the last task back through
 whatever released each task): its time computing, communicating and waiting,
-and the streams, ops and tasks it runs on most. See 'flowsim simulate --help'.`,
+and the streams, ops and tasks it runs on most. Last (--memory, by default as
+--breakdown with --compare) what fills each device's memory: the planned
+arena beside the most bytes the measured run (and the simulation) held live
+at once, by category, and the largest registers then. See 'flowsim simulate
+--help'.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy dp=2 --batch 64 -o plan.json
   flowrun calibrate -o calib.json
   flowrun exec plan.json --compare --calib calib.json
@@ -75,7 +79,12 @@ and the streams, ops and tasks it runs on most. See 'flowsim simulate --help'.`,
   flowsim plan --model gpt2s-blocks --dtype bf16 --batch 8 --cluster h200-host -o gpt.json
   flowrun exec gpt.json --device cuda`,
 		Args: cliargs.One("a plan file (from 'flowsim plan' or 'flowsim sweep -o')"),
-		RunE: func(cmd *cobra.Command, args []string) error { return runExec(cmd, args[0], f) },
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if !cmd.Flags().Changed("memory") {
+				f.memory = f.breakdown && f.compare
+			}
+			return runExec(cmd, args[0], f)
+		},
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.iters, "iters", 20, "iterations per run")
@@ -85,6 +94,7 @@ and the streams, ops and tasks it runs on most. See 'flowsim simulate --help'.`,
 	fl.StringVar(&f.cluster, "cluster", "", "with --compare: the cluster the plan was compiled for (preset or YAML file), whose routes price communication between GPUs and between hosts; default: the plan's cluster, if it is a preset")
 	fl.BoolVar(&f.compare, "compare", false, "also simulate the plan and compare predicted with measured")
 	fl.BoolVar(&f.breakdown, "breakdown", true, "with --compare: print where the step goes per device and the critical path, predicted and measured (in JSON: breakdown and critical_path)")
+	fl.BoolVar(&f.memory, "memory", false, "print what fills each device's memory at its live peak in the measured run (and with --compare the predicted one; default: as --breakdown with --compare; in JSON: memory)")
 	fl.IntVar(&f.top, "top", 15, "tasks shown in the comparison table (worst first; 0: all)")
 	fl.StringVar(&f.tracePath, "trace", "", "write the measured trace as Chrome JSON here (and the predicted one beside it, .sim.json), with each device's live memory as a counter track")
 	fl.StringVar(&f.pprofDir, "pprof", "", "write measured.pb.gz (and, with --compare, predicted.pb.gz) to this folder: go tool pprof -diff_base predicted.pb.gz measured.pb.gz")
@@ -251,7 +261,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		}
 	}
 	measured := med.trace
-	if len(med.res.Trace.Events) == 0 && (f.compare || f.tracePath != "" || f.pprofDir != "") {
+	if len(med.res.Trace.Events) == 0 && (f.compare || f.tracePath != "" || f.pprofDir != "" || f.memory) {
 		// A graph replay timed whole iterations: one more run, with events
 		// around every task, gives the per-task times (its step, longer by
 		// the events' cost, is reported but not compared).
@@ -277,13 +287,24 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err := writeProfile(f.pprofDir, "measured.pb.gz", measured, f.warmup); err != nil {
 		return err
 	}
+	var measLive *plans.LiveMemory
+	if f.memory {
+		if measLive, err = p.LiveMemoryChecked(measured, liveTop); err != nil {
+			return err
+		}
+		out["memory"] = map[string]any{"measured": measLive}
+	}
 	if !f.compare {
 		if f.json {
 			return printJSON(out)
 		}
 		fmt.Printf("%s %s batch %d on %d device(s): step %.3f ms (median of %d), %.0f samples/s\n",
 			p.Model, p.Strategy, p.Batch, len(p.Devices), ms(med.step), f.runs, float64(p.Batch)/med.step.Seconds())
-		return nil
+		if measLive == nil {
+			return nil
+		}
+		fmt.Println()
+		return measLive.Write(os.Stdout, "this run")
 	}
 	simulated, err := sim.Simulate(p, sim.CostModel{Compute: model, Comm: comm}, f.iters)
 	if err != nil {
@@ -311,6 +332,13 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			return err
 		}
 	}
+	var predLive *plans.LiveMemory
+	if f.memory {
+		if predLive, err = p.LiveMemoryChecked(pred, liveTop); err != nil {
+			return fmt.Errorf("predicted: %w", err)
+		}
+		out["memory"] = map[string]any{"measured": measLive, "predicted": predLive}
+	}
 	relErr := (cmp.PredStep.Seconds() - med.step.Seconds()) / med.step.Seconds()
 	if f.json {
 		out["predicted_step_s"] = cmp.PredStep.Seconds()
@@ -325,12 +353,28 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	fmt.Printf("%s %s batch %d on %d device(s)\n", p.Model, p.Strategy, p.Batch, len(p.Devices))
 	fmt.Printf("predicted step %.3f ms, measured %.3f ms (median of %d runs): error %+.1f%%\n\n",
 		ms(cmp.PredStep), ms(med.step), f.runs, 100*relErr)
-	if err := cmp.WriteTable(os.Stdout, f.top); err != nil || !f.breakdown {
+	if err := cmp.WriteTable(os.Stdout, f.top); err != nil {
+		return err
+	}
+	if f.breakdown {
+		fmt.Println()
+		if err := trace.WriteStepReports(os.Stdout, predReport, measReport, 3); err != nil {
+			return err
+		}
+	}
+	if !f.memory {
+		return nil
+	}
+	fmt.Println()
+	if err := predLive.Write(os.Stdout, "the simulation"); err != nil {
 		return err
 	}
 	fmt.Println()
-	return trace.WriteStepReports(os.Stdout, predReport, measReport, 3)
+	return measLive.Write(os.Stdout, "this run")
 }
+
+// liveTop is the registers exec lists at a device's live peak.
+const liveTop = 3
 
 // stepReports returns where the step goes in a predicted and a measured
 // trace of p.

@@ -47,6 +47,9 @@ func TestExecCompareJSON(t *testing.T) {
 		// Where the step goes, predicted and measured.
 		Breakdown map[string]trace.Breakdown    `json:"breakdown"`
 		Path      map[string]trace.CriticalPath `json:"critical_path"`
+		// What fills memory, predicted and measured (--memory, on with
+		// --breakdown and --compare).
+		Memory map[string]plans.LiveMemory `json:"memory"`
 	}
 	require.NoError(t, json.Unmarshal(out, &res))
 	require.Greater(t, res.Pred, 0.0)
@@ -62,6 +65,14 @@ func TestExecCompareJSON(t *testing.T) {
 		}
 		require.Equal(t, c.Span, c.Compute+c.Comm+c.Wait, side)
 		require.Equal(t, []int{1, 4}, []int{c.First, c.Last}, side)
+		m := res.Memory[side]
+		require.Len(t, m.Devices, 2, side)
+		for i, d := range m.Devices {
+			require.Equal(t, p.Memory[i].Peak, d.Arena, "%s %s", side, d.Device)
+			require.Positive(t, d.Peak, "%s %s", side, d.Device)
+			require.LessOrEqual(t, d.Peak, d.Arena, "%s %s: live at once within the arena", side, d.Device)
+			require.Positive(t, d.ByCategory[plans.Weights], "%s %s", side, d.Device)
+		}
 	}
 	for _, name := range []string{"run.json", "run.sim.json", "measured.pb.gz", "predicted.pb.gz"} {
 		require.FileExists(t, filepath.Join(dir, name))

@@ -135,15 +135,21 @@ func runSimulate(w io.Writer, f simFlags) error {
 	if err != nil {
 		return err
 	}
+	// The trace is validated once; live memory, the Chrome file and the
+	// step report take it checked.
+	checked, err := trace.Check(tr)
+	if err != nil {
+		return err
+	}
 	// Live memory once, for the table and the trace's counter tracks.
 	var live *plans.LiveMemory
 	if f.memory || f.tracePath != "" {
-		if live, err = p.LiveMemory(tr, f.top); err != nil {
+		if live, err = p.LiveMemoryChecked(checked, f.top); err != nil {
 			return err
 		}
 	}
 	if f.tracePath != "" {
-		if err := writeTrace(f.tracePath, tr, live); err != nil {
+		if err := writeTrace(f.tracePath, checked, live); err != nil {
 			return err
 		}
 	}
@@ -156,7 +162,7 @@ func runSimulate(w io.Writer, f simFlags) error {
 		if err != nil {
 			return err
 		}
-		if report, err = trace.NewStepReport(tr, deps, f.warmup); err != nil {
+		if report, err = checked.StepReport(deps, f.warmup); err != nil {
 			return err
 		}
 	}
@@ -195,12 +201,12 @@ func runSimulate(w io.Writer, f simFlags) error {
 		return nil
 	}
 	fmt.Fprintln(w)
-	return writeLiveMemory(w, live)
+	return live.Write(w, "this simulation")
 }
 
 // writeTrace writes tr to path as Chrome JSON with live's counter tracks.
-func writeTrace(path string, tr *trace.Trace, live *plans.LiveMemory) error {
-	counters, err := live.Counters(tr)
+func writeTrace(path string, tr trace.Checked, live *plans.LiveMemory) error {
+	counters, err := live.Counters(tr.Trace())
 	if err != nil {
 		return err
 	}
@@ -208,35 +214,9 @@ func writeTrace(path string, tr *trace.Trace, live *plans.LiveMemory) error {
 	if err != nil {
 		return err
 	}
-	if err := trace.WriteChrome(file, tr, counters...); err != nil {
+	if err := tr.WriteChrome(file, counters...); err != nil {
 		file.Close()
 		return err
 	}
 	return file.Close()
-}
-
-// writeLiveMemory writes what fills each device's memory, and the largest
-// registers at the fullest device's peak.
-func writeLiveMemory(w io.Writer, m *plans.LiveMemory) error {
-	fmt.Fprintln(w, "what fills memory (arena: planned for every execution; live peak: the most held at once in this simulation, by category):")
-	if err := m.WriteTable(w); err != nil {
-		return err
-	}
-	if n := m.Unlisted; n > 0 {
-		fmt.Fprintf(w, "(and %d devices that hold what listed ones do: the plan lists one rank or replica for several)\n", n)
-	}
-	if len(m.Devices) == 0 {
-		return nil
-	}
-	full := m.Devices[0]
-	for _, d := range m.Devices[1:] {
-		if d.Peak > full.Peak {
-			full = d
-		}
-	}
-	fmt.Fprintf(w, "largest registers live at %s's peak:\n", full.Device)
-	for _, r := range full.Largest {
-		fmt.Fprintf(w, "  %v  %s (%v, %d slot(s))\n", r.Bytes, r.Name, r.Category, r.Slots)
-	}
-	return nil
 }
