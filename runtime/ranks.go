@@ -772,7 +772,10 @@ type RankResult struct {
 
 // MergeRanks combines the results of a multi-process run's ranks into the
 // run's result, on the clock of parts[0]'s rank. offsets[k] is rank k's
-// clock minus that rank's. A transfer to another rank lasts from its send
+// clock minus that rank's, as measured; where the ranks' events show a
+// rank's clock further off than that (a firing that seems to start before
+// what it waited for on another rank ended), alignClocks corrects it. A
+// transfer to another rank lasts from its send
 // to its landing, which is kept within the sender's span (the data landed
 // before the sender heard so): clocks out of step, even by the gap
 // between the two clock readings of one time.Now, must not stretch it
@@ -791,6 +794,7 @@ func MergeRanks(p *plans.Plan, parts []*RankResult, offsets []time.Duration) (*R
 	for k, part := range parts {
 		shift[k] = trace.Time(part.Start.Sub(parts[0].Start) - offsets[k])
 	}
+	alignClocks(p, parts, shift)
 	for k, part := range parts {
 		if len(part.Loss) != len(res.Loss) {
 			return nil, fmt.Errorf("runtime: rank %d ran %d iterations, rank %d %d", part.Rank, len(part.Loss), parts[0].Rank, len(res.Loss))
