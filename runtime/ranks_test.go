@@ -539,24 +539,8 @@ func TestChunksAsCostPricesThem(t *testing.T) {
 func TestMergeRanksClockSkew(t *testing.T) {
 	for _, strategy := range []string{"pp=2,mb=4,sched=1f1b", "dp=2,mb=2", "dp=2,pp=2,mb=2"} {
 		t.Run(strategy, func(t *testing.T) {
-			p := compile(t, "mlp", strategy, 16)
-			n := len(p.Devices)
-			h := newMemHub(n)
-			rs := make([]*PlanRunner, n)
-			ranks := make([]int, n)
-			for k := range ranks {
-				ranks[k] = k
-			}
-			for k := range rs {
-				r, err := NewRankRunner(p, ranks, memLink{h, k})
-				require.NoError(t, err)
-				rs[k] = r
-			}
-			res := runRanksTogether(t, rs, 3, NewSyntheticFeeder(p.Images, 10, 64, 9))
-			parts := make([]*RankResult, n)
-			for k := range parts {
-				parts[k] = res[k].Part
-			}
+			p, parts := rankParts(t, strategy)
+			n := len(parts)
 			exact, err := MergeRanks(p, parts, make([]time.Duration, n))
 			require.NoError(t, err)
 			require.NoError(t, p.CheckTrace(exact.Trace))
@@ -592,21 +576,8 @@ func sum(ds []time.Duration) time.Duration {
 // that contradict each other whatever the clocks (transfers both ways that
 // land before they were sent) leave the shifts as they were.
 func TestAlignClocks(t *testing.T) {
-	p := compile(t, "mlp", "dp=2,pp=2,mb=2", 16)
-	n := len(p.Devices)
-	h := newMemHub(n)
-	rs := make([]*PlanRunner, n)
-	ranks := []int{0, 1, 2, 3}
-	for k := range rs {
-		r, err := NewRankRunner(p, ranks, memLink{h, k})
-		require.NoError(t, err)
-		rs[k] = r
-	}
-	res := runRanksTogether(t, rs, 3, NewSyntheticFeeder(p.Images, 10, 64, 9))
-	parts := make([]*RankResult, n)
-	for k := range parts {
-		parts[k] = res[k].Part
-	}
+	p, parts := rankParts(t, "dp=2,pp=2,mb=2")
+	n := len(parts)
 	exact, err := MergeRanks(p, parts, make([]time.Duration, n))
 	require.NoError(t, err)
 	rapid.Check(t, func(rt *rapid.T) {
@@ -633,4 +604,29 @@ func TestAlignClocks(t *testing.T) {
 	shift := []trace.Time{0, 1, 2, 3}
 	alignClocks(p, contradict, shift)
 	require.Equal(t, []trace.Time{0, 1, 2, 3}, shift, "a negative cycle moves no clock")
+}
+
+// rankParts runs three iterations of the mlp under strategy (batch 16)
+// with one rank per device, in this process, and returns the plan and
+// the ranks' results.
+func rankParts(t *testing.T, strategy string) (*plans.Plan, []*RankResult) {
+	p := compile(t, "mlp", strategy, 16)
+	n := len(p.Devices)
+	h := newMemHub(n)
+	rs := make([]*PlanRunner, n)
+	ranks := make([]int, n)
+	for k := range ranks {
+		ranks[k] = k
+	}
+	for k := range rs {
+		r, err := NewRankRunner(p, ranks, memLink{h, k})
+		require.NoError(t, err)
+		rs[k] = r
+	}
+	res := runRanksTogether(t, rs, 3, NewSyntheticFeeder(p.Images, 10, 64, 9))
+	parts := make([]*RankResult, n)
+	for k := range parts {
+		parts[k] = res[k].Part
+	}
+	return p, parts
 }

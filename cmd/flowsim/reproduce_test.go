@@ -46,15 +46,7 @@ func TestReproduce(t *testing.T) {
 
 	// An experiment file of one's own, with a cell that cannot compile.
 	own := filepath.Join(dir, "mine.yaml")
-	require.NoError(t, os.WriteFile(own, []byte(`title: a table of mine
-source: nowhere
-metric: iteration time (s)
-optimizer: sgd
-cluster: dgx-a100
-columns:
-  - {name: plain, strategy: "mb=2"}
-rows:
-  - {name: fits, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "tp=2", paper: {plain: {seconds: 0.001}}}
+	require.NoError(t, os.WriteFile(own, []byte(ownExperiment+`
   - {name: odd, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "tp=3", paper: {plain: {seconds: 0.001}}}
 `), 0o644))
 	out, err = run(t, "reproduce", own, "--out", dir)
@@ -89,12 +81,9 @@ rows:
 	require.NoDirExists(t, none)
 }
 
-// An experiment file whose optimizer, model or strategies no cell could
-// compile with is refused when it is read, naming the file, line and
-// field: before any cell compiles, and with nothing written.
-func TestReproduceRefusesBadFileFirst(t *testing.T) {
-	dir := t.TempDir()
-	good := `title: a table of mine
+// ownExperiment is an experiment file of one's own with one row that
+// compiles; the tests add rows.
+const ownExperiment = `title: a table of mine
 source: nowhere
 metric: iteration time (s)
 optimizer: sgd
@@ -102,7 +91,14 @@ cluster: dgx-a100
 columns:
   - {name: plain, strategy: "mb=2"}
 rows:
-  - {name: fits, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "tp=2", paper: {plain: {seconds: 0.001}}}
+  - {name: fits, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "tp=2", paper: {plain: {seconds: 0.001}}}`
+
+// An experiment file whose optimizer, model or strategies no cell could
+// compile with is refused when it is read, naming the file, line and
+// field: before any cell compiles, and with nothing written.
+func TestReproduceRefusesBadFileFirst(t *testing.T) {
+	dir := t.TempDir()
+	good := ownExperiment + `
   - {name: also, model: "gpt:layers=2,hidden=64,heads=4,seq=16,vocab=256", batch: 4, strategy: "dp=2", paper: {plain: {seconds: 0.001}}}
 `
 	own := filepath.Join(dir, "mine.yaml")

@@ -431,32 +431,24 @@ func TestReferences(t *testing.T) {
 		nearCPU(t, "dgate", rdg, dg)
 		nearCPU(t, "dup", rdu, du)
 	})
-	t.Run("adam", func(t *testing.T) {
-		w, g, m, v := rand32(100), rand32(100), rand32(100), rand32(100)
-		for i := range v {
-			v[i] = float32(math.Abs(float64(v[i])))
-		}
-		rw, rm, rv := make([]float64, 100), make([]float64, 100), make([]float64, 100)
-		for i := range w {
-			rw[i], rm[i], rv[i] = refAdam(float64(w[i]), float64(g[i]), float64(m[i]), float64(v[i]), 0.01, 0.9, 0.999, 1e-8, 0.01, 3)
-		}
-		cpu.AdamUpdate(nil, w, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.01, 3)
-		nearCPU(t, "w", rw, w)
-		nearCPU(t, "m", rm, m)
-		nearCPU(t, "v", rv, v)
-	})
-	t.Run("adamw", func(t *testing.T) {
-		w, g, m, v := rand32(100), rand32(100), rand32(100), rand32(100)
-		for i := range v {
-			v[i] = float32(math.Abs(float64(v[i])))
-		}
-		rw, rm, rv := make([]float64, 100), make([]float64, 100), make([]float64, 100)
-		for i := range w {
-			rw[i], rm[i], rv[i] = refAdamW(float64(w[i]), float64(g[i]), float64(m[i]), float64(v[i]), 0.01, 0.9, 0.999, 1e-8, 0.5, 3)
-		}
-		cpu.AdamWUpdate(nil, w, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.5, 3)
-		nearCPU(t, "w", rw, w)
-		nearCPU(t, "m", rm, m)
-		nearCPU(t, "v", rv, v)
-	})
+	for _, decoupled := range []bool{false, true} {
+		t.Run(map[bool]string{false: "adam", true: "adamw"}[decoupled], func(t *testing.T) {
+			ref, update := refAdam, cpu.AdamUpdate
+			if decoupled {
+				ref, update = refAdamW, cpu.AdamWUpdate
+			}
+			w, g, m, v := rand32(100), rand32(100), rand32(100), rand32(100)
+			for i := range v {
+				v[i] = float32(math.Abs(float64(v[i])))
+			}
+			rw, rm, rv := make([]float64, 100), make([]float64, 100), make([]float64, 100)
+			for i := range w {
+				rw[i], rm[i], rv[i] = ref(float64(w[i]), float64(g[i]), float64(m[i]), float64(v[i]), 0.01, 0.9, 0.999, 1e-8, 0.5, 3)
+			}
+			update(nil, w, g, m, v, 0.01, 0.9, 0.999, 1e-8, 0.5, 3)
+			nearCPU(t, "w", rw, w)
+			nearCPU(t, "m", rm, m)
+			nearCPU(t, "v", rv, v)
+		})
+	}
 }
