@@ -74,6 +74,10 @@ func MaxPool2DForward(p *Pool, s PoolShape, x, y []float32) {
 // instead of a nest of short ones per window.
 func (s PoolShape) forwardPlane(x, y, colMax []float32) {
 	ow, W := s.OutW(), s.W
+	if s.is2x2() {
+		forward2x2(x, y, W, s.OutH(), ow)
+		return
+	}
 	for i := range s.OutH() {
 		h0 := i*s.StrideH - s.PadH
 		h1 := min(h0+s.KH, s.H)
@@ -100,6 +104,26 @@ func (s PoolShape) forwardPlane(x, y, colMax []float32) {
 	}
 }
 
+// is2x2 says whether s is the common 2×2 window of stride 2 without
+// padding, which has its own loops.
+func (s PoolShape) is2x2() bool {
+	return s.KH == 2 && s.KW == 2 && s.StrideH == 2 && s.StrideW == 2 && s.PadH == 0 && s.PadW == 0
+}
+
+// forward2x2 is forwardPlane for the 2×2 window of stride 2: one pass over
+// each pair of rows.
+func forward2x2(x, y []float32, W, oh, ow int) {
+	for i := range oh {
+		r0 := x[2*i*W : 2*i*W+2*ow]
+		r1 := x[(2*i+1)*W : (2*i+1)*W+2*ow]
+		out := y[i*ow : (i+1)*ow]
+		for j := range out {
+			c := 2 * j
+			out[j] = max(r0[c], r0[c+1], r1[c], r1[c+1])
+		}
+	}
+}
+
 // MaxPool2DBackward sets dx to the gradient of the loss with respect to x:
 // each window's dy goes to its maximum, recomputed from x, and overlapping
 // windows add up. Among equal maxima the first in window order (row-major)
@@ -117,12 +141,15 @@ func MaxPool2DBackward(p *Pool, s PoolShape, x, dy, dx []float32) {
 
 // backwardPlane routes one plane's dy [OutH,OutW] to dx [H,W].
 func (s PoolShape) backwardPlane(x, dy, dx []float32) {
-	clear(dx)
 	ow, W := s.OutW(), s.W
-	if s.KH == 2 && s.KW == 2 && s.StrideH == 2 && s.StrideW == 2 && s.PadH == 0 && s.PadW == 0 {
+	if s.is2x2() {
+		if 2*s.OutH() != s.H || 2*ow != W {
+			clear(dx) // the last row or column, in no window
+		}
 		backward2x2(x, dy, dx, W, s.OutH(), ow)
 		return
 	}
+	clear(dx)
 	for i := range s.OutH() {
 		h0 := i*s.StrideH - s.PadH
 		h1 := min(h0+s.KH, s.H)
@@ -139,25 +166,30 @@ func (s PoolShape) backwardPlane(x, dy, dx []float32) {
 
 // backward2x2 is backwardPlane for the common 2×2 window of stride 2
 // without padding: four order keys per window, the first maximum selected
-// by conditional moves.
+// by conditional moves. The windows do not overlap, so each writes its
+// four elements of dx, the gradient to one and zeros to the others: one
+// pass over dx, where clearing it and adding would take two.
 func backward2x2(x, dy, dx []float32, W, oh, ow int) {
 	for i := range oh {
 		r0 := x[2*i*W : 2*i*W+2*ow]
 		r1 := x[(2*i+1)*W : (2*i+1)*W+2*ow]
-		out := dx[2*i*W:]
+		d0 := dx[2*i*W : 2*i*W+2*ow]
+		d1 := dx[(2*i+1)*W : (2*i+1)*W+2*ow]
 		for j, g := range dy[i*ow : (i+1)*ow] {
 			c := 2 * j
-			m, off := orderKey(r0[c]), 0
+			m, at := orderKey(r0[c]), 0
 			if k := orderKey(r0[c+1]); k > m {
-				m, off = k, 1
+				m, at = k, 1
 			}
 			if k := orderKey(r1[c]); k > m {
-				m, off = k, W
+				m, at = k, 2
 			}
 			if k := orderKey(r1[c+1]); k > m {
-				off = W + 1
+				at = 3
 			}
-			out[c+off] += g
+			var v [4]float32
+			v[at&3] = g
+			d0[c], d0[c+1], d1[c], d1[c+1] = v[0], v[1], v[2], v[3]
 		}
 	}
 }
