@@ -22,8 +22,10 @@ import (
 // step, dropout's next masks and the data's next batch, so that a run
 // resumed from it computes what the run that wrote it would have gone on
 // to compute. Its file is safetensors (Hugging Face's format: a JSON
-// header of names, dtypes, shapes and offsets, then the raw data), in
-// f32, which Python reads with safetensors.torch.load_file; the metadata
+// header of names, dtypes, shapes and offsets, then the raw data), which
+// Python reads with safetensors.torch.load_file: a bf16 tensor whose
+// values are all bf16's (a GPU's bf16 registers) in bf16, half the bytes,
+// the others in f32 (the CPU computes bf16 models in f32); the metadata
 // names the model, the optimizer, the seed and the steps.
 type Checkpoint struct {
 	Model     string
@@ -48,15 +50,12 @@ func WriteCheckpoint(path string, c Checkpoint) (err error) {
 	}
 	views := map[string]safetensors.TensorView{}
 	for _, t := range c.Weights.whole() {
-		data := make([]byte, 4*len(t.F))
-		for i, v := range t.F {
-			binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
-		}
+		dt, data := tensorData(t)
 		shape := make([]uint64, len(t.Spec.Shape))
 		for i, d := range t.Spec.Shape {
 			shape[i] = uint64(d)
 		}
-		v, err := safetensors.NewTensorView(safetensors.F32, shape, data)
+		v, err := safetensors.NewTensorView(dt, shape, data)
 		if err != nil {
 			return fmt.Errorf("runtime: checkpoint: tensor %s: %w", t.Name, err)
 		}
@@ -95,6 +94,28 @@ func WriteCheckpoint(path string, c Checkpoint) (err error) {
 		return fmt.Errorf("runtime: checkpoint: %w", err)
 	}
 	return nil
+}
+
+// tensorData is t's values as a checkpoint stores them: in bf16 where t
+// is a bf16 tensor whose values bf16 holds exactly (their low 16 bits
+// zero), else in f32. Either reads back bit for bit.
+func tensorData(t Tensor) (safetensors.DType, []byte) {
+	bf16 := t.Spec.DType == graph.BF16
+	for _, v := range t.F {
+		bf16 = bf16 && math.Float32bits(v)&0xffff == 0
+	}
+	if bf16 {
+		data := make([]byte, 2*len(t.F))
+		for i, v := range t.F {
+			binary.LittleEndian.PutUint16(data[2*i:], uint16(math.Float32bits(v)>>16))
+		}
+		return safetensors.BF16, data
+	}
+	data := make([]byte, 4*len(t.F))
+	for i, v := range t.F {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(v))
+	}
+	return safetensors.F32, data
 }
 
 // CheckCheckpointPath says whether WriteCheckpoint can write path: that it
@@ -206,6 +227,7 @@ func ParseCheckpoint(data []byte) (*Checkpoint, error) {
 		raw := v.Data()
 		n := shape.NumElements()
 		f := make([]float32, n)
+		dt := graph.F32
 		switch v.DType() {
 		case safetensors.F32:
 			for i := range f {
@@ -215,10 +237,11 @@ func ParseCheckpoint(data []byte) (*Checkpoint, error) {
 			for i := range f {
 				f[i] = math.Float32frombits(uint32(binary.LittleEndian.Uint16(raw[2*i:])) << 16)
 			}
+			dt = graph.BF16
 		default:
 			return nil, fmt.Errorf("tensor %s is %s; checkpoints hold F32 or BF16", nt.Name, v.DType())
 		}
-		if err := c.Weights.Put(Tensor{Name: nt.Name, Spec: graph.Spec{Shape: shape, DType: graph.F32}, F: f}); err != nil {
+		if err := c.Weights.Put(Tensor{Name: nt.Name, Spec: graph.Spec{Shape: shape, DType: dt}, F: f}); err != nil {
 			return nil, err
 		}
 	}

@@ -20,14 +20,18 @@ import (
 var adamOpt = graph.Adam{LR: 1e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
 
 // A checkpoint reads back what was written, bit for bit, with its
-// metadata; the write leaves no temporary file behind.
+// metadata; the write leaves no temporary file behind. A bf16 tensor is
+// stored in bf16 where its values are bf16's (a GPU's), else in f32 (the
+// CPU's f32 arithmetic for a bf16 model).
 func TestCheckpointRoundTrip(t *testing.T) {
 	w := NewStore(7)
 	require.NoError(t, w.Put(
 		Tensor{Name: "a.weight", Spec: graph.Spec{Shape: graph.Shape{2, 3}, DType: graph.F32}, F: []float32{1, -2, 3.5, 0, -0, 1e-30}},
 		Tensor{Name: "a.weight.adam_m", Spec: graph.Spec{Shape: graph.Shape{2, 3}, DType: graph.BF16}, F: []float32{0.5, 0, 0, 0, 0, 7}},
 		Tensor{Name: "b", Spec: graph.Spec{Shape: graph.Shape{1}, DType: graph.F32}, F: []float32{float32(1) / 3}},
+		Tensor{Name: "c", Spec: graph.Spec{Shape: graph.Shape{2}, DType: graph.BF16}, F: []float32{-1.5, float32(1) / 3}},
 	))
+	stored := map[string]graph.DType{"a.weight": graph.F32, "a.weight.adam_m": graph.BF16, "b": graph.F32, "c": graph.F32}
 	dir := t.TempDir()
 	path := filepath.Join(dir, "c.safetensors")
 	require.NoError(t, WriteCheckpoint(path, Checkpoint{Model: "mlp", Optimizer: "adam(lr=0.001)", Seed: 7, Step: 42, Weights: w}))
@@ -47,6 +51,7 @@ func TestCheckpointRoundTrip(t *testing.T) {
 		got, _ := c.Weights.Get(n)
 		require.Equal(t, want, got, n)
 		require.Equal(t, w.tensors[n].spec.Shape, c.Weights.tensors[n].spec.Shape, n)
+		require.Equal(t, stored[n], c.Weights.tensors[n].spec.DType, n)
 	}
 
 	// Rewriting replaces; a folder that does not exist is an error that
