@@ -420,7 +420,7 @@ func (x *run) runGraph(ctx context.Context) error {
 			x.iters = it
 			break
 		}
-		if g.rates != nil && it > 0 && it%rateCap == 0 {
+		if g.rates != nil && it > 0 && it%g.rates.n == 0 {
 			// The tables hold iterations up to this one: refill them
 			// once the replays that read them have run.
 			if err := s.Synchronize(); err != nil {

@@ -35,14 +35,15 @@ type rateKey struct {
 type rateTables struct {
 	keys  []rateKey
 	index map[rateKey]int
-	dev   cu.DevicePtr // float32 [len(keys)][rateCap]
+	n     int          // iterations a table holds: rateCap when made
+	dev   cu.DevicePtr // float32 [len(keys)][n]
 	host  []float32
 }
 
 // newRateTables allocates the tables of the plan's scheduled updates, or
 // returns nil if it has none.
 func (r *PlanRunner) newRateTables() (*rateTables, error) {
-	rt := &rateTables{index: map[rateKey]int{}}
+	rt := &rateTables{index: map[rateKey]int{}, n: rateCap}
 	for _, t := range r.p.Tasks {
 		op := r.ops[t.ID]
 		s := graph.ScheduleOf(op)
@@ -58,7 +59,7 @@ func (r *PlanRunner) newRateTables() (*rateTables, error) {
 	if len(rt.keys) == 0 {
 		return nil, nil
 	}
-	rt.host = make([]float32, len(rt.keys)*rateCap)
+	rt.host = make([]float32, len(rt.keys)*rt.n)
 	var err error
 	if rt.dev, err = r.gpu.firstGPU().ctx.Malloc(units.Bytes(4 * len(rt.host))); err != nil {
 		return nil, fmt.Errorf("runtime: learning-rate tables: %w", err)
@@ -88,15 +89,15 @@ func (rt *rateTables) of(lr float32, s graph.Schedule) (kcuda.Rate, error) {
 	if !ok {
 		return kcuda.Rate{}, fmt.Errorf("runtime: cuda: no rate table for learning rate %v under %s", lr, s)
 	}
-	return kcuda.Rate{LR: lr, Table: rt.dev + cu.DevicePtr(4*j*rateCap), Len: rateCap}, nil
+	return kcuda.Rate{LR: lr, Table: rt.dev + cu.DevicePtr(4*j*rt.n), Len: rt.n}, nil
 }
 
-// fill writes the rates of iterations from … from+rateCap−1 and waits for
-// the copy. Nothing may be reading the tables.
+// fill writes the rates of iterations from … from+n−1 and waits for the
+// copy. Nothing may be reading the tables.
 func (rt *rateTables) fill(g *gpuPlan, from int) error {
 	for j, k := range rt.keys {
-		for it := from; it < from+rateCap; it++ {
-			rt.host[j*rateCap+it%rateCap] = k.s.Rate(k.lr, it+1)
+		for it := from; it < from+rt.n; it++ {
+			rt.host[j*rt.n+it%rt.n] = k.s.Rate(k.lr, it+1)
 		}
 	}
 	s := g.host[g.firstIndex()]
