@@ -13,20 +13,22 @@ import (
 // (its compute stream), and for those the clocks of lifetimes.go reduce to
 // positions on that stream: such a register is live over a closed span of
 // positions, from its first write to its last touch, and two of them may
-// share bytes exactly when their spans are disjoint (lifeSpan says when
-// that holds; it is checked register by register, not assumed). A first
-// fit is then the lowest offset where a register's bytes clear the byte
-// ranges of the placed registers whose spans meet its own: a query over
+// share bytes exactly when their spans are disjoint (packIndex says when
+// that holds; it is checked life by life, not assumed). A first fit is
+// then the lowest offset where a register's bytes clear the byte ranges
+// of the placed registers whose spans meet its own: a query over
 // rectangles, answered by a segment tree over positions (timeIndex) whose
-// nodes keep the union of their registers' byte ranges (rangeSet), which
-// finds the first gap wide enough in a logarithmic walk. The conflicts of
-// a register that once took quadratic time to scan one by one (in a deep
-// model, half the pairs of registers are live together) are so skipped in
-// bulk. Registers whose lifetimes are not spans (transfer buffers touched
-// from two streams) are checked one by one, with lifetimes.disjoint, as
-// before.
+// nodes keep the union of their registers' byte ranges (a treap of
+// rangeArena), where the first gap wide enough is found in a logarithmic
+// walk. The conflicts of a register, which a scan meets one by one (in a
+// deep model about half the pairs of registers are live together, so that
+// the scan is quadratic), are so skipped in bulk. Registers whose
+// lifetimes are not spans (transfer buffers touched from two streams) are
+// checked one by one with lifetimes.disjoint, as by the scan. The lowest
+// offset clear of a set of ranges does not depend on how it is found, so
+// every register lands where the scan puts it.
 
-// rangeNode is a node of a rangeSet's treap: a byte range and aggregates
+// rangeNode is a node of a treap of byte ranges: a range and aggregates
 // of its subtree, by which a first fit skips whole subtrees.
 type rangeNode struct {
 	start, end  units.Bytes // the range, [start, end)
@@ -36,7 +38,7 @@ type rangeNode struct {
 	prio        uint32
 }
 
-// rangeArena holds the nodes of a pack's rangeSets, which are treaps
+// rangeArena holds the nodes of a pack's sets of byte ranges, treaps
 // named by their root (0 is the empty set): one allocation for the
 // millions of ranges a deep model's index holds, and nodes merged away
 // are reused.
@@ -198,11 +200,11 @@ func (a *rangeArena) fitIn(t int32, at, size units.Bytes) (units.Bytes, bool) {
 // hi] is in the starts of every node above leaf lo and in the spans of
 // the nodes that cover [lo, hi] (the canonical ones). The registers whose
 // spans meet [lo, hi] are then those starting in it, the starts of its
-// canonical nodes, and those starting before it and reaching lo, among
-// the spans of the nodes above leaf lo: a few dozen sets, each a union.
+// canonical nodes, and those live at lo, the spans of leaf lo and the
+// nodes above it: a few dozen sets, each a union.
 type timeIndex struct {
 	n      int
-	starts []int32 // by node (1 the root, node i over children 2i and 2i+1), a rangeSet's root
+	starts []int32 // by node (1 the root, node i over children 2i and 2i+1), a set's root in the arena
 	spans  []int32
 }
 
@@ -308,6 +310,8 @@ const (
 	indexNone                    // none: every register is scanned
 )
 
+// newPackIndex returns an empty index for a device's registers regs (not
+// persistent), having decided which of them it will take, as use says.
 func newPackIndex(p *Plan, lives *lifetimes, regs []int, use indexUse) *packIndex {
 	ix := &packIndex{p: p, lives: lives}
 	// The index pays a few treap insertions per span and level of its
