@@ -319,14 +319,15 @@ func newPackIndex(p *Plan, lives *lifetimes, regs []int, use indexUse) *packInde
 	// and fewer, as it stops at the first gap: for a device with few
 	// registers but many versions of each (a pipeline stage of a short
 	// model with many micro-batches) the scan is quicker, by up to 30
-	// times. The bound was measured on GPT plans: at it, both take about
-	// as long.
+	// times. The bound was measured on GPTs, on one device and in
+	// pipelines of 1 to 64 micro-batches: near it, both take about as
+	// long.
 	spans := 0
 	for _, r := range regs {
 		spans += 1 + len(lives.versions[r])
 	}
 	worth := func(levels int) bool {
-		return use == indexAll || use == indexWorthIt && len(regs)*len(regs) >= 64*spans*levels
+		return use == indexAll || use == indexWorthIt && len(regs)*len(regs) >= 32*spans*levels
 	}
 	if !worth(1) {
 		return ix
