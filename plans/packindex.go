@@ -234,8 +234,12 @@ func (x *timeIndex) add(a *rangeArena, lo, hi int32, start, end units.Bytes) {
 }
 
 // meets appends to sets the non-empty sets whose union is the bytes of
-// the registers live at some position of [lo, hi].
+// the registers live at some position of [lo, hi]. A nil index holds
+// none.
 func (x *timeIndex) meets(sets []int32, lo, hi int32) []int32 {
+	if x == nil {
+		return sets
+	}
 	for i := int(lo) + x.n; i >= 1; i /= 2 {
 		if x.spans[i] != 0 {
 			sets = append(sets, x.spans[i])
@@ -400,9 +404,36 @@ func newPackIndex(p *Plan, lives *lifetimes, regs []int, use indexUse) *packInde
 	if scans > 0 {
 		ix.all = []int{}
 	}
-	positions := int(mostLast) + 1
+	// Spans meet or not by the order of their ends alone, so positions
+	// are renumbered by rank among the ends: the trees are as large as
+	// the spans are many, not as the stream is long (millions of
+	// firings in the largest plans).
+	var ends []int32
+	for r, w := range ix.whole {
+		ends = append(ends, w.lo, w.hi)
+		for _, v := range ix.vers[r] {
+			ends = append(ends, v.lo, v.hi)
+		}
+	}
+	slices.Sort(ends)
+	ends = slices.Compact(ends)
+	rank := func(s lifeSpan) lifeSpan {
+		lo, _ := slices.BinarySearch(ends, s.lo)
+		hi, _ := slices.BinarySearch(ends, s.hi)
+		return lifeSpan{int32(lo), int32(hi)}
+	}
+	versioned := false
+	for r, w := range ix.whole {
+		ix.whole[r] = rank(w)
+		for k, v := range ix.vers[r] {
+			ix.vers[r][k], versioned = rank(v), true
+		}
+	}
 	ix.arena = newRangeArena()
-	ix.spans, ix.versionedWholes, ix.versions = newTimeIndex(positions), newTimeIndex(positions), newTimeIndex(positions)
+	ix.spans = newTimeIndex(len(ends))
+	if versioned {
+		ix.versionedWholes, ix.versions = newTimeIndex(len(ends)), newTimeIndex(len(ends))
+	}
 	return ix
 }
 
