@@ -490,22 +490,23 @@ func (ix *packIndex) fit(r int, base, size units.Bytes) units.Bytes {
 		}
 	}
 	ix.sets = sets
-	// Each set, and the scanned registers, moves at past offsets where r
-	// does not fit; at fits every one when a round of them leaves it.
-	at, unmoved := base, 0
-	for i := 0; unmoved <= len(sets); i = (i + 1) % (len(sets) + 1) {
-		next := at
-		if i < len(sets) {
-			next = ix.arena.fit(sets[i], at, size)
-		} else if len(ix.scanned) > 0 {
-			next = ix.scan(r, ix.scanned, at, size)
+	// Each set moves at past offsets where r does not fit; at fits every
+	// set when a round of them leaves it. The scanned registers, a walk
+	// from the lowest offset, are asked only then.
+	at := base
+	for {
+		for i, unmoved := 0, 0; unmoved < len(sets); i = (i + 1) % len(sets) {
+			if next := ix.arena.fit(sets[i], at, size); next != at {
+				at, unmoved = next, 0
+			}
+			unmoved++
 		}
-		if next != at {
-			at, unmoved = next, 0
+		next := ix.scan(r, ix.scanned, at, size)
+		if next == at {
+			return at
 		}
-		unmoved++
+		at = next
 	}
-	return at
 }
 
 // scan is pack's first fit as before the index: placed is kept by offset,
