@@ -512,7 +512,8 @@ func (ix *packIndex) fit(r int, base, size units.Bytes) units.Bytes {
 // scan is pack's first fit as before the index: placed is kept by offset,
 // so that the fit is found in one pass that stops at the first gap large
 // enough, asking whether lifetimes are disjoint only of the registers
-// whose bytes overlap the candidate offset.
+// whose bytes overlap the candidate offset: the order of equal offsets
+// does not change the fit. It returns the lowest fit at or above at.
 func (ix *packIndex) scan(r int, placed []int, at, size units.Bytes) units.Bytes {
 	for _, q := range placed {
 		o := ix.p.Registers[q].Offset
