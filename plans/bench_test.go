@@ -2,6 +2,7 @@ package plans
 
 import (
 	"bytes"
+	"fmt"
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
@@ -80,8 +81,35 @@ func BenchmarkPackFirstFit_GPT_PP16_MB64(b *testing.B) {
 	benchPack(b, packFirstFit)
 }
 
+// Memory planning of a single device running a 512-layer GPT: 31 k
+// registers, most of them live together with hundreds of others, where a
+// scan of the placed registers for each would be quadratic.
+func BenchmarkPack_GPT_Layers512(b *testing.B) {
+	benchPackPlan(b, benchDeepPlan(b, 512), pack)
+}
+
+// benchDeepPlan compiles a single-device plan of a GPT of the given depth,
+// narrow and short so that its registers are many but its compile quick.
+func benchDeepPlan(b *testing.B, layers int) *Plan {
+	b.Helper()
+	st, err := ParseStrategy("single", 8)
+	if err != nil {
+		b.Fatal(err)
+	}
+	p, err := Compile(Config{Model: fmt.Sprintf("gpt:layers=%d,hidden=64,heads=4,seq=128", layers), Batch: 8, Strategy: st,
+		Optimizer: graph.SGD{LR: 0.01, Momentum: 0.9}, Devices: devs(1, 0)})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return p
+}
+
 func benchPack(b *testing.B, pack func(*Plan, *lifetimes, int, []int) Memory) {
-	p := benchPlanFile(b)
+	benchPackPlan(b, benchPlanFile(b), pack)
+}
+
+func benchPackPlan(b *testing.B, p *Plan, pack func(*Plan, *lifetimes, int, []int) Memory) {
+	b.Helper()
 	edges, err := p.Deps()
 	if err != nil {
 		b.Fatal(err)

@@ -73,8 +73,15 @@ func planMemory(p *Plan) error {
 
 // pack gives device d's registers (regs) their offsets: persistent ones
 // first, one after the other, then the others largest first, each at the
-// lowest offset clear of every placed register it may be live with.
+// lowest offset clear of every placed register it may be live with (a
+// first fit, as packFirstFit in the tests, found faster).
 func pack(p *Plan, lives *lifetimes, d int, regs []int) Memory {
+	return packBy(p, lives, d, regs, indexWorthIt)
+}
+
+// packBy is pack, indexing the registers whose lifetimes are spans as
+// index says (the tests make it index wherever it can, or nowhere).
+func packBy(p *Plan, lives *lifetimes, d int, regs []int, index indexUse) Memory {
 	var persistent, shared []int
 	var unshared units.Bytes
 	for _, r := range regs {
@@ -95,27 +102,16 @@ func pack(p *Plan, lives *lifetimes, d int, regs []int) Memory {
 	slices.SortStableFunc(shared, func(a, b int) int {
 		return cmp.Compare(p.Registers[b].Bytes(), p.Registers[a].Bytes())
 	})
-	// placed is kept by offset, so that a register's first fit is found
-	// in one pass that stops at the first gap large enough, asking whether
-	// lifetimes are disjoint only of the registers whose bytes overlap the
-	// candidate offset: the order of equal offsets does not change the fit.
-	var placed []int
+	// The first fit of each register is found with an index of the
+	// placed ones (packindex.go), which skips in bulk those it may not
+	// be live with and the runs of those that leave it no room.
+	ix := newPackIndex(p, lives, shared, index)
 	peak := base
 	for _, r := range shared {
 		size := roundUp(p.Registers[r].Bytes())
-		at := base
-		for _, q := range placed {
-			o := p.Registers[q].Offset
-			if at+size <= o {
-				break
-			}
-			if end := o + roundUp(p.Registers[q].Bytes()); end > at && !lives.disjoint(r, q) {
-				at = end
-			}
-		}
+		at := ix.fit(r, base, size)
 		p.Registers[r].Offset = at
-		i, _ := slices.BinarySearchFunc(placed, at, func(q int, at units.Bytes) int { return cmp.Compare(p.Registers[q].Offset, at) })
-		placed = slices.Insert(placed, i, r)
+		ix.place(r, at, at+size)
 		peak = max(peak, at+size)
 	}
 	return Memory{Device: d, Peak: peak, Persistent: base, Unshared: unshared}
