@@ -60,6 +60,11 @@ type DeviceCalibration struct {
 	// device (CPU devices sharing caches and memory bandwidth). The op
 	// fits are times of kernels running alone.
 	Contention float64 `json:"contention,omitempty"`
+	// OpContention is Contention by op kind, where it was measured: a
+	// kernel bound by memory bandwidth (pooling, an activation) slows more
+	// beside a busy neighbour than one bound by arithmetic (a
+	// convolution's GEMM). A kind without an entry slows by Contention.
+	OpContention map[string]float64 `json:"op_contention,omitempty"`
 	// Dispatch is the time a firing on the device takes to start once
 	// released by a firing of another stream: the runtime runs each
 	// stream on a goroutine, which one stream's end wakes. Measured from
@@ -153,6 +158,11 @@ func (c *Calibration) check() error {
 		}
 		if dc.Contention < 0 || math.IsNaN(dc.Contention) || math.IsInf(dc.Contention, 0) {
 			return fmt.Errorf("devices[%q].contention: must be a non-negative number, got %g", typ, dc.Contention)
+		}
+		for _, kind := range sortedKeys(dc.OpContention) {
+			if k := dc.OpContention[kind]; kind == "" || k < 0 || math.IsNaN(k) || math.IsInf(k, 0) {
+				return fmt.Errorf("devices[%q].op_contention[%q]: must be a non-negative number for an op kind, got %g", typ, kind, k)
+			}
 		}
 		if dc.Dispatch < 0 {
 			return fmt.Errorf("devices[%q].dispatch_ns: must not be negative, got %d", typ, dc.Dispatch)

@@ -45,7 +45,7 @@ func FuzzReadCalibration(f *testing.F) {
 					t.Fatalf("%s on %s: %v", w.Kind, dev.Type, d)
 				}
 			}
-			_ = m.Slowdown(dev)
+			_ = m.Slowdown(dev, "matmul")
 			if d := m.Dispatch(dev); d < 0 {
 				t.Fatalf("dispatch on %s: %v", dev.Type, d)
 			}

@@ -270,13 +270,18 @@ func price(of *OpFit, peak units.FLOPsPerSecond, bw units.BytesPerSecond, w Work
 	return p
 }
 
-// Slowdown is the calibrated contention of a device (see
-// DeviceCalibration.Contention), 0 when uncalibrated.
-func (m *ComputeModel) Slowdown(dev topology.DeviceSpec) float64 {
-	if dc := m.device(dev); dc != nil {
-		return dc.Contention
+// Slowdown is the calibrated contention of a device for kernels of kind
+// (see DeviceCalibration.Contention and OpContention), 0 when
+// uncalibrated.
+func (m *ComputeModel) Slowdown(dev topology.DeviceSpec, kind string) float64 {
+	dc := m.device(dev)
+	if dc == nil {
+		return 0
 	}
-	return 0
+	if k, ok := dc.OpContention[kind]; ok {
+		return k
+	}
+	return dc.Contention
 }
 
 // Dispatch is the calibrated dispatch latency of a device (see

@@ -167,8 +167,15 @@ func TestCalibrationRoundTrip(t *testing.T) {
 	if err != nil || len(reps) != 2 || reps[0].Kind != "conv2d" {
 		t.Fatalf("FitAll: got %v, %v", reps, err)
 	}
+	dc.Contention, dc.OpContention = 0.1, map[string]float64{"conv2d": 0.05, "max_pool2d": 0.3}
 	cal := NewCalibration()
 	cal.Devices["cpu"] = dc
+	m := NewComputeModel(cal)
+	for kind, want := range map[string]float64{"conv2d": 0.05, "max_pool2d": 0.3, "matmul": 0.1} {
+		if got := m.Slowdown(dev, kind); got != want {
+			t.Errorf("Slowdown(%s) = %v, want %v (its own, else the device's)", kind, got, want)
+		}
+	}
 	var a, b bytes.Buffer
 	if err := cal.Write(&a); err != nil {
 		t.Fatal(err)
@@ -196,6 +203,8 @@ func TestCalibrationLoaderErrors(t *testing.T) {
 		{"unknown field", strings.Replace(good, `"launch_ns"`, `"lunch_ns"`, 1), `calib.json:1: unknown field "lunch_ns"`},
 		{"type", strings.Replace(good, `100`, `"fast"`, 1), "calib.json:1: cannot unmarshal string"},
 		{"dispatch", strings.Replace(good, `"ops"`, `"dispatch_ns": -3, "ops"`, 1), `devices["cpu"].dispatch_ns: must not be negative, got -3`},
+		{"op contention", strings.Replace(good, `"ops"`, `"op_contention": {"max_pool2d": -0.2}, "ops"`, 1), `devices["cpu"].op_contention["max_pool2d"]: must be a non-negative number for an op kind, got -0.2`},
+		{"op contention kind", strings.Replace(good, `"ops"`, `"op_contention": {"": 0.2}, "ops"`, 1), `devices["cpu"].op_contention[""]: must be a non-negative number for an op kind, got 0.2`},
 	}
 	for _, tt := range tests {
 		_, err := ReadCalibration("calib.json", strings.NewReader(tt.json))

@@ -251,13 +251,13 @@ func stride(offsets []int, n, step int) []int {
 }
 
 // Slowdown implements Contention with the calibrated contention of the
-// device's type.
-func (m CostModel) Slowdown(p *plans.Plan, device int) float64 {
-	spec, err := deviceSpec(p, device)
+// task's device type for its op kind.
+func (m CostModel) Slowdown(p *plans.Plan, t int) float64 {
+	spec, err := deviceSpec(p, p.Streams[p.Tasks[t].Streams[0]].Device)
 	if err != nil {
 		return 0
 	}
-	return m.Compute.Slowdown(spec)
+	return m.Compute.Slowdown(spec, p.Work(t).Kind)
 }
 
 // Dispatch implements Dispatch with the calibrated dispatch latency of the

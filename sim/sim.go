@@ -20,10 +20,11 @@ type Durations interface {
 
 // Contention is implemented by Durations that also model devices slowing
 // each other down through the memory system of a host they share: a
-// firing on device d progresses at rate 1/(1 + Slowdown(d)·b), where b is
-// the number of other devices of its host busy at the moment.
+// firing of task t progresses at rate 1/(1 + Slowdown(t)·b), where b is
+// the number of other devices of its device's host busy at the moment
+// (tasks differ: a kernel bound by memory bandwidth slows more).
 type Contention interface {
-	Slowdown(p *plans.Plan, device int) float64
+	Slowdown(p *plans.Plan, t int) float64
 }
 
 // LinkSharing is implemented by Durations whose transfers and collectives
@@ -279,12 +280,12 @@ func linkShares(p *plans.Plan, ls LinkSharing) (*links, error) {
 // hosts groups a plan's devices by the host whose memory they share.
 type hosts struct {
 	of       []int     // host index by device; −1: shares with no one
-	slowdown []float64 // by device
+	slowdown []float64 // by task
 	members  [][]int   // devices by host
 }
 
 func newHosts(p *plans.Plan, d Durations) *hosts {
-	h := &hosts{of: make([]int, len(p.Devices)), slowdown: make([]float64, len(p.Devices))}
+	h := &hosts{of: make([]int, len(p.Devices)), slowdown: make([]float64, len(p.Tasks))}
 	c, ok := d.(Contention)
 	index := map[string]int{}
 	for dev, pd := range p.Devices {
@@ -292,7 +293,6 @@ func newHosts(p *plans.Plan, d Durations) *hosts {
 		if !ok || pd.Host == "" {
 			continue
 		}
-		h.slowdown[dev] = c.Slowdown(p, dev)
 		k, seen := index[pd.Host]
 		if !seen {
 			k = len(h.members)
@@ -301,6 +301,11 @@ func newHosts(p *plans.Plan, d Durations) *hosts {
 		}
 		h.of[dev] = k
 		h.members[k] = append(h.members[k], dev)
+	}
+	for t, task := range p.Tasks {
+		if ok && h.of[p.Streams[task.Streams[0]].Device] >= 0 {
+			h.slowdown[t] = c.Slowdown(p, t)
+		}
 	}
 	return h
 }
@@ -371,17 +376,19 @@ type engine struct {
 
 func (s *engine) home(inst int) int { return s.homes[s.task(inst)] }
 
-// rate is the progress rate of a firing on dev now.
-func (s *engine) rate(dev int) float64 {
+// rate is the progress rate of firing instance inst, running on its home
+// device, now.
+func (s *engine) rate(inst int) float64 {
+	dev, k := s.home(inst), s.hosts.slowdown[s.task(inst)]
 	h := s.hosts.of[dev]
-	if h < 0 || s.hosts.slowdown[dev] == 0 {
+	if h < 0 || k == 0 {
 		return 1
 	}
 	others := s.busy[h]
 	if len(s.byDev[dev]) > 0 {
 		others--
 	}
-	return 1 / (1 + s.hosts.slowdown[dev]*float64(others))
+	return 1 / (1 + k*float64(others))
 }
 
 func (s *engine) schedule(inst int, r *running, now trace.Time) {
@@ -415,7 +422,7 @@ func (s *engine) start(inst int, now trace.Time) {
 	}
 	task := s.p.Firings[inst%len(s.p.Firings)].Task
 	r := s.newRunning()
-	*r = running{dev: dev, start: now, since: now, remaining: float64(s.dur[task]), host: s.rate(dev), link: 1}
+	*r = running{dev: dev, start: now, since: now, remaining: float64(s.dur[task]), host: s.rate(inst), link: 1}
 	s.running[inst] = r
 	if s.links != nil && len(s.links.of[task]) > 0 {
 		s.flows = append(s.flows, inst)
@@ -569,7 +576,7 @@ func (s *engine) changeBusy(dev, delta int, now trace.Time) {
 		}
 		for _, inst := range s.byDev[other] {
 			r := s.running[inst]
-			s.rerate(inst, r, s.rate(other), r.link, now)
+			s.rerate(inst, r, s.rate(inst), r.link, now)
 		}
 	}
 }

@@ -214,6 +214,19 @@ func (c contended) Duration(p *plans.Plan, t int) (time.Duration, error) {
 
 func (c contended) Slowdown(*plans.Plan, int) float64 { return c.k }
 
+// byKind slows compute tasks of the kind named slow by k, and no other.
+type byKind struct {
+	contended
+	slow string
+}
+
+func (c byKind) Slowdown(p *plans.Plan, t int) float64 {
+	if p.Tasks[t].Kind == plans.Compute && p.Work(t).Kind == c.slow {
+		return c.k
+	}
+	return 0
+}
+
 // Two data-parallel replicas on one host run their kernels side by side;
 // with contention k each kernel takes 1+k times as long while the other
 // replica is busy, and devices of different hosts do not interfere.
@@ -239,6 +252,27 @@ func TestContention(t *testing.T) {
 	require.Equal(t, alone, step("a", "b", 0.5), "different hosts")
 	require.Equal(t, alone, step("a", "a", 0), "no slowdown")
 	require.Equal(t, alone*3/2, step("a", "a", 0.5), "both replicas always busy: every kernel 1.5×")
+
+	// Contention by op kind: only the kernels of the kind slow down.
+	p.Devices[0].Host, p.Devices[1].Host = "a", "a"
+	byKindStep := func(slow string) time.Duration {
+		tr, err := Simulate(p, byKind{contended{0.5}, slow}, 3)
+		require.NoError(t, err)
+		s, err := tr.StepTime(1)
+		require.NoError(t, err)
+		return s
+	}
+	perKind := map[string]int{}
+	for i, task := range p.Tasks {
+		if task.Kind == plans.Compute && task.Replica == 0 {
+			perKind[p.Work(i).Kind]++
+		}
+	}
+	require.Greater(t, len(perKind), 1)
+	for kind, n := range perKind {
+		require.Equal(t, alone+time.Duration(n)*time.Millisecond/2, byKindStep(kind), "only %s slows, 1.5×", kind)
+	}
+	require.Equal(t, alone, byKindStep("none"))
 }
 
 // On a GPU cluster, all-reduces are priced by the communication model over

@@ -155,6 +155,9 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return err
 		}
 		dc.Contention = m.contention
+		if len(m.opContention) > 0 {
+			dc.OpContention = m.opContention
+		}
 		dc.Dispatch = m.dispatch()
 		host, _ := os.Hostname()
 		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
@@ -170,10 +173,22 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		return err
 	}
 	if f.json {
-		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports), "contention": contention, "dispatch_ns": dispatch})
+		opContention := map[string]map[string]float64{}
+		for k, dc := range calib.Devices {
+			opContention[k] = dc.OpContention
+		}
+		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports),
+			"contention": contention, "op_contention": opContention, "dispatch_ns": dispatch})
 	}
 	for _, k := range slices.Sorted(maps.Keys(contention)) {
-		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host\n", k, 100*contention[k])
+		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host (median)", k, 100*contention[k])
+		if ops := calib.Devices[k].OpContention; len(ops) > 0 {
+			fmt.Print("; by op:")
+			for _, kind := range slices.Sorted(maps.Keys(ops)) {
+				fmt.Printf(" %s %.0f%%", kind, 100*ops[kind])
+			}
+		}
+		fmt.Println()
 		if d := dispatch[k]; d > 0 {
 			fmt.Printf("%s: a task released by another stream starts %v later\n", k, d)
 		}
@@ -228,8 +243,10 @@ type measured struct {
 	// slowdowns are, for kernels of data-parallel plans (two devices
 	// running the same kernels at once), time / time alone − 1.
 	slowdowns []float64
-	// contention is their median (0 without any).
-	contention float64
+	// contention is their median (0 without any), and opContention the
+	// median of each op kind's.
+	contention   float64
+	opContention map[string]float64
 	// latencies are, for each run of a plan of two devices, the latency
 	// of waking a goroutine its wakes give (runtime.DispatchLatency).
 	latencies []time.Duration
@@ -317,25 +334,62 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		}
 		progress(i + 1)
 	}
-	alone, co := medians(m.alone), medians(corun)
-	for _, key := range slices.Sorted(maps.Keys(co)) {
-		// Kernels of a few microseconds are mostly overhead: they say
-		// little about memory-system contention.
-		if t, ok := alone[key]; ok && t > 100*time.Microsecond {
-			m.slowdowns = append(m.slowdowns, float64(co[key])/float64(t)-1)
-		}
-	}
-	if len(m.slowdowns) > 0 {
-		sort.Float64s(m.slowdowns)
-		m.contention = max(0, m.slowdowns[len(m.slowdowns)/2])
-	}
+	m.contend(corun)
+	alone := medians(m.alone)
 	for _, s := range split {
 		if _, ok := alone[fmt.Sprint(s.Work.Kind, s.Work.Shape)]; !ok {
-			s.Time = time.Duration(float64(s.Time) / (1 + m.contention))
+			s.Time = time.Duration(float64(s.Time) / (1 + m.slowdownOf(s.Work.Kind)))
 			m.alone = append(m.alone, s)
 		}
 	}
 	return m, nil
+}
+
+// contend sets the slowdowns, the contention and the contention by op
+// kind from the kernels that ran beside a busy neighbour (corun) and the
+// same kernels alone (m.alone): each shape's median time over its median
+// time alone, less one.
+func (m *measured) contend(corun []cost.Sample) {
+	alone, co := medians(m.alone), medians(corun)
+	kindOf := map[string]string{}
+	for _, s := range corun {
+		kindOf[fmt.Sprint(s.Work.Kind, s.Work.Shape)] = s.Work.Kind
+	}
+	byKind := map[string][]float64{}
+	for _, key := range slices.Sorted(maps.Keys(co)) {
+		// Kernels of a few microseconds are mostly overhead: they say
+		// little about memory-system contention.
+		if t, ok := alone[key]; ok && t > 100*time.Microsecond {
+			slowdown := float64(co[key])/float64(t) - 1
+			m.slowdowns = append(m.slowdowns, slowdown)
+			byKind[kindOf[key]] = append(byKind[kindOf[key]], slowdown)
+		}
+	}
+	m.contention = medianSlowdown(slices.Clone(m.slowdowns))
+	m.opContention = map[string]float64{}
+	for kind, s := range byKind {
+		m.opContention[kind] = medianSlowdown(s)
+	}
+}
+
+// medianSlowdown sorts s and returns its median, or 0 when it is empty or
+// negative (a kernel does not run faster beside a busy neighbour: such a
+// median is noise).
+func medianSlowdown(s []float64) float64 {
+	if len(s) == 0 {
+		return 0
+	}
+	sort.Float64s(s)
+	return max(0, s[len(s)/2])
+}
+
+// slowdownOf is the contention of kernels of kind: their own where
+// measured, else the median over all kernels.
+func (m *measured) slowdownOf(kind string) float64 {
+	if k, ok := m.opContention[kind]; ok {
+		return k
+	}
+	return m.contention
 }
 
 // dispatch is the median of the runs' latencies (0 without any), as the

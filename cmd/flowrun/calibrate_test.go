@@ -29,7 +29,8 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 		require.NoError(t, cmd.Execute())
 	})
 	var rep struct {
-		Dispatch map[string]int64 `json:"dispatch_ns"`
+		Dispatch     map[string]int64              `json:"dispatch_ns"`
+		OpContention map[string]map[string]float64 `json:"op_contention"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	cal, err := cost.LoadCalibration(path)
@@ -38,6 +39,11 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 	require.NotNil(t, dc)
 	require.Equal(t, int64(dc.Dispatch), rep.Dispatch["cpu/1"])
 	require.GreaterOrEqual(t, dc.Dispatch, time.Duration(0))
+	require.Equal(t, dc.OpContention, rep.OpContention["cpu/1"])
+	for kind, k := range dc.OpContention {
+		require.GreaterOrEqual(t, k, 0.0, kind)
+		require.Contains(t, dc.Ops, kind, "a kind measured beside a neighbour was measured alone")
+	}
 	ar := dc.Ops["allreduce"]
 	require.NotNil(t, ar)
 	require.True(t, ar.Traffic)
@@ -103,4 +109,35 @@ func TestMeasuredDispatch(t *testing.T) {
 		require.Equal(t, tt.want, m.dispatch(), "%v", tt.waits)
 		require.Equal(t, tt.waits, m.latencies, "dispatch reordered the latencies")
 	}
+}
+
+// Contention is the median slowdown of the kernels that ran beside a busy
+// neighbour against the same shapes alone, over all kernels and by op
+// kind; kernels of 100 µs or less, and shapes never run alone, say
+// nothing; a kind that ran faster beside a neighbour gets 0.
+func TestContend(t *testing.T) {
+	sample := func(kind string, n int, d time.Duration) cost.Sample {
+		return cost.Sample{Work: cost.Work{Kind: kind, Shape: []int{n}}, Time: d}
+	}
+	ms := time.Millisecond
+	m := &measured{alone: []cost.Sample{
+		sample("pool", 1, 2*ms), sample("pool", 2, 4*ms), sample("pool", 3, 8*ms),
+		sample("conv", 1, 10*ms), sample("conv", 2, 20*ms),
+		sample("relu", 1, 10*ms),
+		sample("tiny", 1, 50*time.Microsecond),
+	}}
+	m.contend([]cost.Sample{
+		sample("pool", 1, 3*ms), sample("pool", 2, 5*ms), sample("pool", 3, 12*ms), // +50%, +25%, +50%
+		sample("conv", 1, 11*ms), sample("conv", 2, 22*ms), sample("conv", 3, 99*ms), // +10%, +10%, never alone
+		sample("relu", 1, 9*ms), // −10%
+		sample("tiny", 1, time.Millisecond),
+	})
+	require.Len(t, m.slowdowns, 6)
+	require.InDelta(t, 0.25, m.contention, 1e-12, "the median of −10%, 10%, 10%, 25%, 50%, 50% (the upper one)")
+	require.Len(t, m.opContention, 3)
+	require.InDelta(t, 0.5, m.opContention["pool"], 1e-12)
+	require.InDelta(t, 0.1, m.opContention["conv"], 1e-12)
+	require.Zero(t, m.opContention["relu"])
+	require.InDelta(t, 0.5, m.slowdownOf("pool"), 1e-12)
+	require.InDelta(t, 0.25, m.slowdownOf("matmul"), 1e-12, "a kind not measured: the median")
 }
