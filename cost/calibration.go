@@ -213,9 +213,6 @@ func (f *OpFit) check() error {
 		if e.Time <= 0 {
 			return fmt.Errorf("exact[%d].time_ns: must be positive, got %d", i, e.Time)
 		}
-		if k := e.Contention; k != nil && (*k < 0 || math.IsNaN(*k) || math.IsInf(*k, 0)) {
-			return fmt.Errorf("exact[%d].contention: must be a non-negative number, got %g", i, *k)
-		}
 		for _, d := range e.Shape {
 			if d < 0 {
 				return fmt.Errorf("exact[%d].shape: negative dimension %d", i, d)

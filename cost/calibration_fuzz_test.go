@@ -45,7 +45,7 @@ func FuzzReadCalibration(f *testing.F) {
 					t.Fatalf("%s on %s: %v", w.Kind, dev.Type, d)
 				}
 			}
-			_ = m.Slowdown(dev, Work{Kind: "matmul", DType: "f32", Shape: []int{4, 4, 4}})
+			_ = m.Slowdown(dev, "matmul")
 			if d := m.Dispatch(dev); d < 0 {
 				t.Fatalf("dispatch on %s: %v", dev.Type, d)
 			}

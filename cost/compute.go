@@ -121,10 +121,6 @@ type Measurement struct {
 	// Traffic is the Work's Traffic, which tells apart works of one shape
 	// that move different bytes (absent: any).
 	Traffic units.Bytes `json:"traffic,omitempty"`
-	// Contention is this shape's own DeviceCalibration.Contention, where
-	// it was measured beside a busy neighbour: contention grows with the
-	// working set, from nothing for data that stays in a core's cache.
-	Contention *float64 `json:"contention,omitempty"`
 }
 
 // predict is the compute model's formula:
@@ -176,14 +172,13 @@ type Prediction struct {
 // its "*" entry; then the catalog defaults for T. A nil *Calibration, or a
 // zero ComputeModel, uses the defaults only. It is safe for concurrent use.
 type ComputeModel struct {
-	calib      *Calibration
-	exact      map[string]time.Duration
-	contention map[string]float64 // of the measured shapes that say theirs, by exactKey
+	calib *Calibration
+	exact map[string]time.Duration
 }
 
 // NewComputeModel returns a model using c (which may be nil).
 func NewComputeModel(c *Calibration) *ComputeModel {
-	m := &ComputeModel{calib: c, exact: map[string]time.Duration{}, contention: map[string]float64{}}
+	m := &ComputeModel{calib: c, exact: map[string]time.Duration{}}
 	if c == nil {
 		return m
 	}
@@ -191,11 +186,7 @@ func NewComputeModel(c *Calibration) *ComputeModel {
 		for kind, of := range dc.Ops {
 			for _, e := range of.Exact {
 				dt, _ := topology.CanonicalDType(e.DType)
-				k := exactKey(typ, kind, dt, e.Shape, e.Traffic)
-				m.exact[k] = e.Time
-				if e.Contention != nil {
-					m.contention[k] = *e.Contention
-				}
+				m.exact[exactKey(typ, kind, dt, e.Shape, e.Traffic)] = e.Time
 			}
 		}
 	}
@@ -279,26 +270,15 @@ func price(of *OpFit, peak units.FLOPsPerSecond, bw units.BytesPerSecond, w Work
 	return p
 }
 
-// Slowdown is the calibrated contention of a device for w (see
-// DeviceCalibration.Contention): its shape's own where measured, else its
-// op kind's (OpContention), else the device's; 0 when uncalibrated.
-func (m *ComputeModel) Slowdown(dev topology.DeviceSpec, w Work) float64 {
+// Slowdown is the calibrated contention of a device for kernels of kind
+// (see DeviceCalibration.Contention and OpContention), 0 when
+// uncalibrated.
+func (m *ComputeModel) Slowdown(dev topology.DeviceSpec, kind string) float64 {
 	dc := m.device(dev)
 	if dc == nil {
 		return 0
 	}
-	if dtype, ok := topology.CanonicalDType(w.DType); ok && w.Shape != nil {
-		key := CalibrationKey(dev)
-		if m.calib.Devices[key] == nil {
-			key = dev.Type
-		}
-		for _, traffic := range []units.Bytes{w.Traffic, 0} {
-			if k, ok := m.contention[exactKey(key, w.Kind, dtype, w.Shape, traffic)]; ok {
-				return k
-			}
-		}
-	}
-	if k, ok := dc.OpContention[w.Kind]; ok {
+	if k, ok := dc.OpContention[kind]; ok {
 		return k
 	}
 	return dc.Contention

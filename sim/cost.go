@@ -251,14 +251,13 @@ func stride(offsets []int, n, step int) []int {
 }
 
 // Slowdown implements Contention with the calibrated contention of the
-// task's device type for its work: its shape's, else its op kind's, else
-// the device's (cost.ComputeModel.Slowdown).
+// task's device type for its op kind.
 func (m CostModel) Slowdown(p *plans.Plan, t int) float64 {
 	spec, err := deviceSpec(p, p.Streams[p.Tasks[t].Streams[0]].Device)
 	if err != nil {
 		return 0
 	}
-	return m.Compute.Slowdown(spec, p.Work(t))
+	return m.Compute.Slowdown(spec, p.Work(t).Kind)
 }
 
 // Dispatch implements Dispatch with the calibrated dispatch latency of the

@@ -158,7 +158,6 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		if len(m.opContention) > 0 {
 			dc.OpContention = m.opContention
 		}
-		m.annotate(dc)
 		dc.Dispatch = m.dispatch()
 		host, _ := os.Hostname()
 		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
@@ -244,12 +243,10 @@ type measured struct {
 	// slowdowns are, for kernels of data-parallel plans (two devices
 	// running the same kernels at once), time / time alone − 1.
 	slowdowns []float64
-	// contention is their median (0 without any), opContention the
-	// median of each op kind's, and shapeContention each shape's own (by
-	// kind and shape, as medians keys them; never below 0).
-	contention      float64
-	opContention    map[string]float64
-	shapeContention map[string]float64
+	// contention is their median (0 without any), and opContention the
+	// median of each op kind's.
+	contention   float64
+	opContention map[string]float64
 	// latencies are, for each run of a plan of two devices, the latency
 	// of waking a goroutine its wakes give (runtime.DispatchLatency).
 	latencies []time.Duration
@@ -359,7 +356,6 @@ func (m *measured) contend(corun []cost.Sample) {
 		kindOf[fmt.Sprint(s.Work.Kind, s.Work.Shape)] = s.Work.Kind
 	}
 	byKind := map[string][]float64{}
-	m.shapeContention = map[string]float64{}
 	for _, key := range slices.Sorted(maps.Keys(co)) {
 		// Kernels of a few microseconds are mostly overhead: they say
 		// little about memory-system contention.
@@ -367,25 +363,12 @@ func (m *measured) contend(corun []cost.Sample) {
 			slowdown := float64(co[key])/float64(t) - 1
 			m.slowdowns = append(m.slowdowns, slowdown)
 			byKind[kindOf[key]] = append(byKind[kindOf[key]], slowdown)
-			m.shapeContention[key] = max(0, slowdown)
 		}
 	}
 	m.contention = medianSlowdown(slices.Clone(m.slowdowns))
 	m.opContention = map[string]float64{}
 	for kind, s := range byKind {
 		m.opContention[kind] = medianSlowdown(s)
-	}
-}
-
-// annotate gives each measured shape of dc the contention measured for it
-// beside a busy neighbour, if any.
-func (m *measured) annotate(dc *cost.DeviceCalibration) {
-	for kind, of := range dc.Ops {
-		for i := range of.Exact {
-			if k, ok := m.shapeContention[fmt.Sprint(kind, of.Exact[i].Shape)]; ok {
-				of.Exact[i].Contention = &k
-			}
-		}
 	}
 }
 

@@ -140,17 +140,4 @@ func TestContend(t *testing.T) {
 	require.Zero(t, m.opContention["relu"])
 	require.InDelta(t, 0.5, m.slowdownOf("pool"), 1e-12)
 	require.InDelta(t, 0.25, m.slowdownOf("matmul"), 1e-12, "a kind not measured: the median")
-
-	// Each shape measured both ways keeps its own, in the calibration's
-	// exact entries.
-	dc := &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{
-		"pool": {Exact: []cost.Measurement{{DType: "f32", Shape: []int{2}, Time: 4 * ms}, {DType: "f32", Shape: []int{9}, Time: ms}}},
-		"relu": {Exact: []cost.Measurement{{DType: "f32", Shape: []int{1}, Time: 10 * ms}}},
-		"tiny": {Exact: []cost.Measurement{{DType: "f32", Shape: []int{1}, Time: 50 * time.Microsecond}}},
-	}}
-	m.annotate(dc)
-	require.InDelta(t, 0.25, *dc.Ops["pool"].Exact[0].Contention, 1e-12)
-	require.Nil(t, dc.Ops["pool"].Exact[1].Contention, "never run beside a neighbour")
-	require.Zero(t, *dc.Ops["relu"].Exact[0].Contention, "faster beside a neighbour: noise, 0")
-	require.Nil(t, dc.Ops["tiny"].Exact[0].Contention, "too short to say")
 }
