@@ -205,15 +205,7 @@ func TestResumePlans(t *testing.T) {
 		return p
 	}
 	trainOn := func(p *plans.Plan, steps int, c *Checkpoint) *TrainResult {
-		r, err := NewPlanRunner(p)
-		require.NoError(t, err)
-		defer r.Close()
-		if c != nil {
-			require.NoError(t, r.Resume(c))
-		}
-		res, err := TrainOn(context.Background(), r, p, Loop{Epochs: 2, MaxSteps: steps}, train, test)
-		require.NoError(t, err)
-		return res
+		return trainResumed(t, p, c, Loop{Epochs: 2, MaxSteps: steps}, train, test)
 	}
 	single := compile("single")
 	whole := trainOn(single, 6, nil)
@@ -494,4 +486,19 @@ func TestStopAtIterationBoundary(t *testing.T) {
 	require.True(t, x.begin(0))
 	require.True(t, x.begin(1))
 	require.False(t, x.begin(2))
+}
+
+// trainResumed trains p through a plan runner as loop says, resumed from c
+// unless it is nil.
+func trainResumed(t *testing.T, p *plans.Plan, c *Checkpoint, loop Loop, train, test *data.Dataset) *TrainResult {
+	t.Helper()
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	defer r.Close()
+	if c != nil {
+		require.NoError(t, r.Resume(c))
+	}
+	res, err := TrainOn(context.Background(), r, p, loop, train, test)
+	require.NoError(t, err)
+	return res
 }

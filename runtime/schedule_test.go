@@ -70,16 +70,7 @@ func TestScheduleFollowsSteps(t *testing.T) {
 				return p
 			}
 			trainOn := func(opt graph.Optimizer, c *Checkpoint, n int) *TrainResult {
-				p := compile(opt)
-				r, err := NewPlanRunner(p)
-				require.NoError(t, err)
-				defer r.Close()
-				if c != nil {
-					require.NoError(t, r.Resume(c))
-				}
-				res, err := TrainOn(context.Background(), r, p, Loop{Epochs: 3, MaxSteps: n}, train, test)
-				require.NoError(t, err)
-				return res
+				return trainResumed(t, compile(opt), c, Loop{Epochs: 3, MaxSteps: n}, train, test)
 			}
 			adam := graph.Adam{LR: 3e-3, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}
 			whole := trainOn(withRate(adam, adam.LR, sched), nil, steps)
