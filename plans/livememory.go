@@ -80,12 +80,10 @@ func (p *Plan) LiveMemory(tr *trace.Trace, top int) (*LiveMemory, error) {
 // LiveMemoryChecked is LiveMemory of a checked trace, which it does not
 // validate again.
 func (p *Plan) LiveMemoryChecked(c trace.Checked, top int) (*LiveMemory, error) {
-	tr := c.Trace()
-	if tr == nil {
-		_, err := c.Breakdown(0) // refused: no trace was checked
+	if err := c.Err(); err != nil {
 		return nil, err
 	}
-	return p.liveMemory(tr, top)
+	return p.liveMemory(c.Trace(), top)
 }
 
 // liveMemory is LiveMemory of a trace that Validate passed.
@@ -325,10 +323,10 @@ func (p *Plan) WriteChrome(w io.Writer, tr *trace.Trace) error {
 // WriteChromeChecked is WriteChrome of a checked trace, which it does not
 // validate again.
 func (p *Plan) WriteChromeChecked(w io.Writer, c trace.Checked) error {
-	tr := c.Trace()
-	if tr == nil {
-		return c.WriteChrome(w) // refused: no trace was checked
+	if err := c.Err(); err != nil {
+		return err
 	}
+	tr := c.Trace()
 	var counters []trace.Counter
 	if live, err := p.liveMemory(tr, 1); err == nil {
 		if counters, err = live.Counters(tr); err != nil {

@@ -529,6 +529,9 @@ func TestCheckTraceCatchesViolations(t *testing.T) {
 	require.Equal(t, want.String(), got.String())
 	require.Contains(t, got.String(), "live memory (MiB)")
 	require.ErrorIs(t, p.WriteChromeChecked(&got, trace.Checked{}), trace.ErrInvalid, "no trace was checked")
+	_, err = p.LiveMemoryChecked(trace.Checked{}, 1)
+	require.ErrorIs(t, err, trace.ErrInvalid, "no trace was checked")
+	require.NoError(t, c.Err())
 }
 
 // topo orders firings so that every same-iteration edge points forward.

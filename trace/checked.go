@@ -29,6 +29,15 @@ func (c Checked) Trace() *Trace { return c.t }
 // errUnchecked refuses a zero Checked, which no Check returned.
 var errUnchecked = fmt.Errorf("%w: the trace was not checked (trace.Check)", ErrInvalid)
 
+// Err is nil for a trace Check returned, and for a zero Checked the error
+// every analysis of it gives.
+func (c Checked) Err() error {
+	if c.t == nil {
+		return errUnchecked
+	}
+	return nil
+}
+
 // Breakdown is Trace.Breakdown, without validating the trace again.
 func (c Checked) Breakdown(warmup int) (*Breakdown, error) {
 	if c.t == nil {
