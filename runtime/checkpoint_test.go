@@ -437,6 +437,21 @@ func TestStop(t *testing.T) {
 		require.Equal(t, steps, end.Step, strategy)
 		requireSameWeights(t, whole.Weights, end.Weights)
 
+		// Stopped while a checkpoint is written, it runs no more steps;
+		// stopped before its first, none.
+		got, stop = nil, make(chan struct{})
+		save := keep(&got)
+		_, err = trainOn(Loop{Epochs: 2, MaxSteps: steps, Stop: stop, SaveEvery: 3, Save: func(step int, w *Store) error {
+			close(stop)
+			return save(step, w)
+		}}, nil)
+		require.ErrorContains(t, err, "after 3 of 7 steps", strategy)
+		require.Len(t, got, 1, "%s: saved once, before the stop", strategy)
+		got = nil
+		_, err = trainOn(Loop{Epochs: 2, MaxSteps: steps, Stop: stop, SaveEvery: 3, Save: keep(&got)}, nil)
+		require.ErrorContains(t, err, "after 0 of 7 steps", strategy)
+		require.Empty(t, got, strategy)
+
 		if strategy != "dp=2" {
 			continue
 		}

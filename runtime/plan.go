@@ -54,7 +54,9 @@ type PlanRunner struct {
 	// Stop, once closed, ends a Run at an iteration boundary: the
 	// iterations some stream has begun finish, none begins after them,
 	// and Run returns the iterations done, fewer than asked. The weights
-	// are then those of that many whole iterations. In a multi-process
+	// are then those of that many whole iterations. A Run always runs at
+	// least one: one called with Stop closed runs one iteration and
+	// returns (ask closed(Stop) before calling Run not to). In a multi-process
 	// run, rank 0's Stop stops every rank after the same iterations (they
 	// agree on them: see stopRanks); another rank's asks rank 0 to stop
 	// (StopAsked).

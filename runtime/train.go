@@ -435,6 +435,17 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, feed
 	res := &TrainResult{Model: p.Model, Optimizer: p.Optimizer, Batch: p.Batch, Steps: steps,
 		Epochs: (steps + feed.Steps() - 1) / feed.Steps()}
 	for done < steps {
+		// Stop is asked before each Run as well as in it: a Run that
+		// starts with Stop closed still runs one iteration (see
+		// PlanRunner.Stop), and Stop may close while a checkpoint is
+		// being written.
+		if closed(loop.Stop) {
+			w, err := x.Store()
+			if err != nil {
+				return nil, nil, err
+			}
+			return nil, nil, stopped(loop.Save, saved, stepsRun(x, done), w, done, steps)
+		}
 		run, err := x.Run(ctx, min(chunk, steps-done), feed)
 		if err != nil {
 			if done > 0 {
@@ -449,14 +460,7 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, feed
 		losses = append(losses, run.Loss...)
 		res.StepTimes = append(res.StepTimes, run.Steps...)
 		done += n
-		if done < steps && closed(loop.Stop) {
-			w, err := x.Store()
-			if err != nil {
-				return nil, nil, err
-			}
-			return nil, nil, stopped(loop.Save, saved, stepsRun(x, done), w, done, steps)
-		}
-		if done < steps && loop.SaveEvery > 0 {
+		if done < steps && loop.SaveEvery > 0 && !closed(loop.Stop) {
 			w, err := x.Store()
 			if err == nil {
 				saved = stepsRun(x, done)
