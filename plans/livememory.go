@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"text/tabwriter"
 
 	"github.com/flowkit/flowkit/trace"
@@ -252,12 +253,17 @@ func (m *LiveMemory) WriteTable(w io.Writer) error {
 		fmt.Fprintf(tw, "%v\t", c)
 	}
 	fmt.Fprintln(tw)
-	for _, d := range m.Devices {
-		fmt.Fprintf(tw, "%s\t%v\t%v\t%.3fms it %d\t", d.Device, d.Arena, d.Peak, float64(d.At)/1e6, d.Iter)
+	rows := make([]trace.Row, len(m.Devices))
+	for i, d := range m.Devices {
+		var cells strings.Builder
+		fmt.Fprintf(&cells, "%v\t%v\t%.3fms it %d\t", d.Arena, d.Peak, float64(d.At)/1e6, d.Iter)
 		for _, b := range d.ByCategory {
-			fmt.Fprintf(tw, "%v\t", b)
+			fmt.Fprintf(&cells, "%v\t", b)
 		}
-		fmt.Fprintln(tw)
+		rows[i] = trace.Row{Device: d.Device, Cells: cells.String()}
+	}
+	for _, r := range trace.Alike(rows) {
+		fmt.Fprintf(tw, "%s\t%s\n", r.Device, r.Cells)
 	}
 	return tw.Flush()
 }

@@ -152,9 +152,13 @@ func unionLength(s []span) time.Duration {
 func (b *Breakdown) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "device\tstep\tcompute\tcomm\texposed comm\tidle\t\n")
-	for _, d := range b.Devices {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t\n", d.Device, fmtDur(d.Step),
-			fmtShare(d.Compute, d.Step), fmtShare(d.Comm, d.Step), fmtShare(d.ExposedComm, d.Step), fmtShare(d.Idle, d.Step))
+	rows := make([]Row, len(b.Devices))
+	for i, d := range b.Devices {
+		rows[i] = Row{d.Device, fmt.Sprintf("%s\t%s\t%s\t%s\t%s\t", fmtDur(d.Step),
+			fmtShare(d.Compute, d.Step), fmtShare(d.Comm, d.Step), fmtShare(d.ExposedComm, d.Step), fmtShare(d.Idle, d.Step))}
+	}
+	for _, r := range Alike(rows) {
+		fmt.Fprintf(tw, "%s\t%s\n", r.Device, r.Cells)
 	}
 	return tw.Flush()
 }
@@ -168,14 +172,18 @@ func WriteBreakdowns(w io.Writer, pred, meas *Breakdown) error {
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintf(tw, "device\tstep pred / meas\tcompute pred / meas\texposed comm pred / meas\tidle pred / meas\t\n")
+	rows := make([]Row, len(pred.Devices))
 	for i, p := range pred.Devices {
 		m := meas.Devices[i]
 		if p.Device != m.Device {
 			return fmt.Errorf("%w: device %d is %q in the predicted breakdown, %q in the measured", ErrMismatch, i, p.Device, m.Device)
 		}
 		pair := func(a, b time.Duration) string { return fmtDur(a) + " / " + fmtDur(b) }
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t\n", p.Device, pair(p.Step, m.Step),
-			pair(p.Compute, m.Compute), pair(p.ExposedComm, m.ExposedComm), pair(p.Idle, m.Idle))
+		rows[i] = Row{p.Device, fmt.Sprintf("%s\t%s\t%s\t%s\t", pair(p.Step, m.Step),
+			pair(p.Compute, m.Compute), pair(p.ExposedComm, m.ExposedComm), pair(p.Idle, m.Idle))}
+	}
+	for _, r := range Alike(rows) {
+		fmt.Fprintf(tw, "%s\t%s\n", r.Device, r.Cells)
 	}
 	return tw.Flush()
 }

@@ -22,6 +22,7 @@ import (
 	"github.com/flowkit/flowkit/plans/search"
 	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/trace"
 )
 
 type planFlags struct {
@@ -408,10 +409,14 @@ func summarizePlan(w io.Writer, p *plans.Plan) {
 		p.Model, p.DType(), p.Strategy, p.Batch, split, p.Optimizer, p.Cluster)
 	fmt.Fprintf(w, "  %d tasks, %d firings per iteration, %d registers, %d streams, %d dependency edges\n",
 		len(p.Tasks), len(p.Firings), len(p.Registers), len(p.Streams), len(edges))
-	for _, m := range p.Memory {
+	rows := make([]trace.Row, len(p.Memory))
+	for i, m := range p.Memory {
 		d := p.Devices[m.Device]
-		fmt.Fprintf(w, "  %-14s %-4s %d worker(s)  peak memory %v (%v persistent; %v without reuse)\n",
-			d.Name, d.Type, d.Workers, m.Peak, m.Persistent, m.Unshared)
+		rows[i] = trace.Row{Device: d.Name, Cells: fmt.Sprintf("%-4s %d worker(s)  peak memory %v (%v persistent; %v without reuse)",
+			d.Type, d.Workers, m.Peak, m.Persistent, m.Unshared)}
+	}
+	for _, r := range trace.Alike(rows) {
+		fmt.Fprintf(w, "  %-14s %s\n", r.Device, r.Cells)
 	}
 }
 

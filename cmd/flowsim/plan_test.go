@@ -136,6 +136,34 @@ func TestSimulateMemory(t *testing.T) {
 	}
 }
 
+// Devices that run and hold alike, consecutive in the plan (here four
+// tensor-parallel ranks of each of two replicas, all alike), are one row
+// in each of plan's and simulate's tables; the JSON keeps every device.
+func TestAlikeDevicesOneRow(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	out, err := run(t, "plan", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100",
+		"--strategy", "dp=2,tp=4", "--batch", "4", "-o", path)
+	require.NoError(t, err)
+	require.Contains(t, out, "  dgx/gpu0 … dgx/gpu7 (8) A100-SXM4-40GB 1 worker(s)  peak memory")
+	out, err = run(t, "simulate", "--plan", path, "--top", "1")
+	require.NoError(t, err)
+	require.Contains(t, out, "  dgx/gpu0 … dgx/gpu7 (8): peak memory")
+	require.NotContains(t, out, "dgx/gpu1 ")
+	for _, table := range []string{"where a step goes", "what fills memory"} {
+		i := strings.Index(out, table)
+		require.GreaterOrEqual(t, i, 0, table)
+		rows := strings.Split(out[i:], "\n")[2:3]
+		require.Contains(t, rows[0], "dgx/gpu0 … dgx/gpu7 (8)  ", "%s's one row:\n%s", table, out)
+	}
+	js, err := run(t, "simulate", "--plan", path, "--json")
+	require.NoError(t, err)
+	var res struct {
+		Breakdown trace.Breakdown `json:"breakdown"`
+	}
+	require.NoError(t, json.Unmarshal([]byte(js), &res))
+	require.Len(t, res.Breakdown.Devices, 8)
+}
+
 func TestPlanBadInput(t *testing.T) {
 	outDir := t.TempDir()
 	for _, tt := range []struct {

@@ -188,8 +188,12 @@ func runSimulate(w io.Writer, f simFlags) error {
 	}
 	fmt.Fprintf(w, "%s %s batch %d: step %.3f ms, %.0f samples/s\n", p.Model, p.Strategy, p.Batch,
 		float64(step)/1e6, float64(p.Batch)/step.Seconds())
-	for _, m := range p.Memory {
-		fmt.Fprintf(w, "  %s: peak memory %v\n", p.Devices[m.Device].Name, m.Peak)
+	rows := make([]trace.Row, len(p.Memory))
+	for i, m := range p.Memory {
+		rows[i] = trace.Row{Device: p.Devices[m.Device].Name, Cells: fmt.Sprintf("peak memory %v", m.Peak)}
+	}
+	for _, r := range trace.Alike(rows) {
+		fmt.Fprintf(w, "  %s: %s\n", r.Device, r.Cells)
 	}
 	if report != nil {
 		fmt.Fprintln(w)
