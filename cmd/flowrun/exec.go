@@ -190,6 +190,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		}
 		defer pr.Close()
 		runner, run = pr.PlanRunner, pr.Run
+		if note := sharedHostNote(p, pr.ranks); f.compare && f.cluster == "" && note != "" {
+			fmt.Fprintln(os.Stderr, note)
+		}
 	} else {
 		if runner, err = runtime.NewPlanRunner(p); err != nil {
 			return err
@@ -420,6 +423,31 @@ func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
 		}
 	}
 	return nil, nil
+}
+
+// sharedHostNote says, for a multi-process run compared with its
+// prediction, where devices of two ranks share a host in the plan's
+// cluster: the simulator prices what passes between them as copies within
+// a process, which in the run cross processes over gRPC (the prediction
+// is then short by the transport's time). Empty where no host is shared.
+func sharedHostNote(p *plans.Plan, ranks []int) string {
+	first := map[string]int{} // host → its first device
+	for d, dev := range p.Devices {
+		o, ok := first[dev.Host]
+		if !ok {
+			first[dev.Host] = d
+			continue
+		}
+		if ranks[o] == ranks[d] {
+			continue
+		}
+		return fmt.Sprintf("flowrun: note: devices %s (rank %d) and %s (rank %d) share host %s in the plan's cluster %q, "+
+			"so the prediction prices what passes between them as copies within one process; here it crosses processes over gRPC. "+
+			"To predict that, time the transport and compile the plan for it: 'flowrun calibrate link --procs %d -o procs.yaml', "+
+			"'flowsim plan --cluster procs.yaml …', then --cluster procs.yaml here",
+			p.Devices[o].Name, ranks[o], dev.Name, ranks[d], dev.Host, p.Cluster, slices.Max(ranks)+1)
+	}
+	return ""
 }
 
 // loadModel returns the compute model of a calibration file, or of the

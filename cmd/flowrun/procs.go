@@ -227,7 +227,8 @@ type procGroup struct {
 type procRunner struct {
 	*runtime.PlanRunner // rank 0's devices
 	*procGroup
-	p *plans.Plan
+	p     *plans.Plan
+	ranks []int // by plan device
 }
 
 // child is a worker process this process started.
@@ -249,7 +250,7 @@ func newProcRunner(ctx context.Context, p *plans.Plan, f procFlags, stall time.D
 	if err != nil {
 		return nil, err
 	}
-	pr := &procRunner{procGroup: pg, p: p}
+	pr := &procRunner{procGroup: pg, p: p, ranks: ranks}
 	defer func() {
 		if err != nil {
 			pr.Close()

@@ -120,6 +120,21 @@ func TestExecLanguageModelTensorParallel(t *testing.T) {
 }
 
 // A worker dying mid-run stops the run with an error naming it, not a hang.
+// A comparison of a multi-process run whose plan's cluster puts two
+// ranks' devices on one host says that the prediction prices what passes
+// between them as copies within a process, and how to price the transport.
+func TestSharedHostNote(t *testing.T) {
+	p := &plans.Plan{Cluster: "local", Devices: []plans.Device{
+		{Name: "local/cpu:0", Host: "local"}, {Name: "local/cpu:1", Host: "local"},
+		{Name: "local/cpu:2", Host: "local"}, {Name: "other/cpu:0", Host: "other"}}}
+	note := sharedHostNote(p, []int{0, 0, 1, 2})
+	require.Contains(t, note, `devices local/cpu:0 (rank 0) and local/cpu:2 (rank 1) share host local in the plan's cluster "local"`)
+	require.Contains(t, note, "'flowrun calibrate link --procs 3 -o procs.yaml'")
+	require.Empty(t, sharedHostNote(p, []int{0, 0, 0, 1}), "each host on one rank")
+	p.Devices[1].Host, p.Devices[2].Host = "b", "c"
+	require.Empty(t, sharedHostNote(p, []int{0, 1, 2, 3}), "a host per rank")
+}
+
 func TestExecProcsWorkerDies(t *testing.T) {
 	t.Setenv("FLOWRUN_TEST_AS_MAIN", "1")
 	t.Setenv("FLOWRUN_TEST_EXIT_AFTER", "1500ms")
