@@ -12,8 +12,9 @@ import (
 
 // A Frame carries a runtime.Message's payload as little-endian bytes, 4 a
 // value. On little-endian hosts (all that flowkit runs on in practice) the
-// conversion is one copy of memory; the portable loops are the reference
-// and serve the others.
+// conversion is none: the bytes are the values' memory (the sender's until
+// marshalled, the received copy's after serverCodec); the portable loops
+// are the reference and serve the others.
 
 // word is the type of a payload's values.
 type word interface{ ~float32 | ~int32 }
@@ -21,7 +22,9 @@ type word interface{ ~float32 | ~int32 }
 // littleEndian is whether this host stores words as the wire does.
 var littleEndian = binary.NativeEndian.Uint16([]byte{1, 0}) == 1
 
-// encodeFrame returns m as a Frame, its payload copied.
+// encodeFrame returns m as a Frame. On a little-endian host its payload
+// is m's: it must be marshalled (sent: a stream's Send marshals before it
+// returns) before m's payload changes.
 func encodeFrame(m *runtime.Message) *wirepb.Frame {
 	return &wirepb.Frame{
 		Run:    int64(m.Run),
@@ -73,7 +76,8 @@ func decodeFrame(from int, f *wirepb.Frame) (*runtime.Message, error) {
 	}, nil
 }
 
-// encodeWords returns s as little-endian bytes, nil when s is empty.
+// encodeWords returns s as little-endian bytes, nil when s is empty: on a
+// little-endian host s's own memory, else a copy.
 func encodeWords[T word](s []T) []byte {
 	if len(s) == 0 {
 		return nil
@@ -81,9 +85,7 @@ func encodeWords[T word](s []T) []byte {
 	if !littleEndian {
 		return encodeWordsPortable(s)
 	}
-	b := make([]byte, 4*len(s))
-	copy(b, unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), len(b)))
-	return b
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), 4*len(s))
 }
 
 func encodeWordsPortable[T word](s []T) []byte {

@@ -1,13 +1,16 @@
 package remote
 
 import (
+	"fmt"
 	"math"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/runtime/remote/wirepb"
+	"google.golang.org/grpc/mem"
 	"google.golang.org/protobuf/proto"
 )
 
@@ -74,11 +77,17 @@ func FuzzDecodeFrame(f *testing.F) {
 	}
 	f.Add([]byte{0x32, 0x03, 1, 2, 3}) // f with 3 bytes
 	f.Fuzz(func(t *testing.T, b []byte) {
-		var fr wirepb.Frame
-		if proto.Unmarshal(b, &fr) != nil {
+		var fr, mine wirepb.Frame
+		err := proto.Unmarshal(b, &fr)
+		// The server's decoder reads what protobuf-go reads.
+		if errMine := unmarshalFrame(slices.Clone(b), &mine); (err == nil) != (errMine == nil) {
+			t.Fatalf("proto.Unmarshal: %v; unmarshalFrame: %v", err, errMine)
+		}
+		if err != nil {
 			return
 		}
 		fr.ProtoReflect().SetUnknown(nil) // fields a Frame does not have
+		require.True(t, proto.Equal(&fr, &mine), "unmarshalFrame %v, proto.Unmarshal %v", &mine, &fr)
 		m, err := decodeFrame(1, &fr)
 		if err != nil {
 			return
@@ -86,4 +95,47 @@ func FuzzDecodeFrame(f *testing.F) {
 		again := encodeFrame(m)
 		require.True(t, proto.Equal(&fr, again), "got %v, want %v", again, &fr)
 	})
+}
+
+// unmarshalFrame knows the Frame's fields by number and wire type: the
+// message and the decoder change together.
+func TestFrameFields(t *testing.T) {
+	fields := (&wirepb.Frame{}).ProtoReflect().Descriptor().Fields()
+	var got []string
+	for i := range fields.Len() {
+		fd := fields.Get(i)
+		got = append(got, fmt.Sprintf("%d %s %s", fd.Number(), fd.Name(), fd.Kind()))
+	}
+	require.Equal(t, []string{"1 run int64", "2 kind uint32", "3 firing int64", "4 iter int64", "5 reg int64",
+		"6 f bytes", "7 i bytes", "8 chunk int64"}, got)
+}
+
+// The server's decoder gives a Frame whose payload shares the received
+// bytes, and the sender's frame shares the message's payload: no copies
+// beyond marshalling's and the receiver's one.
+func TestFramePayloadShared(t *testing.T) {
+	m := &runtime.Message{Run: 1, Kind: runtime.MsgData, F: []float32{1, 2, 3}, I: []int32{4}}
+	f := encodeFrame(m)
+	m.F[0] = 7
+	require.Equal(t, encodeWordsPortable(m.F), f.F, "on this (little-endian) host the frame is the message's memory")
+	b, err := proto.Marshal(f)
+	require.NoError(t, err)
+	for skew := range 4 { // wherever the transport's buffer lies
+		in := append(make([]byte, skew), b...)[skew:]
+		buf := alignedCopy(mem.BufferSlice{mem.SliceBuffer(in)})
+		var got wirepb.Frame
+		require.NoError(t, unmarshalFrame(buf, &got))
+		require.True(t, proto.Equal(f, &got))
+		msg, err := decodeFrame(0, &got)
+		require.NoError(t, err)
+		require.Equal(t, []float32{7, 2, 3}, msg.F)
+		clear(buf)
+		require.Equal(t, []float32{0, 0, 0}, msg.F, "the message shares the received copy")
+	}
+	// Split anywhere over the transport's buffers, a frame still decodes.
+	for cut := range len(b) {
+		var got wirepb.Frame
+		require.NoError(t, unmarshalFrame(alignedCopy(mem.BufferSlice{mem.SliceBuffer(b[:cut]), mem.SliceBuffer(b[cut:])}), &got))
+		require.True(t, proto.Equal(f, &got), "cut at %d", cut)
+	}
 }

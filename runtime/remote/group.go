@@ -176,6 +176,7 @@ func (g *Group) serve(addr string) (string, error) {
 	gd := newGuard(g.o.Token)
 	g.server = grpc.NewServer(
 		grpc.Creds(g.creds),
+		grpc.ForceServerCodecV2(newServerCodec()),
 		grpc.MaxRecvMsgSize(math.MaxInt32),
 		grpc.MaxSendMsgSize(math.MaxInt32),
 		grpc.ChainUnaryInterceptor(gd.unary),
