@@ -98,7 +98,7 @@ func unmarshalFrame(b []byte, f *wirepb.Frame) error {
 		}
 		b = b[n:]
 		switch {
-		case typ == protowire.VarintType && (num >= 1 && num <= 5 || num == 8):
+		case typ == protowire.VarintType && (num >= 1 && num <= 5 || num == 8 || num == 9):
 			v, n := protowire.ConsumeVarint(b)
 			if n < 0 {
 				return fmt.Errorf("remote: frame: field %d: %w", num, protowire.ParseError(n))
@@ -117,6 +117,8 @@ func unmarshalFrame(b []byte, f *wirepb.Frame) error {
 				f.Reg = int64(v)
 			case 8:
 				f.Chunk = int64(v)
+			case 9:
+				f.Total = int64(v)
 			}
 		case typ == protowire.BytesType && (num == 6 || num == 7):
 			v, n := protowire.ConsumeBytes(b)

@@ -118,3 +118,95 @@ func decodeWordsPortable[T word](b []byte) []T {
 	}
 	return s
 }
+
+// frameValues is the most float32 values a frame carries (1 MiB): a larger
+// payload goes in several frames. One frame of a whole register would be
+// one allocation and one copy of its size at each end, on the heap and
+// not preemptible: over 16 MiB, the garbage collector's attempts to stop
+// such a copy cost more than the copy (BenchmarkSend_100MiB).
+var frameValues = 1 << 18
+
+// maxTotal bounds the values a message in several frames may announce,
+// which the receiver allocates before they arrive.
+const maxTotal = math.MaxInt32
+
+// encodeFrames calls send with the frames that carry m: one, or, for a
+// float32 payload above frameValues, as many as its pieces (Frame.Total).
+// On a little-endian host they share m's payload: each must be marshalled
+// before send returns.
+func encodeFrames(m *runtime.Message, send func(*wirepb.Frame) error) error {
+	n := len(m.F)
+	if n <= frameValues || len(m.I) > 0 {
+		return send(encodeFrame(m))
+	}
+	part := *m
+	for lo := 0; lo < n; lo += frameValues {
+		part.F = m.F[lo:min(lo+frameValues, n)]
+		f := encodeFrame(&part)
+		f.Total = int64(n)
+		if err := send(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// assembly puts together the messages of one stream from its frames, in
+// order: a message in several frames (Frame.Total) is returned once its
+// last frame has come.
+type assembly struct {
+	m   *runtime.Message // the message being put together; nil between messages
+	got int              // its values received
+}
+
+// add takes the next frame of the stream from rank from and returns the
+// message it completes, if any.
+func (a *assembly) add(from int, f *wirepb.Frame) (*runtime.Message, error) {
+	m, err := decodeFrame(from, f)
+	if err != nil {
+		return nil, err
+	}
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("remote: frame from rank %d: "+format, append([]any{from}, args...)...)
+	}
+	if a.m == nil {
+		switch {
+		case f.Total == 0:
+			return m, nil
+		case f.Total < 0 || f.Total > maxTotal:
+			return nil, bad("total %d out of range", f.Total)
+		case len(m.I) > 0:
+			return nil, bad("a message in several frames with an int32 payload")
+		case int64(len(m.F)) >= f.Total || len(m.F) == 0:
+			return nil, bad("first piece of %d values of a message of %d in several frames", len(m.F), f.Total)
+		}
+		whole := make([]float32, f.Total)
+		a.got = copy(whole, m.F)
+		m.F = whole
+		a.m = m
+		return nil, nil
+	}
+	w := a.m
+	switch {
+	case f.Total != int64(len(w.F)):
+		return nil, bad("total %d within a message of %d values", f.Total, len(w.F))
+	case m.Run != w.Run || m.Kind != w.Kind || m.Firing != w.Firing || m.Iter != w.Iter || m.Reg != w.Reg || m.Chunk != w.Chunk:
+		return nil, bad("a piece of another message within a message in several frames")
+	case len(m.I) > 0 || len(m.F) == 0 || a.got+len(m.F) > len(w.F):
+		return nil, bad("piece of %d values at value %d of a message of %d", len(m.F), a.got, len(w.F))
+	}
+	a.got += copy(w.F[a.got:], m.F)
+	if a.got < len(w.F) {
+		return nil, nil
+	}
+	a.m = nil
+	return w, nil
+}
+
+// pending says, at the end of a stream, whether a message is unfinished.
+func (a *assembly) pending() error {
+	if a.m == nil {
+		return nil
+	}
+	return fmt.Errorf("remote: stream from rank %d ended after %d of a message's %d values", a.m.From, a.got, len(a.m.F))
+}

@@ -33,7 +33,7 @@ func (l link) Send(to int, m *runtime.Message) error {
 	if err := g.usable(); err != nil {
 		return err
 	}
-	if err := g.out[to].send(encodeFrame(m)); err != nil {
+	if err := g.out[to].send(m); err != nil {
 		if errors.Is(err, ErrClosed) {
 			return err
 		}

@@ -14,6 +14,7 @@ import (
 	"google.golang.org/grpc/metadata"
 	"google.golang.org/grpc/status"
 
+	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/runtime/remote/wirepb"
 )
 
@@ -23,20 +24,21 @@ const rankKey = "flowkit-rank"
 // outStream is this rank's Deliver stream to rank to.
 type outStream struct {
 	to     int
-	mu     sync.Mutex // one frame at a time, in order
+	mu     sync.Mutex // one message at a time, in order
 	s      grpc.ClientStreamingClient[wirepb.Frame, wirepb.Empty]
 	cancel context.CancelCauseFunc
 	closed bool
 }
 
-// send sends f, in order after the frames sent before.
-func (o *outStream) send(f *wirepb.Frame) error {
+// send sends m's frames (encodeFrames), in order after those of the
+// messages sent before, and none of another message's between them.
+func (o *outStream) send(m *runtime.Message) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.closed || o.s == nil {
 		return ErrClosed
 	}
-	err := o.s.Send(f)
+	err := encodeFrames(m, o.s.Send)
 	if err == nil {
 		return nil
 	}
@@ -192,24 +194,32 @@ func (g *Group) accept(ctx context.Context) (int, error) {
 }
 
 // receive puts the frames of rank from's Deliver stream in the inbox until
-// the stream ends. It fails the group if the stream breaks or brings a
-// malformed frame.
+// the stream ends, a message sent in several frames once its last has
+// come. It fails the group if the stream breaks or brings a malformed
+// frame.
 func (g *Group) receive(from int, s grpc.ClientStreamingServer[wirepb.Frame, wirepb.Empty]) error {
+	var a assembly
 	for {
 		f, err := s.Recv()
 		if errors.Is(err, io.EOF) {
+			if err := a.pending(); err != nil {
+				g.fail(err)
+				return status.Error(codes.InvalidArgument, err.Error())
+			}
 			return s.SendAndClose(&wirepb.Empty{})
 		}
 		if err != nil {
 			g.lost(from, fmt.Errorf("its stream to rank %d broke: %w", g.o.Rank, err))
 			return err
 		}
-		m, err := decodeFrame(from, f)
+		m, err := a.add(from, f)
 		if err != nil {
 			g.fail(err)
 			return status.Error(codes.InvalidArgument, err.Error())
 		}
-		g.inbox.put(m)
+		if m != nil {
+			g.inbox.put(m)
+		}
 	}
 }
 

@@ -436,7 +436,12 @@ type Frame struct {
 	F []byte `protobuf:"bytes,6,opt,name=f,proto3" json:"f,omitempty"`
 	I []byte `protobuf:"bytes,7,opt,name=i,proto3" json:"i,omitempty"`
 	// chunk says which chunk of a collective's registers a part carries.
-	Chunk         int64 `protobuf:"varint,8,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	Chunk int64 `protobuf:"varint,8,opt,name=chunk,proto3" json:"chunk,omitempty"`
+	// total is 0 for a message in one frame. A message whose float32 payload
+	// is large goes in several consecutive frames of its stream, each with
+	// the message's other fields, a piece of f in order, and total, the
+	// number of values in all of them.
+	Total         int64 `protobuf:"varint,9,opt,name=total,proto3" json:"total,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -523,6 +528,13 @@ func (x *Frame) GetI() []byte {
 func (x *Frame) GetChunk() int64 {
 	if x != nil {
 		return x.Chunk
+	}
+	return 0
+}
+
+func (x *Frame) GetTotal() int64 {
+	if x != nil {
+		return x.Total
 	}
 	return 0
 }
@@ -658,7 +670,7 @@ const file_wire_proto_rawDesc = "" +
 	"\x05peers\x18\x01 \x01(\v2\x1e.flowkit.remote.wire.PeerTableH\x00R\x05peers\x128\n" +
 	"\apayload\x18\x02 \x01(\v2\x1c.flowkit.remote.wire.PayloadH\x00R\apayload\x12,\n" +
 	"\x03bye\x18\x03 \x01(\v2\x18.flowkit.remote.wire.ByeH\x00R\x03byeB\x06\n" +
-	"\x04body\"\x9d\x01\n" +
+	"\x04body\"\xb3\x01\n" +
 	"\x05Frame\x12\x10\n" +
 	"\x03run\x18\x01 \x01(\x03R\x03run\x12\x12\n" +
 	"\x04kind\x18\x02 \x01(\rR\x04kind\x12\x16\n" +
@@ -667,7 +679,8 @@ const file_wire_proto_rawDesc = "" +
 	"\x03reg\x18\x05 \x01(\x03R\x03reg\x12\f\n" +
 	"\x01f\x18\x06 \x01(\fR\x01f\x12\f\n" +
 	"\x01i\x18\a \x01(\fR\x01i\x12\x14\n" +
-	"\x05chunk\x18\b \x01(\x03R\x05chunk\"E\n" +
+	"\x05chunk\x18\b \x01(\x03R\x05chunk\x12\x14\n" +
+	"\x05total\x18\t \x01(\x03R\x05total\"E\n" +
 	"\x05Reply\x12\x12\n" +
 	"\x04rank\x18\x01 \x01(\x05R\x04rank\x12\x12\n" +
 	"\x04data\x18\x02 \x01(\fR\x04data\x12\x14\n" +
