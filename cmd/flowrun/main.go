@@ -11,6 +11,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/flowkit/flowkit/internal/cliargs"
 )
 
 func main() {
@@ -27,6 +29,7 @@ and reports what it measured.`,
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
+	cliargs.CPUProfile(root, "flowrun")
 	root.AddCommand(newTrainCmd(), newEvalCmd(), newSampleCmd(), newExecCmd(), newCalibrateCmd(), newDevicesCmd(), newWorkerCmd())
 	if err := root.ExecuteContext(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "flowrun:", err)
