@@ -58,9 +58,7 @@ func BiasAct(p *Pool, act Activation, x, b, y []float32, outer, c, inner int) {
 				xr, yr := x[o*c:(o+1)*c], y[o*c:(o+1)*c]
 				xr, b := xr[:len(yr)], b[:len(yr)]
 				if act == ActReLU {
-					for j := range yr {
-						yr[j] = relu(xr[j] + b[j])
-					}
+					reluRowsDefault.fwdVec(xr, b, yr)
 				} else {
 					for j := range yr {
 						yr[j] = xr[j] + b[j]
@@ -77,9 +75,7 @@ func BiasAct(p *Pool, act Activation, x, b, y []float32, outer, c, inner int) {
 			xr, yr := x[row*inner:(row+1)*inner], y[row*inner:(row+1)*inner]
 			xr = xr[:len(yr)]
 			if act == ActReLU {
-				for i := range yr {
-					yr[i] = relu(xr[i] + bj)
-				}
+				reluRowsDefault.fwd(xr, bj, yr)
 			} else {
 				for i := range yr {
 					yr[i] = xr[i] + bj
@@ -106,9 +102,7 @@ func BiasActBackward(p *Pool, act Activation, x, b, dy, dx []float32, outer, c, 
 				xr, dyr, dxr := x[o*c:(o+1)*c], dy[o*c:(o+1)*c], dx[o*c:(o+1)*c]
 				xr, dyr, b := xr[:len(dxr)], dyr[:len(dxr)], b[:len(dxr)]
 				if act == ActReLU {
-					for j := range dxr {
-						dxr[j] = reluGrad(xr[j]+b[j], dyr[j])
-					}
+					reluRowsDefault.bwdVec(xr, b, dyr, dxr)
 				} else {
 					geluGradBias(xr, b, dyr, dxr)
 				}
@@ -122,9 +116,7 @@ func BiasActBackward(p *Pool, act Activation, x, b, dy, dx []float32, outer, c, 
 			xr, dyr, dxr := x[row*inner:(row+1)*inner], dy[row*inner:(row+1)*inner], dx[row*inner:(row+1)*inner]
 			xr, dyr = xr[:len(dxr)], dyr[:len(dxr)]
 			if act == ActReLU {
-				for i := range dxr {
-					dxr[i] = reluGrad(xr[i]+bj, dyr[i])
-				}
+				reluRowsDefault.bwd(xr, bj, dyr, dxr)
 			} else {
 				geluGradBias(xr, []float32{bj}, dyr, dxr)
 			}

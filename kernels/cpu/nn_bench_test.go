@@ -192,3 +192,31 @@ func BenchmarkBiasGrad_GPTText(b *testing.B) {
 	}
 	reportCPU(b, c0)
 }
+
+// BenchmarkBiasReLU_MNISTConv1: bias and ReLU after the MNIST CNN's first
+// convolution at batch 64 ([64, 32, 28, 28]), by each implementation of
+// the ReLU rows, side by side.
+func BenchmarkBiasReLU_MNISTConv1(b *testing.B) {
+	const n, c, hw = 64, 32, 28 * 28
+	p := NewPool(0)
+	r := newRNG(1)
+	x, dy, bias := randSlice(r, n*c*hw), randSlice(r, n*c*hw), randSlice(r, c)
+	y := make([]float32, len(x))
+	def := reluRowsDefault
+	defer func() { reluRowsDefault = def }()
+	for _, impl := range reluRowsImpls {
+		reluRowsDefault = impl
+		b.Run(impl.name+"/Forward", func(b *testing.B) {
+			b.SetBytes(int64(8 * len(x)))
+			for b.Loop() {
+				BiasAct(p, ActReLU, x, bias, y, n, c, hw)
+			}
+		})
+		b.Run(impl.name+"/Backward", func(b *testing.B) {
+			b.SetBytes(int64(12 * len(x)))
+			for b.Loop() {
+				BiasActBackward(p, ActReLU, x, bias, dy, y, n, c, hw)
+			}
+		})
+	}
+}
