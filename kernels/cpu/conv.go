@@ -196,6 +196,10 @@ func (s ConvShape) im2col(x, col []float32, ldc int) {
 				lo, hi := validRange(d, s.W, s.StrideW, ow)
 				clear(row[:ihLo*ow])
 				clear(row[ihHi*ow:])
+				if s.StrideH == 1 && s.StrideW == 1 && ow == s.W {
+					shiftedBlock(plane, row[ihLo*ow:ihHi*ow], (ihLo-s.PadH+r)*s.W+d, ow, lo, hi)
+					continue
+				}
 				for i := ihLo; i < ihHi; i++ {
 					dst := row[i*ow : (i+1)*ow]
 					ih := i*s.StrideH - s.PadH + r
@@ -213,6 +217,31 @@ func (s ConvShape) im2col(x, col []float32, ldc int) {
 					}
 				}
 			}
+		}
+	}
+}
+
+// shiftedBlock is im2col's row of one (channel, kernel row, kernel column)
+// for stride 1 and an output as wide as the input, over its output rows
+// that read the input (dst, whole rows of w): output row i reads input row
+// i−PadH+r, consecutive rows, and column j reads j+d. So dst is one block
+// of the plane starting at from (which may lie before it, or run past its
+// end, by the columns that read padding), copied at once instead of a row
+// at a time, and then each row's columns outside [lo, hi), which the copy
+// filled from the neighbouring rows, cleared. The MNIST CNN's rows are 14
+// or 28 values: one copy in place of a few dozen short ones.
+func shiftedBlock(plane, dst []float32, from, w, lo, hi int) {
+	a, b := max(0, -from), min(len(dst), len(plane)-from)
+	if a < b {
+		copy(dst[a:b], plane[from+a:from+b])
+	}
+	for i := 0; i < len(dst); i += w {
+		row := dst[i : i+w]
+		for j := range lo {
+			row[j] = 0
+		}
+		for j := hi; j < w; j++ {
+			row[j] = 0
 		}
 	}
 }

@@ -3,6 +3,7 @@ package cpu
 import (
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -251,5 +252,54 @@ func TestConvConcurrent(t *testing.T) {
 	close(errs)
 	for e := range errs {
 		t.Error(e)
+	}
+}
+
+// im2col writes, for any shape (strides, paddings, filters; the
+// stride-1 same-width case by its block copies), what its definition
+// says: x's pixel where the filter covers one, 0 in the padding.
+func TestIm2colDefinition(t *testing.T) {
+	r := newRNG(7)
+	for range 400 {
+		s := ConvShape{N: 1, C: 1 + r.IntN(3), H: 1 + r.IntN(9), W: 1 + r.IntN(9), K: 1,
+			R: 1 + r.IntN(5), S: 1 + r.IntN(5), StrideH: 1 + r.IntN(2), StrideW: 1 + r.IntN(2)}
+		if r.IntN(2) == 0 { // the fast path's case
+			s.StrideH, s.StrideW = 1, 1
+			s.S |= 1
+			s.PadW = s.S / 2
+		} else {
+			s.PadW = r.IntN(s.S)
+		}
+		s.PadH = r.IntN(s.R)
+		if s.Validate() != nil {
+			continue
+		}
+		oh, ow := s.OutH(), s.OutW()
+		x := randSlice(r, s.C*s.H*s.W)
+		ld := oh*ow + r.IntN(3)
+		col := make([]float32, s.C*s.R*s.S*ld)
+		for i := range col {
+			col[i] = float32(math.NaN()) // every entry must be written
+		}
+		s.im2col(x, col, ld)
+		for c := range s.C {
+			for fr := range s.R {
+				for ft := range s.S {
+					for i := range oh {
+						for j := range ow {
+							ih, iw := i*s.StrideH-s.PadH+fr, j*s.StrideW-s.PadW+ft
+							want := float32(0)
+							if ih >= 0 && ih < s.H && iw >= 0 && iw < s.W {
+								want = x[(c*s.H+ih)*s.W+iw]
+							}
+							got := col[((c*s.R+fr)*s.S+ft)*ld+i*ow+j]
+							if math.Float32bits(got) != math.Float32bits(want) {
+								t.Fatalf("%+v: col[c %d, r %d, t %d][%d,%d] = %g, want %g", s, c, fr, ft, i, j, got, want)
+							}
+						}
+					}
+				}
+			}
+		}
 	}
 }
