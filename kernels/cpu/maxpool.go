@@ -168,7 +168,12 @@ func (s PoolShape) backwardPlane(x, dy, dx []float32) {
 // without padding: four order keys per window, the first maximum selected
 // by conditional moves. The windows do not overlap, so each writes its
 // four elements of dx, the gradient to one and zeros to the others: one
-// pass over dx, where clearing it and adding would take two.
+// pass over dx, where clearing it and adding would take two. A window of
+// +0 and positive values (all of them, after a ReLU) compares their bits
+// as they are, the order keys' order there: on the MNIST CNN's first pool
+// (BenchmarkMaxPool_MNIST/ReLU) 3.6 → 2.0 ms. Values of either sign pay a
+// mispredicted branch at random windows instead: 3.6 → 4.1–4.8 ms
+// (/Signed); the zoo's CNNs pool after a ReLU.
 func backward2x2(x, dy, dx []float32, W, oh, ow int) {
 	for i := range oh {
 		r0 := x[2*i*W : 2*i*W+2*ow]
@@ -177,15 +182,32 @@ func backward2x2(x, dy, dx []float32, W, oh, ow int) {
 		d1 := dx[(2*i+1)*W : (2*i+1)*W+2*ow]
 		for j, g := range dy[i*ow : (i+1)*ow] {
 			c := 2 * j
-			m, at := orderKey(r0[c]), 0
-			if k := orderKey(r0[c+1]); k > m {
-				m, at = k, 1
-			}
-			if k := orderKey(r1[c]); k > m {
-				m, at = k, 2
-			}
-			if k := orderKey(r1[c+1]); k > m {
-				at = 3
+			var at int
+			a, b, e, f := math.Float32bits(r0[c]), math.Float32bits(r0[c+1]), math.Float32bits(r1[c]), math.Float32bits(r1[c+1])
+			if max(a, b, e, f) <= posInfBits {
+				// +0, positive numbers and +Inf (what follows a ReLU):
+				// their bits order as they do, no key needed.
+				m := a
+				if b > m {
+					m, at = b, 1
+				}
+				if e > m {
+					m, at = e, 2
+				}
+				if f > m {
+					at = 3
+				}
+			} else {
+				m := orderKey(r0[c])
+				if k := orderKey(r0[c+1]); k > m {
+					m, at = k, 1
+				}
+				if k := orderKey(r1[c]); k > m {
+					m, at = k, 2
+				}
+				if k := orderKey(r1[c+1]); k > m {
+					at = 3
+				}
 			}
 			var v [4]float32
 			v[at&3] = g
@@ -193,6 +215,10 @@ func backward2x2(x, dy, dx []float32, W, oh, ow int) {
 		}
 	}
 }
+
+// posInfBits is +Inf's bits: below them (as unsigned integers) lie +0 and
+// the positive numbers, in their order; above, NaNs and the negatives.
+const posInfBits = 0x7f800000
 
 // argmaxWindow returns the offset in x of the first maximum of the window of
 // rows×cols elements, rows stride apart, at the start of x. It compares

@@ -6,6 +6,8 @@ import (
 	"math"
 	"strings"
 	"testing"
+
+	"github.com/stretchr/testify/require"
 )
 
 // maxPoolRef is max pooling as defined: padding is −Inf, and a value
@@ -195,5 +197,38 @@ func TestMaxPoolPanicsOnBadCall(t *testing.T) {
 		"short dx": func() { MaxPool2DBackward(nil, s, x, y, x[1:]) },
 	} {
 		t.Run(name, func(t *testing.T) { mustPanicShape(t, f) })
+	}
+}
+
+// The 2×2 backward pass routes each window's gradient where argmaxWindow
+// (the order keys) says, whether its values are all +0 or positive (the
+// fast path: ReLU's outputs, ties and +Inf among them) or not (−0, NaNs,
+// negatives).
+func TestMaxPool2x2BackwardMatchesArgmax(t *testing.T) {
+	r := newRNG(3)
+	sets := [][]float32{
+		{0, 1, 1, 2, float32(math.Inf(1)), 1e-40, math.MaxFloat32},
+		{0, float32(math.Copysign(0, -1)), 1, -1, float32(math.NaN()), math.Float32frombits(0x7fc00007), float32(math.Inf(-1)), 1e-40},
+	}
+	s := PoolShape{N: 2, C: 3, H: 6, W: 10, KH: 2, KW: 2, StrideH: 2, StrideW: 2}
+	for range 200 {
+		set := sets[r.IntN(len(sets))]
+		x := make([]float32, s.N*s.C*s.H*s.W)
+		for i := range x {
+			x[i] = set[r.IntN(len(set))]
+		}
+		dy := randSlice(r, s.N*s.C*s.OutH()*s.OutW())
+		dx := make([]float32, len(x))
+		MaxPool2DBackward(nil, s, x, dy, dx)
+		want := make([]float32, len(x))
+		for pl := range s.N * s.C {
+			for i := range s.OutH() {
+				for j := range s.OutW() {
+					top := pl*s.H*s.W + 2*i*s.W + 2*j
+					want[top+argmaxWindow(x[top:], s.W, 2, 2)] = dy[(pl*s.OutH()+i)*s.OutW()+j]
+				}
+			}
+		}
+		require.Equal(t, want, dx, "x %v", x)
 	}
 }

@@ -51,23 +51,34 @@ func BenchmarkConv2DBackwardData_MNISTConv2(b *testing.B)   { benchConvBackwardD
 func BenchmarkConv2DBackwardFilter_MNISTConv1(b *testing.B) { benchConvBackwardFilter(b, mnistConv1) }
 func BenchmarkConv2DBackwardFilter_MNISTConv2(b *testing.B) { benchConvBackwardFilter(b, mnistConv2) }
 
-// BenchmarkMaxPool_MNIST pools conv1's output, the larger of the two.
+// BenchmarkMaxPool_MNIST pools conv1's output, the larger of the two:
+// numbers of either sign, and after ReLU (as in the MNIST CNN: zeros and
+// positive numbers).
 func BenchmarkMaxPool_MNIST(b *testing.B) {
 	s := mnistPool1
 	p := NewPool(0)
 	x := randSlice(newRNG(1), s.N*s.C*s.H*s.W)
+	relued := make([]float32, len(x))
+	for i, v := range x {
+		relued[i] = max(v, 0)
+	}
 	y := make([]float32, s.N*s.C*s.OutH()*s.OutW())
 	dx := make([]float32, len(x))
-	b.Run("Forward", func(b *testing.B) {
-		for b.Loop() {
-			MaxPool2DForward(p, s, x, y)
-		}
-	})
-	b.Run("Backward", func(b *testing.B) {
-		for b.Loop() {
-			MaxPool2DBackward(p, s, x, y, dx)
-		}
-	})
+	for _, in := range []struct {
+		name string
+		x    []float32
+	}{{"Signed", x}, {"ReLU", relued}} {
+		b.Run(in.name+"/Forward", func(b *testing.B) {
+			for b.Loop() {
+				MaxPool2DForward(p, s, in.x, y)
+			}
+		})
+		b.Run(in.name+"/Backward", func(b *testing.B) {
+			for b.Loop() {
+				MaxPool2DBackward(p, s, in.x, y, dx)
+			}
+		})
+	}
 }
 
 func BenchmarkSoftmaxCE_64x10(b *testing.B) {
