@@ -108,6 +108,13 @@ func (l *lifetimes) disjoint(a, b int) bool {
 // newLifetimes computes every register's lifetimes from the plan's edges.
 // touch lists each register's firings; versions are Plan.versionTouches.
 func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lifetimes {
+	spots := newFiringSpots(p)
+	return lifetimesOn(p, newUnrolled(p, edges, spots), spots, touch, versions)
+}
+
+// lifetimesOn is newLifetimes over the plan's unrolled graph g, where
+// spots (newFiringSpots) says where each firing runs.
+func lifetimesOn(p *Plan, g *unrolled, spots *firingSpots, touch [][]int, versions [][][]int) *lifetimes {
 	n := len(p.Firings)
 	l := &lifetimes{whole: make([]*life, len(p.Registers)), versions: make([][]*life, len(p.Registers))}
 
@@ -115,7 +122,6 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 	// of every device it occupies. A register's firings are placed by
 	// their stream on its device where they have one, so that a device's
 	// registers need few streams' clocks.
-	spots := newFiringSpots(p)
 	place := func(f, dev int) spot {
 		for _, sp := range spots.of(f) {
 			if p.Streams[sp.stream].Device == dev {
@@ -163,7 +169,6 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 		passes = append(passes, ps)
 	}
 
-	g := newUnrolled(p, edges, spots)
 	// run makes one pass with the clock table t (reused pass to pass).
 	run := func(ps pass, t *clockTable) {
 		clocks := g.clocks(p, ps.cols, t)

@@ -70,7 +70,17 @@ func planMemory(p *Plan) error {
 	if err := checkPlannable(p); err != nil {
 		return err
 	}
-	lives := newLifetimes(p, edges, p.registerTouches(), p.versionTouches())
+	// Which firings touch each register does not depend on the edges:
+	// it is listed on another core while their graph is unrolled (each
+	// takes seconds for the largest plans).
+	var touch [][]int
+	var versions [][][]int
+	var wg sync.WaitGroup
+	wg.Go(func() { touch, versions = p.registerTouches(), p.versionTouches() })
+	spots := newFiringSpots(p)
+	g := newUnrolled(p, edges, spots)
+	wg.Wait()
+	lives := lifetimesOn(p, g, spots, touch, versions)
 
 	byDevice := make([][]int, len(p.Devices))
 	for r := range p.Registers {
