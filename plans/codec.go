@@ -21,12 +21,17 @@ func Encode(w io.Writer, p *Plan) error {
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", " ")
+	// Marshaled compact, and indented (one space a level) as it is
+	// written out: see indenter.
+	x := newIndenter(w)
+	enc := json.NewEncoder(x)
 	// Ops' attributes are written as they are, to be read back the same
 	// (escaping would rewrite an & in them as \u0026).
 	enc.SetEscapeHTML(false)
-	return enc.Encode(f)
+	if err := enc.Encode(f); err != nil {
+		return err
+	}
+	return x.Flush()
 }
 
 // Decode reads a plan written by Encode and checks that it is
