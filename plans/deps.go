@@ -29,10 +29,9 @@ import (
 //   - the previous firing on each of its streams (stream order),
 //   - the firings it lists as After, of the same iteration.
 
-// writes returns the firings writing register r, in order, for one
-// iteration.
-func (p *Plan) writes(r int, firingOf func(task, micro int) int) []int {
-	var seq []int
+// appendWrites appends to seq the firings writing register r, in order,
+// for one iteration.
+func (p *Plan) appendWrites(seq []int, r int, firingOf func(task, micro int) int) []int {
 	for _, t := range p.Registers[r].Writers {
 		if p.Tasks[t].PerMicro {
 			for m := range p.Fires(t) {
@@ -204,8 +203,10 @@ func (p *Plan) Deps() ([]Edge, error) {
 		wstart[r+1] = wstart[r] + int32(p.WritesPerIteration(r))
 	}
 	wseq := make([]int32, 0, wstart[len(p.Registers)])
+	var seq []int
 	for r := range p.Registers {
-		for _, f := range p.writes(r, firingOf) {
+		seq = p.appendWrites(seq[:0], r, firingOf)
+		for _, f := range seq {
 			wseq = append(wseq, int32(f))
 		}
 	}

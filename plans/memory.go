@@ -226,9 +226,11 @@ func (p *Plan) versionTouches() [][][]int {
 	reads(func(r, k, _ int) { count[first[r]+k]++ })
 	firingOf := p.firingIndex()
 	lists := fill(count, func(visit func(i, x int)) {
+		var seq []int
 		for r := range p.Registers {
 			if !skip[r] {
-				for k, f := range p.writes(r, firingOf) {
+				seq = p.appendWrites(seq[:0], r, firingOf)
+				for k, f := range seq {
 					visit(first[r]+k, f)
 				}
 			}
