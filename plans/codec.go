@@ -21,12 +21,17 @@ func Encode(w io.Writer, p *Plan) error {
 	if err != nil {
 		return err
 	}
-	enc := json.NewEncoder(w)
-	enc.SetIndent("", " ")
+	// Marshaled compact, and indented (one space a level) as it is
+	// written out: see indenter.
+	x := newIndenter(w)
+	enc := json.NewEncoder(x)
 	// Ops' attributes are written as they are, to be read back the same
 	// (escaping would rewrite an & in them as \u0026).
 	enc.SetEscapeHTML(false)
-	return enc.Encode(f)
+	if err := enc.Encode(f); err != nil {
+		return err
+	}
+	return x.Flush()
 }
 
 // Decode reads a plan written by Encode and checks that it is
@@ -219,18 +224,26 @@ func (p *Plan) checkRest() error {
 	bad := func(what string, i int, format string, args ...any) error {
 		return fmt.Errorf("plans: %s[%d]: %s", what, i, fmt.Sprintf(format, args...))
 	}
-	fired := make(map[[2]int]bool, len(p.Firings))
+	// fired[first[t]+max(m, 0)] marks firing (t, m) seen. A firing of an
+	// invalid micro-batch fails below on its first occurrence, so only
+	// valid ones, which this numbering covers, are ever marked: a map of
+	// millions of firings would take seconds. (Both callers have bounded
+	// the firings the tasks make, checkPlannable and file.plan.)
+	first, _ := p.firstFirings()
+	fired := make([]bool, p.firingCount())
 	for i, f := range p.Firings {
 		if f.Task < 0 || f.Task >= len(p.Tasks) {
 			return bad("firings", i, "task %d out of range", f.Task)
 		}
-		if fired[[2]int{f.Task, f.Micro}] {
+		per := p.Tasks[f.Task].PerMicro
+		valid := (per && f.Micro >= 0 && f.Micro < p.Fires(f.Task)) || (!per && f.Micro == -1)
+		if valid && fired[first[f.Task]+max(f.Micro, 0)] {
 			return bad("firings", i, "task %d micro-batch %d fires twice", f.Task, f.Micro)
 		}
-		fired[[2]int{f.Task, f.Micro}] = true
-		if per := p.Tasks[f.Task].PerMicro; (per && (f.Micro < 0 || f.Micro >= p.Fires(f.Task))) || (!per && f.Micro != -1) {
+		if !valid {
 			return bad("firings", i, "micro-batch %d invalid for task %s", f.Micro, p.Tasks[f.Task].Name)
 		}
+		fired[first[f.Task]+max(f.Micro, 0)] = true
 		for _, a := range f.After {
 			if a < 0 || a >= len(p.Firings) || a == i {
 				return bad("firings", i, "after %d: want another firing, 0 to %d", a, len(p.Firings)-1)

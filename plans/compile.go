@@ -1151,6 +1151,17 @@ func (c *compiler) sizeSlots() {
 			readBy[u.Reg] = append(readBy[u.Reg], t.ID)
 		}
 	}
+	// inflight walks a schedule: it is asked once per replica and stage,
+	// not once per read of the many registers of each.
+	held := map[[2]int]int{}
+	inflight := func(replica, stage int) int {
+		n, ok := held[[2]int{replica, stage}]
+		if !ok {
+			n = c.inflight(replica, stage)
+			held[[2]int{replica, stage}] = n
+		}
+		return n
+	}
 	for i := range c.p.Registers {
 		reg := &c.p.Registers[i]
 		if reg.Persistent || len(reg.Writers) == 0 || c.p.Tasks[reg.Writers[0]].InPlace || !c.p.Tasks[reg.Writers[0]].PerMicro {
@@ -1165,7 +1176,7 @@ func (c *compiler) sizeSlots() {
 			case rt.Kind == Transfer:
 				reg.Slots = max(reg.Slots, min(2, mb))
 			case rt.Phase == "backward" && writerPhase != "backward":
-				reg.Slots = max(reg.Slots, c.inflight(replica, rt.Stage))
+				reg.Slots = max(reg.Slots, inflight(replica, rt.Stage))
 			}
 		}
 		if c.st.MaxSlots > 0 {

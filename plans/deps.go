@@ -29,10 +29,9 @@ import (
 //   - the previous firing on each of its streams (stream order),
 //   - the firings it lists as After, of the same iteration.
 
-// writes returns the firings writing register r, in order, for one
-// iteration.
-func (p *Plan) writes(r int, firingOf func(task, micro int) int) []int {
-	var seq []int
+// appendWrites appends to seq the firings writing register r, in order,
+// for one iteration.
+func (p *Plan) appendWrites(seq []int, r int, firingOf func(task, micro int) int) []int {
 	for _, t := range p.Registers[r].Writers {
 		if p.Tasks[t].PerMicro {
 			for m := range p.Fires(t) {
@@ -195,60 +194,90 @@ func (p *Plan) Deps() ([]Edge, error) {
 		edges = append(edges, ruled{int32(from), int32(to), int32(delta), why, int32(ref)})
 	}
 
-	wseq := make([][]int, len(p.Registers))
+	// Every register's writes in order, wseq[wstart[r]:wstart[r+1]]:
+	// write k of register r is number wstart[r]+k. Lists of lists are
+	// kept in one array each here (a large plan has millions of writes
+	// and tens of millions of reads), not grown one by one.
+	wstart := make([]int32, len(p.Registers)+1)
 	for r := range p.Registers {
-		wseq[r] = p.writes(r, firingOf)
+		wstart[r+1] = wstart[r] + int32(p.WritesPerIteration(r))
 	}
-	// readers[r][k] lists (firing, d) reading write k of iteration i−d.
-	type reader struct{ f, d int }
-	readers := make([][][]reader, len(p.Registers))
+	wseq := make([]int32, 0, wstart[len(p.Registers)])
+	var seq []int
 	for r := range p.Registers {
-		readers[r] = make([][]reader, len(wseq[r]))
-	}
-	for f, fi := range p.Firings {
-		t := &p.Tasks[fi.Task]
-		for _, u := range t.Reads {
-			if p.Idle(t, u, fi.Micro) {
-				continue
-			}
-			d, k, err := p.readIndex(u, fi.Micro)
-			if err != nil {
-				return nil, err
-			}
-			if k < 0 {
-				continue
-			}
-			readers[u.Reg][k] = append(readers[u.Reg][k], reader{f, d})
-			add(wseq[u.Reg][k], f, d, reads, u.Reg)
+		seq = p.appendWrites(seq[:0], r, firingOf)
+		for _, f := range seq {
+			wseq = append(wseq, int32(f))
 		}
-		if t.InPlace {
-			for _, r := range t.Writes {
-				k := indexOf(wseq[r], f)
-				d, prev := 0, k-1
-				if prev < 0 {
-					d, prev = 1, len(wseq[r])-1
+	}
+	writes := func(r int) []int32 { return wseq[wstart[r]:wstart[r+1]] }
+	// Who reads (or updates in place) each write: readers of write number
+	// w are readers[rstart[w]:rstart[w+1]], firing f reading write k of
+	// iteration i−d. A first walk counts them, a second fills them in and
+	// adds the edges.
+	type reader struct{ f, d int32 }
+	rstart := make([]int32, len(wseq)+1)
+	eachRead := func(visit func(f, r, k, d int, why rule)) error {
+		for f, fi := range p.Firings {
+			t := &p.Tasks[fi.Task]
+			for _, u := range t.Reads {
+				if p.Idle(t, u, fi.Micro) {
+					continue
 				}
-				readers[r][prev] = append(readers[r][prev], reader{f, d})
-				add(wseq[r][prev], f, d, updates, r)
+				d, k, err := p.readIndex(u, fi.Micro)
+				if err != nil {
+					return err
+				}
+				if k < 0 {
+					continue
+				}
+				visit(f, u.Reg, k, d, reads)
+			}
+			if t.InPlace {
+				for _, r := range t.Writes {
+					k := indexOf(writes(r), int32(f))
+					d, prev := 0, k-1
+					if prev < 0 {
+						d, prev = 1, int(wstart[r+1]-wstart[r])-1
+					}
+					visit(f, r, prev, d, updates)
+				}
 			}
 		}
+		return nil
 	}
+	if err := eachRead(func(_, r, k, _ int, _ rule) { rstart[int(wstart[r])+k+1]++ }); err != nil {
+		return nil, err
+	}
+	for w := range wseq {
+		rstart[w+1] += rstart[w]
+	}
+	readers := make([]reader, rstart[len(wseq)])
+	next := slices.Clone(rstart[:len(wseq)])
+	eachRead(func(f, r, k, d int, why rule) { // no error: the first walk met none
+		w := wstart[r] + int32(k)
+		readers[next[w]] = reader{int32(f), int32(d)}
+		next[w]++
+		add(int(wseq[w]), f, d, why, r)
+	})
+	next = nil
 	// Slot reuse: write k of iteration i waits for the readers of version
 	// i·W + k − S.
-	for r, seq := range wseq {
+	for r := range p.Registers {
 		reg := &p.Registers[r]
+		seq := writes(r)
 		w := len(seq)
 		for k, f := range seq {
 			back := k - reg.Slots
 			i0 := floorDiv(back, w) // iteration of that version, relative
-			k0 := back - i0*w
-			for _, rd := range readers[r][k0] {
-				delta := -i0 - rd.d
+			k0 := int(wstart[r]) + back - i0*w
+			for _, rd := range readers[rstart[k0]:rstart[k0+1]] {
+				delta := -i0 - int(rd.d)
 				if delta < 0 {
 					return nil, fmt.Errorf("plans: register %s on %s: %d slot(s) are too few: %s would overwrite a version %s reads in a later iteration",
-						reg.Name, p.Devices[reg.Device].Name, reg.Slots, p.FiringName(f), p.FiringName(rd.f))
+						reg.Name, p.Devices[reg.Device].Name, reg.Slots, p.FiringName(int(f)), p.FiringName(int(rd.f)))
 				}
-				add(rd.f, f, delta, frees, r)
+				add(int(rd.f), int(f), delta, frees, r)
 			}
 		}
 	}
@@ -460,7 +489,7 @@ func floorDiv(a, b int) int {
 	return q
 }
 
-func indexOf(s []int, x int) int {
+func indexOf(s []int32, x int32) int {
 	for i, v := range s {
 		if v == x {
 			return i

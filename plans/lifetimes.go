@@ -108,6 +108,13 @@ func (l *lifetimes) disjoint(a, b int) bool {
 // newLifetimes computes every register's lifetimes from the plan's edges.
 // touch lists each register's firings; versions are Plan.versionTouches.
 func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lifetimes {
+	spots := newFiringSpots(p)
+	return lifetimesOn(p, newUnrolled(p, edges, spots), spots, touch, versions)
+}
+
+// lifetimesOn is newLifetimes over the plan's unrolled graph g, where
+// spots (newFiringSpots) says where each firing runs.
+func lifetimesOn(p *Plan, g *unrolled, spots *firingSpots, touch [][]int, versions [][][]int) *lifetimes {
 	n := len(p.Firings)
 	l := &lifetimes{whole: make([]*life, len(p.Registers)), versions: make([][]*life, len(p.Registers))}
 
@@ -115,19 +122,13 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 	// of every device it occupies. A register's firings are placed by
 	// their stream on its device where they have one, so that a device's
 	// registers need few streams' clocks.
-	spots := make([][]spot, n)
-	for s, st := range p.Streams {
-		for i, f := range st.Order {
-			spots[f] = append(spots[f], spot{int32(s), int32(i)})
-		}
-	}
 	place := func(f, dev int) spot {
-		for _, sp := range spots[f] {
+		for _, sp := range spots.of(f) {
 			if p.Streams[sp.stream].Device == dev {
 				return sp
 			}
 		}
-		return spots[f][0] // every firing is on a stream: the compiler orders each
+		return spots.of(f)[0] // every firing is on a stream: the compiler orders each
 	}
 	// The streams each device's registers are touched from.
 	need := make([][]int, len(p.Devices))
@@ -168,7 +169,6 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 		passes = append(passes, ps)
 	}
 
-	g := newUnrolled(p, edges, spots)
 	// run makes one pass with the clock table t (reused pass to pass).
 	run := func(ps pass, t *clockTable) {
 		clocks := g.clocks(p, ps.cols, t)
@@ -183,9 +183,28 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 		var scratch clock
 		type write struct{ firing, pos int32 }
 		var earliest []write
+		// Lives and their clocks are cut from blocks: the registers of a
+		// large plan have millions of versions, each an allocation
+		// otherwise.
+		var lives []life
+		var ints []int32
+		newLife := func(w int) *life {
+			if len(lives) == cap(lives) {
+				lives = make([]life, 0, 4096)
+			}
+			lives = lives[:len(lives)+1]
+			if len(ints)+3*w > cap(ints) {
+				ints = make([]int32, 0, max(1<<16, 3*w))
+			}
+			at := len(ints)
+			ints = ints[:at+3*w]
+			lf := &lives[len(lives)-1]
+			lf.last = ints[at : at+w : at+3*w] // write and writeNext follow (summarize)
+			return lf
+		}
 		summarize := func(dev int, fs []int, writers []int) *life {
 			w := len(keep[dev])
-			lf := &life{last: make(clock, w, 3*w)}
+			lf := newLife(w)
 			for i := range lf.last {
 				lf.last[i] = -1
 			}
@@ -231,18 +250,22 @@ func newLifetimes(p *Plan, edges []Edge, touch [][]int, versions [][][]int) *lif
 			}
 			return lf
 		}
+		var writers []int
 		for r := range p.Registers {
 			reg := &p.Registers[r]
 			if reg.Persistent || reg.Device < ps.first || reg.Device >= ps.end {
 				continue
 			}
-			var writers []int
+			writers = writers[:0]
 			for _, f := range touch[r] {
 				if slices.Contains(p.Tasks[p.Firings[f].Task].Writes, r) {
 					writers = append(writers, f)
 				}
 			}
 			l.whole[r] = summarize(reg.Device, touch[r], writers)
+			if versions[r] != nil {
+				l.versions[r] = make([]*life, 0, len(versions[r]))
+			}
 			for _, v := range versions[r] {
 				l.versions[r] = append(l.versions[r], summarize(reg.Device, v, v[:1]))
 			}
@@ -280,7 +303,7 @@ type unrolled struct {
 	spots     []spot
 }
 
-func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
+func newUnrolled(p *Plan, edges []Edge, spots *firingSpots) *unrolled {
 	n := len(p.Firings)
 	// arcs visits the edges over two iterations, in the edges' order.
 	arcs := func(visit func(from, to int32)) {
@@ -329,13 +352,11 @@ func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
 	})
 	succ, next = nil, nil
 	g.spotStart = make([]int32, 2*n+1)
-	for _, sps := range spots {
-		g.spotStart[2*n] += 2 * int32(len(sps))
-	}
+	g.spotStart[2*n] = 2 * int32(len(spots.at))
 	g.spots = make([]spot, 0, g.spotStart[2*n])
 	for i, v := range g.order {
 		f, second := int(v)%n, int(v) >= n
-		for _, sp := range spots[f] {
+		for _, sp := range spots.of(f) {
 			if second {
 				sp.pos += int32(len(p.Streams[sp.stream].Order))
 			}
@@ -346,6 +367,38 @@ func newUnrolled(p *Plan, edges []Edge, spots [][]spot) *unrolled {
 	g.prune(len(p.Streams))
 	return g
 }
+
+// firingSpots lists where each firing runs, its positions on the streams
+// that list it, in stream order: firing f's are at[start[f]:start[f+1]].
+// One array holds them all: a large plan has millions of firings.
+type firingSpots struct {
+	start []int32
+	at    []spot
+}
+
+func newFiringSpots(p *Plan) *firingSpots {
+	n := len(p.Firings)
+	s := &firingSpots{start: make([]int32, n+1)}
+	for _, st := range p.Streams {
+		for _, f := range st.Order {
+			s.start[f+1]++
+		}
+	}
+	for f := range n {
+		s.start[f+1] += s.start[f]
+	}
+	s.at = make([]spot, s.start[n])
+	next := slices.Clone(s.start[:n])
+	for i, st := range p.Streams {
+		for pos, f := range st.Order {
+			s.at[next[f]] = spot{int32(i), int32(pos)}
+			next[f]++
+		}
+	}
+	return s
+}
+
+func (s *firingSpots) of(f int) []spot { return s.at[s.start[f]:s.start[f+1]] }
 
 // where returns where the node of rank i runs.
 func (g *unrolled) where(i int32) []spot { return g.spots[g.spotStart[i]:g.spotStart[i+1]] }

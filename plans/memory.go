@@ -16,19 +16,46 @@ const align = 64
 
 // registerTouches lists, by register, the firings that read or write it.
 func (p *Plan) registerTouches() [][]int {
-	touch := make([][]int, len(p.Registers))
-	for f, fi := range p.Firings {
-		t := &p.Tasks[fi.Task]
-		for _, u := range t.Reads {
-			if !p.Idle(t, u, fi.Micro) {
-				touch[u.Reg] = append(touch[u.Reg], f)
+	// Counted first, then filled into one array: the largest plans touch
+	// registers tens of millions of times, which appends would grow into
+	// in small pieces.
+	each := func(visit func(r, f int)) {
+		for f, fi := range p.Firings {
+			t := &p.Tasks[fi.Task]
+			for _, u := range t.Reads {
+				if !p.Idle(t, u, fi.Micro) {
+					visit(u.Reg, f)
+				}
+			}
+			for _, r := range t.Writes {
+				visit(r, f)
 			}
 		}
-		for _, r := range t.Writes {
-			touch[r] = append(touch[r], f)
-		}
 	}
-	return touch
+	count := make([]int, len(p.Registers))
+	each(func(r, _ int) { count[r]++ })
+	return fill(count, each)
+}
+
+// fill returns lists of ints, list i of count[i] entries, filled by each
+// in the order it visits them: one array holds them all, each list capped
+// at its length.
+func fill(count []int, each func(visit func(i, x int))) [][]int {
+	total := 0
+	for _, n := range count {
+		total += n
+	}
+	all := make([]int, total)
+	lists := make([][]int, len(count))
+	at := 0
+	for i, n := range count {
+		if n > 0 {
+			lists[i] = all[at : at : at+n]
+		}
+		at += n
+	}
+	each(func(i, x int) { lists[i] = append(lists[i], x) })
+	return lists
 }
 
 // planMemory gives every register an offset in its device's arena, letting
@@ -43,7 +70,17 @@ func planMemory(p *Plan) error {
 	if err := checkPlannable(p); err != nil {
 		return err
 	}
-	lives := newLifetimes(p, edges, p.registerTouches(), p.versionTouches())
+	// Which firings touch each register does not depend on the edges:
+	// it is listed on another core while their graph is unrolled (each
+	// takes seconds for the largest plans).
+	var touch [][]int
+	var versions [][][]int
+	var wg sync.WaitGroup
+	wg.Go(func() { touch, versions = p.registerTouches(), p.versionTouches() })
+	spots := newFiringSpots(p)
+	g := newUnrolled(p, edges, spots)
+	wg.Wait()
+	lives := lifetimesOn(p, g, spots, touch, versions)
 
 	byDevice := make([][]int, len(p.Devices))
 	for r := range p.Registers {
@@ -140,8 +177,6 @@ func workers() int { return runtime.GOMAXPROCS(0) }
 // firings touching each write: its writer first, then its readers. Other
 // registers get nil: the memory planner takes their whole span.
 func (p *Plan) versionTouches() [][][]int {
-	firingOf := p.firingIndex()
-	out := make([][][]int, len(p.Registers))
 	skip := make([]bool, len(p.Registers))
 	for r := range p.Registers {
 		reg := &p.Registers[r]
@@ -152,24 +187,60 @@ func (p *Plan) versionTouches() [][][]int {
 		for _, w := range reg.Writers {
 			skip[r] = skip[r] || p.Tasks[w].InPlace
 		}
-		if !skip[r] {
-			for _, f := range p.writes(r, firingOf) {
-				out[r] = append(out[r], []int{f})
+	}
+	// reads visits the reads of the registers kept, by register, write
+	// and firing; a read of another iteration's write (or a wrong one)
+	// leaves its register out, and its reads unvisited from then on.
+	reads := func(visit func(r, k, f int)) {
+		for f, fi := range p.Firings {
+			t := &p.Tasks[fi.Task]
+			for _, u := range t.Reads {
+				if skip[u.Reg] || p.Idle(t, u, fi.Micro) {
+					continue
+				}
+				d, k, err := p.readIndex(u, fi.Micro)
+				if err != nil || d != 0 || k < 0 {
+					skip[u.Reg] = true
+					continue
+				}
+				visit(u.Reg, k, f)
 			}
 		}
 	}
-	for f, fi := range p.Firings {
-		t := &p.Tasks[fi.Task]
-		for _, u := range t.Reads {
-			if skip[u.Reg] || p.Idle(t, u, fi.Micro) {
-				continue
+	// The first walk settles which registers are left out; the second,
+	// over the same reads of those kept, fills every write's list, in
+	// one array (see fill): a large plan's writes are millions.
+	reads(func(int, int, int) {})
+	first := make([]int, len(p.Registers)) // of register r's writes, in the lists
+	versions := 0
+	for r := range p.Registers {
+		first[r] = versions
+		if !skip[r] {
+			versions += p.WritesPerIteration(r)
+		}
+	}
+	count := make([]int, versions)
+	for i := range count {
+		count[i] = 1 // the writer
+	}
+	reads(func(r, k, _ int) { count[first[r]+k]++ })
+	firingOf := p.firingIndex()
+	lists := fill(count, func(visit func(i, x int)) {
+		var seq []int
+		for r := range p.Registers {
+			if !skip[r] {
+				seq = p.appendWrites(seq[:0], r, firingOf)
+				for k, f := range seq {
+					visit(first[r]+k, f)
+				}
 			}
-			d, k, err := p.readIndex(u, fi.Micro)
-			if err != nil || d != 0 || k < 0 {
-				skip[u.Reg], out[u.Reg] = true, nil
-				continue
-			}
-			out[u.Reg][k] = append(out[u.Reg][k], f)
+		}
+		reads(func(r, k, f int) { visit(first[r]+k, f) })
+	})
+	out := make([][][]int, len(p.Registers))
+	for r := range p.Registers {
+		if !skip[r] {
+			out[r] = lists[first[r] : first[r]+p.WritesPerIteration(r) : first[r]+p.WritesPerIteration(r)]
 		}
 	}
 	return out

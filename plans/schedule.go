@@ -27,6 +27,20 @@ func (c *compiler) order() {
 		}
 	}
 	at := func(t, m int) int { return first[t] + max(m, 0) }
+	// Every firing is once on each stream of its task: the orders are
+	// made that long at once, not grown (millions of firings, for the
+	// largest plans).
+	want := make([]int, len(c.p.Streams))
+	for _, t := range c.p.Tasks {
+		for _, s := range t.Streams {
+			want[s] += c.p.Fires(t.ID)
+		}
+	}
+	for s := range c.p.Streams {
+		if want[s] > 0 { // else nil, as a plan file writes an empty order
+			c.p.Streams[s].Order = make([]int, 0, want[s])
+		}
+	}
 	block := func(tasks []int, m int) []int {
 		fs := make([]int, len(tasks))
 		for i, t := range tasks {
@@ -115,6 +129,9 @@ func (c *compiler) order() {
 		}
 		compute := &c.p.Streams[cs]
 		var order []int
+		if want[cs] > 0 {
+			order = make([]int, 0, want[cs])
+		}
 		for _, f := range compute.Order {
 			order = append(order, f)
 			fi := c.p.Firings[f]
