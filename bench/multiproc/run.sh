@@ -10,9 +10,9 @@
 #	bash bench/multiproc/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=results/multiproc-cpu
+out=${OUT:-results/multiproc-cpu}
 cluster=$out/procs2.yaml
-calib=results/plan-loop-cpu/calib.json
+calib=${CALIB:-results/plan-loop-cpu/calib.json}
 runs=${RUNS:-5}
 mkdir -p bin "$out/runs"
 CGO_ENABLED=0 go build -o bin/flowsim ./cmd/flowsim
