@@ -190,8 +190,10 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		}
 		defer pr.Close()
 		runner, run = pr.PlanRunner, pr.Run
-		if note := sharedHostNote(p, pr.ranks); f.compare && f.cluster == "" && note != "" {
-			fmt.Fprintln(os.Stderr, note)
+		if f.compare && f.cluster == "" {
+			if note := sharedHostNote(p, pr.ranks); note != "" {
+				fmt.Fprintln(os.Stderr, note)
+			}
 		}
 	} else {
 		if runner, err = runtime.NewPlanRunner(p); err != nil {
