@@ -6,7 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
 )
 
@@ -24,16 +23,8 @@ func FuzzRunPlan(f *testing.F) {
 		{"mlp3x4096:depth=1,width=2", "dp=2", 2},
 		{"mlp3x4096:depth=2,width=2", "tp=2", 2},
 	} {
-		st, err := plans.ParseStrategy(c.strategy, c.batch)
-		if err != nil {
-			f.Fatal(err)
-		}
-		p, err := plans.Compile(plans.Config{Model: c.model, Batch: c.batch, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: cpuDevices(st.Devices())})
-		if err != nil {
-			f.Fatal(err)
-		}
 		var b bytes.Buffer
-		if err := plans.Encode(&b, p); err != nil {
+		if err := plans.Encode(&b, compile(f, c.model, c.strategy, c.batch)); err != nil {
 			f.Fatal(err)
 		}
 		f.Add(b.Bytes())

@@ -21,13 +21,13 @@ func cpuDevices(n int) []plans.Device {
 	return devs
 }
 
-func compile(t *testing.T, model, strategy string, batch int) *plans.Plan {
+func compile(t testing.TB, model, strategy string, batch int) *plans.Plan {
 	t.Helper()
 	return compileDType(t, model, strategy, batch, graph.F32)
 }
 
 // compileDType is compile with the model's float tensors of dtype.
-func compileDType(t *testing.T, model, strategy string, batch int, dtype graph.DType) *plans.Plan {
+func compileDType(t testing.TB, model, strategy string, batch int, dtype graph.DType) *plans.Plan {
 	t.Helper()
 	st, err := plans.ParseStrategy(strategy, batch)
 	require.NoError(t, err)

@@ -46,10 +46,7 @@ func alignedCopy(data mem.BufferSlice) []byte {
 	if n == 0 {
 		return nil
 	}
-	at := 0
-	if len(data) > 0 {
-		at = payloadAt(data[0].ReadOnlyData())
-	}
+	at := payloadAt(data[0].ReadOnlyData()) // n > 0: data has a buffer
 	buf := make([]byte, n+3)
 	shift := (4 - (uintptr(unsafe.Pointer(&buf[0]))+uintptr(at))%4) % 4
 	buf = buf[shift : int(shift)+n]
