@@ -80,7 +80,8 @@ func TestRanksStop(t *testing.T) {
 					}
 					stops := plantest.NewStops(stop.by)
 					rs[0].Stop, rs[stop.by].Stop, rs[0].StopAsked = stops.Rank0, stops.Stopper, stops.Ask
-					feed := plantest.StopFeeder{Feeder: NewSyntheticFeeder(p.Images, 10, 64, 9), At: at, Stop: stops.Stopper, Once: new(sync.Once)}
+					feed := plantest.StopFeeder{Feeder: NewSyntheticFeeder(p.Images, 10, 64, 9), At: at, Stop: stops.Stopper, Once: new(sync.Once),
+						Reached: stops.Rank0} // by rank 1: its request reaches rank 0 before the run ends
 					res := runRanksTogether(t, rs, iters, feed)
 					if stop.by != 0 && at < iters-1 {
 						require.Equal(t, stop.by, stops.Asked(), "the rank that asked rank 0 to stop")

@@ -146,7 +146,7 @@ func TestRanksStopOverGRPC(t *testing.T) {
 			rs := newRanks()
 			stops := plantest.NewStops(c.by)
 			rs[0].Stop, rs[c.by].Stop, rs[0].StopAsked = stops.Rank0, stops.Stopper, stops.Ask
-			res := runAll(rs, iters, plantest.StopFeeder{Feeder: runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), At: 2, Stop: stops.Stopper, Once: new(sync.Once)})
+			res := runAll(rs, iters, plantest.StopFeeder{Feeder: runtime.NewSyntheticFeeder(p.Images, 10, 64, 9), At: 2, Stop: stops.Stopper, Once: new(sync.Once), Reached: stops.Rank0})
 			if c.by != 0 {
 				require.Equal(t, c.by, stops.Asked(), "the rank that asked rank 0 to stop")
 			}

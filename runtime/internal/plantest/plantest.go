@@ -76,17 +76,28 @@ type Feeder interface {
 
 // StopFeeder feeds as its Feeder does, and closes Stop once iteration At
 // is fed, on whichever rank feeds it first: a runner's Stop closing
-// mid-run.
+// mid-run. With Reached set, it then waits (a minute at most) until
+// Reached closes: another rank's stop has reached rank 0 while the run
+// goes on, however fast the rest of the run would be.
 type StopFeeder struct {
 	Feeder
-	At   int
-	Stop chan struct{}
-	Once *sync.Once
+	At      int
+	Stop    chan struct{}
+	Once    *sync.Once
+	Reached <-chan struct{}
 }
 
 func (f StopFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
 	if iter == f.At {
-		f.Once.Do(func() { close(f.Stop) })
+		f.Once.Do(func() {
+			close(f.Stop)
+			if f.Reached != nil {
+				select {
+				case <-f.Reached:
+				case <-time.After(time.Minute):
+				}
+			}
+		})
 	}
 	return f.Feeder.Feed(iter, from, n, images, labels)
 }
