@@ -74,6 +74,8 @@ func init() {
 	register[LayerNormGrad]()
 	register[RMSNorm]()
 	register[RMSNormGrad]()
+	register[BatchNorm]()
+	register[BatchNormGrad]()
 	register[Attention]()
 	register[AttentionGrad]()
 	register[RoPE]()

@@ -18,7 +18,7 @@ func TestOpCodecRoundTrip(t *testing.T) {
 		Fill{Value: 1, Shape: Shape{}}, Dropout{Rate: 0.25, Seed: 1 << 60}, DropoutGrad{Rate: 0.5, Seed: 3},
 		Reshape{Shape{4, 5}}, ReduceSum{Axis: 1}, BroadcastAxis{Axis: 0, Size: 3},
 		SoftmaxCrossEntropy{}, SoftmaxCrossEntropyGrad{}, Softmax{}, SoftmaxGrad{},
-		LayerNorm{Eps: 1e-5}, LayerNormGrad{}, RMSNorm{Eps: 1e-6}, RMSNormGrad{}, Embedding{}, EmbeddingGrad{Table: Shape{10, 4}},
+		LayerNorm{Eps: 1e-5}, LayerNormGrad{}, RMSNorm{Eps: 1e-6}, RMSNormGrad{}, BatchNorm{Eps: 1e-5}, BatchNormGrad{Eps: 1e-5}, Embedding{}, EmbeddingGrad{Table: Shape{10, 4}},
 		Attention{Heads: 12, Seq: 1024, Causal: true}, AttentionGrad{Heads: 4, Seq: 16},
 		Attention{Heads: 32, Seq: 8192, Causal: true, KVHeads: 8}, RoPE{Heads: 32, KVHeads: 8, Seq: 8192, Theta: 500000},
 		RoPEGrad{Heads: 4, Seq: 16, Theta: 10000}, SwiGLU{}, SwiGLUGrad{}, MeanSquare{}, MeanSquareGrad{},

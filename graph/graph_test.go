@@ -197,9 +197,27 @@ func TestDenseSignatures(t *testing.T) {
 // Every signature of every op names one layout per input and output, and
 // split axes exist.
 func TestSignaturesWellFormed(t *testing.T) {
-	for name, g := range map[string]*Graph{"cnn": signatureGraph(t), "transformer": transformerGraph(t), "fused": fusedGraph(t, true), "llama": llamaGraph(t)} {
+	for name, g := range map[string]*Graph{"cnn": signatureGraph(t), "transformer": transformerGraph(t), "fused": fusedGraph(t, true), "llama": llamaGraph(t), "resnet": residualGraph(t)} {
 		t.Run(name, func(t *testing.T) { checkSignatures(t, g) })
 	}
+}
+
+// residualGraph is a residual block of convolutions with batch
+// normalization, global average pooling and a linear head, trained by
+// momentum SGD.
+func residualGraph(t *testing.T) *Graph {
+	g := New()
+	x := g.Input("x", Shape{4, 3, 6, 6}, F32)
+	p := func(name string, s ...int) *Tensor { return g.Param(name, Shape(s), Init{}) }
+	bn := func(h *Tensor, name string, c int) *Tensor {
+		return g.BatchNorm(h, p(name+".weight", c), p(name+".bias", c), 1e-5)
+	}
+	h := g.ReLU(bn(g.Conv2D(x, p("w1", 5, 3, 3, 3), 1, 1), "bn1", 5))
+	h = g.ReLU(g.Add(h, bn(g.Conv2D(h, p("w2", 5, 5, 3, 3), 1, 1), "bn2", 5)))
+	h = g.Scale(g.ReduceSum(g.Reshape(h, Shape{4, 5, 36}), 2), 1.0/36)
+	h = g.Linear(h, p("fc.weight", 2, 5), p("fc.bias", 2))
+	require.NoError(t, g.Minimize(g.MeanSquare(h), SGD{LR: 0.01, Momentum: 0.9}))
+	return g
 }
 
 // transformerGraph is a pre-norm transformer block in bf16 trained by

@@ -158,6 +158,114 @@ func (RMSNormGrad) Signatures(in, out []Spec) []Signature {
 	return append(sigs, sig(2, B, B, B, B, B, B))
 }
 
+// BatchNorm normalizes each channel of x [N,C,H,W] over the batch and the
+// image, its N·H·W values, to zero mean and unit variance (the biased
+// variance, plus eps) and applies gamma and beta ([C]): (x, gamma, beta) →
+// y, y = (x − mean_c)·rstd_c·gamma_c + beta_c with rstd_c = 1/√(var_c+eps).
+// It is batch normalization in training mode: the statistics are the
+// batch's own, and no running averages are kept (flowkit's evaluation of a
+// model with it would normalize by the evaluated batch). The backward pass
+// recomputes the statistics from x rather than keeping them, one more read
+// of x for two [C] tensors fewer to place and box.
+//
+// Split over the batch (data parallelism), each device normalizes its own
+// samples by their own statistics, as PyTorch's BatchNorm2d does under
+// DistributedDataParallel and OneFlow's under a split batch: a replica's
+// outputs then depend on how the batch is split, which the plan fixes (a
+// synchronized batch norm would all-reduce 2·C statistics per layer and
+// pass). Split over channels it is exact.
+type BatchNorm struct{ Eps float32 }
+
+func (BatchNorm) Type() string { return "batch_norm" }
+
+func (op BatchNorm) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("batch_norm", in, 3); err != nil {
+		return nil, err
+	}
+	if err := checkFloat("batch_norm", in, 0, 1, 2); err != nil {
+		return nil, err
+	}
+	x := in[0].Shape
+	if len(x) != 4 {
+		return nil, shapeErr("batch_norm", in, "want x [N,C,H,W]")
+	}
+	c := Shape{x[1]}
+	if !in[1].Shape.Equal(c) || !in[2].Shape.Equal(c) {
+		return nil, shapeErr("batch_norm", in, "gamma and beta must be %v", c)
+	}
+	if op.Eps <= 0 {
+		return nil, shapeErr("batch_norm", in, "eps must be positive, got %g", op.Eps)
+	}
+	return []Spec{in[0]}, nil
+}
+
+// Cost: the statistics (a read of x), then the normalization (a read of x,
+// a write of y), about 8 flops a value.
+func (BatchNorm) Cost(in, out []Spec) Cost {
+	c := elementwiseCost(in, out, 8)
+	c.Bytes += in[0].Bytes()
+	return c
+}
+
+func (BatchNorm) Signatures(in, out []Spec) []Signature {
+	return []Signature{
+		sig(1, S(0), S(0), B, B),       // the batch split: each device's own statistics
+		sig(1, S(1), S(1), S(0), S(0)), // the channels split: exact
+		sig(1, B, B, B, B),
+	}
+}
+
+func (op BatchNorm) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
+	out := g.Apply(BatchNormGrad(op), n.Inputs[0], n.Inputs[1], dy[0])
+	if out == nil {
+		return []*Tensor{nil, nil, nil}
+	}
+	return out
+}
+
+// BatchNorm adds a batch normalization of x [N,C,H,W] and returns y.
+func (g *Graph) BatchNorm(x, gamma, beta *Tensor, eps float32) *Tensor {
+	return g.apply1(BatchNorm{Eps: eps}, x, gamma, beta)
+}
+
+// BatchNormGrad: (x, gamma, dy) → (dx, dgamma, dbeta), the statistics
+// recomputed from x. With x̂ = (x − mean)·rstd and g = dy·gamma, channel by
+// channel over its M = N·H·W values, dx = rstd·(g − mean(g) − x̂·mean(g·x̂)),
+// dgamma = Σ dy·x̂ and dbeta = Σ dy.
+type BatchNormGrad BatchNorm
+
+func (BatchNormGrad) Type() string { return "batch_norm_grad" }
+
+func (op BatchNormGrad) Infer(in []Spec) ([]Spec, error) {
+	if err := checkArity("batch_norm_grad", in, 3); err != nil {
+		return nil, err
+	}
+	x := in[0].Shape
+	if len(x) != 4 || !in[2].Shape.Equal(x) || !in[1].Shape.Equal(Shape{x[1]}) {
+		return nil, shapeErr("batch_norm_grad", in, "want x and dy [N,C,H,W], gamma [C]")
+	}
+	if op.Eps <= 0 {
+		return nil, shapeErr("batch_norm_grad", in, "eps must be positive, got %g", op.Eps)
+	}
+	return []Spec{in[0], in[1], in[1]}, nil
+}
+
+// Cost: the statistics (a read of x), the sums (reads of x and dy), then dx
+// (reads of x and dy, a write of dx).
+func (BatchNormGrad) Cost(in, out []Spec) Cost {
+	c := elementwiseCost(in, out, 14)
+	c.Bytes += 2*in[0].Bytes() + in[2].Bytes()
+	return c
+}
+
+func (BatchNormGrad) Signatures(in, out []Spec) []Signature {
+	return []Signature{
+		sig(3, S(0), P, P, S(0), B, S(0)),
+		sig(3, S(1), S(0), S(0), S(1), S(0), S(1)),
+		sig(3, B, B, B, B, B, B),
+	}
+}
+
 // Embedding looks rows of table [V,D] up by ids (i32, any shape):
 // (table, ids) → [ids..., D].
 type Embedding struct{}
