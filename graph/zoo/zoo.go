@@ -1,6 +1,7 @@
 // Package zoo builds flowkit's reference models as logical graphs.
 //
-// The classifiers (mlp, mnist-cnn, cifar-cnn) take images NCHW and integer
+// The classifiers (mlp, mnist-cnn, cifar-cnn, and the ResNets resnet and
+// resnet50 on 1000 classes; see buildResNet) take images NCHW and integer
 // labels (i32) and end in the mean softmax cross-entropy. The workloads
 // mlp3x4096 and gpt2s-blocks mirror PyTorch reference workloads: they take
 // a random input and no labels, and their loss is the mean square of their
@@ -47,7 +48,9 @@
 //     500000, 1e-5;
 //   - the GPTs and LLaMAs: tie (off, or on: the head is the token
 //     embedding's weight, as GPT-2's; a pipeline is then refused);
-//   - llama-blocks: llama's options but vocab and tie.
+//   - llama-blocks: llama's options but vocab and tie;
+//   - resnet, resnet50: depth (18, 34, 50, 101 or 152; 50) and image
+//     (the images' height and width, 224).
 //
 // "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16" is a small transformer
 // for tests. The name, options included, is the model's name everywhere:
@@ -172,6 +175,8 @@ var models = map[string]builder{
 		tp: func(sizes) map[string]int { return map[string]int{"the hidden width": 256} }},
 	"mnist-cnn": {doc: "MNIST CNN: two 3×3 conv+ReLU+max-pool, 3136-128-10", input: fixedInput(graph.Shape{1, 28, 28}), classes: 10, build: buildMNISTCNN},
 	"cifar-cnn": {doc: "CIFAR-10 CNN: two 3×3 conv+ReLU+max-pool, 4096-512-10, dropout 0.5", input: fixedInput(graph.Shape{3, 32, 32}), classes: 10, build: buildCIFARCNN},
+	"resnet": resnetModel("ResNet (He et al., 2016; torchvision's v1.5) on ImageNet: 7×7 conv, batch norm, max-pool, four stages of residual blocks, average pool, 1000 classes; options depth (18, 34, 50, 101, 152) and image (224)", 50),
+	"resnet50": resnetModel("ResNet-50 (He et al., 2016; torchvision's v1.5): resnet with depth 50, 25.6M parameters", 50),
 	"mlp3x4096": {
 		doc:   "deep MLP: nn.Sequential(Linear(4096,4096), ReLU, …) of 3 Linear layers, loss mean(out²); options depth, width",
 		sizes: []sizeOption{{name: "depth", def: 3}, {name: "width", def: 4096}},
