@@ -176,6 +176,12 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 	case graph.RMSNormGrad:
 		rows, cols := matrix(shape(0))
 		cpu.RMSNormBackward(p, x(0), x(1), x(2), x(3), y(0), y(1), rows, cols)
+	case graph.BatchNorm:
+		s := shape(0)
+		cpu.BatchNorm(p, x(0), x(1), x(2), y(0), s[0], s[1], s[2]*s[3], op.Eps)
+	case graph.BatchNormGrad:
+		s := shape(0)
+		cpu.BatchNormBackward(p, x(0), x(1), x(2), y(0), y(1), y(2), s[0], s[1], s[2]*s[3], op.Eps)
 	case graph.Embedding:
 		v, dim := matrix(shape(0))
 		return cpu.Embedding(p, x(0), in[1].I, y(0), v, dim)

@@ -96,6 +96,47 @@ func TestRMSNormGradientsMatchFiniteDifferences(t *testing.T) {
 	})
 }
 
+// The same check through batch normalization: a residual block of
+// convolutions, each batch-normalized and through ReLU (the first's output
+// also the shortcut), global average pooling and a linear head, on 2 images
+// of 3×5×5. Batch normalization's dx reaches w1 by both paths, and each of
+// its statistics' M = 2·5·5 values depends on both images. The images are
+// drawn again until no value entering a ReLU lies within bnKinkMargin of 0:
+// a finite difference across the kink would measure the jump in slope, not
+// the gradient.
+func TestBatchNormGradientsMatchFiniteDifferences(t *testing.T) {
+	const bnKinkMargin = 1e-2 // checkGradients' steps move a ReLU input here by up to about 3e-3
+	g := graph.New()
+	x := g.Input("x", graph.Shape{2, 3, 5, 5}, graph.F32)
+	u := graph.Init{Kind: graph.Uniform, Scale: 0.5}
+	p := func(name string, s ...int) *graph.Tensor { return g.Param(name, graph.Shape(s), u) }
+	bn1 := g.BatchNorm(g.Conv2D(x, p("w1", 4, 3, 3, 3), 1, 1), p("g1", 4), p("b1", 4), 1e-5)
+	h := g.ReLU(bn1)
+	bn2 := g.BatchNorm(g.Conv2D(h, p("w2", 4, 4, 3, 3), 1, 1), p("g2", 4), p("b2", 4), 1e-5)
+	h = g.Add(h, g.ReLU(bn2))
+	h = g.Scale(g.ReduceSum(g.Reshape(h, graph.Shape{2, 4, 25}), 2), 1.0/25) // [2,4]
+	loss := g.MeanSquare(g.Linear(h, p("w3", 3, 4), p("b3", 3)))
+	require.NoError(t, g.Err())
+	checkGradients(t, g, loss, func(ex *Executor, rng *rand.Rand) {
+		for try := 0; ; try++ {
+			require.Less(t, try, 10000, "no images keep every ReLU input %g away from 0", bnKinkMargin)
+			for i := range ex.Buffer(x).F {
+				ex.Buffer(x).F[i] = float32(rng.NormFloat64())
+			}
+			require.NoError(t, ex.Run(0))
+			near := false
+			for _, bn := range []*graph.Tensor{bn1, bn2} {
+				for _, v := range ex.Buffer(bn).F {
+					near = near || math.Abs(float64(v)) < bnKinkMargin
+				}
+			}
+			if !near {
+				return
+			}
+		}
+	})
+}
+
 // The same check through a whole GPT of the zoo: embeddings, causal
 // blocks, the head and the cross-entropy over every position; with the
 // head tied to the token embedding, whose gradient then sums both uses.
