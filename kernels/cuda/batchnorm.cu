@@ -9,20 +9,23 @@
 // channel and segment: grid (c, S), seg and S chosen by the wrapper from
 // the sizes alone. The statistics take one read of x: counts, means and
 // sums of squared deviations from the mean (M2), merged by Chan's formula.
-// A thread takes its values BN_UNROLL at a time (their mean and M2
-// exactly, then merged into its own), the lanes of a warp are merged by a
-// butterfly, the warps in order, and each segment's (count, mean, M2) goes
-// to the workspace; a kernel that needs a channel's statistics merges its
-// S segments, thread t those t, t+THREADS, … in order, then the threads as
-// before. No sum of squares about a point far from the mean is formed, so
-// the variance keeps float precision whatever the offset of x. The
-// gradient's sums, Σ dy and Σ dy·x̂, go to the workspace by segment
-// likewise, and are added up in an order fixed by S.
+// A thread takes its values U at a time (their mean and M2 exactly, then
+// merged into its own), the lanes of a warp are merged by a butterfly, the
+// warps in order, and each segment's (count, mean, M2) goes to the
+// workspace; a kernel that needs a channel's statistics merges its S
+// segments, thread t those t, t+THREADS, … in order, then the threads as
+// before. No square is taken about a point far from the mean, so the
+// variance does not lose the digits that E[x²] − E[x]² would to a mean
+// large against the deviation. The gradient's sums, Σ dy and Σ dy·x̂, go
+// to the workspace by segment likewise, and are added up in an order fixed
+// by S.
 #include "common.cuh"
 
-// The loads a thread has in flight: BN_UNROLL values, THREADS apart, read
-// before any is used.
-#define BN_UNROLL 4
+// bnUnroll is U, the values a thread loads at once, THREADS apart, before
+// it uses any: 16 bytes of each array it reads in flight.
+template <class T> struct bnUnroll {
+	static constexpr int U = VW<T>::N;
+};
 
 // bnCursor walks a thread's values of channel ch, THREADS apart in the
 // channel's order: value m = i·hw + j is x[(i·c + ch)·hw + j].
@@ -99,6 +102,7 @@ __device__ __forceinline__ void bnSegment(int s, int seg, int M, int &m0, int &m
 template <class T>
 __device__ __forceinline__ void bn_stats_t(const T *x, float *part, int n, int c, int hw, int seg, int S) {
 	__shared__ bnStat scratch[32];
+	constexpr int U = bnUnroll<T>::U;
 	const int M = n * hw;
 	for (int ch = blockIdx.x; ch < c; ch += gridDim.x)
 		for (int s = blockIdx.y; s < S; s += gridDim.y) {
@@ -108,10 +112,10 @@ __device__ __forceinline__ void bn_stats_t(const T *x, float *part, int n, int c
 			const int m = m0 + threadIdx.x;
 			if (m < m1) {
 				bnCursor q(m, ch, c, hw);
-				for (int rem = m1 - m; rem > 0; rem -= BN_UNROLL * THREADS) {
-					float v[BN_UNROLL], k = 0, sum = 0;
+				for (int rem = m1 - m; rem > 0; rem -= U * THREADS) {
+					float v[U], k = 0, sum = 0;
 #pragma unroll
-					for (int u = 0; u < BN_UNROLL; u++) {
+					for (int u = 0; u < U; u++) {
 						const bool ok = u * THREADS < rem;
 						v[u] = ok ? toF(x[q.off]) : 0.0f;
 						k += ok ? 1.0f : 0.0f;
@@ -120,7 +124,7 @@ __device__ __forceinline__ void bn_stats_t(const T *x, float *part, int n, int c
 					}
 					bnStat b = {k, sum / k, 0};
 #pragma unroll
-					for (int u = 0; u < BN_UNROLL; u++) {
+					for (int u = 0; u < U; u++) {
 						const float d = u * THREADS < rem ? v[u] - b.mean : 0.0f;
 						b.m2 += d * d;
 					}
@@ -158,6 +162,7 @@ template <class T>
 __device__ __forceinline__ void bn_fwd_t(const T *x, const T *gamma, const T *beta, T *y, const float *part, int n,
                                          int c, int hw, int seg, int S, float eps) {
 	__shared__ bnStat scratch[32];
+	constexpr int U = bnUnroll<T>::U;
 	const int M = n * hw;
 	for (int ch = blockIdx.x; ch < c; ch += gridDim.x)
 		for (int s = blockIdx.y; s < S; s += gridDim.y) {
@@ -169,18 +174,19 @@ __device__ __forceinline__ void bn_fwd_t(const T *x, const T *gamma, const T *be
 			const int m = m0 + threadIdx.x;
 			if (m >= m1) continue;
 			bnCursor q(m, ch, c, hw);
-			for (int rem = m1 - m; rem > 0; rem -= BN_UNROLL * THREADS) {
-				long long o[BN_UNROLL];
-				float v[BN_UNROLL];
+			for (int rem = m1 - m; rem > 0; rem -= U * THREADS) {
+				bnCursor w = q; // the stores' walk
+				float v[U];
 #pragma unroll
-				for (int u = 0; u < BN_UNROLL; u++) {
-					o[u] = q.off;
-					v[u] = u * THREADS < rem ? toF(x[o[u]]) : 0.0f;
+				for (int u = 0; u < U; u++) {
+					v[u] = u * THREADS < rem ? toF(x[q.off]) : 0.0f;
 					q.next();
 				}
 #pragma unroll
-				for (int u = 0; u < BN_UNROLL; u++)
-					if (u * THREADS < rem) y[o[u]] = fromF<T>((v[u] - mean) * a + b);
+				for (int u = 0; u < U; u++) {
+					if (u * THREADS < rem) y[w.off] = fromF<T>((v[u] - mean) * a + b);
+					w.next();
+				}
 			}
 		}
 }
@@ -211,6 +217,7 @@ __device__ __forceinline__ void bn_bwd_sums_t(const T *x, const T *dy, const flo
                                               int hw, int seg, int S, float eps) {
 	__shared__ bnStat scratch[32];
 	__shared__ float fscratch[32];
+	constexpr int U = bnUnroll<T>::U;
 	const int M = n * hw;
 	for (int ch = blockIdx.x; ch < c; ch += gridDim.x)
 		for (int s = blockIdx.y; s < S; s += gridDim.y) {
@@ -222,17 +229,17 @@ __device__ __forceinline__ void bn_bwd_sums_t(const T *x, const T *dy, const flo
 			const int m = m0 + threadIdx.x;
 			if (m < m1) {
 				bnCursor q(m, ch, c, hw);
-				for (int rem = m1 - m; rem > 0; rem -= BN_UNROLL * THREADS) {
-					float v[BN_UNROLL], d[BN_UNROLL];
+				for (int rem = m1 - m; rem > 0; rem -= U * THREADS) {
+					float v[U], d[U];
 #pragma unroll
-					for (int u = 0; u < BN_UNROLL; u++) {
+					for (int u = 0; u < U; u++) {
 						const bool ok = u * THREADS < rem;
 						v[u] = ok ? toF(x[q.off]) : 0.0f;
 						d[u] = ok ? toF(dy[q.off]) : 0.0f;
 						q.next();
 					}
 #pragma unroll
-					for (int u = 0; u < BN_UNROLL; u++) {
+					for (int u = 0; u < U; u++) {
 						sd += d[u];
 						sdx += d[u] * (v[u] - mean);
 					}
@@ -257,6 +264,7 @@ __device__ __forceinline__ void bn_bwd_t(const T *x, const T *gamma, const T *dy
                                          float eps) {
 	__shared__ bnStat scratch[32];
 	__shared__ float fscratch[32];
+	constexpr int U = bnUnroll<T>::U;
 	const int M = n * hw;
 	for (int ch = blockIdx.x; ch < c; ch += gridDim.x)
 		for (int s = blockIdx.y; s < S; s += gridDim.y) {
@@ -281,21 +289,21 @@ __device__ __forceinline__ void bn_bwd_t(const T *x, const T *gamma, const T *dy
 			const int m = m0 + threadIdx.x;
 			if (m >= m1) continue;
 			bnCursor q(m, ch, c, hw);
-			for (int rem = m1 - m; rem > 0; rem -= BN_UNROLL * THREADS) {
-				long long o[BN_UNROLL];
-				float v[BN_UNROLL], d[BN_UNROLL];
+			for (int rem = m1 - m; rem > 0; rem -= U * THREADS) {
+				bnCursor w = q; // the stores' walk
+				float v[U], d[U];
 #pragma unroll
-				for (int u = 0; u < BN_UNROLL; u++) {
+				for (int u = 0; u < U; u++) {
 					const bool ok = u * THREADS < rem;
-					o[u] = q.off;
-					v[u] = ok ? toF(x[o[u]]) : 0.0f;
-					d[u] = ok ? toF(dy[o[u]]) : 0.0f;
+					v[u] = ok ? toF(x[q.off]) : 0.0f;
+					d[u] = ok ? toF(dy[q.off]) : 0.0f;
 					q.next();
 				}
 #pragma unroll
-				for (int u = 0; u < BN_UNROLL; u++)
-					if (u * THREADS < rem)
-						dx[o[u]] = fromF<T>(rstd * (d[u] * ga - a - (v[u] - mean) * rstd * b));
+				for (int u = 0; u < U; u++) {
+					if (u * THREADS < rem) dx[w.off] = fromF<T>(rstd * (d[u] * ga - a - (v[u] - mean) * rstd * b));
+					w.next();
+				}
 			}
 		}
 }
