@@ -381,9 +381,17 @@ func workspace(op graph.Op, in []graph.Spec) units.Bytes {
 	case graph.RMSNormGrad:
 		rows, cols := matrix(shape(0))
 		return kcuda.RMSNormWorkspace(rows, cols)
+	case graph.BatchNorm:
+		return kcuda.BatchNormForwardWorkspace(nchw(shape(0)))
+	case graph.BatchNormGrad:
+		return kcuda.BatchNormWorkspace(nchw(shape(0)))
 	}
 	return 0
 }
+
+// nchw returns the sizes BatchNorm's kernels take for x [N,C,H,W]: n, c
+// and hw = H·W.
+func nchw(x graph.Shape) (n, c, hw int) { return x[0], x[1], x[2] * x[3] }
 
 // gemmType is the cuBLAS GEMM for a dtype: fp32 without TF32, so that
 // results match the float64 references within fp32's precision.
@@ -536,6 +544,12 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 	case graph.RMSNormGrad:
 		rows, cols := matrix(shape(0))
 		return k.RMSNormBackward(s, dt, in[0], in[1], in[2], in[3], out[0], out[1], work, rows, cols)
+	case graph.BatchNorm:
+		n, c, hw := nchw(shape(0))
+		return k.BatchNorm(s, dt, in[0], in[1], in[2], out[0], work, n, c, hw, op.Eps)
+	case graph.BatchNormGrad:
+		n, c, hw := nchw(shape(0))
+		return k.BatchNormBackward(s, dt, in[0], in[1], in[2], out[0], out[1], out[2], work, n, c, hw, op.Eps)
 	case graph.Embedding:
 		v, d := matrix(shape(0))
 		return k.Embedding(s, dt, in[0], in[1], out[0], v, d, shape(1).NumElements())

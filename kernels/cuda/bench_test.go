@@ -180,3 +180,42 @@ func BenchmarkAttention_BF16_B8S1024H768(b *testing.B) {
 		return e.k.AttentionBackward(e.s, dt, qkv, probs, dout, dqkv, work, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, true)
 	})
 }
+
+// bnBenchShapes are [n, c, hw] of ResNet-50's batch norms at batch 256:
+// the stem's, the first stage's widest, and the last stage's.
+var bnBenchShapes = [][3]int{{256, 64, 112 * 112}, {256, 256, 56 * 56}, {256, 2048, 7 * 7}}
+
+func BenchmarkBatchNorm(b *testing.B) {
+	for _, dt := range dtypes {
+		for _, sh := range bnBenchShapes {
+			b.Run(name(dt, "/", sh[0], "x", sh[1], "x", sh[2]), func(b *testing.B) {
+				e := gpu(b)
+				n, c, hw := sh[0], sh[1], sh[2]
+				size := n * c * hw
+				x, g, bb, y := benchBuf(b, e, dt, size), benchBuf(b, e, dt, c), benchBuf(b, e, dt, c), e.alloc(b, dt, size)
+				work := e.alloc(b, graph.F32, int(BatchNormForwardWorkspace(n, c, hw)/4))
+				benchGPU(b, float64(2*int(dt.Size())*size), 0, func() error {
+					return e.k.BatchNorm(e.s, dt, x, g, bb, y, work, n, c, hw, 1e-5)
+				})
+			})
+		}
+	}
+}
+
+func BenchmarkBatchNormBackward(b *testing.B) {
+	for _, dt := range dtypes {
+		for _, sh := range bnBenchShapes {
+			b.Run(name(dt, "/", sh[0], "x", sh[1], "x", sh[2]), func(b *testing.B) {
+				e := gpu(b)
+				n, c, hw := sh[0], sh[1], sh[2]
+				size := n * c * hw
+				x, g, dy, dx := benchBuf(b, e, dt, size), benchBuf(b, e, dt, c), benchBuf(b, e, dt, size), e.alloc(b, dt, size)
+				dg, db := e.alloc(b, dt, c), e.alloc(b, dt, c)
+				work := e.alloc(b, graph.F32, int(BatchNormWorkspace(n, c, hw)/4))
+				benchGPU(b, float64(3*int(dt.Size())*size), 0, func() error {
+					return e.k.BatchNormBackward(e.s, dt, x, g, dy, dx, dg, db, work, n, c, hw, 1e-5)
+				})
+			})
+		}
+	}
+}

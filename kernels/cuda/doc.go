@@ -10,7 +10,7 @@
 // cast (float32 ↔ bfloat16), dropout, bias (BiasAdd, and BiasAct, a bias and
 // a ReLU or GELU in one pass, and its gradient), reduce (ReduceSum,
 // BroadcastAxis, and the column sums of BiasGrad), softmax, norm (LayerNorm,
-// RMSNorm), loss (softmax cross-entropy, mean square), embedding, optim
+// RMSNorm), batchnorm (BatchNorm in training mode, of NCHW images), loss (softmax cross-entropy, mean square), embedding, optim
 // (SGD, momentum, Adam), conv (im2col, col2im and a transpose around
 // cuBLAS's GEMMs), pool (max pooling), and feed (the runtime's iteration
 // counter, loss history and batch gathering). Attention, grouped-query
@@ -43,9 +43,11 @@
 // Dropout's mask counters and Adam's step are read from an int64 iteration
 // number in device memory, so that a CUDA graph captured once replays with
 // each replay's iteration. Kernels that reduce (BiasGrad, LayerNorm's and
-// RMSNorm's parameter gradients, MeanSquare) take a workspace, whose size a
-// …Workspace function gives, so that their sums run in an order fixed by
-// the sizes (no atomics): results do not depend on the device or the run.
+// RMSNorm's parameter gradients, BatchNorm and its gradient, MeanSquare)
+// take a workspace, whose size a …Workspace function gives, so that their
+// sums run in an order fixed by the sizes (no atomics): results do not
+// depend on the device or the run. BatchNorm spreads each channel over
+// several blocks, and merges their statistics in the workspace.
 //
 // # Launch conventions
 //

@@ -18,9 +18,9 @@ import (
 // (fused multiply-adds, its exp and erf), and speed.
 func TestKernelsOnEmulator(t *testing.T) {
 	emu := cudafake.EmulatedKernels(".")
-	cudafake.RunTests(t, `Test[A-Za-z0-9]*GPU$`, 19, emu)
+	cudafake.RunTests(t, `Test[A-Za-z0-9]*GPU$`, 20, emu)
 	t.Run("reverse", func(t *testing.T) {
 		t.Setenv("FLOWKIT_EMU_SCHEDULE", "reverse")
-		cudafake.RunTests(t, `Test[A-Za-z0-9]*GPU$`, 19, emu)
+		cudafake.RunTests(t, `Test[A-Za-z0-9]*GPU$`, 20, emu)
 	})
 }

@@ -111,6 +111,72 @@ func refLayerNormBwd(x, g, dy, mean, rstd []float64, rows, cols int) (dx, dg, db
 	return dx, dg, db
 }
 
+// bnRows returns x [n, c, hw] as c rows of n·hw values, each channel's
+// values in the order (sample, position).
+func bnRows(x []float64, n, c, hw int) []float64 {
+	rows := make([]float64, len(x))
+	for i := range n {
+		for ch := range c {
+			copy(rows[(ch*n+i)*hw:(ch*n+i+1)*hw], x[(i*c+ch)*hw:(i*c+ch+1)*hw])
+		}
+	}
+	return rows
+}
+
+// bnUnrows is the inverse of bnRows.
+func bnUnrows(rows []float64, n, c, hw int) []float64 {
+	x := make([]float64, len(rows))
+	for i := range n {
+		for ch := range c {
+			copy(x[(i*c+ch)*hw:(i*c+ch+1)*hw], rows[(ch*n+i)*hw:(ch*n+i+1)*hw])
+		}
+	}
+	return x
+}
+
+// refBatchNorm returns y and each channel's mean and rstd for x [n, c, hw]:
+// refLayerNorm over the channels' values as rows, with gamma and beta
+// applied by channel.
+func refBatchNorm(x, g, b []float64, n, c, hw int, eps float64) (y, mean, rstd []float64) {
+	m := n * hw
+	ones, zeros := make([]float64, m), make([]float64, m)
+	for j := range ones {
+		ones[j] = 1
+	}
+	rows, mean, rstd := refLayerNorm(bnRows(x, n, c, hw), ones, zeros, c, m, eps)
+	for ch := range c {
+		for j := range m {
+			rows[ch*m+j] = rows[ch*m+j]*g[ch] + b[ch]
+		}
+	}
+	return bnUnrows(rows, n, c, hw), mean, rstd
+}
+
+// refBatchNormBwd returns dx, dgamma and dbeta, the statistics recomputed
+// from x: refLayerNormBwd over the channels' values as rows, with dy·gamma
+// for dy and a gamma of ones, for dx; Σ dy·x̂ and Σ dy by channel.
+func refBatchNormBwd(x, g, dy []float64, n, c, hw int, eps float64) (dx, dg, db []float64) {
+	m := n * hw
+	ones := make([]float64, m)
+	for j := range ones {
+		ones[j] = 1
+	}
+	xr, dyr := bnRows(x, n, c, hw), bnRows(dy, n, c, hw)
+	_, mean, rstd := refLayerNorm(xr, ones, make([]float64, m), c, m, eps)
+	gr := make([]float64, len(dyr))
+	dg, db = make([]float64, c), make([]float64, c)
+	for ch := range c {
+		for j := range m {
+			o := ch*m + j
+			gr[o] = dyr[o] * g[ch]
+			dg[ch] += dyr[o] * (xr[o] - mean[ch]) * rstd[ch]
+			db[ch] += dyr[o]
+		}
+	}
+	dxr, _, _ := refLayerNormBwd(xr, ones, gr, mean, rstd, c, m)
+	return bnUnrows(dxr, n, c, hw), dg, db
+}
+
 // refRMSNorm returns y and rstd.
 func refRMSNorm(x, g []float64, rows, cols int, eps float64) (y, rstd []float64) {
 	y, rstd = make([]float64, len(x)), make([]float64, rows)
@@ -349,6 +415,52 @@ func TestReferences(t *testing.T) {
 		nearCPU(t, "dx", rdx, dx)
 		nearCPU(t, "dgamma", rdg, dg)
 		nearCPU(t, "dbeta", rdb, db)
+	})
+	// BatchNorm's reference is LayerNorm's over each channel's values; its
+	// gradient is checked against central differences of Σ dy·y.
+	t.Run("batchnorm", func(t *testing.T) {
+		n, c, hw, eps := 3, 2, 5, 1e-5
+		x, g, b, dy := to64(rand32(n*c*hw)), to64(rand32(c)), to64(rand32(c)), to64(rand32(n*c*hw))
+		y, mean, rstd := refBatchNorm(x, g, b, n, c, hw, eps)
+		for i := range n {
+			for ch := range c {
+				for j := range hw {
+					o := (i*c+ch)*hw + j
+					if w := (x[o]-mean[ch])*rstd[ch]*g[ch] + b[ch]; math.Abs(y[o]-w) > 1e-12 {
+						t.Errorf("y[%d] = %v, want %v", o, y[o], w)
+					}
+				}
+			}
+		}
+		loss := func(x, g, b []float64) float64 {
+			y, _, _ := refBatchNorm(x, g, b, n, c, hw, eps)
+			var s float64
+			for i := range y {
+				s += y[i] * dy[i]
+			}
+			return s
+		}
+		diff := func(v []float64, i int) float64 {
+			const h = 1e-6
+			old := v[i]
+			v[i] = old + h
+			up := loss(x, g, b)
+			v[i] = old - h
+			down := loss(x, g, b)
+			v[i] = old
+			return (up - down) / (2 * h)
+		}
+		dx, dg, db := refBatchNormBwd(x, g, dy, n, c, hw, eps)
+		near := func(what string, got []float64, v []float64) {
+			for i := range got {
+				if w := diff(v, i); math.Abs(got[i]-w) > 1e-6*max(1, math.Abs(w)) {
+					t.Errorf("%s[%d] = %v, central difference %v", what, i, got[i], w)
+				}
+			}
+		}
+		near("dx", dx, x)
+		near("dgamma", dg, g)
+		near("dbeta", db, b)
 	})
 	t.Run("rmsnorm", func(t *testing.T) {
 		rows, cols := 5, 19

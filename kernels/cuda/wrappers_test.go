@@ -235,6 +235,18 @@ func TestWrappers(t *testing.T) {
 			)
 		})
 	}
+	for _, sh := range [][3]int{{1, 1, 1}, {0, 3, 5}, {3, 5, 0}, {2, 3, 5}, {16, 3, 1}, {4, 2, 2100}, {256, 64, 3136}, {256, 2048, 49}, {1, 1, 1 << 24}} {
+		n, c, hw := sh[0], sh[1], sh[2]
+		add(fmt.Sprintf("batchnorm/%v", sh), func(k *Kernels, r *recorder, dt graph.DType) error {
+			x, y, dy := buf(r, dt, n*c*hw), buf(r, dt, n*c*hw), buf(r, dt, n*c*hw)
+			g, b := buf(r, dt, c), buf(r, dt, c)
+			return errors.Join(
+				k.BatchNorm(nil, dt, x, g, b, y, r.alloc("work", max(BatchNormForwardWorkspace(n, c, hw), 1)), n, c, hw, 1e-5),
+				k.BatchNormBackward(nil, dt, x, g, dy, y, buf(r, dt, c), buf(r, dt, c),
+					r.alloc("work", max(BatchNormWorkspace(n, c, hw), 1)), n, c, hw, 1e-5),
+			)
+		})
+	}
 	for _, sh := range [][2]int{{1, 1}, {5, 10}, {300, 768}, {96, 1024}, {7, 1025}, {3, 50257}} {
 		rows, cols := sh[0], sh[1]
 		add(fmt.Sprintf("rows/%v", sh), func(k *Kernels, r *recorder, dt graph.DType) error {
@@ -408,6 +420,8 @@ func TestWrapperErrors(t *testing.T) {
 		{"pool shape", k.MaxPool2DForward(nil, cpu.PoolShape{N: 1, C: 1, H: 2, W: 2, KH: 2, KW: 2}, x, y), ErrArg},
 		{"loss log", k.LossLog(nil, x, y, x, 3, 3, 10), ErrArg},
 		{"mean square", k.MeanSquare(nil, graph.F32, x, y, y, -1), ErrArg},
+		{"batch norm too large", k.BatchNorm(nil, graph.F32, x, y, y, y, y, 1<<16, 1<<10, 1<<6, 1e-5), ErrArg},
+		{"batch norm nil work", k.BatchNormBackward(nil, graph.BF16, x, y, y, y, y, y, 0, 2, 3, 4, 1e-5), ErrArg},
 		{"rate table without iter", k.SGDUpdate(nil, graph.F32, x, y, Rate{Table: x, Len: 4}, 0, 0, 4), ErrArg},
 		{"empty rate table", k.MomentumUpdate(nil, graph.F32, x, y, y, Rate{Table: x}, 0.9, 0, x, 4), ErrArg},
 	} {
