@@ -323,6 +323,14 @@ func (c *Calibration) Lacks(devs []topology.DeviceSpec) (lacking, held []string)
 	return lacking, sortedKeys(c.Devices)
 }
 
+// LacksOp says whether c holds dev's calibration but no fit of kernels of
+// kind, neither its own nor a "*" entry: such a kernel is priced by the
+// catalog's efficiencies, as on an uncalibrated device.
+func (c *Calibration) LacksOp(dev topology.DeviceSpec, kind string) bool {
+	dc := (&ComputeModel{calib: c}).device(dev)
+	return dc != nil && dc.Ops[kind] == nil && dc.Ops["*"] == nil
+}
+
 // CalibrationKey is the key under which a calibration file holds a
 // device's calibration: the device type, and for a CPU its core count
 // ("cpu/2"), since a CPU's efficiencies change with the cores a kernel is

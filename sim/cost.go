@@ -2,6 +2,7 @@ package sim
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -122,6 +123,41 @@ func CheckCalibration(p *plans.Plan, c *cost.Calibration) (lacking []string, err
 			strings.Join(lacking, ", "), holds)
 	}
 	return lacking, nil
+}
+
+// UncalibratedOps lists the kernels of p that calibration c prices by the
+// catalog's efficiencies although it holds their device: for each
+// calibration key, the op kinds of p's compute tasks on such devices that
+// c has no fit of ("cpu/2: batch_norm, batch_norm_grad"), sorted. A
+// calibration made from other models' tasks lacks the ops only p uses.
+func UncalibratedOps(p *plans.Plan, c *cost.Calibration) ([]string, error) {
+	if c == nil {
+		return nil, nil
+	}
+	kinds := map[string]map[string]bool{} // key → kinds lacked
+	for t := range p.Tasks {
+		task := &p.Tasks[t]
+		if task.Op == nil {
+			continue
+		}
+		spec, err := deviceSpec(p, p.Streams[task.Streams[0]].Device)
+		if err != nil {
+			return nil, err
+		}
+		if !c.LacksOp(spec, task.Op.Type) {
+			continue
+		}
+		key := cost.CalibrationKey(spec)
+		if kinds[key] == nil {
+			kinds[key] = map[string]bool{}
+		}
+		kinds[key][task.Op.Type] = true
+	}
+	var out []string
+	for _, key := range slices.Sorted(maps.Keys(kinds)) {
+		out = append(out, key+": "+strings.Join(slices.Sorted(maps.Keys(kinds[key])), ", "))
+	}
+	return out, nil
 }
 
 // communicates says whether the communication model prices task t.

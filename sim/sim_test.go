@@ -346,6 +346,30 @@ func TestCheckCalibration(t *testing.T) {
 	require.Empty(t, lacking)
 }
 
+// A calibration made from other models' tasks prices a plan's other ops
+// by the catalog: UncalibratedOps names them by device, unless a "*" fit
+// covers every kind.
+func TestUncalibratedOps(t *testing.T) {
+	p := compile(t, "mnist-cnn", "dp=2", 8)
+	cal := cost.NewCalibration()
+	fits := map[string]*cost.OpFit{}
+	for _, kind := range []string{"conv2d", "conv2d_grad_data", "conv2d_grad_filter", "bias_act", "bias_act_grad", "bias_grad",
+		"dense", "dense_grad", "matmul", "reshape", "softmax_cross_entropy", "softmax_cross_entropy_grad", "fill", "momentum_update"} {
+		fits[kind] = &cost.OpFit{}
+	}
+	cal.Devices["cpu/1"] = &cost.DeviceCalibration{Ops: fits}
+	ops, err := UncalibratedOps(p, cal)
+	require.NoError(t, err)
+	require.Equal(t, []string{"cpu/1: max_pool2d, max_pool2d_grad, relu_grad"}, ops)
+	fits["*"] = &cost.OpFit{}
+	ops, err = UncalibratedOps(p, cal)
+	require.NoError(t, err)
+	require.Empty(t, ops)
+	ops, err = UncalibratedOps(p, cost.NewCalibration()) // a device it lacks is CheckCalibration's to report
+	require.NoError(t, err)
+	require.Empty(t, ops)
+}
+
 // Between CPU devices, transfers and all-reduces are in-process copies
 // priced by the compute model on one host, and network traffic priced by
 // the communication model between hosts (the processes of a multi-process

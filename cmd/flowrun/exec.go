@@ -471,6 +471,14 @@ func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, error) {
 	if len(lacking) > 0 {
 		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s holds no calibration of %s: predicted from the catalog's efficiencies\n", path, strings.Join(lacking, ", "))
 	}
+	ops, err := sim.UncalibratedOps(p, c)
+	if err != nil {
+		return nil, err
+	}
+	if len(ops) > 0 {
+		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models mnist-cnn,mlp,%s')\n",
+			path, strings.Join(ops, "; "), p.Model)
+	}
 	return cost.NewComputeModel(c), nil
 }
 

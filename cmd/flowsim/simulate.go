@@ -110,6 +110,13 @@ func runSimulate(w io.Writer, f simFlags) error {
 		if len(lacking) > 0 {
 			fmt.Fprintf(os.Stderr, "flowsim: note: --calib %s holds no calibration of %s: priced from the catalog's efficiencies\n", f.calib, strings.Join(lacking, ", "))
 		}
+		ops, err := sim.UncalibratedOps(p, calib)
+		if err != nil {
+			return err
+		}
+		if len(ops) > 0 {
+			fmt.Fprintf(os.Stderr, "flowsim: note: --calib %s has no fit of some of the plan's kernels (%s): priced from the catalog's efficiencies\n", f.calib, strings.Join(ops, "; "))
+		}
 	}
 	model := sim.CostModel{Compute: cost.NewComputeModel(calib)}
 	switch {
