@@ -65,6 +65,19 @@ func TestGPURefusesZero(t *testing.T) {
 	}
 }
 
+// A bf16 CNN on a GPU is refused before anything runs: convolutions and
+// pooling have f32 kernels only, which would read a bf16 register as twice
+// its size. A bf16 plan without them, and an f32 CNN, pass.
+func TestGPURefusesBF16Convolutions(t *testing.T) {
+	p := compileOn(t, gpuDevices(t), "resnet:depth=18,image=16", "single", 2, graph.BF16)
+	err := gpuSupported(p)
+	require.EqualError(t, err, "runtime: task conv2d (conv2d) reads bf16 register images: convolutions and max pooling run in f32 on GPUs so far (compile the plan with --dtype f32)")
+	_, err = NewPlanRunner(p)
+	require.ErrorContains(t, err, "convolutions and max pooling run in f32 on GPUs so far")
+	require.NoError(t, gpuSupported(compileOn(t, gpuDevices(t), "resnet:depth=18,image=16", "single", 2, graph.F32)))
+	require.NoError(t, gpuSupported(compileOn(t, gpuDevices(t), "mlp3x4096:width=64", "single", 2, graph.BF16)))
+}
+
 // Without a GPU, a plan with a GPU device is refused with the reason, and
 // nothing else breaks.
 func TestGPUNotAvailable(t *testing.T) {
