@@ -123,4 +123,9 @@ cp "$work/calib.json" "$OUT/calib-cuda.json" 2>/dev/null
 json train-gpt-text 90 "$bin/flowrun" train --device cuda --model gpt:layers=4,hidden=256,heads=8,seq=256,vocab=256 \
 	--optimizer adam --lr 0.002 --batch 32 --epochs 3 --max-steps 300 --data "$here/text" --json
 
+# 7. Then ResNet-50, uncalibrated for its batch norm (the calibration
+# above has none): its step, and the prediction's error.
+json exec-resnet50-f32-b128 60 "$bin/flowrun" exec "$here/extra/resnet50-f32-b128.plan.json" --device cuda \
+	--iters 20 --warmup 5 --runs 3 "${compare[@]}" --json
+
 python3 "$here/summarize.py" --gpu "$work/gpu.txt" --results "$res" --torch "$OUT/torch.jsonl" --log "$log" -o "$OUT/summary.json"
