@@ -175,8 +175,8 @@ var models = map[string]builder{
 		tp: func(sizes) map[string]int { return map[string]int{"the hidden width": 256} }},
 	"mnist-cnn": {doc: "MNIST CNN: two 3×3 conv+ReLU+max-pool, 3136-128-10", input: fixedInput(graph.Shape{1, 28, 28}), classes: 10, build: buildMNISTCNN},
 	"cifar-cnn": {doc: "CIFAR-10 CNN: two 3×3 conv+ReLU+max-pool, 4096-512-10, dropout 0.5", input: fixedInput(graph.Shape{3, 32, 32}), classes: 10, build: buildCIFARCNN},
-	"resnet": resnetModel("ResNet (He et al., 2016; torchvision's v1.5) on ImageNet: 7×7 conv, batch norm, max-pool, four stages of residual blocks, average pool, 1000 classes; options depth (18, 34, 50, 101, 152) and image (224)", 50),
-	"resnet50": resnetModel("ResNet-50 (He et al., 2016; torchvision's v1.5): resnet with depth 50, 25.6M parameters", 50),
+	"resnet":    resnetModel("ResNet (He et al., 2016; torchvision's v1.5) on ImageNet: 7×7 conv, batch norm, max-pool, four stages of residual blocks, average pool, 1000 classes; options depth (18, 34, 50, 101, 152) and image (224)", 50),
+	"resnet50":  resnetModel("ResNet-50 (He et al., 2016; torchvision's v1.5): resnet with depth 50, 25.6M parameters", 50),
 	"mlp3x4096": {
 		doc:   "deep MLP: nn.Sequential(Linear(4096,4096), ReLU, …) of 3 Linear layers, loss mean(out²); options depth, width",
 		sizes: []sizeOption{{name: "depth", def: 3}, {name: "width", def: 4096}},
