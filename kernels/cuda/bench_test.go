@@ -185,37 +185,34 @@ func BenchmarkAttention_BF16_B8S1024H768(b *testing.B) {
 // the stem's, the first stage's widest, and the last stage's.
 var bnBenchShapes = [][3]int{{256, 64, 112 * 112}, {256, 256, 56 * 56}, {256, 2048, 7 * 7}}
 
-func BenchmarkBatchNorm(b *testing.B) {
+// benchBatchNorm runs bench on every dtype and shape of bnBenchShapes.
+func benchBatchNorm(b *testing.B, bench func(b *testing.B, e *gpuEnv, dt graph.DType, n, c, hw int)) {
 	for _, dt := range dtypes {
 		for _, sh := range bnBenchShapes {
-			b.Run(name(dt, "/", sh[0], "x", sh[1], "x", sh[2]), func(b *testing.B) {
-				e := gpu(b)
-				n, c, hw := sh[0], sh[1], sh[2]
-				size := n * c * hw
-				x, g, bb, y := benchBuf(b, e, dt, size), benchBuf(b, e, dt, c), benchBuf(b, e, dt, c), e.alloc(b, dt, size)
-				work := e.alloc(b, graph.F32, int(BatchNormForwardWorkspace(n, c, hw)/4))
-				benchGPU(b, float64(2*int(dt.Size())*size), 0, func() error {
-					return e.k.BatchNorm(e.s, dt, x, g, bb, y, work, n, c, hw, 1e-5)
-				})
-			})
+			b.Run(name(dt, "/", sh[0], "x", sh[1], "x", sh[2]), func(b *testing.B) { bench(b, gpu(b), dt, sh[0], sh[1], sh[2]) })
 		}
 	}
 }
 
+func BenchmarkBatchNorm(b *testing.B) {
+	benchBatchNorm(b, func(b *testing.B, e *gpuEnv, dt graph.DType, n, c, hw int) {
+		size := n * c * hw
+		x, g, bb, y := benchBuf(b, e, dt, size), benchBuf(b, e, dt, c), benchBuf(b, e, dt, c), e.alloc(b, dt, size)
+		work := e.alloc(b, graph.F32, int(BatchNormForwardWorkspace(n, c, hw)/4))
+		benchGPU(b, float64(2*int(dt.Size())*size), 0, func() error {
+			return e.k.BatchNorm(e.s, dt, x, g, bb, y, work, n, c, hw, 1e-5)
+		})
+	})
+}
+
 func BenchmarkBatchNormBackward(b *testing.B) {
-	for _, dt := range dtypes {
-		for _, sh := range bnBenchShapes {
-			b.Run(name(dt, "/", sh[0], "x", sh[1], "x", sh[2]), func(b *testing.B) {
-				e := gpu(b)
-				n, c, hw := sh[0], sh[1], sh[2]
-				size := n * c * hw
-				x, g, dy, dx := benchBuf(b, e, dt, size), benchBuf(b, e, dt, c), benchBuf(b, e, dt, size), e.alloc(b, dt, size)
-				dg, db := e.alloc(b, dt, c), e.alloc(b, dt, c)
-				work := e.alloc(b, graph.F32, int(BatchNormWorkspace(n, c, hw)/4))
-				benchGPU(b, float64(3*int(dt.Size())*size), 0, func() error {
-					return e.k.BatchNormBackward(e.s, dt, x, g, dy, dx, dg, db, work, n, c, hw, 1e-5)
-				})
-			})
-		}
-	}
+	benchBatchNorm(b, func(b *testing.B, e *gpuEnv, dt graph.DType, n, c, hw int) {
+		size := n * c * hw
+		x, g, dy, dx := benchBuf(b, e, dt, size), benchBuf(b, e, dt, c), benchBuf(b, e, dt, size), e.alloc(b, dt, size)
+		dg, db := e.alloc(b, dt, c), e.alloc(b, dt, c)
+		work := e.alloc(b, graph.F32, int(BatchNormWorkspace(n, c, hw)/4))
+		benchGPU(b, float64(3*int(dt.Size())*size), 0, func() error {
+			return e.k.BatchNormBackward(e.s, dt, x, g, dy, dx, dg, db, work, n, c, hw, 1e-5)
+		})
+	})
 }
