@@ -599,6 +599,12 @@ func (x *run) stopping() bool { return x.rr == nil && closed(x.r.Stop) }
 
 // stream runs a stream's firings, iteration after iteration.
 func (x *run) stream(order []int) error {
+	// last is where the stream's previous CPU firing ended on the run's
+	// clock. A firing that waited for a GPU may be recorded as starting a
+	// little late (see awaitGPU), later than the clock reads when it ends;
+	// the next firing then starts no earlier than that, so the stream's
+	// recorded firings never overlap.
+	var last time.Duration
 	for it := 0; x.begin(it); it++ {
 		for _, f := range order {
 			if err := x.wait(f, it); err != nil {
@@ -617,12 +623,13 @@ func (x *run) stream(order []int) error {
 			if err != nil {
 				return err
 			}
-			start := max(time.Since(x.start), time.Duration(after))
+			start := max(time.Since(x.start), time.Duration(after), last)
 			loss, err := x.fire(f, it)
 			if err != nil {
 				return fmt.Errorf("runtime: %s of iteration %d: %w", x.r.p.FiringName(f), it, err)
 			}
 			end := max(time.Since(x.start), start)
+			last = end
 			fi := x.r.p.Firings[f]
 			x.mu.Lock()
 			x.finish(f, it)
