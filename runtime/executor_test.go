@@ -139,9 +139,12 @@ func TestBatchNormGradientsMatchFiniteDifferences(t *testing.T) {
 
 // The same check through a whole GPT of the zoo: embeddings, causal
 // blocks, the head and the cross-entropy over every position; with the
-// head tied to the token embedding, whose gradient then sums both uses.
+// head tied to the token embedding, whose gradient then sums both uses;
+// and through a BERT: post-norm bidirectional blocks, the head's transform
+// and the decoder's bias.
 func TestGPTGradientsMatchFiniteDifferences(t *testing.T) {
-	for _, model := range []string{"gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7", "gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7,tie=on"} {
+	for _, model := range []string{"gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7", "gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7,tie=on",
+		"bert:layers=2,hidden=8,heads=2,seq=4,vocab=7", "bert:layers=1,hidden=8,heads=2,seq=4,vocab=7,tie=on"} {
 		t.Run(model, func(t *testing.T) {
 			m, err := zoo.Build(model, zoo.Config{Batch: 2})
 			require.NoError(t, err)

@@ -164,6 +164,9 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 		{"gpt:layers=2,hidden=64,heads=4,seq=16,vocab=96", "wte.weight", 4, 0, false},
 		{"gpt:layers=1,hidden=64,heads=4,seq=16,vocab=96,tie=on", "wte.weight", 4, 0, false}, // the head is the embedding
 		{"llama:layers=2,hidden=64,heads=4,kv_heads=2,ffn=96,seq=16,vocab=96", "model.embed_tokens.weight", 4, 0, false},
+		// a masked language model: bidirectional attention, post-norm
+		// blocks, the decoder's bias over the vocabulary
+		{"bert:layers=2,hidden=64,heads=4,seq=16,vocab=96", "embeddings.word_embeddings.weight", 4, 0, false},
 	} {
 		if only := os.Getenv("FLOWKIT_GPU_TEST_MODELS"); only != "" && !slices.Contains(strings.Split(only, ";"), c.model) {
 			continue

@@ -48,7 +48,8 @@ func trainPlanWith(t *testing.T, model, strategy string, opt graph.Optimizer, ba
 func TestTensorParallelMatchesOneDevice(t *testing.T) {
 	const iters = 3
 	for _, model := range []string{"mlp", "mlp3x4096:depth=4,width=64", "gpt2s-blocks:layers=2,hidden=32,heads=4,seq=8",
-		"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64", "llama:layers=2,hidden=32,heads=8,kv_heads=4,ffn=48,seq=8,vocab=64"} {
+		"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64", "llama:layers=2,hidden=32,heads=8,kv_heads=4,ffn=48,seq=8,vocab=64",
+		"bert:layers=2,hidden=32,heads=4,seq=8,vocab=64"} {
 		batch := 8
 		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
 		refStore, err := ref.Store()
@@ -97,12 +98,14 @@ func TestTensorParallelMatchesOneDevice(t *testing.T) {
 // recompute; one weight read on two stages refuses pipelines.
 func TestTiedHeadMatchesOneDevice(t *testing.T) {
 	const iters, batch = 3, 8
-	for _, model := range []string{"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64,tie=on", "llama:layers=2,hidden=32,heads=8,kv_heads=4,ffn=48,seq=8,vocab=64,tie=on"} {
+	for _, model := range []string{"gpt:layers=2,hidden=32,heads=4,seq=8,vocab=64,tie=on", "llama:layers=2,hidden=32,heads=8,kv_heads=4,ffn=48,seq=8,vocab=64,tie=on",
+		"bert:layers=2,hidden=32,heads=4,seq=8,vocab=64,tie=on"} {
 		_, ref, want := trainPlan(t, model, "single", batch, 1, iters)
 		refStore, err := ref.Store()
 		require.NoError(t, err)
 		names := refStore.Names()
 		require.NotContains(t, names, "lm_head.weight", "tied: no head of its own")
+		require.NotContains(t, names, "cls.predictions.decoder.weight", "tied: no decoder of its own")
 		for _, s := range []string{"dp=2", "tp=2", "dp=2,tp=2", "tp=2,sp=on", "dp=2,zero=1", "dp=2,tp=2,zero=3", "dp=2,mb=2,zero=3,prefetch=1", "tp=2,mb=2,recompute=full"} {
 			t.Run(fmt.Sprintf("%s/%s", model, s), func(t *testing.T) {
 				_, r, got := trainPlan(t, model, s, batch, 8, iters)

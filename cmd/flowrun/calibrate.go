@@ -54,7 +54,7 @@ wake while it goes on) waits to start: the dispatch latency, taken from the
 waits in the traces of those plans (per run, the latency under which the
 simulator's waits add up to the measured ones; the median over runs) and
 applied by the simulator on the same edges. Models with a
-tensor-parallel layout also run tp=2 plans (and tp=2,sp=on for the GPTs):
+tensor-parallel layout also run tp=2 plans (and tp=2,sp=on for the GPTs, LLaMAs and BERTs):
 their sums, all-gathers and reduce-scatters, and their kernels on split
 weights (priced at their tp=2 time less that slowdown). Then
 fit the cost model per op kind: launch overhead + max(FLOPs / (peak·eff_c),

@@ -251,6 +251,9 @@ func (f trainFlags) validate() error {
 		}
 		return nil
 	}
+	if zoo.IsMaskedLanguageModel(f.model) {
+		return fmt.Errorf("model %s is a masked language model: flowrun train feeds language models text to predict the next byte, which an encoder's attention would read ahead (masked-LM data is not built); 'flowrun exec' runs its plans on synthetic tokens", f.model)
+	}
 	if s, _ := zoo.InputShape(f.model); !s.Equal(graph.Shape{1, 28, 28}) {
 		return fmt.Errorf("model %s takes inputs of shape %v, not MNIST's images; flowrun train feeds classifiers MNIST only, and language models of vocab=%d text (models: %s; gpt, llama); 'flowrun exec' runs any model's plan on synthetic inputs", f.model, s, runtime.TextVocab, strings.Join(mnistModels(), ", "))
 	}

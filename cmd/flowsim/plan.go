@@ -194,7 +194,7 @@ func runPlan(w io.Writer, f planFlags) error {
 // prices what.
 func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	f.flags = fl
-	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…), or a Hugging Face config.json of a llama, mistral or gpt2 model (path/config.json[:key=value,…])")
+	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…), or a Hugging Face config.json of a llama, mistral, gpt2 or bert model (path/config.json[:key=value,…])")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
 	fl.StringVar(&f.cluster, "cluster", "local", "cluster: a preset (see 'flowsim topo show --help') or a YAML file")
 	fl.IntVar(&f.batch, "batch", 64, "global batch size")

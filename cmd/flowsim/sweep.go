@@ -39,7 +39,7 @@ first ones; default all; on a cluster of CPUs, such as local, --devices N
 divides the cores into N devices): every tensor-parallel degree tp = 1, 2,
 4 … up to --max-tp for models that have a tensor-parallel layout (by
 default, as many as one machine of the sweep holds: Megatron-LM keeps a
-group on one machine's fast links), and for the GPTs each tp > 1 also with
+group on one machine's fast links), and for the GPTs, LLaMAs and BERTs each tp > 1 also with
 sequence parallelism (sp=on), every dp × tp × pp = devices,
 micro-batches per replica 1, 2, 4 … up to --max-mb (and pp, 2·pp … for
 pipelines) that divide the batch, both schedules for pipelines, and 1F1B

@@ -16,7 +16,8 @@ import (
 // ends in ".json" is such a file, "path/config.json" or, with size
 // options that override the file's, "path/config.json:seq=2048". Resolve
 // maps it onto the zoo: model_type llama or mistral (LlamaForCausalLM,
-// MistralForCausalLM) onto llama, gpt2 onto gpt. The file is read where
+// MistralForCausalLM) onto llama, gpt2 onto gpt, bert (BertForMaskedLM)
+// onto bert. The file is read where
 // the name is resolved; commands resolve a --model once, so that a plan
 // records the zoo name, not a path another machine may not have.
 
@@ -183,10 +184,12 @@ func parseHFConfig(file string, data []byte, opts string) (string, error) {
 		base, sizes, err = llamaConfig(f, override)
 	case "gpt2":
 		base, sizes, err = gpt2Config(f, override)
+	case "bert":
+		base, sizes, err = bertConfig(f, override)
 	case "":
-		return "", fmt.Errorf("zoo: %s: field model_type: %w (want llama, mistral or gpt2)", file, errMissing)
+		return "", fmt.Errorf("zoo: %s: field model_type: %w (want %s)", file, errMissing, hfModelTypes)
 	default:
-		return "", f.errorf("model_type", "%q is not supported (want llama, mistral or gpt2)", mt)
+		return "", f.errorf("model_type", "%q is not supported (want %s)", mt, hfModelTypes)
 	}
 	if err != nil {
 		return "", err
@@ -202,6 +205,9 @@ func parseHFConfig(file string, data []byte, opts string) (string, error) {
 	}
 	return base + ":" + strings.Join(parts, ","), nil
 }
+
+// hfModelTypes are the model types a config may have.
+const hfModelTypes = "llama, mistral, gpt2 or bert"
 
 // fieldSizes reads the size options mapped from required fields, in
 // order, into sizes and returns their values with the overrides applied.
@@ -355,4 +361,58 @@ func gpt2Config(f hfFields, override map[string]string) (string, [][2]string, er
 		return "", nil, err
 	}
 	return "gpt", sizes, nil
+}
+
+// bertConfig maps BertConfig's fields onto bert's size options; it refuses
+// what bert does not build (an MLP width other than 4·hidden, an
+// activation other than GELU, other layer-norm epsilons, relative
+// position embeddings, a decoder). Its head is tied to the token
+// embedding unless tie_word_embeddings is false, as BertConfig's default
+// ties them. Whatever type_vocab_size says, bert builds one token type
+// (see buildBERT).
+func bertConfig(f hfFields, override map[string]string) (string, [][2]string, error) {
+	sizes, vals, err := fieldSizes(f, override, [][2]string{
+		{"layers", "num_hidden_layers"}, {"hidden", "hidden_size"}, {"heads", "num_attention_heads"},
+		{"seq", "max_position_embeddings"}, {"vocab", "vocab_size"},
+	})
+	if err != nil {
+		return "", nil, err
+	}
+	if f.present("intermediate_size") {
+		inner, err := f.positive("intermediate_size")
+		if err != nil {
+			return "", nil, err
+		}
+		if hidden := vals["hidden"]; inner != 4*hidden {
+			return "", nil, f.errorf("intermediate_size", "%d is not 4·hidden_size = %d: not supported", inner, 4*hidden)
+		}
+	}
+	if act, err := f.str("hidden_act"); err != nil {
+		return "", nil, err
+	} else if act != "" && act != "gelu" {
+		return "", nil, f.errorf("hidden_act", "%q is not supported (bert's MLP uses the exact GELU, gelu)", act)
+	}
+	if f.present("layer_norm_eps") {
+		eps, err := f.number("layer_norm_eps")
+		if err != nil {
+			return "", nil, err
+		}
+		if math.Abs(eps-bertEps) > 1e-3*bertEps {
+			return "", nil, f.errorf("layer_norm_eps", "%g is not supported (bert's layer norms use 1e-12)", eps)
+		}
+	}
+	if pe, err := f.str("position_embedding_type"); err != nil {
+		return "", nil, err
+	} else if pe != "" && pe != "absolute" {
+		return "", nil, f.errorf("position_embedding_type", "%q is not supported (bert's position embeddings are absolute)", pe)
+	}
+	if dec, err := f.flag("is_decoder"); err != nil {
+		return "", nil, err
+	} else if dec {
+		return "", nil, f.errorf("is_decoder", "true is not supported: bert is an encoder, its attention bidirectional")
+	}
+	if sizes, err = tieSize(f, sizes, true); err != nil {
+		return "", nil, err
+	}
+	return "bert", sizes, nil
 }

@@ -12,9 +12,11 @@
 // token ids (i32, [N, seq]) and the next token at every position as
 // labels, and end in the mean cross-entropy over all positions (see
 // buildGPT); so do the LLaMAs (llama, llama2-7b, llama3-8b: RMSNorm,
-// rotary embeddings, grouped-query attention, SwiGLU; see buildLLaMA). A
-// Hugging Face config.json names a llama, mistral or gpt2 model too (see
-// Resolve).
+// rotary embeddings, grouped-query attention, SwiGLU; see buildLLaMA).
+// BERT (bert, bert-large), a masked language model, takes token ids and
+// the original token at every position as labels, its attention over the
+// whole sequence (see buildBERT). A Hugging Face config.json names a
+// llama, mistral, gpt2 or bert model too (see Resolve).
 //
 // Every float tensor of a model — input, parameters, activations,
 // gradients and optimizer state — has the dtype of Config.DType (f32 by
@@ -46,8 +48,12 @@
 //     defaulting to LLaMA-2 7B's 32, 4096, 32, 32, 11008, 4096, 32000,
 //     10000, 1e-5 and LLaMA-3 8B's 32, 4096, 32, 8, 14336, 8192, 128256,
 //     500000, 1e-5;
-//   - the GPTs and LLaMAs: tie (off, or on: the head is the token
-//     embedding's weight, as GPT-2's; a pipeline is then refused);
+//   - bert, bert-large: layers, hidden, heads, seq and vocab (30522),
+//     defaulting to BERT-base's 12, 768, 12, 512 and BERT-large's 24,
+//     1024, 16, 512;
+//   - the GPTs, LLaMAs and BERTs: tie (off, or on: the head is the token
+//     embedding's weight, as GPT-2's and BERT's; a pipeline is then
+//     refused);
 //   - llama-blocks: llama's options but vocab and tie;
 //   - resnet, resnet50: depth (18, 34, 50, 101 or 152; 50) and image
 //     (the images' height and width, 224).
@@ -125,6 +131,10 @@ type builder struct {
 	// [N, seq]), its labels the next token at every position ([N·seq]),
 	// its logits [N·seq, vocab], and classes is the vocab size option.
 	tokens bool
+	// masked marks, among the models of tokens, a masked language model
+	// (an encoder whose attention sees the whole sequence): its labels are
+	// the original tokens at every position, not the next ones.
+	masked bool
 	// build builds the forward graph from the input to the output.
 	build func(l *layers, x *graph.Tensor, cfg Config, sz sizes) *graph.Tensor
 	// tp, for a model with a tensor-parallel layout, names the sizes the
@@ -184,6 +194,8 @@ var models = map[string]builder{
 		build: buildDeepMLP,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"width": sz["width"]} },
 	},
+	"bert":       bertModel("BERT (Devlin et al., 2019) for masked-language-model pre-training: token, position and token-type embeddings, post-norm bidirectional blocks, the prediction head; options layers, hidden, heads, seq, vocab (BERT-base's by default), tie (off: the decoder's own weight; on: the token embedding's, as BERT's)", 12, 768, 12, 512),
+	"bert-large": bertModel("BERT-large (Devlin et al., 2019): bert with 24 layers, hidden 1024, 16 heads, seq 512", 24, 1024, 16, 512),
 	"gpt": gptModel("GPT language model: token and position embeddings, causal pre-norm blocks, final norm, head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default), tie (off: the head's own weight; on: the token embedding's)",
 		12, 768, 12, 1024),
 	"gpt3-1.3b": gptModel("GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048", 24, 2048, 16, 2048),
@@ -408,7 +420,10 @@ func Build(name string, cfg Config) (*Model, error) {
 			if n%tp != 0 {
 				hint := ""
 				if what == "vocab" {
-					hint = "; the group splits the vocabulary: pad it to a multiple, as Megatron-LM does (50257 → vocab=50304)"
+					// Megatron-LM pads to a multiple of 128·tp (GPT-2's
+					// 50257 to 50304 on one device).
+					m := 128 * tp
+					hint = fmt.Sprintf("; the group splits the vocabulary: pad it to a multiple, as Megatron-LM does to one of 128·tp (vocab=%d)", (n+m-1)/m*m)
 				}
 				return nil, fmt.Errorf("zoo: %s: tp=%d does not divide %s (%d)%s", name, tp, what, n, hint)
 			}
@@ -600,9 +615,15 @@ func (l *layers) bias(x, b *graph.Tensor, axis int, act string) *graph.Tensor {
 
 // layerNorm is nn.LayerNorm(width) (eps 1e-5, weight 1, bias 0) named name.
 func (l *layers) layerNorm(name string, x *graph.Tensor, width int) *graph.Tensor {
+	return l.layerNormEps(name, x, width, 1e-5)
+}
+
+// layerNormEps is nn.LayerNorm(width, eps) named name, its weights'
+// gradients summed over a sequence-parallel group.
+func (l *layers) layerNormEps(name string, x *graph.Tensor, width int, eps float32) *graph.Tensor {
 	w := l.replicated(l.param(name+".weight", graph.Shape{width}, graph.Init{Kind: graph.Ones}))
 	b := l.replicated(l.param(name+".bias", graph.Shape{width}, graph.Init{Kind: graph.Zeros}))
-	return l.g.LayerNorm(x, w, b, 1e-5)
+	return l.g.LayerNorm(x, w, b, eps)
 }
 
 // rmsNorm is nn.RMSNorm(width, eps=1e-5) (weight 1) named name.
@@ -770,12 +791,20 @@ func HasTP(name string) bool {
 	return err == nil && b.tp != nil
 }
 
-// IsLanguageModel reports whether the named model is a language model:
-// token ids in, a next-token loss at every position (Classes is its
+// IsLanguageModel reports whether the named model is a causal language
+// model: token ids in, a next-token loss at every position (Classes is its
 // vocabulary).
 func IsLanguageModel(name string) bool {
 	b, _, err := lookup(name)
-	return err == nil && b.tokens
+	return err == nil && b.tokens && !b.masked
+}
+
+// IsMaskedLanguageModel reports whether the named model is a masked
+// language model (bert): token ids in, attention over the whole sequence,
+// a loss against the original token at every position.
+func IsMaskedLanguageModel(name string) bool {
+	b, _, err := lookup(name)
+	return err == nil && b.masked
 }
 
 // HasSP reports whether the named model has a sequence-parallel layout.

@@ -461,7 +461,7 @@ func TestSequenceParallelBuild(t *testing.T) {
 		cfg   Config
 		err   string
 	}{
-		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8", Config{Batch: 2, TP: 2, SP: true}, "no sequence-parallel layout; models with one: gpt, gpt3-1.3b, gpt3-175b, llama, llama2-7b, llama3-8b"},
+		{"gpt2s-blocks:layers=1,hidden=32,heads=4,seq=8", Config{Batch: 2, TP: 2, SP: true}, "no sequence-parallel layout; models with one: bert, bert-large, gpt, gpt3-1.3b, gpt3-175b, llama, llama2-7b, llama3-8b"},
 		{"gpt:layers=1,hidden=32,heads=4,seq=6,vocab=64", Config{Batch: 2, TP: 4, SP: true}, "tp=4 does not divide"},
 		{model, Config{Batch: 2, SP: true}, "needs tp ≥ 2"},
 	} {
