@@ -169,6 +169,17 @@ func runPlan(w io.Writer, f planFlags) error {
 			return sharedHint(err, cfg)
 		}
 		p = found.Plan
+		if f.calib != "" {
+			calib, err := cost.LoadCalibration(f.calib)
+			if err != nil {
+				return err
+			}
+			note, err := uncalibratedNote(f.calib, calib, p, "the chosen plan's")
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(os.Stderr, note)
+		}
 	} else if p, err = plans.Compile(cfg); err != nil {
 		return sharedHint(err, cfg)
 	}

@@ -110,13 +110,11 @@ func runSimulate(w io.Writer, f simFlags) error {
 		if len(lacking) > 0 {
 			fmt.Fprintf(os.Stderr, "flowsim: note: --calib %s holds no calibration of %s: priced from the catalog's efficiencies\n", f.calib, strings.Join(lacking, ", "))
 		}
-		ops, err := sim.UncalibratedOps(p, calib)
+		note, err := uncalibratedNote(f.calib, calib, p, "the plan's")
 		if err != nil {
 			return err
 		}
-		if len(ops) > 0 {
-			fmt.Fprintf(os.Stderr, "flowsim: note: --calib %s has no fit of some of the plan's kernels (%s): priced from the catalog's efficiencies\n", f.calib, strings.Join(ops, "; "))
-		}
+		fmt.Fprint(os.Stderr, note)
 	}
 	model := sim.CostModel{Compute: cost.NewComputeModel(calib)}
 	switch {
@@ -230,4 +228,17 @@ func writeTrace(path string, tr trace.Checked, live *plans.LiveMemory) error {
 		return err
 	}
 	return file.Close()
+}
+
+// uncalibratedNote is the note that calibration calib (read from path)
+// has no fit of some of p's kernels, which the simulator then prices by
+// the catalog's efficiencies (see sim.UncalibratedOps); "" when it fits
+// them all. whose names the plan ("the plan's", "the best plan's").
+func uncalibratedNote(path string, calib *cost.Calibration, p *plans.Plan, whose string) (string, error) {
+	ops, err := sim.UncalibratedOps(p, calib)
+	if err != nil || len(ops) == 0 {
+		return "", err
+	}
+	return fmt.Sprintf("flowsim: note: --calib %s has no fit of some of %s kernels (%s): priced from the catalog's efficiencies\n",
+		path, whose, strings.Join(ops, "; ")), nil
 }

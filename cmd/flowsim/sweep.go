@@ -12,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/internal/cliargs"
@@ -261,18 +262,33 @@ func recomputeModes(model string) ([]plans.Recompute, error) {
 // table or JSON, and writes the best plan.
 func finishSweep(w io.Writer, file *sweepFile, top int, out string, asJSON bool) error {
 	var best *plans.Plan
-	if out != "" {
-		if len(file.Entries) == 0 || file.Entries[0].Error != "" {
-			return fmt.Errorf("no strategy is feasible: no plan to write to %s", out)
-		}
+	feasible := len(file.Entries) > 0 && file.Entries[0].Error == ""
+	if out != "" && !feasible {
+		return fmt.Errorf("no strategy is feasible: no plan to write to %s", out)
+	}
+	if feasible && (out != "" || file.Calib != "") {
 		p, err := file.compile(file.Entries[0].Strategy)
 		if err != nil {
 			return fmt.Errorf("recompiling the best strategy %s: %w", file.Entries[0].Strategy, err)
 		}
-		if err := writePlan(out, p); err != nil {
+		best = p
+	}
+	if out != "" {
+		if err := writePlan(out, best); err != nil {
 			return err
 		}
-		best = p
+	}
+	// A calibration that has no fit of the best plan's kernels ranked it
+	// by the catalog's efficiencies. (Shards merged elsewhere may name a
+	// calibration file this machine lacks: then no note.)
+	if file.Calib != "" && best != nil {
+		if calib, err := cost.LoadCalibration(file.Calib); err == nil {
+			note, err := uncalibratedNote(file.Calib, calib, best, "the best plan's")
+			if err != nil {
+				return err
+			}
+			fmt.Fprint(os.Stderr, note)
+		}
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -280,7 +296,7 @@ func finishSweep(w io.Writer, file *sweepFile, top int, out string, asJSON bool)
 		return enc.Encode(file)
 	}
 	printSweep(w, file, top)
-	if best != nil {
+	if out != "" {
 		fmt.Fprintf(w, "wrote %s (%s)\n", out, best.Strategy)
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
 )
 
@@ -235,4 +236,44 @@ func TestMergeRejectsBadShards(t *testing.T) {
 		require.ErrorContains(t, err, bad+": ", tt.name)
 		require.ErrorContains(t, err, tt.want, tt.name)
 	}
+}
+
+// A sweep priced by a calibration that has no fit of some of the best
+// plan's kernels says which, as simulate does; so does a plan whose
+// strategy a search resolved.
+func TestNotesUncalibratedKernels(t *testing.T) {
+	cal := cost.NewCalibration()
+	fit := cost.OpFit{Compute: cost.Curve{Max: 0.5, Half: 1e9, Gamma: 1}, Memory: cost.Curve{Max: 0.5, Half: 1e6, Gamma: 1}}
+	cal.Devices["T4"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{"matmul": &fit, "dense": &fit}}
+	path := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, cal.WriteFile(path))
+	for _, args := range [][]string{
+		append(sweepArgs, "--calib", path, "--place", "off", "--uneven", "off"),
+		{"plan", "--model", "mnist-cnn", "--cluster", "mixed-t4-cpu", "--batch", "32", "--strategy", "dp=2,mbs=8,mb=auto", "--calib", path},
+	} {
+		note := stderrOf(t, func() {
+			_, err := run(t, args...)
+			require.NoError(t, err)
+		})
+		require.Contains(t, note, "flowsim: note: --calib "+path+" has no fit of some of the ")
+		require.Contains(t, note, "kernels (T4: bias_act, bias_act_grad, bias_grad, conv2d, ")
+	}
+}
+
+// stderrOf returns what f writes to os.Stderr.
+func stderrOf(t *testing.T, f func()) string {
+	t.Helper()
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	stderr := os.Stderr
+	os.Stderr = w
+	defer func() { os.Stderr = stderr }()
+	done := make(chan []byte)
+	go func() {
+		b, _ := io.ReadAll(r)
+		done <- b
+	}()
+	f()
+	require.NoError(t, w.Close())
+	return string(<-done)
 }
