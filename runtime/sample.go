@@ -31,9 +31,12 @@ type SampleConfig struct {
 // attention keeps the positions after it from mattering). It returns the
 // n bytes. An empty prompt starts from a newline, which is not returned.
 func Sample(model string, w *Store, dev *CPU, prompt []byte, n int, cfg SampleConfig) ([]byte, error) {
-	seq, err := checkText(model)
+	seq, masked, err := checkText(model)
 	if err != nil {
 		return nil, err
+	}
+	if masked {
+		return nil, fmt.Errorf("runtime: model %s is a masked language model: it fills in masked bytes, it does not continue a text", model)
 	}
 	switch {
 	case n < 0:

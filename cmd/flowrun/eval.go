@@ -62,7 +62,7 @@ func runEval(path string, f evalFlags) error {
 	}
 	out := map[string]any{"checkpoint": path, "model": c.Model, "optimizer": c.Optimizer, "seed": c.Seed, "steps_total": c.Step}
 	dev := runtime.NewCPU(f.workers)
-	if zoo.IsLanguageModel(c.Model) {
+	if isTextModel(c.Model) {
 		dir, train, test, err := loadText(f.dataDir, f.ext)
 		if err != nil {
 			return err

@@ -171,7 +171,7 @@ func (s feedSpec) feeder(p *plans.Plan) (runtime.Feeder, error) {
 		if sum := train.Sum(); sum != s.TextSum {
 			return nil, fmt.Errorf("the training text of %s*%s here (%d bytes, checksum %016x) is not rank 0's (checksum %016x): every rank needs the same files", s.Text, s.Ext, len(train.Bytes), sum, s.TextSum)
 		}
-		return runtime.NewTextFeeder(train, p.Images.Shape[1], p.Batch, p.Seed)
+		return runtime.NewTextFeederFor(p.Model, train, p.Batch, p.Seed)
 	}
 	if s.MNIST == "" {
 		return runtime.NewSyntheticFeeder(p.Images, s.Classes, s.Pool, p.Seed), nil

@@ -40,10 +40,10 @@ func checkBERT(sz sizes) error {
 // x = LN(x + Dense(GELU(Dense(x)))), attention bidirectional (not
 // causal) — and the prediction head: a dense layer with GELU, a layer
 // norm, and the decoder over the vocabulary with a bias of its own. The
-// logits cover every position and the loss is the mean cross-entropy
-// over all of them against labels [n·seq] (the original tokens of a
-// masked input: what a step costs is the same as BERT's, which computes
-// the logits everywhere and scores the masked positions).
+// logits cover every position, as BERT's do, and the loss is the mean
+// cross-entropy against labels [n·seq] over the positions not labelled
+// graph.IgnoreLabel: a masked input's masked positions, labelled with
+// their original tokens.
 //
 // Differences from the published model, each stated where it matters:
 // every sequence is one segment, so the token-type table has one row

@@ -13,9 +13,9 @@
 // labels, and end in the mean cross-entropy over all positions (see
 // buildGPT); so do the LLaMAs (llama, llama2-7b, llama3-8b: RMSNorm,
 // rotary embeddings, grouped-query attention, SwiGLU; see buildLLaMA).
-// BERT (bert, bert-large), a masked language model, takes token ids and
-// the original token at every position as labels, its attention over the
-// whole sequence (see buildBERT). A Hugging Face config.json names a
+// BERT (bert, bert-large), a masked language model, takes token ids and,
+// as labels, the original token at the masked positions (graph.IgnoreLabel
+// elsewhere), its attention over the whole sequence (see buildBERT). A Hugging Face config.json names a
 // llama, mistral, gpt2 or bert model too (see Resolve).
 //
 // Every float tensor of a model — input, parameters, activations,
@@ -133,7 +133,7 @@ type builder struct {
 	tokens bool
 	// masked marks, among the models of tokens, a masked language model
 	// (an encoder whose attention sees the whole sequence): its labels are
-	// the original tokens at every position, not the next ones.
+	// the original tokens at the masked positions, not the next ones.
 	masked bool
 	// build builds the forward graph from the input to the output.
 	build func(l *layers, x *graph.Tensor, cfg Config, sz sizes) *graph.Tensor
@@ -801,7 +801,7 @@ func IsLanguageModel(name string) bool {
 
 // IsMaskedLanguageModel reports whether the named model is a masked
 // language model (bert): token ids in, attention over the whole sequence,
-// a loss against the original token at every position.
+// a loss against the original tokens at the masked positions.
 func IsMaskedLanguageModel(name string) bool {
 	b, _, err := lookup(name)
 	return err == nil && b.masked

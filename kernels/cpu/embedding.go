@@ -20,6 +20,25 @@ func checkIndices(kernel, what string, ids []int32, n int) error {
 	return nil
 }
 
+// IgnoreLabel is the label of a row that a cross-entropy does not score
+// (PyTorch's ignore_index): a masked language model's unmasked positions.
+const IgnoreLabel = -100
+
+// checkLabels is checkIndices for labels, which may also be IgnoreLabel;
+// it returns the number of the others.
+func checkLabels(kernel string, labels []int32, n int) (scored int, err error) {
+	for i, l := range labels {
+		switch {
+		case l == IgnoreLabel:
+			continue
+		case l < 0 || int(l) >= n:
+			return 0, fmt.Errorf("%w: %s: row %d: label %d not in [0, %d) nor %d (ignored)", ErrIndex, kernel, i, l, n, IgnoreLabel)
+		}
+		scored++
+	}
+	return scored, nil
+}
+
 // Embedding sets row i of y [n, d] to row ids[i] of table [v, d]. An id
 // outside [0, v) is an error wrapping ErrIndex that names its position;
 // y is then left untouched.

@@ -45,21 +45,20 @@ func SoftmaxBackward(p *Pool, y, dy, dx []float32, rows, cols int) {
 	})
 }
 
-// SoftmaxCrossEntropy returns the mean over rows of the cross-entropy
-// between softmax(logits) and the one-hot labels: −(1/rows)·Σ_r log
-// softmax(logits)[r, labels[r]], each term computed as a log-sum-exp in
-// float64 so that logits of any finite size are safe. A label outside
-// [0, cols) is an error wrapping ErrIndex that names its row; no rows give a
-// loss of 0. The rows are summed in blocks fixed by the shape, so the loss
-// does not depend on the number of workers.
+// SoftmaxCrossEntropy returns the mean over the scored rows of the
+// cross-entropy between softmax(logits) and the one-hot labels:
+// −(1/n)·Σ_r log softmax(logits)[r, labels[r]] over the n rows whose label
+// is not IgnoreLabel, each term computed as a log-sum-exp in float64 so
+// that logits of any finite size are safe. A label outside [0, cols), but
+// IgnoreLabel, is an error wrapping ErrIndex that names its row; no scored
+// rows give a loss of 0. The rows are summed in blocks fixed by the shape,
+// so the loss does not depend on the number of workers.
 func SoftmaxCrossEntropy(p *Pool, logits []float32, labels []int32, rows, cols int) (loss float32, err error) {
 	checkLen("SoftmaxCrossEntropy", "logits", len(logits), rows*cols)
 	checkLen("SoftmaxCrossEntropy", "labels", len(labels), rows)
-	if err := checkIndices("SoftmaxCrossEntropy", "row", labels, cols); err != nil {
+	scored, err := checkLabels("SoftmaxCrossEntropy", labels, cols)
+	if err != nil || scored == 0 {
 		return 0, err
-	}
-	if rows == 0 {
-		return 0, nil
 	}
 	block := rowGrain(cols)
 	partial := make([]float64, (rows+block-1)/block)
@@ -67,6 +66,9 @@ func SoftmaxCrossEntropy(p *Pool, logits []float32, labels []int32, rows, cols i
 		for b := lo; b < hi; b++ {
 			var s float64
 			for r := b * block; r < min((b+1)*block, rows); r++ {
+				if labels[r] == IgnoreLabel {
+					continue
+				}
 				row := logits[r*cols : (r+1)*cols]
 				m := maxOf(row)
 				s += float64(m) + math.Log(sumExp(row, m)) - float64(row[labels[r]])
@@ -78,25 +80,31 @@ func SoftmaxCrossEntropy(p *Pool, logits []float32, labels []int32, rows, cols i
 	for _, s := range partial {
 		total += s
 	}
-	return float32(total / float64(rows)), nil
+	return float32(total / float64(scored)), nil
 }
 
 // SoftmaxCrossEntropyBackward sets dlogits to the gradient of
 // SoftmaxCrossEntropy scaled by dloss: dloss·(softmax(logits) −
-// onehot(labels))/rows. It checks the labels as SoftmaxCrossEntropy does,
-// before writing anything.
+// onehot(labels))/n over the n scored rows, and zero on the rows labelled
+// IgnoreLabel. It checks the labels as SoftmaxCrossEntropy does, before
+// writing anything.
 func SoftmaxCrossEntropyBackward(p *Pool, logits []float32, labels []int32, dloss float32, dlogits []float32, rows, cols int) error {
 	checkLen("SoftmaxCrossEntropyBackward", "logits", len(logits), rows*cols)
 	checkLen("SoftmaxCrossEntropyBackward", "labels", len(labels), rows)
 	checkLen("SoftmaxCrossEntropyBackward", "dlogits", len(dlogits), rows*cols)
-	if err := checkIndices("SoftmaxCrossEntropyBackward", "row", labels, cols); err != nil {
+	scored, err := checkLabels("SoftmaxCrossEntropyBackward", labels, cols)
+	if err != nil {
 		return err
 	}
-	scale := float64(dloss) / float64(rows)
+	scale := float64(dloss) / float64(max(scored, 1))
 	p.For(rows, rowGrain(cols), func(lo, hi int) {
 		for r := lo; r < hi; r++ {
 			row, dr := logits[r*cols:(r+1)*cols], dlogits[r*cols:(r+1)*cols]
 			dr = dr[:len(row)]
+			if labels[r] == IgnoreLabel {
+				clear(dr)
+				continue
+			}
 			k := scale / expInto(row, dr, maxOf(row))
 			l := labels[r]
 			pl := float64(dr[l]) * k

@@ -31,7 +31,12 @@ func softmaxRef(x []float64, rows, cols int) []float64 {
 // crossEntropyRef is −mean_r log softmax(x)[r, labels[r]].
 func crossEntropyRef(x []float64, labels []int32, rows, cols int) float64 {
 	var loss float64
+	scored := 0
 	for r := range rows {
+		if labels[r] == IgnoreLabel {
+			continue
+		}
+		scored++
 		row := x[r*cols : (r+1)*cols]
 		m := math.Inf(-1)
 		for _, v := range row {
@@ -43,7 +48,19 @@ func crossEntropyRef(x []float64, labels []int32, rows, cols int) float64 {
 		}
 		loss += m + math.Log(s) - row[labels[r]]
 	}
-	return loss / float64(rows)
+	if scored == 0 {
+		return 0
+	}
+	return loss / float64(scored)
+}
+
+// ignoreSome labels every third row of labels IgnoreLabel, from the
+// second, and returns them.
+func ignoreSome(labels []int32) []int32 {
+	for r := 1; r < len(labels); r += 3 {
+		labels[r] = IgnoreLabel
+	}
+	return labels
 }
 
 type matShape struct{ rows, cols int }
@@ -101,25 +118,32 @@ func TestSoftmaxBackward(t *testing.T) {
 	}
 }
 
+// The loss, with every label scored and with some rows ignored (their
+// labels IgnoreLabel, as a masked language model's unmasked positions).
 func TestSoftmaxCrossEntropy(t *testing.T) {
 	for i, m := range softmaxCases {
-		x := scaledLogits(uint64(i)+60, m.rows*m.cols)
-		labels := randLabels(uint64(i), m.rows, m.cols)
-		want := crossEntropyRef(to64(x), labels, m.rows, m.cols)
-		var serial float32
-		for _, tp := range testPools {
-			t.Run(m.String()+"/"+tp.name, func(t *testing.T) {
-				loss, err := SoftmaxCrossEntropy(tp.p, x, labels, m.rows, m.cols)
-				if err != nil {
-					t.Fatalf("got error %v, want nil", err)
-				}
-				checkClose(t, "loss", []float32{loss}, []float64{want}, fwdTol)
-				if tp.p == nil {
-					serial = loss
-				} else if loss != serial {
-					t.Errorf("loss got %v with %d workers, want %v as serially", loss, tp.p.Workers(), serial)
-				}
-			})
+		for _, ignore := range []bool{false, true} {
+			x := scaledLogits(uint64(i)+60, m.rows*m.cols)
+			labels := randLabels(uint64(i), m.rows, m.cols)
+			if ignore {
+				labels = ignoreSome(labels)
+			}
+			want := crossEntropyRef(to64(x), labels, m.rows, m.cols)
+			var serial float32
+			for _, tp := range testPools {
+				t.Run(fmt.Sprintf("%s/ignore=%v/%s", m, ignore, tp.name), func(t *testing.T) {
+					loss, err := SoftmaxCrossEntropy(tp.p, x, labels, m.rows, m.cols)
+					if err != nil {
+						t.Fatalf("got error %v, want nil", err)
+					}
+					checkClose(t, "loss", []float32{loss}, []float64{want}, fwdTol)
+					if tp.p == nil {
+						serial = loss
+					} else if loss != serial {
+						t.Errorf("loss got %v with %d workers, want %v as serially", loss, tp.p.Workers(), serial)
+					}
+				})
+			}
 		}
 	}
 }
@@ -130,17 +154,25 @@ func TestSoftmaxCrossEntropyBackward(t *testing.T) {
 		if m.rows*m.cols > 1000 {
 			continue
 		}
-		x := scaledLogits(uint64(i)+80, m.rows*m.cols)
-		labels := randLabels(uint64(i)+1, m.rows, m.cols)
-		want := centralDiff(func(x []float64) float64 { return dloss * crossEntropyRef(x, labels, m.rows, m.cols) }, to64(x), fdStep)
-		for _, tp := range testPools {
-			t.Run(m.String()+"/"+tp.name, func(t *testing.T) {
-				dx := make([]float32, len(x))
-				if err := SoftmaxCrossEntropyBackward(tp.p, x, labels, dloss, dx, m.rows, m.cols); err != nil {
-					t.Fatalf("got error %v, want nil", err)
-				}
-				checkClose(t, "dlogits", dx, want, gradTol)
-			})
+		for _, ignore := range []bool{false, true} {
+			x := scaledLogits(uint64(i)+80, m.rows*m.cols)
+			labels := randLabels(uint64(i)+1, m.rows, m.cols)
+			if ignore {
+				labels = ignoreSome(labels)
+			}
+			want := centralDiff(func(x []float64) float64 { return dloss * crossEntropyRef(x, labels, m.rows, m.cols) }, to64(x), fdStep)
+			for _, tp := range testPools {
+				t.Run(fmt.Sprintf("%s/ignore=%v/%s", m, ignore, tp.name), func(t *testing.T) {
+					dx := make([]float32, len(x))
+					for i := range dx {
+						dx[i] = float32(math.NaN()) // every element is written, the ignored rows' too
+					}
+					if err := SoftmaxCrossEntropyBackward(tp.p, x, labels, dloss, dx, m.rows, m.cols); err != nil {
+						t.Fatalf("got error %v, want nil", err)
+					}
+					checkClose(t, "dlogits", dx, want, gradTol)
+				})
+			}
 		}
 	}
 }

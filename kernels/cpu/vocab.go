@@ -52,18 +52,24 @@ func EmbeddingPartBackward(p *Pool, ids []int32, dy, dtable []float32, lo, v, d 
 // its sum of exp(x − m), and its label's logit z (0 when the label is
 // another device's), into stats [parts, rows, 3] at [part, t]; the other
 // parts' entries are zero, so that the group's sum holds every part's. A
-// label outside the vocabulary is an error wrapping ErrIndex.
+// row labelled IgnoreLabel keeps zeros, which VocabLoss reads as not
+// scored (a scored row's sum of exponentials is at least 1 on the part
+// that holds its maximum). A label outside the vocabulary, but
+// IgnoreLabel, is an error wrapping ErrIndex.
 func VocabStats(p *Pool, logits []float32, labels []int32, stats []float32, rows, v, lo, part, parts int) error {
 	checkLen("VocabStats", "logits", len(logits), rows*v)
 	checkLen("VocabStats", "labels", len(labels), rows)
 	checkLen("VocabStats", "stats", len(stats), parts*rows*3)
-	if err := checkIndices("VocabStats", "row", labels, parts*v); err != nil {
+	if _, err := checkLabels("VocabStats", labels, parts*v); err != nil {
 		return err
 	}
 	Fill(p, 0, stats)
 	out := stats[part*rows*3 : (part+1)*rows*3]
 	p.For(rows, rowGrain(v), func(a, b int) {
 		for t := a; t < b; t++ {
+			if labels[t] == IgnoreLabel {
+				continue
+			}
 			x := logits[t*v : (t+1)*v]
 			m := maxOf(x)
 			s := sumExp(x, m)
@@ -77,17 +83,41 @@ func VocabStats(p *Pool, logits []float32, labels []int32, stats []float32, rows
 	return nil
 }
 
-// VocabLoss returns the mean over rows of the cross-entropy the group's
-// summed stats [parts, rows, 3] give: M + log Σ s_i·exp(m_i − M) − Σ z_i,
-// with M the largest m_i, summed in float64.
+// VocabLoss returns the mean over the scored rows of the cross-entropy
+// the group's summed stats [parts, rows, 3] give: M + log Σ s_i·exp(m_i −
+// M) − Σ z_i, with M the largest m_i, summed in float64. A row whose sums
+// of exponentials are all zero is not scored (its label was IgnoreLabel:
+// see VocabStats); no scored rows give 0.
 func VocabLoss(stats []float32, rows, parts int) float32 {
 	checkLen("VocabLoss", "stats", len(stats), parts*rows*3)
 	var total float64
+	scored := 0
 	for t := range rows {
 		big, sum, z := vocabRow(stats, t, rows, parts)
+		if sum == 0 {
+			continue
+		}
 		total += float64(big) + math.Log(sum) - z
+		scored++
 	}
-	return float32(total / float64(rows))
+	if scored == 0 {
+		return 0
+	}
+	return float32(total / float64(scored))
+}
+
+// vocabScored counts the rows of the summed stats that VocabLoss scores.
+func vocabScored(stats []float32, rows, parts int) int {
+	scored := 0
+	for t := range rows {
+		for i := range parts {
+			if stats[(i*rows+t)*3+1] != 0 {
+				scored++
+				break
+			}
+		}
+	}
+	return scored
 }
 
 // vocabRow combines row t of the parts' stats: the largest maximum, the
@@ -107,17 +137,21 @@ func vocabRow(stats []float32, t, rows, parts int) (big float32, sum, z float64)
 
 // VocabLossBackward sets dstats [parts, rows, 3] to the gradient of
 // VocabLoss scaled by dloss, taking each part's maximum as a constant (the
-// loss does not depend on it): ∂/∂s_i = exp(m_i − M)/(rows·S),
-// ∂/∂z_i = −1/rows.
+// loss does not depend on it): ∂/∂s_i = exp(m_i − M)/(n·S),
+// ∂/∂z_i = −1/n over the n scored rows; zero for the others.
 func VocabLossBackward(stats []float32, dloss float32, dstats []float32, rows, parts int) {
 	checkLen("VocabLossBackward", "stats", len(stats), parts*rows*3)
 	checkLen("VocabLossBackward", "dstats", len(dstats), parts*rows*3)
-	scale := float64(dloss) / float64(rows)
+	scale := float64(dloss) / float64(max(vocabScored(stats, rows, parts), 1))
 	for t := range rows {
 		big, sum, _ := vocabRow(stats, t, rows, parts)
 		for i := range parts {
 			k := (i*rows + t) * 3
 			dstats[k] = 0
+			if sum == 0 { // not scored
+				dstats[k+1], dstats[k+2] = 0, 0
+				continue
+			}
 			dstats[k+1] = float32(scale * math.Exp(float64(stats[k]-big)) / sum)
 			dstats[k+2] = float32(-scale)
 		}
@@ -132,7 +166,7 @@ func VocabStatsBackward(p *Pool, logits []float32, labels []int32, dstats, dlogi
 	checkLen("VocabStatsBackward", "logits", len(logits), rows*v)
 	checkLen("VocabStatsBackward", "dlogits", len(dlogits), rows*v)
 	checkLen("VocabStatsBackward", "dstats", len(dstats), parts*rows*3)
-	if err := checkIndices("VocabStatsBackward", "row", labels, parts*v); err != nil {
+	if _, err := checkLabels("VocabStatsBackward", labels, parts*v); err != nil {
 		return err
 	}
 	in := dstats[part*rows*3 : (part+1)*rows*3]

@@ -9,15 +9,22 @@ import (
 
 // A vocabulary split in parts gives the whole cross-entropy and its
 // gradient: the parts' stats summed, the loss and each part's gradient
-// match the float64 reference and its central differences.
+// match the float64 reference and its central differences — with every
+// row scored, and with rows labelled IgnoreLabel, which neither count nor
+// get a gradient.
 func TestVocabCrossEntropy(t *testing.T) {
+	for _, labels := range [][]int32{{0, 11, 5, 6, 3}, {0, IgnoreLabel, 5, IgnoreLabel, 3}} {
+		vocabCrossEntropy(t, labels)
+	}
+}
+
+func vocabCrossEntropy(t *testing.T, labels []int32) {
 	const rows, v = 5, 12
 	rng := newRNG(3)
 	x := randSlice(rng, rows*v)
 	for i := range x {
 		x[i] *= 4 // spread, for the maxima to matter
 	}
-	labels := []int32{0, 11, 5, 6, 3}
 	want := crossEntropyRef(to64(x), labels, rows, v)
 	grad := centralDiff(func(x []float64) float64 { return crossEntropyRef(x, labels, rows, v) }, to64(x), 1e-6)
 	p := NewPool(2)
