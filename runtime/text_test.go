@@ -69,19 +69,8 @@ func TestTextFeeder(t *testing.T) {
 // of summation order over many).
 func TestTrainTextOnGoSource(t *testing.T) {
 	train, test := goText(t)
-	const model = "gpt:layers=2,hidden=64,heads=2,seq=32,vocab=256"
 	runOn := func(strategy string, steps int) *TrainResult {
-		st, err := plans.ParseStrategy(strategy, 16)
-		require.NoError(t, err)
-		p, err := plans.Compile(plans.Config{Model: model, Batch: 16, Strategy: st, Seed: 1,
-			Optimizer: graph.Adam{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: cpuDevices(st.Devices())})
-		require.NoError(t, err)
-		r, err := NewPlanRunner(p)
-		require.NoError(t, err)
-		defer r.Close()
-		res, err := TrainTextOn(context.Background(), r, p, Loop{Epochs: 1, MaxSteps: steps}, train, test, 64)
-		require.NoError(t, err)
-		return res
+		return trainText(t, "gpt:layers=2,hidden=64,heads=2,seq=32,vocab=256", strategy, 16, 0.01, steps, train, test)
 	}
 	one := runOn("single", 100)
 	unigram := train.UnigramBits(test)
@@ -183,17 +172,7 @@ func TestTrainMaskedTextOnGoSource(t *testing.T) {
 	train, test := goText(t)
 	const model = "bert:layers=2,hidden=64,heads=2,seq=64,vocab=256"
 	runOn := func(strategy string, steps int) *TrainResult {
-		st, err := plans.ParseStrategy(strategy, 32)
-		require.NoError(t, err)
-		p, err := plans.Compile(plans.Config{Model: model, Batch: 32, Strategy: st, Seed: 1,
-			Optimizer: graph.Adam{LR: 0.004, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: cpuDevices(st.Devices())})
-		require.NoError(t, err)
-		r, err := NewPlanRunner(p)
-		require.NoError(t, err)
-		defer r.Close()
-		res, err := TrainTextOn(context.Background(), r, p, Loop{Epochs: 1, MaxSteps: steps}, train, test, 64)
-		require.NoError(t, err)
-		return res
+		return trainText(t, model, strategy, 32, 0.004, steps, train, test)
 	}
 	if !raceEnabled { // 200 steps take minutes under the race detector
 		one := runOn("single", 200)
@@ -215,4 +194,22 @@ func TestTrainMaskedTextOnGoSource(t *testing.T) {
 	require.InDelta(t, 5.545, untrained, 0.2, "untrained: about ln 256 nats a masked byte")
 	_, err = Sample(model, store, NewCPU(0), []byte("func"), 4, SampleConfig{})
 	require.ErrorContains(t, err, "is a masked language model: it fills in masked bytes")
+}
+
+// trainText trains model on train under strategy, batch a step, for steps
+// steps of Adam at lr (seed 1), through a plan on CPU devices, and
+// evaluates it on 64 windows of test.
+func trainText(t *testing.T, model, strategy string, batch int, lr float32, steps int, train, test *data.Text) *TrainResult {
+	t.Helper()
+	st, err := plans.ParseStrategy(strategy, batch)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: model, Batch: batch, Strategy: st, Seed: 1,
+		Optimizer: graph.Adam{LR: lr, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: cpuDevices(st.Devices())})
+	require.NoError(t, err)
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	defer r.Close()
+	res, err := TrainTextOn(context.Background(), r, p, Loop{Epochs: 1, MaxSteps: steps}, train, test, 64)
+	require.NoError(t, err)
+	return res
 }

@@ -72,14 +72,7 @@ func buildBERT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tenso
 
 	wte := l.vocabWeight("embeddings.word_embeddings.weight", vocab, h, init)
 	x := l.tokenEmbedding(wte, tokens) // [n, seq, h]; [n, seq/tp, h] under sequence parallelism
-	var pos *graph.Tensor
-	if l.sp {
-		pos = l.shard("embeddings.position_embeddings.weight", graph.Shape{seq, h}, init, 0, 1)
-	} else {
-		pos = l.param("embeddings.position_embeddings.weight", graph.Shape{seq, h}, init)
-	}
-	local := pos.Spec.Shape[0] // positions on this device
-	x = l.g.Reshape(l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, local * h}), l.g.Reshape(pos, graph.Shape{local * h}), 1), graph.Shape{n, local, h})
+	x = l.positions("embeddings.position_embeddings.weight", x, n, seq, h, init)
 	types := l.replicated(l.param("embeddings.token_type_embeddings.weight", graph.Shape{1, h}, init))
 	x = l.g.BiasAdd(x, l.g.Reshape(types, graph.Shape{h}), 2)
 	x = l.bertNorm("embeddings.LayerNorm", x, h)

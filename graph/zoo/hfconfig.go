@@ -146,6 +146,22 @@ func (f hfFields) flag(field string) (bool, error) {
 	return b, nil
 }
 
+// fourTimes refuses an MLP width field other than 4·hidden (the hidden
+// size's field is hiddenField), where the config gives it.
+func (f hfFields) fourTimes(field, hiddenField string, hidden int) error {
+	if !f.present(field) {
+		return nil
+	}
+	inner, err := f.positive(field)
+	if err != nil {
+		return err
+	}
+	if inner != 4*hidden {
+		return f.errorf(field, "%d is not 4·%s = %d: not supported", inner, hiddenField, 4*hidden)
+	}
+	return nil
+}
+
 func (f hfFields) modelType() string {
 	s, _ := f.str("model_type")
 	return s
@@ -343,14 +359,8 @@ func gpt2Config(f hfFields, override map[string]string) (string, [][2]string, er
 	if err != nil {
 		return "", nil, err
 	}
-	if f.present("n_inner") {
-		inner, err := f.positive("n_inner")
-		if err != nil {
-			return "", nil, err
-		}
-		if hidden := vals["hidden"]; inner != 4*hidden {
-			return "", nil, f.errorf("n_inner", "%d is not 4·n_embd = %d: not supported", inner, 4*hidden)
-		}
+	if err := f.fourTimes("n_inner", "n_embd", vals["hidden"]); err != nil {
+		return "", nil, err
 	}
 	if act, err := f.str("activation_function"); err != nil {
 		return "", nil, err
@@ -378,14 +388,8 @@ func bertConfig(f hfFields, override map[string]string) (string, [][2]string, er
 	if err != nil {
 		return "", nil, err
 	}
-	if f.present("intermediate_size") {
-		inner, err := f.positive("intermediate_size")
-		if err != nil {
-			return "", nil, err
-		}
-		if hidden := vals["hidden"]; inner != 4*hidden {
-			return "", nil, f.errorf("intermediate_size", "%d is not 4·hidden_size = %d: not supported", inner, 4*hidden)
-		}
+	if err := f.fourTimes("intermediate_size", "hidden_size", vals["hidden"]); err != nil {
+		return "", nil, err
 	}
 	if act, err := f.str("hidden_act"); err != nil {
 		return "", nil, err

@@ -740,14 +740,7 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 	// parallelism each keeps its positions.
 	wte := l.vocabWeight("wte.weight", vocab, h, emb)
 	x := l.tokenEmbedding(wte, tokens) // [n, seq, h]; [n, seq/tp, h] under sequence parallelism
-	var pos *graph.Tensor              // [seq, h]; this device's positions' rows under sequence parallelism
-	if l.sp {
-		pos = l.shard("wpe.weight", graph.Shape{seq, h}, emb, 0, 1)
-	} else {
-		pos = l.param("wpe.weight", graph.Shape{seq, h}, emb)
-	}
-	local := pos.Spec.Shape[0] // positions on this device
-	x = l.g.Reshape(l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, local * h}), l.g.Reshape(pos, graph.Shape{local * h}), 1), graph.Shape{n, local, h})
+	x = l.positions("wpe.weight", x, n, seq, h, emb)
 	for i := range sz["layers"] {
 		if i > 0 { // the embeddings go with the first block, the head with the last
 			l.g.StartLayer()
@@ -756,6 +749,21 @@ func buildGPT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tensor
 	}
 	x = l.layerNorm("ln_f", x, h)
 	return l.lmHead(x, l.headWeight("lm_head.weight", wte, sz, emb), n, seq, h)
+}
+
+// positions adds to x [n, seq, h] (under sequence parallelism [n, seq/tp,
+// h], this device's positions) a learned position embedding [seq, h] named
+// name, split by positions under sequence parallelism.
+func (l *layers) positions(name string, x *graph.Tensor, n, seq, h int, init graph.Init) *graph.Tensor {
+	var pos *graph.Tensor // [seq, h]; this device's positions' rows under sequence parallelism
+	if l.sp {
+		pos = l.shard(name, graph.Shape{seq, h}, init, 0, 1)
+	} else {
+		pos = l.param(name, graph.Shape{seq, h}, init)
+	}
+	local := pos.Spec.Shape[0] // positions on this device
+	sum := l.g.BiasAdd(l.g.Reshape(x, graph.Shape{n, local * h}), l.g.Reshape(pos, graph.Shape{local * h}), 1)
+	return l.g.Reshape(sum, graph.Shape{n, local, h})
 }
 
 // gptLoss is a GPT's mean cross-entropy: the softmax cross-entropy of the
