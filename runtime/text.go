@@ -107,7 +107,8 @@ func (f *TextFeeder) fill(iter, k int, tokens, labels []int32) {
 	maskWindow(f.text.Bytes[w*f.seq:(w+1)*f.seq], f.seed^uint64(iter)*0x9e3779b97f4a7c15, uint64(w), tokens, labels)
 }
 
-// Feed implements Feeder: the labels, each position's next byte.
+// Feed implements Feeder: the labels, each position's next byte (for a
+// masked language model, the original bytes where masked).
 func (f *TextFeeder) Feed(iter, from, n int, images []float32, labels []int32) error {
 	if images != nil {
 		return fmt.Errorf("runtime: a text feeds token ids, not float inputs")
@@ -191,8 +192,8 @@ func checkText(model string) (seq int, masked bool, err error) {
 // TrainTextOn trains language model p.Model through x on train for
 // loop's steps (MaxSteps > 0: at most that many, else Epochs passes),
 // then evaluates the weights on evalWindows windows of test
-// (EvaluateText). TrainResult.TestLoss is the test loss in nats a byte,
-// TestBits in bits.
+// (EvaluateText). TrainResult.TestLoss is the test loss in nats a byte (a
+// masked byte, for a masked language model), TestBits in bits.
 func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, train, test *data.Text, evalWindows int) (*TrainResult, error) {
 	feed, err := NewTextFeederFor(p.Model, train, p.Batch, p.Seed)
 	if err != nil {
