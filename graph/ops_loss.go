@@ -15,8 +15,7 @@ func IsLoss(op Op) bool {
 // SoftmaxCrossEntropy is the fused, numerically stable mean cross-entropy
 // of softmax(logits [N,C]) against integer labels [N] (i32): an f32 scalar.
 // A row labelled IgnoreLabel is not scored: the mean is over the others
-// (a masked language model's masked positions). The CPU's kernels honour
-// it; the GPU's expect every label in [0, C).
+// (a masked language model's masked positions), on the CPU and the GPU.
 type SoftmaxCrossEntropy struct{}
 
 // IgnoreLabel is the label of a row the cross-entropy does not score,

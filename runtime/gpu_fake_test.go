@@ -44,7 +44,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // TestGPUOnEmulator runs the GPU tests that check numbers
 // (TestGPUPlanMatchesCPU, TestGPUGEMMPoliciesAgree, TestGPUBF16Workloads,
 // TestGPUHeterogeneous, TestGPUHostFedMatchesPooled, TestGPURecompute,
-// TestGPUResume, TestGPUSchedule, TestGPUBatchNorm) in a child process against the fake driver, with
+// TestGPUResume, TestGPUSchedule, TestGPUBatchNorm, TestGPUMaskedText) in a child process against the fake driver, with
 // kernels/cuda's kernels run by the host emulator of internal/cudafake and
 // cuBLAS by reference code: the GPU runtime (graph capture and replay,
 // eager streams, CPU+GPU pipelines and data parallelism) with the real
@@ -52,7 +52,7 @@ func TestGPUEngineOnFakeDriver(t *testing.T) {
 // needs C and C++ compilers and the CUDA headers; without them it skips.
 func TestGPUOnEmulator(t *testing.T) {
 	emu := cudafake.EmulatedKernels(filepath.Join("..", "kernels", "cuda"))
-	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous|HostFedMatchesPooled|Recompute|Resume|Schedule|BatchNorm)$", 9, emu)
+	log := cudafake.RunTests(t, "TestGPU(PlanMatchesCPU|GEMMPoliciesAgree|BF16Workloads|Heterogeneous|HostFedMatchesPooled|Recompute|Resume|Schedule|BatchNorm|MaskedText)$", 10, emu)
 	if strings.Contains(log, "fake cuda: ") {
 		t.Errorf("the fake driver refused calls:\n%s", log)
 	}

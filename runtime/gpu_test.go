@@ -272,6 +272,33 @@ func TestGPUHostFedMatchesPooled(t *testing.T) {
 	}
 }
 
+// A masked language model on the GPU, fed masked windows of text from the
+// host (labels IgnoreLabel where not masked), computes what the CPU
+// computes: the cross-entropy kernels score the masked rows only.
+func TestGPUMaskedText(t *testing.T) {
+	openGPU(t)
+	train, _ := goText(t)
+	const model, iters = "bert:layers=1,hidden=32,heads=2,seq=16,vocab=256", 3
+	run := func(p *plans.Plan, eager bool) []float64 {
+		feed, err := NewTextFeederFor(p.Model, train, p.Batch, p.Seed)
+		require.NoError(t, err)
+		r, err := NewPlanRunner(p)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, r.Close()) }()
+		r.Eager = eager
+		res, err := r.Run(context.Background(), iters, feed)
+		require.NoError(t, err)
+		return res.Loss
+	}
+	want := run(compileOn(t, cpuDevices(1), model, "single", 8, 0), false)
+	for _, eager := range []bool{false, true} {
+		got := run(compileOn(t, gpuDevices(t), model, "single", 8, 0), eager)
+		for i := range got {
+			require.InDelta(t, want[i], got[i], 1e-4*math.Abs(want[i]), "eager=%v: loss of iteration %d", eager, i)
+		}
+	}
+}
+
 // bf16 on the GPU follows the f32 CPU run within bf16's precision.
 func TestGPUBF16Workloads(t *testing.T) {
 	openGPU(t)

@@ -77,8 +77,7 @@ single) for --max-steps steps (default 300; an epoch of Go's source is
 tens of thousands). A masked language model (bert:…,vocab=256) learns to
 fill in bytes instead: 15% of each window's bytes are masked as BERT
 masks them (80% replaced by NUL, 10% by a random byte, 10% kept), drawn
-afresh every step, and its loss and test bits are over the masked bytes
-(on the CPU only: the GPU's cross-entropy scores every position).
+afresh every step, and its loss and test bits are over the masked bytes.
 
 With --device cuda the model trains through a plan (--strategy, default
 single) compiled for --cluster (default h200-host: one H200 beside the host's
@@ -252,9 +251,6 @@ func (f trainFlags) validate() error {
 		}
 		if f.evalWins < 1 {
 			return fmt.Errorf("--eval-windows must be ≥ 1, got %d", f.evalWins)
-		}
-		if zoo.IsMaskedLanguageModel(f.model) && f.device == "cuda" {
-			return fmt.Errorf("model %s is a masked language model: its loss scores the masked bytes only, which the GPU's cross-entropy kernels do not do yet (they score every position); train it on the CPU", f.model)
 		}
 		return nil
 	}

@@ -4,17 +4,32 @@
 // memory.
 #include "common.cuh"
 
+// IGNORE_LABEL is the label of a row the cross-entropy does not score
+// (kernels/cpu.IgnoreLabel, PyTorch's ignore_index).
+#define IGNORE_LABEL (-100)
+
 // sce_fwd_{warp,block} write part[r] = m + log Σ_j exp(x_j − m) − x_label
 // for row r, m the row's maximum, the exponentials and their sum in double
-// as kernels/cpu computes them; a label outside [0, n) gives NaN. A warp
-// takes a row of up to WARP_ROW_MAX columns, a block a longer one (a
-// language model's vocabulary). sce_final adds the rows' terms in a fixed
-// order and writes their mean as float: the loss does not depend on the
-// device or the grid.
+// as kernels/cpu computes them; 0 for a row labelled IGNORE_LABEL; a label
+// outside [0, n) otherwise gives NaN. A warp takes a row of up to
+// WARP_ROW_MAX columns, a block a longer one (a language model's
+// vocabulary). sce_final adds the scored rows' terms in a fixed order and
+// writes their mean as float: the loss does not depend on the device or
+// the grid.
 template <class T>
 __device__ __forceinline__ double sceTerm(const T *p, const int *labels, int r, int n, float m, double s) {
 	const int l = labels[r];
+	if (l == IGNORE_LABEL) return 0.0;
 	return (l >= 0 && l < n) ? (double)m + log(s) - (double)toF(p[l]) : (double)qnan();
+}
+
+// sceScored returns, to every thread of the block, the number of labels
+// that are not IGNORE_LABEL.
+__device__ __forceinline__ int sceScored(const int *labels, int rows) {
+	__shared__ double scratch[32];
+	double c = 0;
+	for (int i = threadIdx.x; i < rows; i += blockDim.x) c += labels[i] != IGNORE_LABEL;
+	return (int)blockSum(c, scratch);
 }
 
 template <class T> __device__ __forceinline__ void sce_fwd_warp_t(const T *x, const int *labels, double *part, int rows, int n) {
@@ -61,24 +76,27 @@ KERNEL __launch_bounds__(THREADS) sce_fwd_block_bf16(const bf16 *x, const int *l
 	sce_fwd_block_t(x, labels, part, rows, n);
 }
 
-KERNEL __launch_bounds__(THREADS) sce_final(const double *part, float *loss, int rows) {
+KERNEL __launch_bounds__(THREADS) sce_final(const double *part, const int *labels, float *loss, int rows) {
 	__shared__ double scratch[32];
 	double s = 0;
 	for (int i = threadIdx.x; i < rows; i += blockDim.x) s += part[i];
 	s = blockSum(s, scratch);
-	if (threadIdx.x == 0) *loss = rows > 0 ? (float)(s / rows) : 0.0f;
+	const int scored = sceScored(labels, rows);
+	if (threadIdx.x == 0) *loss = scored > 0 ? (float)(s / scored) : 0.0f;
 }
 
-// sce_bwd sets dx = dloss·(softmax(x) − onehot(label))/rows, row by row; a
-// label outside [0, n) makes its row NaN.
-__device__ __forceinline__ float sceScale(const float *dloss, int rows) {
-	return (float)((double)*dloss / (double)rows);
+// sce_bwd sets dx = dloss·(softmax(x) − onehot(label))/scored, row by row,
+// scored the rows not labelled IGNORE_LABEL, and zeros on those; a label
+// outside [0, n) otherwise makes its row NaN. Each block counts the
+// scored rows itself.
+__device__ __forceinline__ float sceScale(const float *dloss, const int *labels, int rows) {
+	return (float)((double)*dloss / (double)max(sceScored(labels, rows), 1));
 }
 
 template <class T>
 __device__ __forceinline__ void sce_bwd_warp_t(const T *x, const int *labels, const float *dloss, T *dx, int rows, int n) {
 	const int lane = threadIdx.x & 31;
-	const float scale = sceScale(dloss, rows);
+	const float scale = sceScale(dloss, labels, rows);
 	const bool vec = n % VW<T>::N == 0 && aligned16(x) && aligned16(dx);
 	int first, stride;
 	warpRows(first, stride);
@@ -86,6 +104,10 @@ __device__ __forceinline__ void sce_bwd_warp_t(const T *x, const int *labels, co
 		const T *p = x + (long long)r * n;
 		T *q = dx + (long long)r * n;
 		const int l = labels[r];
+		if (l == IGNORE_LABEL) {
+			for (int j = lane; j < n; j += 32) q[j] = fromF<T>(0.0f);
+			continue;
+		}
 		const bool ok = l >= 0 && l < n;
 		if (vec) {
 			float v[ROW_PER_LANE];
@@ -119,11 +141,15 @@ __device__ __forceinline__ void sce_bwd_warp_t(const T *x, const int *labels, co
 template <class T>
 __device__ __forceinline__ void sce_bwd_block_t(const T *x, const int *labels, const float *dloss, T *dx, int rows, int n) {
 	__shared__ float scratch[32];
-	const float scale = sceScale(dloss, rows);
+	const float scale = sceScale(dloss, labels, rows);
 	for (int r = blockIdx.x; r < rows; r += gridDim.x) {
 		const T *p = x + (long long)r * n;
 		T *q = dx + (long long)r * n;
 		const int l = labels[r];
+		if (l == IGNORE_LABEL) {
+			for (int j = threadIdx.x; j < n; j += blockDim.x) q[j] = fromF<T>(0.0f);
+			continue;
+		}
 		float m = -INFINITY;
 		for (int j = threadIdx.x; j < n; j += blockDim.x) m = fmaxf(m, toF(p[j]));
 		m = blockMax(m, scratch);

@@ -11,7 +11,7 @@ var (
 	kSCEFwdWarp  = defTyped("loss", "sce_fwd_warp", pPtr, pPtr, pPtr, pI32, pI32)
 	kSCEFwdBlock = defTyped("loss", "sce_fwd_block", pPtr, pPtr, pPtr, pI32, pI32)
 	// sce_final(const double *part, float *loss, int rows)
-	kSCEFinal = def("loss", "sce_final", pPtr, pPtr, pI32)
+	kSCEFinal = def("loss", "sce_final", pPtr, pPtr, pPtr, pI32)
 	// sce_bwd_{warp,block}_T(const T *x, const int *labels, const float *dloss, T *dx, int rows, int n)
 	kSCEBwdWarp  = defTyped("loss", "sce_bwd_warp", pPtr, pPtr, pPtr, pPtr, pI32, pI32)
 	kSCEBwdBlock = defTyped("loss", "sce_bwd_block", pPtr, pPtr, pPtr, pPtr, pI32, pI32)
@@ -28,13 +28,14 @@ var (
 func SoftmaxCrossEntropyWorkspace(rows int) units.Bytes { return units.Bytes(8 * max(rows, 0)) }
 
 // SoftmaxCrossEntropy writes to loss (a float32 in device memory) the mean
-// over rows of the cross-entropy between softmax(logits [rows, cols], of
-// dtype dt) and the int32 labels [rows], each row's term computed as a
-// log-sum-exp in float64 as kernels/cpu does, and the terms added in an
-// order fixed by rows. A warp takes a row of classifier logits, a block a
-// row of a language model's vocabulary. The labels are not checked on the
-// host: a label outside [0, cols) makes the loss NaN. No rows give 0. work
-// holds SoftmaxCrossEntropyWorkspace(rows) bytes.
+// over the scored rows of the cross-entropy between softmax(logits [rows,
+// cols], of dtype dt) and the int32 labels [rows], each row's term
+// computed as a log-sum-exp in float64 as kernels/cpu does, and the terms
+// added in an order fixed by rows; a row labelled cpu.IgnoreLabel is not
+// scored. A warp takes a row of classifier logits, a block a row of a
+// language model's vocabulary. The labels are not checked on the host: a
+// label outside [0, cols), but IgnoreLabel, makes the loss NaN. No scored
+// rows give 0. work holds SoftmaxCrossEntropyWorkspace(rows) bytes.
 func (k *Kernels) SoftmaxCrossEntropy(s *cu.Stream, dt graph.DType, logits, labels, loss, work cu.DevicePtr, rows, cols int) error {
 	const op = "SoftmaxCrossEntropy"
 	w, err := kSCEFwdWarp.of(op, dt)
@@ -57,13 +58,14 @@ func (k *Kernels) SoftmaxCrossEntropy(s *cu.Stream, dt graph.DType, logits, labe
 	if err := k.rows(s, w, b, rows, cols, logits, labels, work, int32(rows), int32(cols)); err != nil {
 		return err
 	}
-	return k.launch(s, kSCEFinal, one, block1D, work, loss, int32(rows))
+	return k.launch(s, kSCEFinal, one, block1D, work, labels, loss, int32(rows))
 }
 
 // SoftmaxCrossEntropyBackward sets dlogits (of dtype dt, as logits) to the
 // gradient of SoftmaxCrossEntropy scaled by the float32 dloss in device
-// memory: dloss·(softmax(logits) − onehot(labels))/rows. A label outside
-// [0, cols) makes its row NaN.
+// memory: dloss·(softmax(logits) − onehot(labels))/n over the n scored rows,
+// zeros on the rows labelled cpu.IgnoreLabel. A label outside [0, cols),
+// but IgnoreLabel, makes its row NaN.
 func (k *Kernels) SoftmaxCrossEntropyBackward(s *cu.Stream, dt graph.DType, logits, labels, dloss, dlogits cu.DevicePtr, rows, cols int) error {
 	const op = "SoftmaxCrossEntropyBackward"
 	w, err := kSCEBwdWarp.of(op, dt)

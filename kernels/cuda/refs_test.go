@@ -218,14 +218,27 @@ func refRMSNormBwd(x, g, dy, rstd []float64, rows, cols int) (dx, dg []float64) 
 func refSCE(x []float64, labels []int32, rows, cols int, dloss float64) (loss float64, dx []float64) {
 	p := refSoftmax(x, rows, cols, false)
 	dx = make([]float64, len(x))
+	scored := 0
+	for _, l := range labels {
+		if l != cpu.IgnoreLabel {
+			scored++
+		}
+	}
+	if scored == 0 {
+		return 0, dx
+	}
+	n := float64(scored)
 	for r := range rows {
+		if labels[r] == cpu.IgnoreLabel {
+			continue // not scored: no loss, no gradient
+		}
 		loss -= math.Log(p[r*cols+int(labels[r])])
 		for j := range cols {
-			dx[r*cols+j] = dloss * p[r*cols+j] / float64(rows)
+			dx[r*cols+j] = dloss * p[r*cols+j] / n
 		}
-		dx[r*cols+int(labels[r])] -= dloss / float64(rows)
+		dx[r*cols+int(labels[r])] -= dloss / n
 	}
-	return loss / float64(rows), dx
+	return loss / n, dx
 }
 
 // refAxisSums returns x [outer, c, inner] summed over the middle axis
