@@ -421,6 +421,8 @@ func (r *PlanRunner) Run(ctx context.Context, iters int, feed Feeder) (*RunResul
 	x.start = time.Now()
 	x.progress = x.start
 	if r.gpu != nil {
+		x.streamEnd = make([]trace.Time, len(p.Streams))
+		x.hostEnd = map[[2]int]trace.Time{}
 		x.issued = make([]int, iters)
 		if err := r.gpu.iterationNumbers(r.iteration, iters); err != nil {
 			return nil, err
@@ -567,6 +569,11 @@ type run struct {
 	// paused holds back, in a multi-process run that is stopping, every
 	// iteration no stream has begun until the ranks agree where to stop.
 	paused bool
+	// In a plan with a GPU, where the host records CPU firings (see
+	// recordedStart): the last recorded end on each stream, and the
+	// recorded ends of the host's firings of recent iterations.
+	streamEnd []trace.Time
+	hostEnd   map[[2]int]trace.Time // by firing and iteration
 }
 
 // begin says whether a stream may begin iteration it. Once the runner's
@@ -599,12 +606,6 @@ func (x *run) stopping() bool { return x.rr == nil && closed(x.r.Stop) }
 
 // stream runs a stream's firings, iteration after iteration.
 func (x *run) stream(order []int) error {
-	// last is where the stream's previous CPU firing ended on the run's
-	// clock. A firing that waited for a GPU may be recorded as starting a
-	// little late (see awaitGPU), later than the clock reads when it ends;
-	// the next firing then starts no earlier than that, so the stream's
-	// recorded firings never overlap.
-	var last time.Duration
 	for it := 0; x.begin(it); it++ {
 		for _, f := range order {
 			if err := x.wait(f, it); err != nil {
@@ -623,15 +624,15 @@ func (x *run) stream(order []int) error {
 			if err != nil {
 				return err
 			}
-			start := max(time.Since(x.start), time.Duration(after), last)
+			start := max(time.Since(x.start), x.recordedStart(f, it, after))
 			loss, err := x.fire(f, it)
 			if err != nil {
 				return fmt.Errorf("runtime: %s of iteration %d: %w", x.r.p.FiringName(f), it, err)
 			}
 			end := max(time.Since(x.start), start)
-			last = end
 			fi := x.r.p.Firings[f]
 			x.mu.Lock()
+			x.recordedEnd(f, it, trace.Time(end))
 			x.finish(f, it)
 			x.events = append(x.events, trace.Event{Task: int32(fi.Task), Iter: int32(it), Micro: int32(fi.Micro),
 				Start: trace.Time(start), End: trace.Time(end)})
@@ -652,6 +653,54 @@ func (x *run) stream(order []int) error {
 	}
 	return nil
 }
+
+// recordedStart is the earliest that the host's firing f of iteration it
+// may be recorded as starting, in a plan with a GPU: after, the latest end
+// of the GPU firings it waited for (see awaitGPU), and the recorded ends
+// of the host's firings before it on its streams and on its edges. GPU
+// times map to the run's clock a little late (see markBase), so a firing
+// that waited for one may be recorded as starting, and ending, later than
+// the clock reads when it has ended; what follows it then starts no
+// earlier on the record, so that the trace keeps every stream's order and
+// every edge as the run kept them. Without a GPU, the clock is the record:
+// 0.
+func (x *run) recordedStart(f, it int, after trace.Time) time.Duration {
+	if x.r.gpu == nil {
+		return 0
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	lo := after
+	for _, s := range x.r.p.Tasks[x.r.p.Firings[f].Task].Streams {
+		lo = max(lo, x.streamEnd[s])
+	}
+	for _, e := range x.r.edges[f] {
+		if need := it - e.Delta; need >= 0 {
+			lo = max(lo, x.hostEnd[[2]int{e.From, need}])
+		}
+	}
+	return time.Duration(lo)
+}
+
+// recordedEnd notes, in a plan with a GPU, that the host's firing f of
+// iteration it is recorded as ending at end (see recordedStart). It keeps
+// the ends of the last hostEndIters iterations of each firing. x.mu is
+// held.
+func (x *run) recordedEnd(f, it int, end trace.Time) {
+	if x.r.gpu == nil {
+		return
+	}
+	for _, s := range x.r.p.Tasks[x.r.p.Firings[f].Task].Streams {
+		x.streamEnd[s] = max(x.streamEnd[s], end)
+	}
+	x.hostEnd[[2]int{f, it}] = end
+	delete(x.hostEnd, [2]int{f, it - hostEndIters})
+}
+
+// hostEndIters is how many iterations of a host firing's recorded ends a
+// run keeps: more than an edge reaches back (a plan with a GPU starts no
+// iteration before the one two back has been issued everywhere).
+const hostEndIters = 8
 
 // finish marks firing f of iteration it done (on a GPU: issued). x.mu is
 // held.
