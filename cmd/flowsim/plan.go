@@ -158,7 +158,7 @@ func runPlan(w io.Writer, f planFlags) error {
 	var found *search.Result
 	var p *plans.Plan
 	if st.AutoShares || st.AutoLayers {
-		model, err := costModel(f.calib, cluster)
+		model, calib, err := costModel(f.calib, cluster)
 		if err != nil {
 			return err
 		}
@@ -169,11 +169,7 @@ func runPlan(w io.Writer, f planFlags) error {
 			return sharedHint(err, cfg)
 		}
 		p = found.Plan
-		if f.calib != "" {
-			calib, err := cost.LoadCalibration(f.calib)
-			if err != nil {
-				return err
-			}
+		if calib != nil {
 			note, err := uncalibratedNote(f.calib, calib, p, "the chosen plan's")
 			if err != nil {
 				return err
@@ -265,13 +261,14 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 // costModel prices tasks for searches: the calibration file if given,
 // else the catalog's efficiencies, and the cluster's routes. A calibration
 // must hold one of the cluster's device types (at some core count: a
-// search may divide a CPU's cores), else it would price nothing.
-func costModel(calibPath string, cluster *topology.Cluster) (sim.CostModel, error) {
+// search may divide a CPU's cores), else it would price nothing. It
+// returns the calibration too (nil without one).
+func costModel(calibPath string, cluster *topology.Cluster) (sim.CostModel, *cost.Calibration, error) {
 	var calib *cost.Calibration
 	if calibPath != "" {
 		var err error
 		if calib, err = cost.LoadCalibration(calibPath); err != nil {
-			return sim.CostModel{}, fmt.Errorf("--calib: %w", err)
+			return sim.CostModel{}, nil, fmt.Errorf("--calib: %w", err)
 		}
 		var types, held []string
 		for _, d := range cluster.Devices {
@@ -288,11 +285,11 @@ func costModel(calibPath string, cluster *topology.Cluster) (sim.CostModel, erro
 		}
 		if held != nil || len(calib.Devices) == 0 {
 			slices.Sort(held)
-			return sim.CostModel{}, fmt.Errorf("--calib %s holds none of cluster %s's device types (%s; it holds %s): it would price nothing",
+			return sim.CostModel{}, nil, fmt.Errorf("--calib %s holds none of cluster %s's device types (%s; it holds %s): it would price nothing",
 				calibPath, cluster.Name, strings.Join(types, ", "), cmp.Or(strings.Join(held, ", "), "nothing"))
 		}
 	}
-	return sim.CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(cluster)}, nil
+	return sim.CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(cluster)}, calib, nil
 }
 
 // bar is a progress bar made on the first report, when the total is known.

@@ -132,7 +132,7 @@ func runReproduce(w, log io.Writer, name string, f reproduceFlags) error {
 		return fmt.Errorf("experiment %s: %w", name, err)
 	}
 	if f.calib != "" { // before any cell compiles (minutes, for the large ones): each would fail on it
-		if _, err := costModel(f.calib, base); err != nil {
+		if _, _, err := costModel(f.calib, base); err != nil {
 			return err
 		}
 	}
@@ -255,7 +255,7 @@ func simulateCell(c *cell, e *experiments.Experiment, base *topology.Cluster, f 
 	for _, m := range p.Memory {
 		c.PeakMemory = max(c.PeakMemory, int64(m.Peak))
 	}
-	model, err := costModel(f.calib, cluster)
+	model, _, err := costModel(f.calib, cluster)
 	if err != nil {
 		return err
 	}

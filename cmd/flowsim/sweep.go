@@ -199,7 +199,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if err != nil {
 		return err
 	}
-	model, err := costModel(f.calib, cluster)
+	model, calib, err := costModel(f.calib, cluster)
 	if err != nil {
 		return err
 	}
@@ -216,7 +216,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}
-	return finishSweep(w, &file, f.top, f.out, f.json)
+	return finishSweep(w, &file, calib, f.top, f.out, f.json)
 }
 
 // onOffAuto reads a flag of on, off or auto; auto is def.
@@ -260,13 +260,13 @@ func recomputeModes(model string) ([]plans.Recompute, error) {
 
 // finishSweep prints a sweep's (or merged shards') ranked entries, as a
 // table or JSON, and writes the best plan.
-func finishSweep(w io.Writer, file *sweepFile, top int, out string, asJSON bool) error {
+func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, top int, out string, asJSON bool) error {
 	var best *plans.Plan
 	feasible := len(file.Entries) > 0 && file.Entries[0].Error == ""
 	if out != "" && !feasible {
 		return fmt.Errorf("no strategy is feasible: no plan to write to %s", out)
 	}
-	if feasible && (out != "" || file.Calib != "") {
+	if feasible && (out != "" || calib != nil) {
 		p, err := file.compile(file.Entries[0].Strategy)
 		if err != nil {
 			return fmt.Errorf("recompiling the best strategy %s: %w", file.Entries[0].Strategy, err)
@@ -279,16 +279,13 @@ func finishSweep(w io.Writer, file *sweepFile, top int, out string, asJSON bool)
 		}
 	}
 	// A calibration that has no fit of the best plan's kernels ranked it
-	// by the catalog's efficiencies. (Shards merged elsewhere may name a
-	// calibration file this machine lacks: then no note.)
-	if file.Calib != "" && best != nil {
-		if calib, err := cost.LoadCalibration(file.Calib); err == nil {
-			note, err := uncalibratedNote(file.Calib, calib, best, "the best plan's")
-			if err != nil {
-				return err
-			}
-			fmt.Fprint(os.Stderr, note)
+	// by the catalog's efficiencies.
+	if calib != nil && best != nil {
+		note, err := uncalibratedNote(file.Calib, calib, best, "the best plan's")
+		if err != nil {
+			return err
 		}
+		fmt.Fprint(os.Stderr, note)
 	}
 	if asJSON {
 		enc := json.NewEncoder(w)
@@ -496,7 +493,13 @@ func runMerge(w io.Writer, f mergeFlags, paths []string) error {
 	for i, e := range entries {
 		merged.Entries[i] = byIndex[e.Index]
 	}
-	return finishSweep(w, merged, f.top, f.out, f.json)
+	// Shards merged elsewhere may name a calibration file this machine
+	// lacks: then no note of what it does not fit.
+	var calib *cost.Calibration
+	if merged.Calib != "" {
+		calib, _ = cost.LoadCalibration(merged.Calib)
+	}
+	return finishSweep(w, merged, calib, f.top, f.out, f.json)
 }
 
 func readSweep(path string) (*sweepFile, error) {
