@@ -70,9 +70,49 @@ type DeviceCalibration struct {
 	// stream on a goroutine, which one stream's end wakes. Measured from
 	// the waits in the traces of multi-device plans; 0 (absent in files
 	// of before it was measured): none.
-	Dispatch time.Duration     `json:"dispatch_ns,omitempty"`
-	Ops      map[string]*OpFit `json:"ops"`
+	Dispatch time.Duration `json:"dispatch_ns,omitempty"`
+	// Probe is how fast the host ran two reference kernels while it was
+	// calibrated; a later run probes again to tell whether the machine
+	// still runs at that speed (nil in files of before it was taken, and
+	// for GPUs).
+	Probe *Probe            `json:"probe,omitempty"`
+	Ops   map[string]*OpFit `json:"ops"`
 }
+
+// Probe is the time of two reference kernels on a host: a GEMM, bound by
+// arithmetic, and a stream over memory, bound by bandwidth; each a low
+// quantile of many runs (runtime.ProbeCPU). A shared machine (a cloud VM with noisy neighbours, a laptop
+// changing clocks) runs every kernel slower or faster by about the same
+// factor for minutes at a time: a calibration prices kernels at the speed of
+// its own minutes, and a prediction checked later is off by the factor the
+// probes show.
+type Probe struct {
+	GEMM   time.Duration `json:"gemm_ns"`
+	Stream time.Duration `json:"stream_ns"`
+	// Drift is, for a calibration's probe (the mean of one taken before
+	// its measurements and one after), the larger relative change of the
+	// two kernels between them: the speed changed while it measured.
+	Drift float64 `json:"drift,omitempty"`
+}
+
+// Change is how much slower (positive) or faster (negative) now runs than
+// p, relative: the mean of the two kernels' changes.
+func (p Probe) Change(now Probe) float64 {
+	return (rel(now.GEMM, p.GEMM) + rel(now.Stream, p.Stream)) / 2
+}
+
+// Between returns the probe of a span measured between two probes: their
+// mean, with the drift from one to the other.
+func Between(before, after Probe) Probe {
+	return Probe{
+		GEMM:   (before.GEMM + after.GEMM) / 2,
+		Stream: (before.Stream + after.Stream) / 2,
+		Drift:  max(math.Abs(rel(after.GEMM, before.GEMM)), math.Abs(rel(after.Stream, before.Stream))),
+	}
+}
+
+// rel is a/b − 1.
+func rel(a, b time.Duration) float64 { return float64(a)/float64(b) - 1 }
 
 // NewCalibration returns an empty calibration of the current version.
 func NewCalibration() *Calibration {
@@ -166,6 +206,14 @@ func (c *Calibration) check() error {
 		}
 		if dc.Dispatch < 0 {
 			return fmt.Errorf("devices[%q].dispatch_ns: must not be negative, got %d", typ, dc.Dispatch)
+		}
+		if p := dc.Probe; p != nil {
+			switch {
+			case p.GEMM <= 0 || p.Stream <= 0:
+				return fmt.Errorf("devices[%q].probe: times must be positive, got gemm_ns %d, stream_ns %d", typ, p.GEMM, p.Stream)
+			case !(p.Drift >= 0 && p.Drift < 1e6):
+				return fmt.Errorf("devices[%q].probe.drift: must be a non-negative number, got %g", typ, p.Drift)
+			}
 		}
 		for _, kind := range sortedKeys(dc.Ops) {
 			path := fmt.Sprintf("devices[%q].ops[%q]", typ, kind)

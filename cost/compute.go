@@ -296,11 +296,20 @@ func (m *ComputeModel) Dispatch(dev topology.DeviceSpec) time.Duration {
 // device is the calibration of dev: under its key, else its bare type;
 // nil if none.
 func (m *ComputeModel) device(dev topology.DeviceSpec) *DeviceCalibration {
-	if m == nil || m.calib == nil {
+	if m == nil {
+		return nil
+	}
+	return m.calib.For(dev)
+}
+
+// For returns the calibration of dev: under its key, else its bare type;
+// nil if none.
+func (c *Calibration) For(dev topology.DeviceSpec) *DeviceCalibration {
+	if c == nil {
 		return nil
 	}
 	for _, key := range []string{CalibrationKey(dev), dev.Type} {
-		if dc := m.calib.Devices[key]; dc != nil {
+		if dc := c.Devices[key]; dc != nil {
 			return dc
 		}
 	}

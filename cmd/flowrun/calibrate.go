@@ -25,6 +25,9 @@ import (
 	"github.com/flowkit/flowkit/topology"
 )
 
+// defaultCalibModels are the models calibrate measures by default.
+const defaultCalibModels = "mnist-cnn,mlp"
+
 type calibFlags struct {
 	device, out string
 	plans       []string
@@ -76,7 +79,7 @@ count ("cpu/2"), and loads on any machine.`,
 	fl.StringVar(&f.device, "device", "cpu", "device to calibrate: cpu, or cuda[:N] (measures the tasks of the --plans files where they run)")
 	fl.StringSliceVar(&f.plans, "plans", nil, "with --device cuda: plan files (globs allowed) whose tasks are measured, on every device they use")
 	fl.IntSliceVar(&f.workers, "workers", nil, "worker counts (cores per device) to calibrate (default: 1 and all cores)")
-	fl.StringArrayVar(&f.models, "models", []string{"mnist-cnn,mlp"}, "zoo models whose tasks are measured, comma-separated, with their size options (mlp,gpt2s-blocks:layers=2,seq=64)")
+	fl.StringArrayVar(&f.models, "models", []string{defaultCalibModels}, "zoo models whose tasks are measured, comma-separated, with their size options (mlp,gpt2s-blocks:layers=2,seq=64)")
 	fl.IntSliceVar(&f.batches, "batches", []int{4, 8, 16, 32, 64, 128, 256}, "micro-batch sizes measured")
 	fl.IntVar(&f.iters, "iters", 8, "iterations each calibration plan runs (the first two untimed; the mean is kept)")
 	fl.IntVar(&f.rounds, "rounds", 5, "times every calibration plan runs, in rounds (the median of the rounds is kept)")
@@ -146,10 +149,13 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return err
 		}
 		start := time.Now()
+		before := runtime.ProbeCPU(w)
 		m, err := measure(cmd, bench, f, w)
 		if err != nil {
 			return err
 		}
+		after := runtime.ProbeCPU(w)
+		probe := cost.Between(before, after)
 		dc, reps, err := fitKinds(spec, append(m.alone, m.comm...))
 		if err != nil {
 			return err
@@ -159,6 +165,12 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			dc.OpContention = m.opContention
 		}
 		dc.Dispatch = m.dispatch()
+		dc.Probe = &probe
+		if probe.Drift > probeTolerance {
+			fmt.Fprintf(os.Stderr, "flowrun: warning: %s: the machine's speed changed by %.0f%% while it was measured (reference GEMM %.3f → %.3f ms, stream %.3f → %.3f ms): "+
+				"the fits mix both speeds; calibrate again while the machine is quiet\n",
+				cost.CalibrationKey(spec), 100*probe.Drift, ms(before.GEMM), ms(after.GEMM), ms(before.Stream), ms(after.Stream))
+		}
 		host, _ := os.Hostname()
 		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
 			host, w, time.Now().UTC().Format("2006-01-02"), len(m.alone)+len(m.comm), time.Since(start).Seconds(), len(m.slowdowns))
@@ -174,11 +186,13 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 	}
 	if f.json {
 		opContention := map[string]map[string]float64{}
+		probes := map[string]*cost.Probe{}
 		for k, dc := range calib.Devices {
 			opContention[k] = dc.OpContention
+			probes[k] = dc.Probe
 		}
 		return printJSON(map[string]any{"output": f.out, "fits": reports, "held_out_median_rel_err": heldOutMedian(reports),
-			"contention": contention, "op_contention": opContention, "dispatch_ns": dispatch})
+			"contention": contention, "op_contention": opContention, "dispatch_ns": dispatch, "probe": probes})
 	}
 	for _, k := range slices.Sorted(maps.Keys(contention)) {
 		fmt.Printf("%s: kernels run %.1f%% slower per other busy device of the host (median)", k, 100*contention[k])
@@ -192,6 +206,9 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		if d := dispatch[k]; d > 0 {
 			fmt.Printf("%s: a task released by another stream starts %v later\n", k, d)
 		}
+		p := calib.Devices[k].Probe
+		fmt.Printf("%s: reference kernels (which exec --compare times again) GEMM %.3f ms, stream %.3f ms; they changed by %.1f%% while measuring\n",
+			k, ms(p.GEMM), ms(p.Stream), 100*p.Drift)
 	}
 	return printFits(reports, f.out)
 }

@@ -31,6 +31,7 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 	var rep struct {
 		Dispatch     map[string]int64              `json:"dispatch_ns"`
 		OpContention map[string]map[string]float64 `json:"op_contention"`
+		Probe        map[string]cost.Probe         `json:"probe"`
 	}
 	require.NoError(t, json.Unmarshal([]byte(out), &rep))
 	cal, err := cost.LoadCalibration(path)
@@ -40,6 +41,10 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 	require.Equal(t, int64(dc.Dispatch), rep.Dispatch["cpu/1"])
 	require.GreaterOrEqual(t, dc.Dispatch, time.Duration(0))
 	require.Equal(t, dc.OpContention, rep.OpContention["cpu/1"])
+	require.NotNil(t, dc.Probe, "the reference kernels' speed, which exec --compare checks")
+	require.Equal(t, *dc.Probe, rep.Probe["cpu/1"])
+	require.Positive(t, dc.Probe.GEMM)
+	require.Positive(t, dc.Probe.Stream)
 	for kind, k := range dc.OpContention {
 		require.GreaterOrEqual(t, k, 0.0, kind)
 		require.Contains(t, dc.Ops, kind, "a kind measured beside a neighbour was measured alone")

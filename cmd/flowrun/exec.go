@@ -14,6 +14,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowkit/flowkit/cost"
+	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
@@ -61,8 +62,10 @@ the plan's rules and compares with the simulator.
 The measured step time is the median over --runs runs of the mean step time
 after --warmup iterations. With --compare the plan is also simulated with the
 cost model (calibrated by --calib, else the device catalog's defaults), and
-predicted and measured step times and per-task times are compared; then
-(--breakdown, on by default) where the step goes on each device, predicted /
+predicted and measured step times and per-task times are compared (and, where
+the calibration holds a CPU's probe, the speed of its reference kernels now
+against then: a machine slower than when calibrated makes the prediction run
+low for its own sake); then (--breakdown, on by default) where the step goes on each device, predicted /
 measured: its time computing, communicating with no compute running on the
 device (exposed), and idle, which add up to the step; and the critical path
 of the same iterations in each trace (from the last task back through
@@ -161,11 +164,16 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		return err
 	}
 	var (
-		model *cost.ComputeModel
-		comm  *cost.Comm
+		model  *cost.ComputeModel
+		comm   *cost.Comm
+		speeds []*speedCheck
 	)
 	if f.compare { // before the runs, which a bad --calib or --cluster would waste
-		if model, err = loadModel(f.calib, p); err != nil {
+		var calib *cost.Calibration
+		if model, calib, err = loadModel(f.calib, p); err != nil {
+			return err
+		}
+		if speeds, err = speedChecks(p, calib); err != nil {
 			return err
 		}
 		if comm, err = planComm(p, f.cluster); err != nil {
@@ -214,6 +222,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		step  time.Duration
 	}
 	var runs []timedRun
+	for _, s := range speeds {
+		s.start()
+	}
 	for i := range f.runs {
 		res, err := run(cmd.Context(), f.iters, feed)
 		if err != nil {
@@ -233,6 +244,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if !f.json {
 			fmt.Fprintf(os.Stderr, "run %d: step %.3f ms\n", i+1, ms(step))
 		}
+	}
+	for _, s := range speeds {
+		s.finish()
 	}
 	order := make([]int, len(runs))
 	for i := range order {
@@ -348,6 +362,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if f.json {
 		out["predicted_step_s"] = cmp.PredStep.Seconds()
 		out["rel_error"] = relErr
+		if len(speeds) > 0 {
+			out["speed"] = speeds
+		}
 		out["tasks"] = cmp.Tasks
 		if f.breakdown {
 			out["breakdown"] = map[string]any{"predicted": predReport.Breakdown, "measured": measReport.Breakdown}
@@ -358,6 +375,12 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	fmt.Printf("%s %s batch %d on %d device(s)\n", p.Model, p.Strategy, p.Batch, len(p.Devices))
 	fmt.Printf("predicted step %.3f ms, measured %.3f ms (median of %d runs): error %+.1f%%\n\n",
 		ms(cmp.PredStep), ms(med.step), f.runs, 100*relErr)
+	for _, s := range speeds {
+		fmt.Printf("speed: %s\n", s)
+	}
+	if len(speeds) > 0 {
+		fmt.Println()
+	}
 	if err := cmp.WriteTable(os.Stdout, f.top); err != nil {
 		return err
 	}
@@ -452,34 +475,38 @@ func sharedHostNote(p *plans.Plan, ranks []int) string {
 	return ""
 }
 
-// loadModel returns the compute model of a calibration file, or of the
-// catalog defaults when path is empty; the calibration must hold some of
-// p's devices.
-func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, error) {
+// loadModel returns the compute model of a calibration file and the
+// calibration, or the catalog defaults' model (and no calibration) when
+// path is empty; the calibration must hold some of p's devices.
+func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, *cost.Calibration, error) {
 	if path == "" {
 		fmt.Fprintln(os.Stderr, "flowrun: no --calib: predicting from the device catalog's default efficiencies (run 'flowrun calibrate' for real figures)")
-		return cost.NewComputeModel(nil), nil
+		return cost.NewComputeModel(nil), nil, nil
 	}
 	c, err := cost.LoadCalibration(path)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	lacking, err := sim.CheckCalibration(p, c)
 	if err != nil {
-		return nil, fmt.Errorf("--calib %s: %w", path, err)
+		return nil, nil, fmt.Errorf("--calib %s: %w", path, err)
 	}
 	if len(lacking) > 0 {
 		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s holds no calibration of %s: predicted from the catalog's efficiencies\n", path, strings.Join(lacking, ", "))
 	}
 	ops, err := sim.UncalibratedOps(p, c)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	if len(ops) > 0 {
-		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models mnist-cnn,mlp,%s')\n",
-			path, strings.Join(ops, "; "), p.Model)
+		models := zoo.SplitNames(defaultCalibModels)
+		if !slices.Contains(models, p.Model) {
+			models = append(models, p.Model)
+		}
+		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models %s')\n",
+			path, strings.Join(ops, "; "), strings.Join(models, ","))
 	}
-	return cost.NewComputeModel(c), nil
+	return cost.NewComputeModel(c), c, nil
 }
 
 // writeChrome writes tr, a trace of p, to path as Chrome JSON, with live

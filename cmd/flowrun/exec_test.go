@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -145,4 +146,42 @@ func captureStdout(t *testing.T, f func()) []byte {
 	os.Stdout = old
 	require.NoError(t, w.Close())
 	return <-done
+}
+
+// exec --compare times the calibration's reference kernels again around
+// its runs and says how far the machine's speed is from the calibrated
+// one: here a probe a thousand times faster than any CPU, so the
+// prediction is flagged as low.
+func TestExecSpeedCheck(t *testing.T) {
+	plan := writePlan(t, []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1}})
+	cal := cost.NewCalibration()
+	cal.Devices["cpu/1"] = &cost.DeviceCalibration{Probe: &cost.Probe{GEMM: time.Microsecond, Stream: time.Microsecond}, Ops: map[string]*cost.OpFit{}}
+	calib := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, cal.WriteFile(calib))
+	exec := func(args ...string) []byte {
+		return captureStdout(t, func() {
+			cmd := newExecCmd()
+			cmd.SetArgs(append([]string{plan, "--compare", "--calib", calib, "--iters", "4", "--warmup", "1", "--runs", "1", "--breakdown=false"}, args...))
+			cmd.SetErr(io.Discard)
+			require.NoError(t, cmd.Execute())
+		})
+	}
+	var res struct {
+		Speed []struct {
+			Device          string
+			Calibrated, Now cost.Probe
+			Change          float64
+		} `json:"speed"`
+	}
+	require.NoError(t, json.Unmarshal(exec("--json"), &res))
+	require.Len(t, res.Speed, 1)
+	s := res.Speed[0]
+	require.Equal(t, "cpu/1", s.Device)
+	require.Equal(t, time.Microsecond, s.Calibrated.GEMM)
+	require.Greater(t, s.Now.GEMM, 10*time.Microsecond, "a 256³ GEMM on one core")
+	require.Greater(t, s.Now.Stream, 10*time.Microsecond, "axpy over 8 MiB")
+	require.InDelta(t, (float64(s.Now.GEMM)+float64(s.Now.Stream))/2e3-1, s.Change, 1e-9)
+	text := string(exec())
+	require.Contains(t, text, "speed: cpu/1 ran the reference kernels")
+	require.Contains(t, text, "predicted times, priced at the calibration's speed, run low")
 }
