@@ -357,11 +357,11 @@ func workspace(op graph.Op, in []graph.Spec) units.Bytes {
 	shape := func(i int) graph.Shape { return in[i].Shape }
 	switch op := op.(type) {
 	case graph.Conv2D:
-		return kcuda.ConvWorkspace(convShape(op.Window, shape(0), shape(1)))
+		return kcuda.ConvWorkspace(convShape(op.Window, shape(0), shape(1)), in[0].DType)
 	case graph.Conv2DGradData:
-		return kcuda.ConvWorkspace(convShape(op.Window, op.X, shape(1)))
+		return kcuda.ConvWorkspace(convShape(op.Window, op.X, shape(1)), in[0].DType)
 	case graph.Conv2DGradFilter:
-		return kcuda.ConvWorkspace(convShape(op.Window, shape(0), op.W))
+		return kcuda.ConvWorkspace(convShape(op.Window, shape(0), op.W), in[0].DType)
 	case graph.AttentionGrad:
 		return kcuda.AttentionWorkspace(in[0].DType, op.Seq, op.Heads)
 	case graph.BiasGrad:
@@ -458,15 +458,15 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		o, c, i := shape(0).Split3(op.Axis)
 		return k.BiasActBackward(s, dt, act, in[0], in[1], in[2], out[0], o, c, i)
 	case graph.Conv2D:
-		return k.Conv2DForward(s, convShape(op.Window, shape(0), shape(1)), in[0], in[1], out[0], work)
+		return k.Conv2DForward(s, dt, convShape(op.Window, shape(0), shape(1)), in[0], in[1], out[0], work)
 	case graph.Conv2DGradData:
-		return k.Conv2DBackwardData(s, convShape(op.Window, op.X, shape(1)), in[0], in[1], out[0], work)
+		return k.Conv2DBackwardData(s, dt, convShape(op.Window, op.X, shape(1)), in[0], in[1], out[0], work)
 	case graph.Conv2DGradFilter:
-		return k.Conv2DBackwardFilter(s, convShape(op.Window, shape(0), op.W), in[0], in[1], out[0], work)
+		return k.Conv2DBackwardFilter(s, dt, convShape(op.Window, shape(0), op.W), in[0], in[1], out[0], work)
 	case graph.MaxPool2D:
-		return k.MaxPool2DForward(s, poolShape(op, shape(0)), in[0], out[0])
+		return k.MaxPool2DForward(s, dt, poolShape(op, shape(0)), in[0], out[0])
 	case graph.MaxPool2DGrad:
-		return k.MaxPool2DBackward(s, poolShape(graph.MaxPool2D(op), shape(0)), in[0], in[1], out[0])
+		return k.MaxPool2DBackward(s, dt, poolShape(graph.MaxPool2D(op), shape(0)), in[0], in[1], out[0])
 	case graph.ReLU:
 		return k.ReLU(s, dt, in[0], out[0], n())
 	case graph.ReLUGrad:

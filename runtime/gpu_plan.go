@@ -498,13 +498,6 @@ func (g *gpuPlan) eventTime(e *cu.Event) (trace.Time, error) {
 	return trace.Time(g.baseAt + d), nil
 }
 
-// f32OnGPU are the ops whose GPU kernels compute in f32 only (their
-// wrappers take no dtype).
-var f32OnGPU = map[string]bool{
-	"conv2d": true, "conv2d_grad_data": true, "conv2d_grad_filter": true,
-	"max_pool2d": true, "max_pool2d_grad": true,
-}
-
 // gpuSupported says what a plan with GPUs asks that this runtime cannot
 // do yet.
 func gpuSupported(p *plans.Plan) error {
@@ -527,18 +520,6 @@ func gpuSupported(p *plans.Plan) error {
 	if p.Zero > 0 {
 		split := [...]string{1: "optimizer state", 2: "optimizer state and gradients", 3: "optimizer state, gradients and weights"}
 		return fmt.Errorf("runtime: plan %s splits %s over its replicas (zero=%d): ZeRO runs on CPU devices only so far", p.Strategy, split[min(p.Zero, 3)], p.Zero)
-	}
-	for t := range p.Tasks {
-		task := &p.Tasks[t]
-		if task.Op == nil || !f32OnGPU[task.Op.Type] || !isGPU(p.Devices[p.Streams[task.Streams[0]].Device]) {
-			continue
-		}
-		for _, u := range task.Reads {
-			if r := p.Registers[u.Reg]; r.Spec.DType.Size() == 2 {
-				return fmt.Errorf("runtime: task %s (%s) reads %s register %s: convolutions and max pooling run in f32 on GPUs so far (compile the plan with --dtype f32)",
-					task.Name, task.Op.Type, r.Spec.DType, r.Name)
-			}
-		}
 	}
 	if hasCPU {
 		for _, r := range p.Registers {

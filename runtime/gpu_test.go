@@ -65,19 +65,6 @@ func TestGPURefusesZero(t *testing.T) {
 	}
 }
 
-// A bf16 CNN on a GPU is refused before anything runs: convolutions and
-// pooling have f32 kernels only, which would read a bf16 register as twice
-// its size. A bf16 plan without them, and an f32 CNN, pass.
-func TestGPURefusesBF16Convolutions(t *testing.T) {
-	p := compileOn(t, gpuDevices(t), "resnet:depth=18,image=16", "single", 2, graph.BF16)
-	err := gpuSupported(p)
-	require.EqualError(t, err, "runtime: task conv2d (conv2d) reads bf16 register images: convolutions and max pooling run in f32 on GPUs so far (compile the plan with --dtype f32)")
-	_, err = NewPlanRunner(p)
-	require.ErrorContains(t, err, "convolutions and max pooling run in f32 on GPUs so far")
-	require.NoError(t, gpuSupported(compileOn(t, gpuDevices(t), "resnet:depth=18,image=16", "single", 2, graph.F32)))
-	require.NoError(t, gpuSupported(compileOn(t, gpuDevices(t), "mlp3x4096:width=64", "single", 2, graph.BF16)))
-}
-
 // Without a GPU, a plan with a GPU device is refused with the reason, and
 // nothing else breaks.
 func TestGPUNotAvailable(t *testing.T) {
@@ -299,10 +286,16 @@ func TestGPUMaskedText(t *testing.T) {
 	}
 }
 
-// bf16 on the GPU follows the f32 CPU run within bf16's precision.
+// bf16 on the GPU follows the f32 CPU run within bf16's precision: dense
+// layers, attention, a language model's head, and the CNNs' convolutions,
+// pooling and (in the ResNet) batch norms.
 func TestGPUBF16Workloads(t *testing.T) {
 	openGPU(t)
-	for _, model := range []string{"mlp3x4096:width=128", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=32", "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=96"} {
+	for _, model := range []string{"mlp3x4096:width=128", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=32", "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=96",
+		"mnist-cnn", "resnet:depth=18,image=16"} {
+		if model == "resnet:depth=18,image=16" && raceEnabled {
+			continue // as in TestGPUPlanMatchesCPU: the run without -race covers it
+		}
 		t.Run(model, func(t *testing.T) {
 			_, want := runPlan(t, compileOn(t, cpuDevices(1), model, "single", 8, 0), 2, false)
 			_, got := runPlan(t, compileOn(t, gpuDevices(t), model, "single", 8, graph.BF16), 2, false)

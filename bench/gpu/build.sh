@@ -45,10 +45,12 @@ plan hetero-mnist-cnn-f32-b64-gpu-cpu mnist-cnn 64 f32 pp=2,mb=2,sched=1f1b
 plan hetero-mnist-cnn-f32-b64-gpu-cpu-cut mnist-cnn 64 f32 pp=2,mb=2,layers=auto
 plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp mnist-cnn 64 f32 dp=2
 plan hetero-mnist-cnn-f32-b64-gpu-cpu-dp-auto mnist-cnn 64 f32 dp=2,mbs=8,mb=auto
-# And one the device runs last, with what time is left, outside the
-# calibration: ResNet-50 (batch norm; f32, as the GPU's convolutions are).
-"$flowsim" plan --cluster h200-host --model resnet50 --batch 128 --dtype f32 --strategy single \
-	--optimizer sgd --momentum 0 --lr 0.01 -o "$out/extra/resnet50-f32-b128.plan.json"
+# And ones the device runs last, with what time is left, outside the
+# calibration: ResNet-50 (batch norm), in f32 and in bf16.
+for dt in f32 bf16; do
+	"$flowsim" plan --cluster h200-host --model resnet50 --batch 128 --dtype $dt --strategy single \
+		--optimizer sgd --momentum 0 --lr 0.01 -o "$out/extra/resnet50-$dt-b128.plan.json"
+done
 rm -r "$(dirname "$flowsim")"
 
 # MNIST, for training on the GPU (the device machine has no network), and

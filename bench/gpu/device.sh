@@ -124,8 +124,10 @@ json train-gpt-text 90 "$bin/flowrun" train --device cuda --model gpt:layers=4,h
 	--optimizer adam --lr 0.002 --batch 32 --epochs 3 --max-steps 300 --data "$here/text" --json
 
 # 7. Then ResNet-50, uncalibrated for its batch norm (the calibration
-# above has none): its step, and the prediction's error.
-json exec-resnet50-f32-b128 60 "$bin/flowrun" exec "$here/extra/resnet50-f32-b128.plan.json" --device cuda \
-	--iters 20 --warmup 5 --runs 3 "${compare[@]}" --json
+# above has none): its step, and the prediction's error; in f32, then bf16.
+for dt in f32 bf16; do
+	json "exec-resnet50-$dt-b128" 60 "$bin/flowrun" exec "$here/extra/resnet50-$dt-b128.plan.json" --device cuda \
+		--iters 20 --warmup 5 --runs 3 "${compare[@]}" --json
+done
 
 python3 "$here/summarize.py" --gpu "$work/gpu.txt" --results "$res" --torch "$OUT/torch.jsonl" --log "$log" -o "$OUT/summary.json"

@@ -3,39 +3,46 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/kernels/cpu"
 	cu "github.com/flowkit/flowkit/runtime/cuda"
 	"github.com/flowkit/flowkit/units"
 )
 
 var (
-	// im2col_f32(const float *x, float *col, int C, int H, int W, int R,
-	// int S, int OH, int OW, int sh, int sw, int ph, int pw, int ldc,
+	// im2col_T(const T *x, T *col, int C, int H, int W, int R, int S,
+	// int OH, int OW, int sh, int sw, int ph, int pw, int ldc,
 	// int imgStride)
-	kIm2Col = def("conv", "im2col_f32", pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
-	// col2im_f32(const float *col, float *dx, …the same sizes…)
-	kCol2Im = def("conv", "col2im_f32", pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
-	// swap01_f32(const float *in, float *out, int A, int B, int I)
-	kSwap01 = def("conv", "swap01_f32", pPtr, pPtr, pI32, pI32, pI32)
+	kIm2Col = defTyped("conv", "im2col", pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
+	// col2im_T(const T *col, T *dx, …the same sizes…)
+	kCol2Im = defTyped("conv", "col2im", pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
+	// swap01_T(const T *in, T *out, int A, int B, int I)
+	kSwap01 = defTyped("conv", "swap01", pPtr, pPtr, pI32, pI32, pI32)
 )
 
-// The convolutions are float32 only, NCHW, with kernels/cpu's ConvShape.
-// Their matrix products run in cuBLAS (GemmF32: float32 arithmetic); the
-// kernels here move data around them, deterministically (no atomics).
+// The convolutions are NCHW, with kernels/cpu's ConvShape, on float32 or
+// bfloat16 tensors. Their matrix products run in cuBLAS (GemmF32: float32
+// arithmetic; GemmBF16: bf16 operands, float32 accumulation); the kernels
+// here move data around them, deterministically (no atomics). In bf16 the
+// column matrices are bf16 too, and col2im adds a pixel's entries in float.
 
 // ConvWorkspace is the scratch, in bytes, that each of Conv2DForward,
-// Conv2DBackwardData and Conv2DBackwardFilter needs for sh: the filter
-// gradient's, (C·R·S + K)·N·OutH·OutW floats, which is the most of the
-// three, so that one allocation serves all of a layer's convolutions.
-func ConvWorkspace(sh cpu.ConvShape) units.Bytes {
+// Conv2DBackwardData and Conv2DBackwardFilter needs for sh on elements of
+// dt: the filter gradient's, (C·R·S + K)·N·OutH·OutW elements, which is
+// the most of the three, so that one allocation serves all of a layer's
+// convolutions.
+func ConvWorkspace(sh cpu.ConvShape, dt graph.DType) units.Bytes {
 	if sh.Validate() != nil {
 		return 0
 	}
-	return units.Bytes(4 * (sh.C*sh.R*sh.S + sh.K) * sh.N * sh.OutH() * sh.OutW())
+	return dt.Size() * units.Bytes((sh.C*sh.R*sh.S+sh.K)*sh.N*sh.OutH()*sh.OutW())
 }
 
-// convCheck validates sh for the kernels' 32-bit indices.
-func convCheck(op string, sh cpu.ConvShape) error {
+// convCheck validates sh for the kernels' 32-bit indices, and dt.
+func convCheck(op string, sh cpu.ConvShape, dt graph.DType) error {
+	if _, err := gemmType(op, dt); err != nil {
+		return err
+	}
 	if err := sh.Validate(); err != nil {
 		return fmt.Errorf("%w: %s: %w", ErrArg, op, err)
 	}
@@ -74,9 +81,9 @@ func planeGrid(planes, per int) (grid, block cu.Dim3) {
 
 // im2col writes the column matrices of the batch x into col, image n's at
 // col + n·imgStride with rows ldc apart.
-func (k *Kernels) im2col(s *cu.Stream, sh cpu.ConvShape, x, col cu.DevicePtr, ldc, imgStride int) error {
+func (k *Kernels) im2col(s *cu.Stream, f *kernel, sh cpu.ConvShape, x, col cu.DevicePtr, ldc, imgStride int) error {
 	grid, block := planeGrid(sh.N*sh.C, sh.OutH()*sh.OutW())
-	return k.launch(s, kIm2Col, grid, block, x, col, int32(sh.C), int32(sh.H), int32(sh.W), int32(sh.R), int32(sh.S),
+	return k.launch(s, f, grid, block, x, col, int32(sh.C), int32(sh.H), int32(sh.W), int32(sh.R), int32(sh.S),
 		int32(sh.OutH()), int32(sh.OutW()), int32(sh.StrideH), int32(sh.StrideW), int32(sh.PadH), int32(sh.PadW),
 		int32(ldc), int32(imgStride))
 }
@@ -86,13 +93,15 @@ func (k *Kernels) im2col(s *cu.Stream, sh cpu.ConvShape, x, col cu.DevicePtr, ld
 // image's NCHW output, as one strided-batched GEMM over the images (w shared)
 // after im2col of the whole batch into work. work holds ConvWorkspace(sh)
 // bytes (1×1 filters at stride 1 without padding use none).
-func (k *Kernels) Conv2DForward(s *cu.Stream, sh cpu.ConvShape, x, w, y, work cu.DevicePtr) error {
+func (k *Kernels) Conv2DForward(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, x, w, y, work cu.DevicePtr) error {
 	const op = "Conv2DForward"
-	if err := convCheck(op, sh); err != nil {
+	if err := convCheck(op, sh, dt); err != nil {
 		return err
 	}
+	t, _ := gemmType(op, dt)
+	im2col, _ := kIm2Col.of(op, dt)
 	crs, ohw := sh.C*sh.R*sh.S, sh.OutH()*sh.OutW()
-	g := gemm{t: cu.GemmF32, m: sh.K, n: ohw, k: crs, alpha: 1, a: w, lda: crs, b: x, ldb: ohw, sb: int64(sh.C * sh.H * sh.W),
+	g := gemm{t: t, m: sh.K, n: ohw, k: crs, alpha: 1, a: w, lda: crs, b: x, ldb: ohw, sb: int64(sh.C * sh.H * sh.W),
 		c: y, ldc: ohw, sc: int64(sh.K * ohw), batch: sh.N}
 	if pointwise(sh) {
 		if err := notNil(op, "x w y", x, w, y); err != nil {
@@ -103,7 +112,7 @@ func (k *Kernels) Conv2DForward(s *cu.Stream, sh cpu.ConvShape, x, w, y, work cu
 	if err := notNil(op, "x w y work", x, w, y, work); err != nil {
 		return err
 	}
-	if err := k.im2col(s, sh, x, work, ohw, crs*ohw); err != nil {
+	if err := k.im2col(s, im2col, sh, x, work, ohw, crs*ohw); err != nil {
 		return err
 	}
 	g.b, g.sb = work, int64(crs*ohw)
@@ -114,13 +123,15 @@ func (k *Kernels) Conv2DForward(s *cu.Stream, sh cpu.ConvShape, x, w, y, work cu
 // per image, wᵀ·dy gives the gradient of the column matrix (one
 // strided-batched GEMM into work), which col2im gathers back onto the
 // pixels each column entry was copied from, adding in kernels/cpu's order.
-func (k *Kernels) Conv2DBackwardData(s *cu.Stream, sh cpu.ConvShape, dy, w, dx, work cu.DevicePtr) error {
+func (k *Kernels) Conv2DBackwardData(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, dy, w, dx, work cu.DevicePtr) error {
 	const op = "Conv2DBackwardData"
-	if err := convCheck(op, sh); err != nil {
+	if err := convCheck(op, sh, dt); err != nil {
 		return err
 	}
+	t, _ := gemmType(op, dt)
+	col2im, _ := kCol2Im.of(op, dt)
 	crs, ohw := sh.C*sh.R*sh.S, sh.OutH()*sh.OutW()
-	g := gemm{t: cu.GemmF32, transA: true, m: crs, n: ohw, k: sh.K, alpha: 1, a: w, lda: crs, b: dy, ldb: ohw,
+	g := gemm{t: t, transA: true, m: crs, n: ohw, k: sh.K, alpha: 1, a: w, lda: crs, b: dy, ldb: ohw,
 		sb: int64(sh.K * ohw), c: dx, ldc: ohw, sc: int64(sh.C * sh.H * sh.W), batch: sh.N}
 	if pointwise(sh) {
 		if err := notNil(op, "dy w dx", dy, w, dx); err != nil {
@@ -136,7 +147,7 @@ func (k *Kernels) Conv2DBackwardData(s *cu.Stream, sh cpu.ConvShape, dy, w, dx, 
 		return err
 	}
 	grid, block := planeGrid(sh.N*sh.C, sh.H*sh.W)
-	return k.launch(s, kCol2Im, grid, block, work, dx, int32(sh.C), int32(sh.H), int32(sh.W), int32(sh.R), int32(sh.S),
+	return k.launch(s, col2im, grid, block, work, dx, int32(sh.C), int32(sh.H), int32(sh.W), int32(sh.R), int32(sh.S),
 		int32(sh.OutH()), int32(sh.OutW()), int32(sh.StrideH), int32(sh.StrideW), int32(sh.PadH), int32(sh.PadW),
 		int32(ohw), int32(crs*ohw))
 }
@@ -146,27 +157,30 @@ func (k *Kernels) Conv2DBackwardData(s *cu.Stream, sh cpu.ConvShape, dy, w, dx, 
 // whole batch [C·R·S, N·OutH·OutW], one GEMM. Both are built in work: the
 // column matrix by im2col, dy's view by swapping its two outer axes (a
 // batch of one needs no swap).
-func (k *Kernels) Conv2DBackwardFilter(s *cu.Stream, sh cpu.ConvShape, x, dy, dw, work cu.DevicePtr) error {
+func (k *Kernels) Conv2DBackwardFilter(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, x, dy, dw, work cu.DevicePtr) error {
 	const op = "Conv2DBackwardFilter"
-	if err := convCheck(op, sh); err != nil {
+	if err := convCheck(op, sh, dt); err != nil {
 		return err
 	}
 	if err := notNil(op, "x dy dw work", x, dy, dw, work); err != nil {
 		return err
 	}
+	t, _ := gemmType(op, dt)
+	im2col, _ := kIm2Col.of(op, dt)
+	swap01, _ := kSwap01.of(op, dt)
 	crs, ohw := sh.C*sh.R*sh.S, sh.OutH()*sh.OutW()
 	ld := sh.N * ohw
-	if err := k.im2col(s, sh, x, work, ld, ohw); err != nil {
+	if err := k.im2col(s, im2col, sh, x, work, ld, ohw); err != nil {
 		return err
 	}
 	dyt := dy
 	if sh.N > 1 {
-		dyt = work + cu.DevicePtr(4*crs*ld)
+		dyt = work + cu.DevicePtr(int(dt.Size())*crs*ld)
 		grid, block := planeGrid(sh.N*sh.K, ohw)
-		if err := k.launch(s, kSwap01, grid, block, dy, dyt, int32(sh.N), int32(sh.K), int32(ohw)); err != nil {
+		if err := k.launch(s, swap01, grid, block, dy, dyt, int32(sh.N), int32(sh.K), int32(ohw)); err != nil {
 			return err
 		}
 	}
-	return k.be.gemm(s, gemm{t: cu.GemmF32, transB: true, m: sh.K, n: crs, k: ld, alpha: 1, a: dyt, lda: ld, b: work, ldb: ld,
+	return k.be.gemm(s, gemm{t: t, transB: true, m: sh.K, n: crs, k: ld, alpha: 1, a: dyt, lda: ld, b: work, ldb: ld,
 		c: dw, ldc: crs, batch: 1})
 }

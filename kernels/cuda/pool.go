@@ -3,16 +3,17 @@ package cuda
 import (
 	"fmt"
 
+	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/kernels/cpu"
 	cu "github.com/flowkit/flowkit/runtime/cuda"
 )
 
 var (
-	// maxpool_fwd_f32(const float *x, float *y, int planes, int H, int W,
-	// int OH, int OW, int KH, int KW, int sh, int sw, int ph, int pw)
-	kMaxPoolFwd = def("pool", "maxpool_fwd_f32", pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
-	// maxpool_bwd_f32(const float *x, const float *dy, float *dx, …the same sizes…)
-	kMaxPoolBwd = def("pool", "maxpool_bwd_f32", pPtr, pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
+	// maxpool_fwd_T(const T *x, T *y, int planes, int H, int W, int OH,
+	// int OW, int KH, int KW, int sh, int sw, int ph, int pw)
+	kMaxPoolFwd = defTyped("pool", "maxpool_fwd", pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
+	// maxpool_bwd_T(const T *x, const T *dy, T *dx, …the same sizes…)
+	kMaxPoolBwd = defTyped("pool", "maxpool_bwd", pPtr, pPtr, pPtr, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32, pI32)
 )
 
 // poolCheck validates sh for the kernels' 32-bit indices.
@@ -32,18 +33,22 @@ func poolArgs(sh cpu.PoolShape) []any {
 		int32(sh.KH), int32(sh.KW), int32(sh.StrideH), int32(sh.StrideW), int32(sh.PadH), int32(sh.PadW)}
 }
 
-// MaxPool2DForward sets y to the maximum of each window of x (float32
-// NCHW), as kernels/cpu's MaxPool2DForward: windows are clipped to the
+// MaxPool2DForward sets y to the maximum of each window of x (NCHW, f32
+// or bf16), as kernels/cpu's MaxPool2DForward: windows are clipped to the
 // input, and a window holding a NaN gives NaN.
-func (k *Kernels) MaxPool2DForward(s *cu.Stream, sh cpu.PoolShape, x, y cu.DevicePtr) error {
+func (k *Kernels) MaxPool2DForward(s *cu.Stream, dt graph.DType, sh cpu.PoolShape, x, y cu.DevicePtr) error {
 	const op = "MaxPool2DForward"
+	f, err := kMaxPoolFwd.of(op, dt)
+	if err != nil {
+		return err
+	}
 	if err := poolCheck(op, sh); err != nil {
 		return err
 	}
 	if err := notNil(op, "x y", x, y); err != nil {
 		return err
 	}
-	return k.flat(s, kMaxPoolFwd, int64(sh.N*sh.C*sh.OutH()*sh.OutW()), append([]any{x, y}, poolArgs(sh)...)...)
+	return k.flat(s, f, int64(sh.N*sh.C*sh.OutH()*sh.OutW()), append([]any{x, y}, poolArgs(sh)...)...)
 }
 
 // MaxPool2DBackward sets dx to the gradient of the loss with respect to x:
@@ -51,14 +56,18 @@ func (k *Kernels) MaxPool2DForward(s *cu.Stream, sh cpu.PoolShape, x, y cu.Devic
 // row-major window order among equal ones (NaN above any number), and
 // overlapping windows add up in row-major window order, as kernels/cpu's
 // MaxPool2DBackward does. Each input element gathers its own sum: no
-// atomics.
-func (k *Kernels) MaxPool2DBackward(s *cu.Stream, sh cpu.PoolShape, x, dy, dx cu.DevicePtr) error {
+// atomics; in bf16 the sums are in float, rounded once.
+func (k *Kernels) MaxPool2DBackward(s *cu.Stream, dt graph.DType, sh cpu.PoolShape, x, dy, dx cu.DevicePtr) error {
 	const op = "MaxPool2DBackward"
+	f, err := kMaxPoolBwd.of(op, dt)
+	if err != nil {
+		return err
+	}
 	if err := poolCheck(op, sh); err != nil {
 		return err
 	}
 	if err := notNil(op, "x dy dx", x, dy, dx); err != nil {
 		return err
 	}
-	return k.flat(s, kMaxPoolBwd, int64(sh.N*sh.C*sh.H*sh.W), append([]any{x, dy, dx}, poolArgs(sh)...)...)
+	return k.flat(s, f, int64(sh.N*sh.C*sh.H*sh.W), append([]any{x, dy, dx}, poolArgs(sh)...)...)
 }

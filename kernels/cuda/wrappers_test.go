@@ -336,32 +336,30 @@ func TestWrappers(t *testing.T) {
 	}
 	for _, sh := range convs {
 		add(fmt.Sprintf("conv/%+v", sh), func(k *Kernels, r *recorder, dt graph.DType) error {
-			if dt != graph.F32 {
-				return nil
-			}
 			x := buf(r, dt, sh.N*sh.C*sh.H*sh.W)
 			w := buf(r, dt, sh.K*sh.C*sh.R*sh.S)
 			y := buf(r, dt, sh.N*sh.K*sh.OutH()*sh.OutW())
 			dx := buf(r, dt, sh.N*sh.C*sh.H*sh.W)
 			dw := buf(r, dt, sh.K*sh.C*sh.R*sh.S)
-			work := r.alloc("work", ConvWorkspace(sh))
-			if err := k.Conv2DForward(nil, sh, x, w, y, work); err != nil {
+			work := r.alloc("work", ConvWorkspace(sh, dt))
+			if err := k.Conv2DForward(nil, dt, sh, x, w, y, work); err != nil {
 				return err
 			}
-			if err := r.coversOnce(y, 4); err != nil {
+			es := int(dt.Size())
+			if err := r.coversOnce(y, es); err != nil {
 				return fmt.Errorf("forward: %w", err)
 			}
-			if err := k.Conv2DBackwardFilter(nil, sh, x, y, dw, work); err != nil {
+			if err := k.Conv2DBackwardFilter(nil, dt, sh, x, y, dw, work); err != nil {
 				return err
 			}
-			if err := r.coversOnce(dw, 4); err != nil {
+			if err := r.coversOnce(dw, es); err != nil {
 				return fmt.Errorf("filter: %w", err)
 			}
-			if err := k.Conv2DBackwardData(nil, sh, y, w, dx, work); err != nil {
+			if err := k.Conv2DBackwardData(nil, dt, sh, y, w, dx, work); err != nil {
 				return err
 			}
 			if pointwise(sh) {
-				return r.coversOnce(dx, 4)
+				return r.coversOnce(dx, es)
 			}
 			return nil
 		})
@@ -372,8 +370,8 @@ func TestWrappers(t *testing.T) {
 	}
 	for _, sh := range pools {
 		add(fmt.Sprintf("pool/%+v", sh), func(k *Kernels, r *recorder, dt graph.DType) error {
-			x, y := buf(r, graph.F32, sh.N*sh.C*sh.H*sh.W), buf(r, graph.F32, sh.N*sh.C*sh.OutH()*sh.OutW())
-			return errors.Join(k.MaxPool2DForward(nil, sh, x, y), k.MaxPool2DBackward(nil, sh, x, y, buf(r, graph.F32, sh.N*sh.C*sh.H*sh.W)))
+			x, y := buf(r, dt, sh.N*sh.C*sh.H*sh.W), buf(r, dt, sh.N*sh.C*sh.OutH()*sh.OutW())
+			return errors.Join(k.MaxPool2DForward(nil, dt, sh, x, y), k.MaxPool2DBackward(nil, dt, sh, x, y, buf(r, dt, sh.N*sh.C*sh.H*sh.W)))
 		})
 	}
 	for _, c := range cases {
@@ -416,8 +414,8 @@ func TestWrapperErrors(t *testing.T) {
 		{"rope theta", k.RoPEForward(nil, graph.F32, x, y, 4, 4, 2, 1, 4, 0), ErrArg},
 		{"rope rows", k.RoPEBackward(nil, graph.F32, x, y, 5, 4, 2, 1, 4, 1e4), ErrArg},
 		{"swiglu n", k.SwiGLUBackward(nil, graph.F32, x, x, x, y, y, -1), ErrArg},
-		{"conv shape", k.Conv2DForward(nil, cpu.ConvShape{N: 1, C: 1, H: 2, W: 2, K: 1, R: 3, S: 3, StrideH: 1, StrideW: 1}, x, y, y, y), ErrArg},
-		{"pool shape", k.MaxPool2DForward(nil, cpu.PoolShape{N: 1, C: 1, H: 2, W: 2, KH: 2, KW: 2}, x, y), ErrArg},
+		{"conv shape", k.Conv2DForward(nil, graph.F32, cpu.ConvShape{N: 1, C: 1, H: 2, W: 2, K: 1, R: 3, S: 3, StrideH: 1, StrideW: 1}, x, y, y, y), ErrArg},
+		{"pool shape", k.MaxPool2DForward(nil, graph.F32, cpu.PoolShape{N: 1, C: 1, H: 2, W: 2, KH: 2, KW: 2}, x, y), ErrArg},
 		{"loss log", k.LossLog(nil, x, y, x, 3, 3, 10), ErrArg},
 		{"mean square", k.MeanSquare(nil, graph.F32, x, y, y, -1), ErrArg},
 		{"batch norm too large", k.BatchNorm(nil, graph.F32, x, y, y, y, y, 1<<16, 1<<10, 1<<6, 1e-5), ErrArg},
