@@ -130,4 +130,9 @@ for dt in f32 bf16; do
 		--iters 20 --warmup 5 --runs 3 "${compare[@]}" --json
 done
 
+# 8. Last of all: a masked language model (BERT, masked bytes) trained on
+# the same text, held-out bits a masked byte.
+json train-bert-text 60 "$bin/flowrun" train --device cuda --model bert:layers=4,hidden=256,heads=8,seq=128,vocab=256 \
+	--optimizer adam --lr 0.001 --batch 32 --epochs 3 --max-steps 300 --data "$here/text" --json
+
 python3 "$here/summarize.py" --gpu "$work/gpu.txt" --results "$res" --torch "$OUT/torch.jsonl" --log "$log" -o "$OUT/summary.json"

@@ -70,7 +70,8 @@ def main():
             extra = ""
             o = rec.get("out")
             if isinstance(o, dict) and "test_bits_per_byte" in o:
-                extra = f"  held-out {o['test_bits_per_byte']:.3f} bits/byte (byte frequencies {o['unigram_bits_per_byte']:.3f}), step {o['step_ms_median']:.2f} ms"
+                per = "masked byte" if "bert" in rec["step"] else "byte"
+                extra = f"  held-out {o['test_bits_per_byte']:.3f} bits/{per} (byte frequencies {o['unigram_bits_per_byte']:.3f}), step {o['step_ms_median']:.2f} ms"
             elif isinstance(o, dict) and "test_accuracy" in o:
                 extra = f"  test accuracy {100 * o['test_accuracy']:.2f}%"
             status = "ok" if rec["rc"] == 0 else "SKIPPED" if rec["rc"] == 125 else "FAILED rc=%d" % rec["rc"]
