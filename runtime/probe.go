@@ -1,12 +1,17 @@
 package runtime
 
 import (
+	"fmt"
+	"math"
 	goruntime "runtime"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/kernels/cpu"
+	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 )
 
 // Sizes of the reference kernels of ProbeCPU: a GEMM of probeGEMM³ (34
@@ -59,4 +64,79 @@ func ProbeCPU(workers int) cost.Probe {
 		return ts[len(ts)/4]
 	}
 	return cost.Probe{GEMM: quartile(g), Stream: quartile(s)}
+}
+
+// ProbeTolerance is the change of the reference kernels' speed past which
+// flowkit warns: while a calibration measures, or between a calibration
+// and runs checked against it. Probes in a row on the 2-core VMs flowkit
+// is developed on spread by up to 14% (max − min), 7% around their middle;
+// those VMs drift by 10–20% over minutes.
+const ProbeTolerance = 0.10
+
+// SpeedCheck compares the speed of a kind of CPU device, probed before and
+// after some runs, with the speed its calibration probed.
+type SpeedCheck struct {
+	Key        string     `json:"device"` // calibration key, "cpu/2"
+	Calibrated cost.Probe `json:"calibrated"`
+	Now        cost.Probe `json:"now"` // between the probes before and after the runs
+	// Change is how much slower (positive) the reference kernels ran now
+	// than when calibrated.
+	Change float64 `json:"change"`
+
+	workers int
+	before  cost.Probe
+}
+
+// SpeedChecks returns a check for each kind of CPU device among devs whose
+// calibration in c holds a probe, each once, in key order (none for a nil
+// c).
+func SpeedChecks(c *cost.Calibration, devs []plans.Device) ([]*SpeedCheck, error) {
+	var checks []*SpeedCheck
+	for _, d := range devs {
+		spec, err := topology.Spec(d.Type, d.Workers)
+		if err != nil {
+			return nil, err
+		}
+		dc := c.For(spec)
+		key := cost.CalibrationKey(spec)
+		if spec.Class != topology.CPU || dc == nil || dc.Probe == nil ||
+			slices.ContainsFunc(checks, func(s *SpeedCheck) bool { return s.Key == key }) {
+			continue
+		}
+		checks = append(checks, &SpeedCheck{Key: key, Calibrated: *dc.Probe, workers: spec.Cores})
+	}
+	slices.SortFunc(checks, func(a, b *SpeedCheck) int { return strings.Compare(a.Key, b.Key) })
+	return checks, nil
+}
+
+// Start probes before the runs; Finish after them, setting Now and Change.
+func (s *SpeedCheck) Start() { s.before = ProbeCPU(s.workers) }
+
+// Finish: see Start.
+func (s *SpeedCheck) Finish() {
+	s.Now = cost.Between(s.before, ProbeCPU(s.workers))
+	s.Change = s.Calibrated.Change(s.Now)
+}
+
+// String says how the speed compares, and, past ProbeTolerance, what that
+// means for a prediction priced by the calibration.
+func (s *SpeedCheck) String() string {
+	dir := "slower"
+	if s.Change < 0 {
+		dir = "faster"
+	}
+	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
+	msg := fmt.Sprintf("%s ran the reference kernels %.1f%% %s than when calibrated (GEMM %.3f → %.3f ms, stream %.3f → %.3f ms)",
+		s.Key, 100*math.Abs(s.Change), dir, ms(s.Calibrated.GEMM), ms(s.Now.GEMM), ms(s.Calibrated.Stream), ms(s.Now.Stream))
+	if math.Abs(s.Change) > ProbeTolerance {
+		low := "low"
+		if s.Change < 0 {
+			low = "high"
+		}
+		msg += fmt.Sprintf(": its kernels' predicted times, priced at the calibration's speed, run %s for the machine's sake, not the model's", low)
+	}
+	if s.Now.Drift > ProbeTolerance {
+		msg += fmt.Sprintf("; the speed changed by %.0f%% during the runs", 100*s.Now.Drift)
+	}
+	return msg
 }

@@ -86,6 +86,19 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 			}
 		}
 	}
+	// The machine's speed against the calibration's, probed around the
+	// runs (see runtime.SpeedCheck).
+	var devs []plans.Device
+	for _, c := range cs {
+		devs = append(devs, c.p.Devices...)
+	}
+	speeds, err := runtime.SpeedChecks(calib, devs)
+	if err != nil {
+		return err
+	}
+	for _, s := range speeds {
+		s.Start()
+	}
 	// Runs go round-robin over the plans, so that a slow spell of a shared
 	// machine lands on one run of many plans rather than on every run of
 	// one plan.
@@ -95,6 +108,10 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 				return fmt.Errorf("%s batch %d %s, run %d: %w", c.row.Model, c.row.Batch, c.row.Strategy, run+1, err)
 			}
 		}
+	}
+	for _, s := range speeds {
+		s.Finish()
+		fmt.Println("speed:", s)
 	}
 	rows := make([]row, len(cs))
 	for i, c := range cs {
@@ -107,7 +124,7 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 			r.Model, r.Batch, r.Strategy, r.PredMs, r.MeasMs, 100*r.RelErr)
 		rows[i] = *r
 	}
-	return write(out, calibPath, rows, iters, warmup)
+	return write(out, calibPath, rows, speeds, iters, warmup)
 }
 
 // config is one plan under measurement.
@@ -171,7 +188,7 @@ func (c *config) run(iters, warmup int) error {
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }
 
-func write(dir, calibPath string, rows []row, iters, warmup int) error {
+func write(dir, calibPath string, rows []row, speeds []*runtime.SpeedCheck, iters, warmup int) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
@@ -179,6 +196,9 @@ func write(dir, calibPath string, rows []row, iters, warmup int) error {
 	meta := map[string]any{
 		"date": time.Now().UTC().Format(time.RFC3339), "host": host, "cpus": goruntime.NumCPU(),
 		"go": goruntime.Version(), "calibration": calibPath, "rows": rows,
+	}
+	if len(speeds) > 0 {
+		meta["speed"] = speeds
 	}
 	b, err := json.MarshalIndent(meta, "", "  ")
 	if err != nil {
@@ -198,5 +218,11 @@ func write(dir, calibPath string, rows []row, iters, warmup int) error {
 		worst = math.Max(worst, math.Abs(r.RelErr))
 	}
 	fmt.Fprintf(&md, "\nWorst |error|: %.1f%%.\n", 100*worst)
+	if len(speeds) > 0 {
+		fmt.Fprintf(&md, "\nThe machine's speed during the runs (reference kernels probed before and after them, against the calibration's probe):\n\n")
+		for _, s := range speeds {
+			fmt.Fprintf(&md, "- %s\n", s)
+		}
+	}
 	return os.WriteFile(filepath.Join(dir, "table.md"), []byte(md.String()), 0o644)
 }

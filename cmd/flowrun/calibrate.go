@@ -166,7 +166,7 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		}
 		dc.Dispatch = m.dispatch()
 		dc.Probe = &probe
-		if probe.Drift > probeTolerance {
+		if probe.Drift > runtime.ProbeTolerance {
 			fmt.Fprintf(os.Stderr, "flowrun: warning: %s: the machine's speed changed by %.0f%% while it was measured (reference GEMM %.3f → %.3f ms, stream %.3f → %.3f ms): "+
 				"the fits mix both speeds; calibrate again while the machine is quiet\n",
 				cost.CalibrationKey(spec), 100*probe.Drift, ms(before.GEMM), ms(after.GEMM), ms(before.Stream), ms(after.Stream))

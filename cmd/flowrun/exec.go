@@ -166,14 +166,14 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	var (
 		model  *cost.ComputeModel
 		comm   *cost.Comm
-		speeds []*speedCheck
+		speeds []*runtime.SpeedCheck
 	)
 	if f.compare { // before the runs, which a bad --calib or --cluster would waste
 		var calib *cost.Calibration
 		if model, calib, err = loadModel(f.calib, p); err != nil {
 			return err
 		}
-		if speeds, err = speedChecks(p, calib); err != nil {
+		if speeds, err = runtime.SpeedChecks(calib, p.Devices); err != nil {
 			return err
 		}
 		if comm, err = planComm(p, f.cluster); err != nil {
@@ -223,7 +223,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	}
 	var runs []timedRun
 	for _, s := range speeds {
-		s.start()
+		s.Start()
 	}
 	for i := range f.runs {
 		res, err := run(cmd.Context(), f.iters, feed)
@@ -246,7 +246,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		}
 	}
 	for _, s := range speeds {
-		s.finish()
+		s.Finish()
 	}
 	order := make([]int, len(runs))
 	for i := range order {
