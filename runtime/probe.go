@@ -45,7 +45,9 @@ func ProbeCPU(workers int) cost.Probe {
 	for i := range x {
 		x[i] = 1
 	}
-	gemm := func() { cpu.Sgemm(pool, false, false, probeGEMM, probeGEMM, probeGEMM, 1, a, probeGEMM, b, probeGEMM, 0, c, probeGEMM) }
+	gemm := func() {
+		cpu.Sgemm(pool, false, false, probeGEMM, probeGEMM, probeGEMM, 1, a, probeGEMM, b, probeGEMM, 0, c, probeGEMM)
+	}
 	stream := func() { cpu.Axpy(pool, 1e-3, x, y) }
 	gemm()
 	stream()
