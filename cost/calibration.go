@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -89,10 +90,11 @@ type DeviceCalibration struct {
 type Probe struct {
 	GEMM   time.Duration `json:"gemm_ns"`
 	Stream time.Duration `json:"stream_ns"`
-	// Drift is, for a calibration's probe (the mean of one taken before
-	// its measurements and one after), the larger relative change of the
-	// two kernels between them: the speed changed while it measured.
-	Drift float64 `json:"drift,omitempty"`
+	// Spread is, for the probe of a span (Over), how far apart its probes
+	// were: per kernel (max − min) / median, the larger of the two. A
+	// single probe on a shared machine is a moment's speed; many through
+	// the span, their median, are the span's.
+	Spread float64 `json:"spread,omitempty"`
 }
 
 // Change is how much slower (positive) or faster (negative) now runs than
@@ -101,14 +103,24 @@ func (p Probe) Change(now Probe) float64 {
 	return (rel(now.GEMM, p.GEMM) + rel(now.Stream, p.Stream)) / 2
 }
 
-// Between returns the probe of a span measured between two probes: their
-// mean, with the drift from one to the other.
-func Between(before, after Probe) Probe {
-	return Probe{
-		GEMM:   (before.GEMM + after.GEMM) / 2,
-		Stream: (before.Stream + after.Stream) / 2,
-		Drift:  max(math.Abs(rel(after.GEMM, before.GEMM)), math.Abs(rel(after.Stream, before.Stream))),
+// Over returns the probe of a span probed several times: per kernel the
+// median of the probes (the upper one of an even count), and their spread.
+// It needs at least one probe.
+func Over(probes []Probe) Probe {
+	var out Probe
+	for _, k := range []struct {
+		of  func(Probe) time.Duration
+		set *time.Duration
+	}{{func(p Probe) time.Duration { return p.GEMM }, &out.GEMM}, {func(p Probe) time.Duration { return p.Stream }, &out.Stream}} {
+		ts := make([]time.Duration, len(probes))
+		for i, p := range probes {
+			ts[i] = k.of(p)
+		}
+		slices.Sort(ts)
+		*k.set = ts[len(ts)/2]
+		out.Spread = max(out.Spread, float64(ts[len(ts)-1]-ts[0])/float64(*k.set))
 	}
+	return out
 }
 
 // rel is a/b − 1.
@@ -211,8 +223,8 @@ func (c *Calibration) check() error {
 			switch {
 			case p.GEMM <= 0 || p.Stream <= 0:
 				return fmt.Errorf("devices[%q].probe: times must be positive, got gemm_ns %d, stream_ns %d", typ, p.GEMM, p.Stream)
-			case !(p.Drift >= 0 && p.Drift < 1e6):
-				return fmt.Errorf("devices[%q].probe.drift: must be a non-negative number, got %g", typ, p.Drift)
+			case !(p.Spread >= 0 && p.Spread < 1e6):
+				return fmt.Errorf("devices[%q].probe.spread: must be a non-negative number, got %g", typ, p.Spread)
 			}
 		}
 		for _, kind := range sortedKeys(dc.Ops) {

@@ -18,7 +18,7 @@ func FuzzReadCalibration(f *testing.F) {
 	f.Add([]byte(`{"version":1,"devices":{"cpu/2":{"ops":{"relu":{"launch_ns":100,"compute":{"max":0.5,"half":1000,"gamma":1},` +
 		`"memory":{"max":0.5,"half":1000,"gamma":1},"exact":[{"dtype":"f32","shape":[4,4],"time_ns":500}]}}}}}`))
 	f.Add([]byte(`{"version":1,"devices":{"H200":null}}`))
-	f.Add([]byte(`{"version":1,"devices":{"cpu/2":{"probe":{"gemm_ns":600000,"stream_ns":2000000,"drift":0.02},"ops":{}}}}`))
+	f.Add([]byte(`{"version":1,"devices":{"cpu/2":{"probe":{"gemm_ns":600000,"stream_ns":2000000,"spread":0.02},"ops":{}}}}`))
 	f.Add([]byte(`{"version":1,"devices":{"cpu/1":{"dispatch_ns":80000,"ops":{"allreduce":{"launch_ns":100,"traffic":true,` +
 		`"compute":{"max":0.5,"half":1000,"gamma":1},"memory":{"max":0.5,"half":1000,"gamma":1},` +
 		`"exact":[{"dtype":"f32","shape":[2,4],"time_ns":500,"traffic":112},{"dtype":"f32","shape":[2,4],"time_ns":400}]}}}}}`))

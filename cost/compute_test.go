@@ -168,7 +168,7 @@ func TestCalibrationRoundTrip(t *testing.T) {
 		t.Fatalf("FitAll: got %v, %v", reps, err)
 	}
 	dc.Contention, dc.OpContention = 0.1, map[string]float64{"conv2d": 0.05, "max_pool2d": 0.3}
-	dc.Probe = &Probe{GEMM: 600 * time.Microsecond, Stream: 2 * time.Millisecond, Drift: 0.03}
+	dc.Probe = &Probe{GEMM: 600 * time.Microsecond, Stream: 2 * time.Millisecond, Spread: 0.03}
 	cal := NewCalibration()
 	cal.Devices["cpu"] = dc
 	m := NewComputeModel(cal)
@@ -207,7 +207,7 @@ func TestCalibrationLoaderErrors(t *testing.T) {
 		{"op contention", strings.Replace(good, `"ops"`, `"op_contention": {"max_pool2d": -0.2}, "ops"`, 1), `devices["cpu"].op_contention["max_pool2d"]: must be a non-negative number for an op kind, got -0.2`},
 		{"op contention kind", strings.Replace(good, `"ops"`, `"op_contention": {"": 0.2}, "ops"`, 1), `devices["cpu"].op_contention[""]: must be a non-negative number for an op kind, got 0.2`},
 		{"probe", strings.Replace(good, `"ops"`, `"probe": {"gemm_ns": 0, "stream_ns": 5}, "ops"`, 1), `devices["cpu"].probe: times must be positive, got gemm_ns 0, stream_ns 5`},
-		{"probe drift", strings.Replace(good, `"ops"`, `"probe": {"gemm_ns": 4, "stream_ns": 5, "drift": -1}, "ops"`, 1), `devices["cpu"].probe.drift: must be a non-negative number, got -1`},
+		{"probe spread", strings.Replace(good, `"ops"`, `"probe": {"gemm_ns": 4, "stream_ns": 5, "spread": -1}, "ops"`, 1), `devices["cpu"].probe.spread: must be a non-negative number, got -1`},
 	}
 	for _, tt := range tests {
 		_, err := ReadCalibration("calib.json", strings.NewReader(tt.json))
@@ -220,18 +220,18 @@ func TestCalibrationLoaderErrors(t *testing.T) {
 	}
 }
 
-// A probe between two is their mean, drifting by the larger change of the
-// two kernels; a later probe's change is the mean of the kernels' changes.
+// The probe of a span is each kernel's median over its probes, spread by
+// the larger of the kernels' (max − min) / median; a later probe's change
+// is the mean of the kernels' changes.
 func TestProbe(t *testing.T) {
+	got := Over([]Probe{{GEMM: 1100, Stream: 4000}, {GEMM: 1000, Stream: 3800}, {GEMM: 1050, Stream: 4200}})
+	if got.GEMM != 1050 || got.Stream != 4000 || math.Abs(got.Spread-0.1) > 1e-12 {
+		t.Errorf("Over = %+v, want GEMM 1050, stream 4000, spread 0.1 (the stream's 400/4000)", got)
+	}
+	if got := Over([]Probe{{GEMM: 7, Stream: 9}}); got != (Probe{GEMM: 7, Stream: 9}) {
+		t.Errorf("Over one probe = %+v", got)
+	}
 	before := Probe{GEMM: 1000, Stream: 4000}
-	after := Probe{GEMM: 1100, Stream: 3800}
-	got := Between(before, after)
-	if got.GEMM != 1050 || got.Stream != 3900 || math.Abs(got.Drift-0.1) > 1e-12 {
-		t.Errorf("Between = %+v, want GEMM 1050, stream 3900, drift 0.1", got)
-	}
-	if got := Between(after, before).Drift; math.Abs(got-0.1/1.1) > 1e-12 {
-		t.Errorf("drift back = %v, want %v (relative to the first)", got, 0.1/1.1)
-	}
 	if c := before.Change(Probe{GEMM: 1200, Stream: 4400}); math.Abs(c-0.15) > 1e-12 {
 		t.Errorf("Change = %v, want 0.15 (20%% and 10%% slower)", c)
 	}

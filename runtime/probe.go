@@ -69,24 +69,25 @@ func ProbeCPU(workers int) cost.Probe {
 }
 
 // ProbeTolerance is the change of the reference kernels' speed past which
-// flowkit warns: while a calibration measures, or between a calibration
-// and runs checked against it. Probes in a row on the 2-core VMs flowkit
-// is developed on spread by up to 14% (max − min), 7% around their middle;
-// those VMs drift by 10–20% over minutes.
+// flowkit says a prediction runs high or low for the machine's sake. The
+// probes of a span are many, their median its speed: on the 2-core VMs
+// flowkit is developed on, single probes in a row spread by up to 14%
+// (max − min), and by 20–40% over a calibration's minutes.
 const ProbeTolerance = 0.10
 
-// SpeedCheck compares the speed of a kind of CPU device, probed before and
-// after some runs, with the speed its calibration probed.
+// SpeedCheck compares the speed of a kind of CPU device through some runs,
+// probed before, between and after them, with the speed its calibration
+// probed.
 type SpeedCheck struct {
 	Key        string     `json:"device"` // calibration key, "cpu/2"
 	Calibrated cost.Probe `json:"calibrated"`
-	Now        cost.Probe `json:"now"` // between the probes before and after the runs
+	Now        cost.Probe `json:"now"` // over the probes taken (cost.Over)
 	// Change is how much slower (positive) the reference kernels ran now
 	// than when calibrated.
 	Change float64 `json:"change"`
 
 	workers int
-	before  cost.Probe
+	probes  []cost.Probe
 }
 
 // SpeedChecks returns a check for each kind of CPU device among devs whose
@@ -111,12 +112,13 @@ func SpeedChecks(c *cost.Calibration, devs []plans.Device) ([]*SpeedCheck, error
 	return checks, nil
 }
 
-// Start probes before the runs; Finish after them, setting Now and Change.
-func (s *SpeedCheck) Start() { s.before = ProbeCPU(s.workers) }
+// Probe probes the device kind's speed once more: call it before the
+// runs, between them and after them.
+func (s *SpeedCheck) Probe() { s.probes = append(s.probes, ProbeCPU(s.workers)) }
 
-// Finish: see Start.
+// Finish sets Now and Change from the probes taken (at least one).
 func (s *SpeedCheck) Finish() {
-	s.Now = cost.Between(s.before, ProbeCPU(s.workers))
+	s.Now = cost.Over(s.probes)
 	s.Change = s.Calibrated.Change(s.Now)
 }
 
@@ -128,17 +130,14 @@ func (s *SpeedCheck) String() string {
 		dir = "faster"
 	}
 	ms := func(d time.Duration) float64 { return float64(d) / 1e6 }
-	msg := fmt.Sprintf("%s ran the reference kernels %.1f%% %s than when calibrated (GEMM %.3f → %.3f ms, stream %.3f → %.3f ms)",
-		s.Key, 100*math.Abs(s.Change), dir, ms(s.Calibrated.GEMM), ms(s.Now.GEMM), ms(s.Calibrated.Stream), ms(s.Now.Stream))
+	msg := fmt.Sprintf("%s ran the reference kernels %.1f%% %s than when calibrated (GEMM %.3f → %.3f ms, stream %.3f → %.3f ms; medians of %d probes, spread %.0f%%)",
+		s.Key, 100*math.Abs(s.Change), dir, ms(s.Calibrated.GEMM), ms(s.Now.GEMM), ms(s.Calibrated.Stream), ms(s.Now.Stream), len(s.probes), 100*s.Now.Spread)
 	if math.Abs(s.Change) > ProbeTolerance {
 		low := "low"
 		if s.Change < 0 {
 			low = "high"
 		}
-		msg += fmt.Sprintf(": its kernels' predicted times, priced at the calibration's speed, run %s for the machine's sake, not the model's", low)
-	}
-	if s.Now.Drift > ProbeTolerance {
-		msg += fmt.Sprintf("; the speed changed by %.0f%% during the runs", 100*s.Now.Drift)
+		msg += fmt.Sprintf(": its kernels' predicted times, priced at the calibration's speed, may run %s for the machine's sake, not the model's", low)
 	}
 	return msg
 }

@@ -97,7 +97,7 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 		return err
 	}
 	for _, s := range speeds {
-		s.Start()
+		s.Probe()
 	}
 	// Runs go round-robin over the plans, so that a slow spell of a shared
 	// machine lands on one run of many plans rather than on every run of
@@ -107,6 +107,9 @@ func run(calibPath, models, batches, strategies string, runs, iters, warmup int,
 			if err := c.run(iters, warmup); err != nil {
 				return fmt.Errorf("%s batch %d %s, run %d: %w", c.row.Model, c.row.Batch, c.row.Strategy, run+1, err)
 			}
+		}
+		for _, s := range speeds {
+			s.Probe()
 		}
 	}
 	for _, s := range speeds {
@@ -219,7 +222,7 @@ func write(dir, calibPath string, rows []row, speeds []*runtime.SpeedCheck, iter
 	}
 	fmt.Fprintf(&md, "\nWorst |error|: %.1f%%.\n", 100*worst)
 	if len(speeds) > 0 {
-		fmt.Fprintf(&md, "\nThe machine's speed during the runs (reference kernels probed before and after them, against the calibration's probe):\n\n")
+		fmt.Fprintf(&md, "\nThe machine's speed during the runs (reference kernels probed before the runs and after each round, against the calibration's probe):\n\n")
 		for _, s := range speeds {
 			fmt.Fprintf(&md, "- %s\n", s)
 		}

@@ -149,13 +149,11 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return err
 		}
 		start := time.Now()
-		before := runtime.ProbeCPU(w)
 		m, err := measure(cmd, bench, f, w)
 		if err != nil {
 			return err
 		}
-		after := runtime.ProbeCPU(w)
-		probe := cost.Between(before, after)
+		probe := cost.Over(m.probes)
 		dc, reps, err := fitKinds(spec, append(m.alone, m.comm...))
 		if err != nil {
 			return err
@@ -166,11 +164,6 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		}
 		dc.Dispatch = m.dispatch()
 		dc.Probe = &probe
-		if probe.Drift > runtime.ProbeTolerance {
-			fmt.Fprintf(os.Stderr, "flowrun: warning: %s: the machine's speed changed by %.0f%% while it was measured (reference GEMM %.3f → %.3f ms, stream %.3f → %.3f ms): "+
-				"the fits mix both speeds; calibrate again while the machine is quiet\n",
-				cost.CalibrationKey(spec), 100*probe.Drift, ms(before.GEMM), ms(after.GEMM), ms(before.Stream), ms(after.Stream))
-		}
 		host, _ := os.Hostname()
 		dc.Note = fmt.Sprintf("flowrun calibrate on %s, %d worker(s), %s, %d samples in %.0fs; contention from %d kernels",
 			host, w, time.Now().UTC().Format("2006-01-02"), len(m.alone)+len(m.comm), time.Since(start).Seconds(), len(m.slowdowns))
@@ -207,8 +200,8 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			fmt.Printf("%s: a task released by another stream starts %v later\n", k, d)
 		}
 		p := calib.Devices[k].Probe
-		fmt.Printf("%s: reference kernels (which exec --compare times again) GEMM %.3f ms, stream %.3f ms; they changed by %.1f%% while measuring\n",
-			k, ms(p.GEMM), ms(p.Stream), 100*p.Drift)
+		fmt.Printf("%s: reference kernels (which exec --compare times again) GEMM %.3f ms, stream %.3f ms: medians of the probes taken while measuring, spread %.0f%%\n",
+			k, ms(p.GEMM), ms(p.Stream), 100*p.Spread)
 	}
 	return printFits(reports, f.out)
 }
@@ -267,6 +260,8 @@ type measured struct {
 	// latencies are, for each run of a plan of two devices, the latency
 	// of waking a goroutine its wakes give (runtime.DispatchLatency).
 	latencies []time.Duration
+	// probes are the machine's speed through the measurements.
+	probes []cost.Probe
 }
 
 // measure runs the calibration plans on devices of w workers: one-device
@@ -327,7 +322,13 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 	progress := newProgressBar(f.rounds*len(jobs), fmt.Sprintf("calibrating %d worker(s)", w))
 	m := &measured{}
 	var corun, split []cost.Sample
+	// The machine's speed, probed twice a round and at the end: the
+	// calibration's speed is their median (see cost.Probe).
+	every := max(1, len(jobs)/2)
 	for i := range f.rounds * len(jobs) {
+		if i%every == 0 {
+			m.probes = append(m.probes, runtime.ProbeCPU(w))
+		}
 		j := jobs[i%len(jobs)]
 		got, err := bench.Measure(cmd.Context(), j.p)
 		if err != nil {
@@ -351,6 +352,7 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		}
 		progress(i + 1)
 	}
+	m.probes = append(m.probes, runtime.ProbeCPU(w))
 	m.contend(corun)
 	alone := medians(m.alone)
 	for _, s := range split {

@@ -223,7 +223,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	}
 	var runs []timedRun
 	for _, s := range speeds {
-		s.Start()
+		s.Probe()
 	}
 	for i := range f.runs {
 		res, err := run(cmd.Context(), f.iters, feed)
@@ -241,6 +241,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 			return err
 		}
 		runs = append(runs, timedRun{res, checked, step})
+		for _, s := range speeds {
+			s.Probe()
+		}
 		if !f.json {
 			fmt.Fprintf(os.Stderr, "run %d: step %.3f ms\n", i+1, ms(step))
 		}
