@@ -63,13 +63,14 @@ The measured step time is the median over --runs runs of the mean step time
 after --warmup iterations. With --compare the plan is also simulated with the
 cost model (calibrated by --calib, else the device catalog's defaults), and
 predicted and measured step times and per-task times are compared (and, where
-the calibration holds a CPU's probe, the speed of its reference kernels now
-against then: a machine slower than when calibrated makes the prediction run
-low for its own sake); then (--breakdown, on by default) where the step goes on each device, predicted /
-measured: its time computing, communicating with no compute running on the
-device (exposed), and idle, which add up to the step; and the critical path
-of the same iterations in each trace (from the last task back through
-whatever released each task): its time computing, communicating and waiting,
+the calibration holds a CPU's probe, the speed of its reference kernels,
+probed before the runs and after each, against the calibrated one: a machine
+slower than when calibrated makes the prediction run low for its own sake);
+then (--breakdown, on by default) where the step goes on each device,
+predicted / measured: its time computing, communicating with no compute
+running on the device (exposed), and idle, which add up to the step; and the
+critical path of the same iterations in each trace (from the last task back
+through whatever released each task): its time computing, communicating and waiting,
 and the streams, ops and tasks it runs on most. Last (--memory, by default as
 --breakdown with --compare) what fills each device's memory: the planned
 arena beside the most bytes the measured run (and the simulation) held live
