@@ -91,7 +91,7 @@ func (k *Kernels) im2col(s *cu.Stream, f *kernel, sh cpu.ConvShape, x, col cu.De
 // Conv2DForward sets y = conv(x, w): per image, w viewed as [K, C·R·S] times
 // the column matrix of x [C·R·S, OutH·OutW], written straight into the
 // image's NCHW output, as one strided-batched GEMM over the images (w shared)
-// after im2col of the whole batch into work. work holds ConvWorkspace(sh)
+// after im2col of the whole batch into work. work holds ConvWorkspace(sh, dt)
 // bytes (1×1 filters at stride 1 without padding use none).
 func (k *Kernels) Conv2DForward(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, x, w, y, work cu.DevicePtr) error {
 	const op = "Conv2DForward"
