@@ -107,20 +107,19 @@ func (p Probe) Change(now Probe) float64 {
 // median of the probes (the upper one of an even count), and their spread.
 // It needs at least one probe.
 func Over(probes []Probe) Probe {
-	var out Probe
-	for _, k := range []struct {
-		of  func(Probe) time.Duration
-		set *time.Duration
-	}{{func(p Probe) time.Duration { return p.GEMM }, &out.GEMM}, {func(p Probe) time.Duration { return p.Stream }, &out.Stream}} {
+	// medianSpread is the median of one kernel's times, and their spread.
+	medianSpread := func(of func(Probe) time.Duration) (time.Duration, float64) {
 		ts := make([]time.Duration, len(probes))
 		for i, p := range probes {
-			ts[i] = k.of(p)
+			ts[i] = of(p)
 		}
 		slices.Sort(ts)
-		*k.set = ts[len(ts)/2]
-		out.Spread = max(out.Spread, float64(ts[len(ts)-1]-ts[0])/float64(*k.set))
+		med := ts[len(ts)/2]
+		return med, float64(ts[len(ts)-1]-ts[0]) / float64(med)
 	}
-	return out
+	gemm, gs := medianSpread(func(p Probe) time.Duration { return p.GEMM })
+	stream, ss := medianSpread(func(p Probe) time.Duration { return p.Stream })
+	return Probe{GEMM: gemm, Stream: stream, Spread: max(gs, ss)}
 }
 
 // rel is a/b − 1.

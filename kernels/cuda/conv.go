@@ -38,13 +38,15 @@ func ConvWorkspace(sh cpu.ConvShape, dt graph.DType) units.Bytes {
 	return dt.Size() * units.Bytes((sh.C*sh.R*sh.S+sh.K)*sh.N*sh.OutH()*sh.OutW())
 }
 
-// convCheck validates sh for the kernels' 32-bit indices, and dt.
-func convCheck(op string, sh cpu.ConvShape, dt graph.DType) error {
-	if _, err := gemmType(op, dt); err != nil {
-		return err
+// convCheck validates sh for the kernels' 32-bit indices, and dt; it
+// returns the GEMM type of dt.
+func convCheck(op string, sh cpu.ConvShape, dt graph.DType) (cu.GemmType, error) {
+	t, err := gemmType(op, dt)
+	if err != nil {
+		return 0, err
 	}
 	if err := sh.Validate(); err != nil {
-		return fmt.Errorf("%w: %s: %w", ErrArg, op, err)
+		return 0, fmt.Errorf("%w: %s: %w", ErrArg, op, err)
 	}
 	crs, ohw := sh.C*sh.R*sh.S, sh.OutH()*sh.OutW()
 	for _, c := range []struct {
@@ -57,13 +59,13 @@ func convCheck(op string, sh cpu.ConvShape, dt graph.DType) error {
 		{"C·R·S+K N OutH·OutW", []int{crs + sh.K, sh.N, ohw}},
 	} {
 		if err := fits32(op, c.names, c.vals...); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if max(ohw, sh.H*sh.W) > 65535*threads {
-		return argErr(op, "%d×%d images are too large", sh.H, sh.W)
+		return 0, argErr(op, "%d×%d images are too large", sh.H, sh.W)
 	}
-	return nil
+	return t, nil
 }
 
 // pointwise reports whether the column matrix of an image is the image
@@ -95,10 +97,10 @@ func (k *Kernels) im2col(s *cu.Stream, f *kernel, sh cpu.ConvShape, x, col cu.De
 // bytes (1×1 filters at stride 1 without padding use none).
 func (k *Kernels) Conv2DForward(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, x, w, y, work cu.DevicePtr) error {
 	const op = "Conv2DForward"
-	if err := convCheck(op, sh, dt); err != nil {
+	t, err := convCheck(op, sh, dt)
+	if err != nil {
 		return err
 	}
-	t, _ := gemmType(op, dt)
 	im2col, _ := kIm2Col.of(op, dt)
 	crs, ohw := sh.C*sh.R*sh.S, sh.OutH()*sh.OutW()
 	g := gemm{t: t, m: sh.K, n: ohw, k: crs, alpha: 1, a: w, lda: crs, b: x, ldb: ohw, sb: int64(sh.C * sh.H * sh.W),
@@ -125,10 +127,10 @@ func (k *Kernels) Conv2DForward(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, 
 // pixels each column entry was copied from, adding in kernels/cpu's order.
 func (k *Kernels) Conv2DBackwardData(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, dy, w, dx, work cu.DevicePtr) error {
 	const op = "Conv2DBackwardData"
-	if err := convCheck(op, sh, dt); err != nil {
+	t, err := convCheck(op, sh, dt)
+	if err != nil {
 		return err
 	}
-	t, _ := gemmType(op, dt)
 	col2im, _ := kCol2Im.of(op, dt)
 	crs, ohw := sh.C*sh.R*sh.S, sh.OutH()*sh.OutW()
 	g := gemm{t: t, transA: true, m: crs, n: ohw, k: sh.K, alpha: 1, a: w, lda: crs, b: dy, ldb: ohw,
@@ -159,13 +161,13 @@ func (k *Kernels) Conv2DBackwardData(s *cu.Stream, dt graph.DType, sh cpu.ConvSh
 // batch of one needs no swap).
 func (k *Kernels) Conv2DBackwardFilter(s *cu.Stream, dt graph.DType, sh cpu.ConvShape, x, dy, dw, work cu.DevicePtr) error {
 	const op = "Conv2DBackwardFilter"
-	if err := convCheck(op, sh, dt); err != nil {
+	t, err := convCheck(op, sh, dt)
+	if err != nil {
 		return err
 	}
 	if err := notNil(op, "x dy dw work", x, dy, dw, work); err != nil {
 		return err
 	}
-	t, _ := gemmType(op, dt)
 	im2col, _ := kIm2Col.of(op, dt)
 	swap01, _ := kSwap01.of(op, dt)
 	crs, ohw := sh.C*sh.R*sh.S, sh.OutH()*sh.OutW()
