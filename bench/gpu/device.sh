@@ -22,8 +22,10 @@ mkdir -p "$OUT"
 export LD_LIBRARY_PATH=/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 export FLOWKIT_MNIST=$here/mnist
 export FLOWKIT_REQUIRE_GPU=1 # GPU tests fail, not skip, without a GPU
-bin=$here/bin
 work=$(mktemp -d)
+# The binaries, packed by build.sh.
+tar -C "$work" -xzf "$here/bin.tar.gz" || { echo "device.sh: cannot unpack $here/bin.tar.gz (run bench/gpu/build.sh)" >&2; exit 1; }
+bin=$work/bin
 log=$OUT/log.txt
 res=$OUT/results.jsonl
 : >"$log"; : >"$res"; : >"$OUT/tests.txt"
