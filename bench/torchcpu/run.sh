@@ -25,7 +25,7 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-results/torch-cpu-$(date -u +%Y-%m-%d)}
 runs=${RUNS:-5}
-rounds=${ROUNDS:-2}
+rounds=${ROUNDS:-3}
 # A Python with PyTorch: $PYTHON, else python3 on the path, else the
 # system's (Debian's package is for /usr/bin/python3, which a pyenv or venv
 # python3 on the path hides).
