@@ -13,8 +13,8 @@ torch_baseline.py. The time is measured as `flowrun exec` measures its own: the 
 over ITERS iterations after WARMUP, median of RUNS runs. Prints one JSON object per workload:
   {"workload": ..., "framework": "pytorch-eager-cpu", "threads": ..., "blas": ..., "step_ms": ..., "runs_ms": [...]}
 with "blas" the BLAS library PyTorch loaded (its Linear layers' GEMMs; convolutions are oneDNN's):
-Debian's python3-torch takes the system's libblas.so.3, the slow reference one unless OpenBLAS
-(libopenblas0-pthread) is installed.
+Debian's python3-torch takes the system's libblas.so.3, the slow reference one unless OpenBLAS is
+installed (its OpenMP build, libopenblas0-openmp: see run.sh).
 
 Usage: python3 torch_cpu.py --model mnist-cnn --batch 64 [--threads N] [--runs 5 --iters 20 --warmup 3]
 """
@@ -22,27 +22,10 @@ import argparse, json, os, statistics, sys, time
 import torch, torch.nn as nn, torch.nn.functional as F
 
 
-class MnistCNN(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.conv1 = nn.Conv2d(1, 32, 3, 1, 1); s.pool = nn.MaxPool2d(2, 2)
-        s.conv2 = nn.Conv2d(32, 64, 3, 1, 1); s.fc1 = nn.Linear(64 * 7 * 7, 128); s.fc2 = nn.Linear(128, 10)
-
-    def forward(s, x):
-        x = s.pool(F.relu(s.conv1(x))); x = s.pool(F.relu(s.conv2(x)))
-        return s.fc2(F.relu(s.fc1(x.view(-1, 64 * 7 * 7))))
-
-
-class CifarCNN(nn.Module):
-    def __init__(s):
-        super().__init__()
-        s.conv1 = nn.Conv2d(3, 32, 3, 1, 1); s.pool = nn.MaxPool2d(2, 2)
-        s.conv2 = nn.Conv2d(32, 64, 3, 1, 1); s.fc1 = nn.Linear(64 * 8 * 8, 512)
-        s.drop = nn.Dropout(0.5); s.fc2 = nn.Linear(512, 10)
-
-    def forward(s, x):
-        x = s.pool(F.relu(s.conv1(x))); x = s.pool(F.relu(s.conv2(x)))
-        return s.fc2(s.drop(F.relu(s.fc1(x.view(-1, 64 * 8 * 8)))))
+# The CNNs are torch_baseline.py's own (the seed document's), so that the two scripts time the same
+# networks.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "gpu"))
+from torch_baseline import CifarCNN, MnistCNN  # noqa: E402
 
 
 def options(spec, defaults):
