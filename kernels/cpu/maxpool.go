@@ -165,54 +165,59 @@ func (s PoolShape) backwardPlane(x, dy, dx []float32) {
 }
 
 // backward2x2 is backwardPlane for the common 2×2 window of stride 2
-// without padding: four order keys per window, the first maximum selected
-// by conditional moves. The windows do not overlap, so each writes its
-// four elements of dx, the gradient to one and zeros to the others: one
+// without padding, a row of windows at a time (backward2x2Rows).
+func backward2x2(x, dy, dx []float32, W, oh, ow int) {
+	for i := range oh {
+		r0, r1 := 2*i*W, (2*i+1)*W
+		backward2x2Rows(x[r0:r0+2*ow], x[r1:r1+2*ow], dy[i*ow:(i+1)*ow], dx[r0:r0+2*ow], dx[r1:r1+2*ow])
+	}
+}
+
+// backward2x2RowsGo routes a row of 2×2 windows' gradients dy: window j,
+// r0[2j], r0[2j+1], r1[2j], r1[2j+1], gives dy[j] to the same place in
+// d0 and d1 as its first maximum and +0 to the other three: four order
+// keys per window, the first maximum selected by conditional moves. The
+// windows do not overlap, so each writes its four elements of dx: one
 // pass over dx, where clearing it and adding would take two. A window of
 // +0 and positive values (all of them, after a ReLU) compares their bits
 // as they are, the order keys' order there: on the MNIST CNN's first pool
 // (BenchmarkMaxPool_MNIST/ReLU) 3.6 → 2.0 ms. Values of either sign pay a
 // mispredicted branch at random windows instead: 3.6 → 4.1–4.8 ms
 // (/Signed); the zoo's CNNs pool after a ReLU.
-func backward2x2(x, dy, dx []float32, W, oh, ow int) {
-	for i := range oh {
-		r0 := x[2*i*W : 2*i*W+2*ow]
-		r1 := x[(2*i+1)*W : (2*i+1)*W+2*ow]
-		d0 := dx[2*i*W : 2*i*W+2*ow]
-		d1 := dx[(2*i+1)*W : (2*i+1)*W+2*ow]
-		for j, g := range dy[i*ow : (i+1)*ow] {
-			c := 2 * j
-			var at int
-			a, b, e, f := math.Float32bits(r0[c]), math.Float32bits(r0[c+1]), math.Float32bits(r1[c]), math.Float32bits(r1[c+1])
-			if max(a, b, e, f) <= posInfBits {
-				// +0, positive numbers and +Inf (what follows a ReLU):
-				// their bits order as they do, no key needed.
-				m := a
-				if b > m {
-					m, at = b, 1
-				}
-				if e > m {
-					m, at = e, 2
-				}
-				if f > m {
-					at = 3
-				}
-			} else {
-				m := orderKey(r0[c])
-				if k := orderKey(r0[c+1]); k > m {
-					m, at = k, 1
-				}
-				if k := orderKey(r1[c]); k > m {
-					m, at = k, 2
-				}
-				if k := orderKey(r1[c+1]); k > m {
-					at = 3
-				}
+func backward2x2RowsGo(r0, r1, dy, d0, d1 []float32) {
+	r0, r1, d0, d1 = r0[:2*len(dy)], r1[:2*len(dy)], d0[:2*len(dy)], d1[:2*len(dy)]
+	for j, g := range dy {
+		c := 2 * j
+		var at int
+		a, b, e, f := math.Float32bits(r0[c]), math.Float32bits(r0[c+1]), math.Float32bits(r1[c]), math.Float32bits(r1[c+1])
+		if max(a, b, e, f) <= posInfBits {
+			// +0, positive numbers and +Inf (what follows a ReLU):
+			// their bits order as they do, no key needed.
+			m := a
+			if b > m {
+				m, at = b, 1
 			}
-			var v [4]float32
-			v[at&3] = g
-			d0[c], d0[c+1], d1[c], d1[c+1] = v[0], v[1], v[2], v[3]
+			if e > m {
+				m, at = e, 2
+			}
+			if f > m {
+				at = 3
+			}
+		} else {
+			m := orderKey(r0[c])
+			if k := orderKey(r0[c+1]); k > m {
+				m, at = k, 1
+			}
+			if k := orderKey(r1[c]); k > m {
+				m, at = k, 2
+			}
+			if k := orderKey(r1[c+1]); k > m {
+				at = 3
+			}
 		}
+		var v [4]float32
+		v[at&3] = g
+		d0[c], d0[c+1], d1[c], d1[c+1] = v[0], v[1], v[2], v[3]
 	}
 }
 
