@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/topology"
@@ -276,6 +277,14 @@ func (p *Plan) checkRest() error {
 				return bad("tasks", i, "writes register %d out of range", r)
 			}
 		}
+		if !slices.Contains(kinds, t.Kind) {
+			return bad("tasks", i, "%s: unknown kind %q (known: %s)", t.Name, t.Kind, joinKinds(kinds))
+		}
+		if t.Kind == Pack || t.Kind == Unpack {
+			if err := p.checkPack(&t); err != nil {
+				return bad("tasks", i, "%s: %v", t.Name, err)
+			}
+		}
 		if t.Kind == Input {
 			if err := p.checkInput(&t); err != nil {
 				return bad("tasks", i, "%s: %v", t.Name, err)
@@ -382,6 +391,57 @@ func (p *Plan) checkRest() error {
 		}
 	}
 	return nil
+}
+
+// checkPack checks that pack or unpack task t, whose registers are in
+// range, copies between registers of one float dtype on its home device,
+// the bucket (a pack's write, an unpack's read) flat and as long as the
+// gradients (a pack's reads, an unpack's writes) together.
+func (p *Plan) checkPack(t *Task) error {
+	var bucket int
+	var parts []int
+	for _, u := range t.Reads {
+		parts = append(parts, u.Reg)
+	}
+	if t.Kind == Pack {
+		if len(t.Writes) != 1 {
+			return fmt.Errorf("a pack writes one bucket, got %d writes", len(t.Writes))
+		}
+		bucket = t.Writes[0]
+	} else {
+		if len(t.Reads) != 1 {
+			return fmt.Errorf("an unpack reads one bucket, got %d reads", len(t.Reads))
+		}
+		bucket, parts = t.Reads[0].Reg, t.Writes
+	}
+	if len(parts) == 0 {
+		return fmt.Errorf("a %s copies no gradient", t.Kind)
+	}
+	home := p.Streams[t.Streams[0]].Device
+	b := &p.Registers[bucket]
+	if len(b.Spec.Shape) != 1 || !b.Spec.DType.IsFloat() || b.Device != home {
+		return fmt.Errorf("bucket %s is %v on device %d: want a flat float register on its home device %d", b.Name, b.Spec, b.Device, home)
+	}
+	n := 0
+	for _, r := range parts {
+		g := &p.Registers[r]
+		if g.Spec.DType != b.Spec.DType || g.Device != home {
+			return fmt.Errorf("gradient %s is %v on device %d: want %s on device %d, as its bucket", g.Name, g.Spec, g.Device, b.Spec.DType, home)
+		}
+		n += g.Spec.Shape.NumElements()
+	}
+	if n != b.Spec.Shape.NumElements() {
+		return fmt.Errorf("bucket %s holds %d values, its gradients %d", b.Name, b.Spec.Shape.NumElements(), n)
+	}
+	return nil
+}
+
+func joinKinds(ks []TaskKind) string {
+	s := make([]string, len(ks))
+	for i, k := range ks {
+		s[i] = string(k)
+	}
+	return strings.Join(s, ", ")
 }
 
 // checkAllReduce checks that all-reduce task t, whose registers are in

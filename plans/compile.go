@@ -155,18 +155,20 @@ type compiler struct {
 	tp    int // the tensor-parallel rank being built (see device)
 
 	// per device
-	regOf    []map[int]int    // tensor ID → register holding it on that device
-	reOf     []map[int]int    // tensor ID → register of its recomputation on that device
-	copyOf   []map[int]int    // tensor ID → register of its copy received on that device
-	streams  []map[string]int // stream name → stream index
-	fwd, bwd [][][]int        // device → its stage's chunk (see chunk) → the tasks of a forward (backward) micro-batch block, in order
-	accOf    []map[int]int    // grad tensor ID → accumulator register
-	updates  [][]int          // device → update tasks in order
-	colls    [][]int          // device → all-reduce (or ZeRO reduce-scatter) tasks in order
-	gathers  [][]int          // device → ZeRO's all-gathers of updated weights, in order
-	zero     map[int]int      // under ZeRO: weight or optimizer state tensor ID → the weight's ID, for those split
-	masterOf []map[int]int    // weight ID → the register of the device's part of it (ZeRO)
-	partOf   []map[int]int    // grad ID → the register of the device's part of the reduced gradient (ZeRO)
+	regOf     []map[int]int    // tensor ID → register holding it on that device
+	reOf      []map[int]int    // tensor ID → register of its recomputation on that device
+	copyOf    []map[int]int    // tensor ID → register of its copy received on that device
+	streams   []map[string]int // stream name → stream index
+	fwd, bwd  [][][]int        // device → its stage's chunk (see chunk) → the tasks of a forward (backward) micro-batch block, in order
+	accOf     []map[int]int    // grad tensor ID → accumulator register
+	updates   [][]int          // device → update tasks in order
+	colls     [][]int          // device → all-reduce (or ZeRO reduce-scatter) tasks in order, with a bucket's pack and unpack around its all-reduce
+	buckets   int              // gradient buckets made (Strategy.Bucket), which number their names
+	gathers   [][]int          // device → ZeRO's all-gathers of updated weights, in order
+	zero      map[int]int      // under ZeRO: weight or optimizer state tensor ID → the weight's ID, for those split
+	masterOf  []map[int]int    // weight ID → the register of the device's part of it (ZeRO)
+	partOf    []map[int]int    // grad ID → the register of the device's part of the reduced gradient (ZeRO)
+	reducedOf []map[int]int    // grad ID → the register its reduced value is unpacked into from a bucket (Strategy.Bucket)
 	// Under ZeRO stages 2 and 3: the gradients of split weights, scattered
 	// per micro-batch (grad ID → weight ID); the per-micro-batch
 	// collectives over the replicas, which each replica joins as its
@@ -340,7 +342,7 @@ func (c *compiler) build() error {
 	c.updates = make([][]int, n)
 	c.colls = make([][]int, n)
 	c.gathers = make([][]int, n)
-	c.masterOf, c.partOf = make([]map[int]int, n), make([]map[int]int, n)
+	c.masterOf, c.partOf, c.reducedOf = make([]map[int]int, n), make([]map[int]int, n), make([]map[int]int, n)
 	c.zero = c.zeroSplit()
 	c.zeroGrads, c.zeroColls, c.gatheredOf, c.zeroAccs = map[int]int{}, map[zeroKey]int{}, make([]map[zeroKey]int, n), make([][]zeroAcc, n)
 	if c.st.Zero >= 2 {
@@ -361,7 +363,7 @@ func (c *compiler) build() error {
 	c.xfers = map[[2]int][]int{}
 	for d := range n {
 		c.regOf[d], c.reOf[d], c.copyOf[d], c.streams[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[string]int{}
-		c.accOf[d], c.masterOf[d], c.partOf[d], c.gatheredOf[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[zeroKey]int{}
+		c.accOf[d], c.masterOf[d], c.partOf[d], c.reducedOf[d], c.gatheredOf[d] = map[int]int{}, map[int]int{}, map[int]int{}, map[int]int{}, map[zeroKey]int{}
 		c.fwd[d], c.bwd[d] = make([][]int, c.st.VirtualStages()), make([][]int, c.st.VirtualStages())
 		if c.p.TPRank(d) < c.ranks() && c.p.Replica(d) < c.replicas() {
 			c.stream(d, "compute")
@@ -996,6 +998,14 @@ func (c *compiler) buildAllReduces() {
 }
 
 func (c *compiler) buildAllReducesTP() {
+	var bucket []*graph.Node // the update nodes whose gradients fill the open bucket
+	var size units.Bytes
+	flush := func() {
+		if len(bucket) > 0 {
+			c.addAllReduce(bucket)
+		}
+		bucket, size = nil, 0
+	}
 	for _, n := range c.updateNodes() {
 		grad := n.Inputs[1]
 		s := c.stage[n.ID]
@@ -1005,20 +1015,81 @@ func (c *compiler) buildAllReducesTP() {
 			}
 			continue
 		}
-		var regs, streams []int
-		for r := range c.replicas() {
-			dev := c.device(r, s)
-			regs = append(regs, c.gradReg(dev, s, grad, r))
-			streams = append(streams, c.commStream(dev, "coll"))
-		}
 		b := grad.Spec.Bytes()
-		task := c.newTask(Task{Name: c.onRank("allreduce/"+c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, n.Inputs[0]), Kind: AllReduce, Phase: "comm",
-			Stage: s, Replica: -1, PerMicro: false, Streams: streams,
-			Writes: regs, InPlace: true, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
-			Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}})
-		for r := range c.replicas() {
-			dev := c.device(r, s)
-			c.colls[dev] = append(c.colls[dev], task)
+		if len(bucket) > 0 {
+			last := bucket[len(bucket)-1]
+			if c.stage[last.ID] != s || last.Inputs[1].Spec.DType != grad.Spec.DType || size+b > c.st.Bucket {
+				flush()
+			}
+		}
+		bucket, size = append(bucket, n), size+b
+	}
+	flush()
+}
+
+// addAllReduce adds the all-reduce of the gradients of update nodes ns
+// (of one stage and dtype, in the order they become ready) over the
+// replicas: in place for one, else through a bucket (Strategy.Bucket):
+// each replica packs them into a flat register, which one all-reduce
+// reduces, and unpacks it into registers of the reduced gradients, which
+// the updates read. The replicas' tasks join their
+// devices' collectives in that order.
+func (c *compiler) addAllReduce(ns []*graph.Node) {
+	s := c.stage[ns[0].ID]
+	var regs, streams []int
+	var packs, unpacks []int
+	var b units.Bytes
+	n := 0
+	for _, u := range ns {
+		b += u.Inputs[1].Spec.Bytes()
+		n += u.Inputs[1].Spec.Shape.NumElements()
+	}
+	name := c.p.Registers[c.regOf[c.device(0, s)][ns[0].Inputs[0].ID]].Name
+	if len(ns) > 1 {
+		name = fmt.Sprintf("grad-bucket-%d", c.buckets)
+		c.buckets++
+	}
+	name = c.onRank(name, ns[0].Inputs[0])
+	for r := range c.replicas() {
+		dev := c.device(r, s)
+		stream := c.commStream(dev, "coll")
+		if len(ns) == 1 {
+			regs = append(regs, c.gradReg(dev, s, ns[0].Inputs[1], r))
+			streams = append(streams, stream)
+			continue
+		}
+		var grads []Use
+		var reduced []int
+		for _, u := range ns {
+			g := c.gradReg(dev, s, u.Inputs[1], r)
+			grads = append(grads, Use{Reg: g, Mode: ReadFinal})
+			out := c.newRegister(dev, c.p.Registers[g].Name+".reduced", c.p.Registers[g].Spec)
+			c.reducedOf[dev][u.Inputs[1].ID] = out
+			reduced = append(reduced, out)
+		}
+		breg := c.newRegister(dev, c.taskName(dev, name), graph.Spec{Shape: graph.Shape{n}, DType: ns[0].Inputs[1].Spec.DType})
+		copies := func(kind TaskKind, reads []Use, writes []int) int {
+			return c.newTask(Task{Name: c.taskName(dev, string(kind)+"/"+name), Kind: kind, Phase: "comm",
+				Stage: s, Replica: r, Streams: []int{stream}, Reads: reads, Writes: writes,
+				Bytes: 2 * b, Key: fmt.Sprintf("%s(%d)", kind, n), Shape: []int{n}})
+		}
+		packs = append(packs, copies(Pack, grads, []int{breg}))
+		regs = append(regs, breg)
+		streams = append(streams, stream)
+		unpacks = append(unpacks, copies(Unpack, []Use{{Reg: breg, Mode: ReadFinal}}, reduced))
+	}
+	task := c.newTask(Task{Name: "allreduce/" + name, Kind: AllReduce, Phase: "comm",
+		Stage: s, Replica: -1, PerMicro: false, Streams: streams,
+		Writes: regs, InPlace: true, FLOPs: units.FLOPs(n * c.st.DP), Bytes: b,
+		Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, n}})
+	for r := range c.replicas() {
+		dev := c.device(r, s)
+		if packs != nil {
+			c.colls[dev] = append(c.colls[dev], packs[r])
+		}
+		c.colls[dev] = append(c.colls[dev], task)
+		if unpacks != nil {
+			c.colls[dev] = append(c.colls[dev], unpacks[r])
 		}
 	}
 }
@@ -1093,6 +1164,8 @@ func (c *compiler) buildUpdatesTP() error {
 					writes = append(writes, reg)
 				case split:
 					reads = append(reads, Use{Reg: c.partOf[dev][in.ID], Mode: ReadFinal})
+				case c.reducedOf[dev][in.ID] > 0: // unpacked from a bucket
+					reads = append(reads, Use{Reg: c.reducedOf[dev][in.ID], Mode: ReadFinal})
 				default:
 					reads = append(reads, Use{Reg: c.gradReg(dev, c.stage[n.ID], in, r), Mode: ReadFinal})
 				}

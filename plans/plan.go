@@ -16,7 +16,9 @@ import (
 // compactly (file.go): the firings implied by the tasks, stream orders as
 // runs over micro-batches. Task.Rounds (2026-12-01, ZeRO stages 2 and 3
 // over uneven replicas) kept version 3: a plan without it reads as
-// before, and a reader without it refuses the field.
+// before, and a reader without it refuses the field. So did the pack and
+// unpack tasks of gradient buckets (2026-12-02, Strategy.Bucket): a reader
+// without them refuses their kind.
 const Version = 3
 
 // Plan is a compiled training iteration: everything the simulator and the
@@ -221,7 +223,17 @@ const (
 	// sequence parallelism (graph.TPScatter): member i's write is part i
 	// along Task.Axis of the sum of the members' reads.
 	ReduceScatter TaskKind = "reducescatter"
+	// Pack copies its reads, a replica's gradients, one after another
+	// into its one write, flat: a bucket that one all-reduce reduces for
+	// all of them (Strategy.Bucket). Unpack copies its one read, the
+	// reduced bucket, out into its writes, in the same order: the reduced
+	// gradients, which the updates read.
+	Pack   TaskKind = "pack"
+	Unpack TaskKind = "unpack"
 )
+
+// kinds are the task kinds a plan may hold.
+var kinds = []TaskKind{Compute, Input, Transfer, Accumulate, AllReduce, AllGather, ReduceScatter, Pack, Unpack}
 
 // Collective reports whether tasks of kind k communicate among a group,
 // each member on one stream of its device (Task.Streams[i] is member i's):

@@ -5,6 +5,9 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
 )
 
 // Schedule is a pipeline schedule.
@@ -109,6 +112,18 @@ type Strategy struct {
 	// MaxSlots, when > 0, caps every register's slot count; a cap too small
 	// for the schedule is rejected at compile time.
 	MaxSlots int
+	// Bucket, when > 0, packs the gradients all-reduced over the data-
+	// parallel replicas into buckets of up to Bucket bytes each (bucket=25MiB;
+	// PyTorch DDP's bucket_cap_mb, Horovod's tensor fusion): in the order
+	// they become ready, a stage's gradients of one dtype fill a bucket
+	// until the next would not fit, and each replica copies them into a
+	// flat register (a Pack task), all-reduces that once and copies the
+	// result out into the reduced gradients the updates read (Unpack). A gradient larger than Bucket is a bucket of
+	// its own, all-reduced in place. One all-reduce for many small ones
+	// pays one collective's latency and synchronization instead of many,
+	// for two copies of the bucket and a wait until its last gradient is
+	// ready. 0: each gradient all-reduced alone.
+	Bucket units.Bytes
 }
 
 // Recompute is what a strategy recomputes in the backward pass.
@@ -194,7 +209,7 @@ func FormatCounts(shares []int) string {
 }
 
 func (s Strategy) String() string {
-	if s.DP == 1 && s.TPDegree() == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && !s.AutoShares && s.Recompute == RecomputeNone && s.Place == nil && s.DeviceNames == nil {
+	if s.DP == 1 && s.TPDegree() == 1 && s.PP == 1 && s.MB == 1 && s.MaxSlots == 0 && s.Bucket == 0 && !s.AutoShares && s.Recompute == RecomputeNone && s.Place == nil && s.DeviceNames == nil {
 		return "single"
 	}
 	var parts []string
@@ -248,7 +263,24 @@ func (s Strategy) String() string {
 	if s.MaxSlots > 0 {
 		parts = append(parts, "slots="+strconv.Itoa(s.MaxSlots))
 	}
+	if s.Bucket > 0 {
+		parts = append(parts, "bucket="+formatBytes(s.Bucket))
+	}
 	return strings.Join(parts, ",")
+}
+
+// formatBytes writes a size exactly, in the largest binary unit that
+// divides it (25MiB, 1536KiB, 1000B), as ParseStrategy reads it.
+func formatBytes(b units.Bytes) string {
+	for _, u := range []struct {
+		name string
+		size units.Bytes
+	}{{"GiB", units.GiB}, {"MiB", units.MiB}, {"KiB", units.KiB}} {
+		if b%u.size == 0 {
+			return strconv.FormatInt(int64(b/u.size), 10) + u.name
+		}
+	}
+	return strconv.FormatInt(int64(b), 10) + "B"
 }
 
 // formatPlace writes a placement with runs of a type as TYPE*N.
@@ -268,6 +300,9 @@ func formatPlace(place []string) string {
 	}
 	return strings.Join(parts, ":")
 }
+
+// maxBucket bounds a gradient bucket (Strategy.Bucket): 1 TiB.
+const maxBucket = 1 << 40
 
 // maxCount bounds every count of a strategy, so that their products (the
 // devices, the firings) fit in an int.
@@ -289,7 +324,8 @@ func (e *keyError) Unwrap() error        { return e.err }
 // prefetch=N (layers gathered ahead under zero=3; see Strategy.Prefetch), mb=M or
 // mbs=S (micro-batch size; needs the global batch), sched=gpipe|1f1b
 // (default 1f1b), recompute=none|selective|full, slots=N (cap register
-// slots), place=T0:T1:… (the device type of each stage; see
+// slots), bucket=SIZE (gradients all-reduced together; see
+// Strategy.Bucket), place=T0:T1:… (the device type of each stage; see
 // Strategy.Place) and devices=A+B+… (every device by name, in the plan's
 // order; see Strategy.DeviceNames).
 // Data parallelism may be
@@ -370,6 +406,17 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				return s, keyErr("prefetch", fmt.Errorf("plans: strategy %q: prefetch=%s: want the layers gathered ahead, 0 to %d", str, v, maxCount))
 			}
 			s.Prefetch = n
+			continue
+		case k == "bucket":
+			if v == "0" || v == "off" {
+				s.Bucket = 0
+				continue
+			}
+			b, err := topology.ParseBytes(v)
+			if err != nil || b < 1 || b > maxBucket {
+				return s, keyErr("bucket", fmt.Errorf("plans: strategy %q: bucket=%s: want a size of gradients all-reduced at once, as 25MiB (up to %v), or 0 for none", str, v, units.Bytes(maxBucket)))
+			}
+			s.Bucket = b
 			continue
 		case k == "mb" && v == "auto":
 			s.AutoShares = true
@@ -458,7 +505,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		case "slots":
 			s.MaxSlots = n
 		default:
-			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, devices, sched, recompute, slots)", str, k)
+			return s, fmt.Errorf("plans: strategy %q: unknown key %q (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, devices, sched, recompute, slots, bucket)", str, k)
 		}
 	}
 	switch {
@@ -466,6 +513,8 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		return s, keyErr("sp", fmt.Errorf("plans: strategy %q: sp=on splits the sequence over a tensor-parallel group: it needs tp ≥ 2", str))
 	case s.Zero > 0 && s.DP < 2:
 		return s, keyErr("zero", fmt.Errorf("plans: strategy %q: zero=%d splits optimizer state over data-parallel replicas: it needs dp ≥ 2", str, s.Zero))
+	case s.Bucket > 0 && s.DP < 2:
+		return s, keyErr("bucket", fmt.Errorf("plans: strategy %q: bucket=%s packs the gradients all-reduced over data-parallel replicas: it needs dp ≥ 2", str, formatBytes(s.Bucket)))
 	case s.Prefetch > 0 && s.Zero != 3:
 		return s, keyErr("prefetch", fmt.Errorf("plans: strategy %q: prefetch=%d gathers ZeRO stage 3's weights ahead of their use: it needs zero=3", str, s.Prefetch))
 	case s.VPP > 1 && (s.PP < 2 || s.Sched != OneFOneB || s.Layers != nil || s.AutoLayers || s.AutoShares || s.Shares != nil):

@@ -139,7 +139,7 @@ func strategyFileString(name string, data []byte) (str string, keys map[string]*
 			value, err = f.integer(v, key)
 		case "sp":
 			value, err = f.onOff(v, key)
-		case "sched", "recompute":
+		case "sched", "recompute", "bucket":
 			value, err = f.word(v, key)
 		case "mb":
 			value, err = f.countsOr(v, key, ":", func(s string) bool { return s == "auto" || strings.HasPrefix(s, "auto:") })
@@ -159,7 +159,7 @@ func strategyFileString(name string, data []byte) (str string, keys map[string]*
 			}
 			continue
 		default:
-			return "", nil, f.errAt(k, key, "unknown key (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, devices, stages, sched, recompute, slots)")
+			return "", nil, f.errAt(k, key, "unknown key (known: dp, tp, sp, pp, vpp, zero, prefetch, mb, mbs, layers, place, devices, stages, sched, recompute, slots, bucket)")
 		}
 		if err != nil {
 			return "", nil, err

@@ -136,6 +136,29 @@ func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, 
 			host = unsafe.Pointer(unsafe.SliceData(b.I))
 		}
 		return s.CopyDtoH(host, reads[0], n)
+	case plans.Pack, plans.Unpack:
+		parts, bucket := t.Writes, reads[0]
+		if t.Kind == plans.Pack {
+			parts, bucket = nil, writes[0]
+			for _, u := range t.Reads {
+				parts = append(parts, u.Reg)
+			}
+		}
+		var off units.Bytes
+		for i, reg := range parts {
+			n := p.Registers[reg].Spec.Bytes()
+			at := bucket + cu.DevicePtr(off)
+			var err error
+			if t.Kind == plans.Pack {
+				err = s.CopyDtoD(at, reads[i], n)
+			} else {
+				err = s.CopyDtoD(writes[i], at, n)
+			}
+			if err != nil {
+				return err
+			}
+			off += n
+		}
 	case plans.Accumulate:
 		spec := p.Registers[t.Writes[0]].Spec
 		scale := 1 / float32(p.Fires(t.ID))

@@ -309,8 +309,8 @@ func TestGPUBF16Workloads(t *testing.T) {
 // Plans over the GPU and the host's CPU compute what one CPU device with
 // the whole batch computes: a pipeline with stage 0 on the GPU (the PCIe
 // copies are plan tasks), and data parallelism with a replica on each (the
-// gradients' all-reduces cross PCIe), whose replicas end with the same
-// bits.
+// gradients' all-reduces cross PCIe; with buckets, packed and unpacked on
+// each device), whose replicas end with the same bits.
 func TestGPUHeterogeneous(t *testing.T) {
 	openGPU(t)
 	const iters = 3
@@ -318,7 +318,7 @@ func TestGPUHeterogeneous(t *testing.T) {
 	for _, c := range []struct {
 		strategy string
 		replicas int
-	}{{"pp=2,mb=2,sched=1f1b", 1}, {"pp=2,mb=2,layers=3:1", 1}, {"dp=2", 2}, {"dp=2,mb=3:1", 2}} {
+	}{{"pp=2,mb=2,sched=1f1b", 1}, {"pp=2,mb=2,layers=3:1", 1}, {"dp=2", 2}, {"dp=2,mb=3:1", 2}, {"dp=2,bucket=64KiB", 2}} {
 		t.Run(c.strategy, func(t *testing.T) {
 			p := compileOn(t, gpuDevices(t), "mnist-cnn", c.strategy, 32, 0)
 			require.True(t, isGPU(p.Devices[0]) && !isGPU(p.Devices[1]), "the GPU first, then the CPU")

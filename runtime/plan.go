@@ -881,6 +881,10 @@ func (x *run) fire(f, it int) (float64, error) {
 			return 0, x.allReduceRanks(t, f, it, reads, writes)
 		}
 		allReduce(dev.pool, writes, p.AllReduceWeights(t))
+	case plans.Pack:
+		bucketCopy(dev.pool, writes[0].F, reads, true)
+	case plans.Unpack:
+		bucketCopy(dev.pool, reads[0].F, writes, false)
 	case plans.AllGather, plans.ReduceScatter:
 		if x.rr != nil && len(x.r.rk.active[f]) > 1 {
 			return 0, x.allReduceRanks(t, f, it, reads, writes)
@@ -890,6 +894,21 @@ func (x *run) fire(f, it int) (float64, error) {
 		return 0, fmt.Errorf("unknown task kind %q", t.Kind)
 	}
 	return 0, nil
+}
+
+// bucketCopy copies parts, one after another, into bucket (pack), or
+// bucket back into them (unpack).
+func bucketCopy(pool *cpu.Pool, bucket []float32, parts []Buffer, pack bool) {
+	off := 0
+	for _, b := range parts {
+		at := bucket[off : off+len(b.F)]
+		if pack {
+			cpu.Copy(pool, b.F, at)
+		} else {
+			cpu.Copy(pool, at, b.F)
+		}
+		off += len(b.F)
+	}
 }
 
 // splitCollective runs an all-gather or a reduce-scatter, of a

@@ -249,6 +249,12 @@ func TestRanksMatchOneProcess(t *testing.T) {
 		{"dp=4,mb=2,zero=2", []int{0, 1, 2, 3}, "mlp", 16, 0},
 		{"dp=2,mb=3:1,zero=2", []int{0, 1}, "mlp", 8, 0},                 // rounds: replica 1 sends zeros in the last two
 		{"dp=3,mb=1:3:2,zero=3,prefetch=1", []int{2, 0, 1}, gpt3, 12, 0}, // and gives its parts to the others' gathers
+		// Gradients all-reduced in buckets, packed and unpacked on each rank.
+		{"dp=2,bucket=64KiB", []int{0, 1}, "", 0, 0},
+		{"dp=3,mb=2:1:1,bucket=1GiB", []int{0, 1, 1}, "", 0, 0},
+		{"dp=2,pp=2,mb=2,bucket=1GiB", []int{0, 1, 2, 0}, "", 0, 0},
+		{"dp=2,tp=2,bucket=1GiB", []int{0, 1, 2, 3}, "mlp", 0, 0},
+		{"dp=4,bucket=1MiB", []int{0, 1, 2, 3}, "mlp", 0, graph.BF16},
 	}
 	for _, c := range cases {
 		model := cmp.Or(c.model, "mnist-cnn")

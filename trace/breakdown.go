@@ -17,7 +17,7 @@ import (
 func IsComm(kind string) bool {
 	switch kind {
 	case "transfer", "input", "copy", "send", "recv",
-		"allreduce", "allgather", "reducescatter", "alltoall", "collective":
+		"allreduce", "allgather", "reducescatter", "alltoall", "collective", "pack", "unpack":
 		return true
 	}
 	return false
