@@ -415,7 +415,7 @@ func (p *Plan) checkPack(t *Task) error {
 		bucket, parts = t.Reads[0].Reg, t.Writes
 	}
 	if len(parts) == 0 {
-		return fmt.Errorf("a %s copies no gradient", t.Kind)
+		return fmt.Errorf("%s copies no gradient", map[TaskKind]string{Pack: "a pack", Unpack: "an unpack"}[t.Kind])
 	}
 	home := p.Streams[t.Streams[0]].Device
 	b := &p.Registers[bucket]

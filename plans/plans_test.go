@@ -108,6 +108,15 @@ func TestParseStrategy(t *testing.T) {
 		{"pp2", Strategy{}, "not key=value"},
 		{"mb=2,mbs=4", Strategy{}, "not both"},
 		{"dp=3,mbs=5", Strategy{}, "does not split"},
+		{"dp=2,bucket=25MiB", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB, Bucket: 25 * units.MiB}, ""},
+		{"dp=2,bucket=1500000B", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB, Bucket: 1500000}, ""},
+		{"dp=2,bucket=1.5KiB", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB, Bucket: 1536}, ""},
+		{"dp=2,bucket=0", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
+		{"dp=2,bucket=off", Strategy{DP: 2, PP: 1, MB: 1, Sched: OneFOneB}, ""},
+		{"bucket=25MiB", Strategy{}, "bucket=25MiB packs the gradients all-reduced over data-parallel replicas: it needs dp ≥ 2"},
+		{"dp=2,bucket=-1MiB", Strategy{}, "bucket=-1MiB: want a size of gradients all-reduced at once"},
+		{"dp=2,bucket=2TiB", Strategy{}, "up to 1024.00 GiB"},
+		{"dp=2,bucket=big", Strategy{}, "bucket=big: want a size"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -592,6 +601,38 @@ func TestDecodeRejectsBadArenas(t *testing.T) {
 	})
 }
 
+// A plan whose gradient buckets disagree with their gradients is
+// rejected when read: a copy would run past a register, or mix dtypes.
+func TestDecodeRejectsBadBuckets(t *testing.T) {
+	good := mustCompile(t, "mnist-cnn", "dp=2,bucket=1GiB", 8)
+	pack, unpack := -1, -1
+	for i, tk := range good.Tasks {
+		switch {
+		case tk.Kind == Pack && pack < 0:
+			pack = i
+		case tk.Kind == Unpack && unpack < 0:
+			unpack = i
+		}
+	}
+	require.True(t, pack >= 0 && unpack >= 0)
+	bucket := good.Tasks[pack].Writes[0]
+	requireDecodeRejectsAll(t, good, []rejection{
+		{"kind", `unknown kind "bucket" (known: compute, input, transfer, accumulate, allreduce, allgather, reducescatter, pack, unpack)`, func(p *Plan) { p.Tasks[pack].Kind = "bucket" }},
+		{"short bucket", "holds 421633 values, its gradients 421642", func(p *Plan) { p.Registers[bucket].Spec.Shape[0] -= 9 }},
+		{"missing gradient", "holds 421642 values, its gradients", func(p *Plan) { p.Tasks[pack].Reads = p.Tasks[pack].Reads[1:] }},
+		{"bucket shape", "want a flat float register on its home device", func(p *Plan) { p.Registers[bucket].Spec.Shape = graph.Shape{2, 210821} }},
+		{"two buckets", "a pack writes one bucket, got 2 writes", func(p *Plan) { p.Tasks[pack].Writes = append(p.Tasks[pack].Writes, bucket) }},
+		{"unpack reads", "an unpack reads one bucket, got 2 reads", func(p *Plan) { p.Tasks[unpack].Reads = append(p.Tasks[unpack].Reads, p.Tasks[unpack].Reads[0]) }},
+		{"nothing", "an unpack copies no gradient", func(p *Plan) {
+			for _, r := range p.Tasks[unpack].Writes {
+				p.Registers[r].Writers = nil
+			}
+			p.Tasks[unpack].Writes = nil
+		}},
+		{"other device", "on device 1: want f32 on device 0, as its bucket", func(p *Plan) { p.Tasks[pack].Reads[0] = p.Tasks[pack+2].Reads[0] }},
+	})
+}
+
 // A CPU device's workers are bounded when a plan is read: the runtime
 // would start that many goroutines, the simulator price a CPU of that many
 // cores (10^9 of them).
@@ -725,6 +766,7 @@ func FuzzDecode(f *testing.F) {
 		{"mlp3x4096:depth=4,width=2", "pp=2,vpp=2,mb=2", 2},
 		{"mlp3x4096:depth=2,width=4", "dp=2,tp=2,zero=3", 2},
 		{"mlp3x4096:depth=3,width=2", "dp=2,mb=2,zero=3,prefetch=1", 4}, // firings with After
+		{"mlp3x4096:depth=2,width=2", "dp=2,bucket=1GiB", 2},             // packs and unpacks
 	} {
 		strategy, shared := strings.CutSuffix(c.strategy, ",shared")
 		st, _ := ParseStrategy(strategy, c.batch)

@@ -13,7 +13,8 @@ func FuzzParseStrategy(f *testing.F) {
 		"pp=2,layers=3:1", "pp=2,layers=auto", "pp=2,layers=auto,mbs=8,mb=auto", "dp=3,mb=auto:8", "pp=2,recompute=full",
 		"dp=2,zero=1", "dp=2,zero=2", "dp=4,pp=2,mb=4,zero=3", "dp=2,mb=3:1,zero=2", "dp=2,mb=2:2,zero=3", "dp=2,mbs=8,mb=auto,zero=3",
 		"dp=2,zero=9", "zero=3", "dp=2,tp=2,zero=2", "tp=2,zero=1", "dp=2,tp=4,sp=on,pp=2,mb=2,zero=3", "dp=2,zero=02",
-		"dp=2,zero=3,prefetch=1", "dp=2,zero=2,prefetch=1", "dp=4,pp=2,mb=4,zero=3,prefetch=2", "dp=2,zero=3,prefetch=-1", "dp=2,zero=3,prefetch=01"} {
+		"dp=2,zero=3,prefetch=1", "dp=2,zero=2,prefetch=1", "dp=4,pp=2,mb=4,zero=3,prefetch=2", "dp=2,zero=3,prefetch=-1", "dp=2,zero=3,prefetch=01",
+		"dp=2,bucket=25MiB", "bucket=1KiB", "dp=2,bucket=0", "dp=2,bucket=1.5KiB", "dp=2,bucket=3B,zero=1"} {
 		f.Add(s, 64)
 	}
 	f.Add("dp=2,pp=2,place=v100:a100,layers=auto", 64)
@@ -69,6 +70,14 @@ func FuzzParseStrategy(f *testing.F) {
 				t.Fatalf("ParseStrategy(%q, %d) = %+v: devices do not name each of the strategy's devices", s, batch, st)
 			}
 			if back, err := ParseStrategy(st.String(), batch); err != nil || !slices.Equal(back.DeviceNames, st.DeviceNames) {
+				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
+			}
+		}
+		if st.Bucket < 0 || st.Bucket > 0 && st.DP < 2 {
+			t.Fatalf("ParseStrategy(%q, %d) = %+v: a bucket the compiler refuses", s, batch, st)
+		}
+		if st.Bucket > 0 {
+			if back, err := ParseStrategy(st.String(), batch); err != nil || back.Bucket != st.Bucket {
 				t.Fatalf("ParseStrategy(%q, %d) = %+v, whose String %q parses as %+v (%v)", s, batch, st, st.String(), back, err)
 			}
 		}

@@ -31,6 +31,7 @@ func TestStrategyFileMatchesGrammar(t *testing.T) {
 		{"pp: 2\nstages:\n  - {layers: 3, place: v100}\n  - {layers: 1, place: a100}", "pp=2,layers=3:1,place=v100:a100"},
 		{"devices: [a/gpu1]", "devices=a/gpu1"},
 		{"dp: 2\ndevices: [host/cpu0:1, host/cpu0:0]", "dp=2,devices=host/cpu0:1+host/cpu0:0"},
+		{"dp: 2\nbucket: 25MiB", "dp=2,bucket=25MiB"},
 	} {
 		want, err := ParseStrategy(tt.grammar, 64)
 		require.NoError(t, err, tt.grammar)
@@ -138,6 +139,8 @@ func TestStrategyFileErrors(t *testing.T) {
 		{"dp: 2\nmb: [3, 1, 1]", `s.yaml:2: mb: strategy "dp=2,mb=3:1:1": mb gives 3 counts for dp=2 replicas`},
 		{"tp: 1\nzero: 2", `s.yaml:2: zero: strategy "tp=1,zero=2": zero=2 splits optimizer state over data-parallel replicas: it needs dp ≥ 2`},
 		{"zero: 7", `s.yaml:1: zero: strategy "zero=7": zero=7: want 0, 1, 2 or 3`},
+		{"dp: 2\nbucket: lots", `s.yaml:2: bucket: strategy "dp=2,bucket=lots": bucket=lots: want a size`},
+		{"bucket: 1MiB", `s.yaml:1: bucket: strategy "bucket=1MiB": bucket=1MiB packs the gradients`},
 		{"pp: 2\nsched: gpipe\nvpp: 2", `s.yaml:3: vpp: strategy "pp=2,sched=gpipe,vpp=2": vpp interleaves`},
 		{"pp: 3\nstages:\n  - layers: 3\n  - layers: 1", `s.yaml:3: layers: strategy "pp=3,layers=3:1": layers gives 2 counts for pp=3 stages`},
 		{"dp: 2\nmbs: 5", `s.yaml:2: mbs: strategy "dp=2,mbs=5": batch 64 does not split`},
