@@ -766,7 +766,7 @@ func FuzzDecode(f *testing.F) {
 		{"mlp3x4096:depth=4,width=2", "pp=2,vpp=2,mb=2", 2},
 		{"mlp3x4096:depth=2,width=4", "dp=2,tp=2,zero=3", 2},
 		{"mlp3x4096:depth=3,width=2", "dp=2,mb=2,zero=3,prefetch=1", 4}, // firings with After
-		{"mlp3x4096:depth=2,width=2", "dp=2,bucket=1GiB", 2},             // packs and unpacks
+		{"mlp3x4096:depth=2,width=2", "dp=2,bucket=1GiB", 2},            // packs and unpacks
 	} {
 		strategy, shared := strings.CutSuffix(c.strategy, ",shared")
 		st, _ := ParseStrategy(strategy, c.batch)
