@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -18,6 +19,7 @@ import (
 	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -27,6 +29,7 @@ type sweepFlags struct {
 	maxTP               int
 	uneven, place       string
 	recompute           bool
+	buckets             []string
 	shard               string
 }
 
@@ -56,7 +59,9 @@ stages on the cluster's device types, in blocks of neighbouring stages
 (place=v100:a100, place=a100:a100:v100 …; see 'flowsim plan --help'),
 choosing among all of the cluster's devices, not only the first
 --devices; with --recompute, each also with
-recompute=full and, for models with attention, recompute=selective. Every
+recompute=full and, for models with attention, recompute=selective; with
+--buckets 25MiB,…, each data-parallel strategy without ZeRO also with each
+gradient bucket size (bucket=25MiB …; see 'flowsim plan --help'). Every
 strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
 cost model (--calib, else the catalog's efficiencies); the table ranks them
@@ -80,6 +85,7 @@ the one table the whole sweep would print.`,
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
 	fl.StringVar(&f.place, "place", "auto", "also try each pipeline with its stages placed on the cluster's device types (place=…): on, off, or auto (on when the cluster's devices differ)")
 	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models with attention (slower; may fit where it does not)")
+	fl.StringSliceVar(&f.buckets, "buckets", nil, "also try each data-parallel strategy without ZeRO with each of these gradient bucket sizes (bucket=…), as 1MiB,25MiB")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
@@ -114,6 +120,7 @@ type sweepSettings struct {
 	Uneven        bool    `json:"uneven"`
 	Place         bool    `json:"place,omitempty"`
 	Recompute     bool    `json:"recompute,omitempty"`
+	Buckets       string  `json:"buckets,omitempty"` // bytes, comma-separated
 	Strategies    int     `json:"strategies"` // in the whole sweep, over all shards
 	Shards        int     `json:"shards"`
 }
@@ -194,8 +201,17 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if err != nil {
 		return err
 	}
+	var buckets []units.Bytes
+	var bucketBytes []string
+	for _, s := range f.buckets {
+		b, err := topology.ParseBytes(strings.TrimSpace(s))
+		if err != nil || b < 1 {
+			return fmt.Errorf("--buckets %q: want gradient bucket sizes, as 1MiB,25MiB", s)
+		}
+		buckets, bucketBytes = append(buckets, b), append(bucketBytes, strconv.FormatInt(int64(b), 10))
+	}
 	strategies, err := search.Strategies(f.batch, search.Space{Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Recompute: recompute,
-		SP: zoo.HasSP(f.model), Layers: layers, Zero: true, Pool: pool})
+		SP: zoo.HasSP(f.model), Layers: layers, Zero: true, Buckets: buckets, Pool: pool})
 	if err != nil {
 		return err
 	}
@@ -212,7 +228,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	}
 	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
 		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
-		Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Strategies: len(strategies), Shards: shards}}
+		Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Buckets: strings.Join(bucketBytes, ","), Strategies: len(strategies), Shards: shards}}
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}

@@ -45,6 +45,11 @@ type Space struct {
 	// the replicas, each saving memory for communication; and stage 3
 	// with its gathers a layer ahead (prefetch=1).
 	Zero bool
+	// Buckets adds each data-parallel strategy without ZeRO (and its
+	// variants with sp=on and vpp=2) with each of these gradient bucket
+	// sizes (bucket=SIZE, see plans.Strategy.Bucket): one all-reduce for
+	// many gradients, which waits for the last of them.
+	Buckets []units.Bytes
 	// Pool, when set and of several device types, is what pipelines are
 	// placed over: each is also tried with each placement of its stages
 	// on the pool's types (plans.Placements), which Config.Devices must
@@ -108,6 +113,17 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 				if sp.Zero && dp > 1 {
 					for _, v := range slices.Clone(variants) {
 						variants = append(variants, zeroVariants(v)...)
+					}
+				}
+				if dp > 1 {
+					for _, v := range slices.Clone(variants) {
+						if v.Zero > 0 {
+							continue // most gradients reduce-scattered, not all-reduced
+						}
+						for _, b := range sp.Buckets {
+							v.Bucket = b
+							variants = append(variants, v)
+						}
 					}
 				}
 				var places [][]string

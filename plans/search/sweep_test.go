@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/units"
 )
 
 func TestStrategies(t *testing.T) {
@@ -97,6 +98,31 @@ func TestStrategies(t *testing.T) {
 	for _, not := range []string{"pp=4,vpp=2,mb=2,sched=1f1b", "tp=2,zero=1", "tp=4,zero=3", "pp=4,vpp=2,mb=4,sched=gpipe"} {
 		require.False(t, has[not], not)
 	}
+	// Gradient buckets for data parallelism without ZeRO, each variant
+	// once per size.
+	bucketed, err := Strategies(64, Space{Devices: 4, MaxMB: 4, MaxTP: 2, SP: true, Zero: true, Buckets: []units.Bytes{units.MiB, 25 * units.MiB}})
+	require.NoError(t, err)
+	plain, err := Strategies(64, Space{Devices: 4, MaxMB: 4, MaxTP: 2, SP: true, Zero: true})
+	require.NoError(t, err)
+	sizes := map[string]int{}
+	dpPlain := 0
+	for _, st := range plain {
+		if st.DP > 1 && st.Zero == 0 {
+			dpPlain++
+		}
+	}
+	for _, st := range bucketed {
+		if st.Bucket > 0 {
+			require.True(t, st.DP > 1 && st.Zero == 0, "%s", st)
+			sizes[st.Bucket.String()]++
+			back, err := plans.ParseStrategy(st.String(), 64)
+			require.NoError(t, err)
+			require.Equal(t, st, back, "%s round-trips", st)
+		}
+	}
+	require.Equal(t, map[string]int{"1.00 MiB": dpPlain, "25.00 MiB": dpPlain}, sizes)
+	require.Len(t, bucketed, len(plain)+2*dpPlain)
+
 	shallow, err := Strategies(64, Space{Devices: 4, MaxMB: 4, Layers: 4})
 	require.NoError(t, err)
 	for _, st := range shallow {
