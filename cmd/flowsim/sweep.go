@@ -121,7 +121,7 @@ type sweepSettings struct {
 	Place         bool    `json:"place,omitempty"`
 	Recompute     bool    `json:"recompute,omitempty"`
 	Buckets       string  `json:"buckets,omitempty"` // bytes, comma-separated
-	Strategies    int     `json:"strategies"` // in the whole sweep, over all shards
+	Strategies    int     `json:"strategies"`        // in the whole sweep, over all shards
 	Shards        int     `json:"shards"`
 }
 
