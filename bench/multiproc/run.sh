@@ -5,7 +5,8 @@
 # gRPC over loopback); each plan is compiled for that cluster, run by 'flowrun exec --procs 2' (this
 # process and one worker it starts) and simulated with the committed CPU
 # calibration and the cluster's routes. Writes results/multiproc-cpu/
-# {table.md,runs/*.json}.
+# {table.md,runs/*.json}. OUT, CALIB, RUNS, BATCHES (space-separated) and
+# STRATEGIES (separated by ;) override the defaults.
 #
 #	bash bench/multiproc/run.sh
 set -euo pipefail
@@ -34,8 +35,9 @@ field() { sed -n "s/^  \"$1\": \([^,]*\),\?$/\1/p" "$2"; }
 	echo "|---|---|---|---|---|---|---|"
 } >"$out/table.md"
 
-for batch in 64 256; do
-	for strategy in "dp=2" "dp=2,mb=2" "dp=2,mb=3:1" "pp=2,mb=4,sched=1f1b" "pp=2,mb=4,sched=gpipe"; do
+IFS=';' read -ra strategies <<<"${STRATEGIES:-dp=2;dp=2,bucket=25MiB;dp=2,mb=2;dp=2,mb=2,bucket=25MiB;dp=2,mb=3:1;pp=2,mb=4,sched=1f1b;pp=2,mb=4,sched=gpipe}"
+for batch in ${BATCHES:-64 256}; do
+	for strategy in "${strategies[@]}"; do
 		name="mnist-cnn-b$batch-${strategy//[,=:]/_}"
 		plan=$(mktemp --suffix .json)
 		bin/flowsim plan --model mnist-cnn --cluster "$cluster" --strategy "$strategy" --batch "$batch" -o "$plan" >/dev/null
