@@ -1032,8 +1032,8 @@ func (c *compiler) buildAllReducesTP() {
 // replicas: in place for one, else through a bucket (Strategy.Bucket):
 // each replica packs them into a flat register, which one all-reduce
 // reduces, and unpacks it into registers of the reduced gradients, which
-// the updates read. The replicas' tasks join their
-// devices' collectives in that order.
+// the updates read. The replicas' tasks join their devices' collectives
+// in that order.
 func (c *compiler) addAllReduce(ns []*graph.Node) {
 	s := c.stage[ns[0].ID]
 	var regs, streams []int
@@ -1154,6 +1154,7 @@ func (c *compiler) buildUpdatesTP() error {
 			mutated := n.Op.(graph.Mutator).Mutates()
 			_, split := c.zero[n.Inputs[0].ID] // ZeRO: the replica's parts of the weight, its state and its gradient
 			for i, in := range n.Inputs {
+				reduced, bucketed := c.reducedOf[dev][in.ID] // unpacked from a bucket
 				switch {
 				case slices.Contains(mutated, i):
 					reg, ok := c.masterOf[dev][in.ID]
@@ -1164,8 +1165,8 @@ func (c *compiler) buildUpdatesTP() error {
 					writes = append(writes, reg)
 				case split:
 					reads = append(reads, Use{Reg: c.partOf[dev][in.ID], Mode: ReadFinal})
-				case c.reducedOf[dev][in.ID] > 0: // unpacked from a bucket
-					reads = append(reads, Use{Reg: c.reducedOf[dev][in.ID], Mode: ReadFinal})
+				case bucketed:
+					reads = append(reads, Use{Reg: reduced, Mode: ReadFinal})
 				default:
 					reads = append(reads, Use{Reg: c.gradReg(dev, c.stage[n.ID], in, r), Mode: ReadFinal})
 				}

@@ -112,13 +112,14 @@ type Strategy struct {
 	// MaxSlots, when > 0, caps every register's slot count; a cap too small
 	// for the schedule is rejected at compile time.
 	MaxSlots int
-	// Bucket, when > 0, packs the gradients all-reduced over the data-
-	// parallel replicas into buckets of up to Bucket bytes each (bucket=25MiB;
-	// PyTorch DDP's bucket_cap_mb, Horovod's tensor fusion): in the order
-	// they become ready, a stage's gradients of one dtype fill a bucket
-	// until the next would not fit, and each replica copies them into a
-	// flat register (a Pack task), all-reduces that once and copies the
-	// result out into the reduced gradients the updates read (Unpack). A gradient larger than Bucket is a bucket of
+	// Bucket, when > 0, packs the gradients all-reduced over the
+	// data-parallel replicas into buckets of up to Bucket bytes each
+	// (bucket=25MiB; PyTorch DDP's bucket_cap_mb, Horovod's tensor
+	// fusion): in the order they become ready, a stage's gradients of one
+	// dtype fill a bucket until the next would not fit, and each replica
+	// copies them into a flat register (a Pack task), all-reduces that
+	// once and copies the result out into the reduced gradients the
+	// updates read (Unpack). A gradient larger than Bucket is a bucket of
 	// its own, all-reduced in place. One all-reduce for many small ones
 	// pays one collective's latency and synchronization instead of many,
 	// for two copies of the bucket and a wait until its last gradient is

@@ -78,8 +78,9 @@ recompute=selective only its attention; slots=N caps every register's slot
 count. bucket=SIZE (with dp ≥ 2) all-reduces the gradients in buckets of up
 to SIZE (25MiB, as PyTorch DDP's default), as they become ready: each
 replica copies a bucket's gradients into one flat buffer, all-reduces it
-once and copies it back, which pays one collective's latency for many small
-gradients; without it each gradient is all-reduced alone.
+once and copies the result out for the updates, which pays one collective's
+latency for many small gradients; without it each gradient is all-reduced
+alone.
 Work over unequal devices may be split unevenly. Data parallelism: mb=3:1
 gives each replica's micro-batches (the micro-batch size is the batch over
 their sum). Pipelines: layers=3:1 gives each stage's layers (a transformer
