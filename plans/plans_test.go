@@ -605,15 +605,7 @@ func TestDecodeRejectsBadArenas(t *testing.T) {
 // rejected when read: a copy would run past a register, or mix dtypes.
 func TestDecodeRejectsBadBuckets(t *testing.T) {
 	good := mustCompile(t, "mnist-cnn", "dp=2,bucket=1GiB", 8)
-	pack, unpack := -1, -1
-	for i, tk := range good.Tasks {
-		switch {
-		case tk.Kind == Pack && pack < 0:
-			pack = i
-		case tk.Kind == Unpack && unpack < 0:
-			unpack = i
-		}
-	}
+	pack, unpack := firstTask(good, Pack), firstTask(good, Unpack)
 	require.True(t, pack >= 0 && unpack >= 0)
 	bucket := good.Tasks[pack].Writes[0]
 	requireDecodeRejectsAll(t, good, []rejection{
@@ -631,6 +623,11 @@ func TestDecodeRejectsBadBuckets(t *testing.T) {
 		}},
 		{"other device", "on device 1: want f32 on device 0, as its bucket", func(p *Plan) { p.Tasks[pack].Reads[0] = p.Tasks[pack+2].Reads[0] }},
 	})
+}
+
+// firstTask is the index of p's first task of kind k, −1 if none.
+func firstTask(p *Plan, k TaskKind) int {
+	return slices.IndexFunc(p.Tasks, func(t Task) bool { return t.Kind == k })
 }
 
 // A CPU device's workers are bounded when a plan is read: the runtime
@@ -694,15 +691,7 @@ func TestDecodeRejectsBadSequenceParallel(t *testing.T) {
 	require.NoError(t, err)
 	good, err := Compile(Config{Model: "gpt:layers=1,hidden=8,heads=2,seq=4,vocab=8", Batch: 2, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(2, 0)})
 	require.NoError(t, err)
-	gather, scatter := -1, -1
-	for i, tk := range good.Tasks {
-		switch {
-		case tk.Kind == AllGather && gather < 0:
-			gather = i
-		case tk.Kind == ReduceScatter && scatter < 0:
-			scatter = i
-		}
-	}
+	gather, scatter := firstTask(good, AllGather), firstTask(good, ReduceScatter)
 	require.True(t, gather >= 0 && scatter >= 0)
 	requireDecodeRejectsAll(t, good, []rejection{
 		{"axis", "axis 7", func(p *Plan) { p.Tasks[gather].Axis = 7 }},
