@@ -23,6 +23,7 @@ import (
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/topology"
+	"github.com/flowkit/flowkit/units"
 )
 
 // defaultCalibModels are the models calibrate measures by default.
@@ -267,7 +268,8 @@ type measured struct {
 // measure runs the calibration plans on devices of w workers: one-device
 // plans for the kernels alone (one and two micro-batches, for
 // accumulation), and, where two devices fit the cores, dp=2 for all-reduces
-// and for the kernels' slowdown when both devices are busy, pp=2 for
+// and for the kernels' slowdown when both devices are busy (at the first
+// batch also with one gradient bucket, for its pack and unpack copies), pp=2 for
 // transfers, and tp=2 for models with a tensor-parallel layout (and
 // tp=2,sp=on for those with a sequence-parallel one): its collectives,
 // and its kernels on split weights, which never run alone: they are priced
@@ -292,6 +294,9 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 				strategies = append(strategies,
 					plans.Strategy{DP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB},
 					plans.Strategy{DP: 1, PP: 2, MB: 2, Sched: plans.OneFOneB})
+				if b == f.batches[0] { // a gradient bucket's copies, whose sizes no batch changes
+					strategies = append(strategies, plans.Strategy{DP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB, Bucket: 25 * units.MiB})
+				}
 				if zoo.HasTP(model) {
 					strategies = append(strategies, plans.Strategy{DP: 1, TP: 2, PP: 1, MB: 1, Sched: plans.OneFOneB})
 				}
@@ -338,7 +343,8 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 			m.latencies = append(m.latencies, runtime.DispatchLatency(wakes))
 		}
 		for _, s := range got.Tasks {
-			comm := s.Work.Kind == string(plans.Transfer) || plans.TaskKind(s.Work.Kind).Collective()
+			kind := plans.TaskKind(s.Work.Kind)
+			comm := kind == plans.Transfer || kind.Collective() || kind == plans.Pack || kind == plans.Unpack // fitted as they ran, beside the other device
 			switch {
 			case j.devices == 1:
 				m.alone = append(m.alone, s.Sample)

@@ -55,6 +55,11 @@ func TestCalibrateDispatchAndTraffic(t *testing.T) {
 	for _, e := range ar.Exact {
 		require.Positive(t, e.Traffic, "%v", e.Shape)
 	}
+	// A gradient bucket's copies, measured at the first batch.
+	for _, kind := range []string{"pack", "unpack"} {
+		require.NotNil(t, dc.Ops[kind], kind)
+		require.Len(t, dc.Ops[kind].Exact, 1, kind)
+	}
 }
 
 // --device cuda measures plans on the GPU: a plan with no GPU device is an
