@@ -48,7 +48,8 @@ func newCalibrateCmd() *cobra.Command {
 		Long: `Measure every task the plans of the given models run, at each micro-batch
 size and worker count — the kernels, and the in-process transfers, gradient
 accumulations and all-reduces between CPU devices — by running single,
-dp=2 and pp=2 plans on this machine and taking each task's mean time in
+dp=2 (at the first batch also with bucket=25MiB, for a gradient bucket's
+pack and unpack copies) and pp=2 plans on this machine and taking each task's mean time in
 place (with the cache state and neighbours it has in a real run). Kernels are
 priced from one-device plans (running alone); the data-parallel plans give how
 much kernels slow down while another device of the host is busy (shared
