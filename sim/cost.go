@@ -17,7 +17,8 @@ import (
 // and between CPU devices of different hosts (processes of a multi-process
 // run), goes to the communication model over the cluster's routes, when
 // Comm is set and knows the plan's devices by name (across processes it
-// takes the runtime's direct collectives, cost.Direct); communication between
+// takes the runtime's direct collectives, cost.Direct, and a member's
+// wake-ups as it waits for the others, see wakes); communication between
 // CPU devices of one host (in-process copies and reductions) goes to the
 // compute model as the memory-bound kinds "transfer" and "allreduce",
 // calibrated like kernels. Devices of one host slow each other down by the
@@ -55,7 +56,29 @@ func (m CostModel) comm(p *plans.Plan, t int, home topology.DeviceSpec) (d time.
 		return 0, false, nil
 	}
 	d, _, ok, err = m.price(p, t, 0)
+	if ok && err == nil && home.Class == topology.CPU {
+		d += time.Duration(wakes(p.Tasks[t].Kind)) * m.Compute.Dispatch(home)
+	}
 	return d, ok, err
+}
+
+// wakes is the number of times a member of a collective of kind k between
+// processes waits for the other ranks' messages (runtime.allReduceRanks
+// and its kin): its stream's goroutine sleeps until the goroutine that
+// receives them wakes it, at the calibrated dispatch latency each time,
+// which a link's ping-pong (flowrun calibrate link), received by the
+// goroutine that waits, does not hold. An all-reduce waits twice, for the
+// parts it reduces and for the others' reduced chunks; an all-gather or a
+// reduce-scatter once. A transfer's receiver is woken through the plan's
+// edge, which the simulator already delays by the dispatch latency.
+func wakes(k plans.TaskKind) int {
+	switch k {
+	case plans.AllReduce:
+		return 2
+	case plans.AllGather, plans.ReduceScatter:
+		return 1
+	}
+	return 0
 }
 
 // CheckCluster says whether m.Comm's cluster knows, by name, every device

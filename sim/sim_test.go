@@ -432,6 +432,45 @@ func TestCommBetweenHosts(t *testing.T) {
 	}
 }
 
+// A member of an all-reduce between processes waits twice for the other
+// ranks' messages, each time woken at the calibrated dispatch latency: its
+// price is the network's and two dispatches. A transfer's receiver is
+// woken through the plan's edge (TestDispatchLatency), and an all-reduce
+// in one process waits for nothing.
+func TestCollectiveWakesBetweenHosts(t *testing.T) {
+	const dispatch = 70 * time.Microsecond
+	for _, tt := range []struct {
+		cluster, strategy string
+		network           bool
+	}{{"localx2", "dp=2", true}, {"localx2", "dp=2,bucket=1GiB", true}, {"local", "dp=2", false}} {
+		t.Run(tt.cluster+"/"+tt.strategy, func(t *testing.T) {
+			p, c := compileOnCluster(t, tt.cluster, tt.strategy, 24, 2)
+			spec, err := deviceSpec(p, 0)
+			require.NoError(t, err)
+			calib := &cost.Calibration{Version: cost.CalibrationVersion, Devices: map[string]*cost.DeviceCalibration{
+				cost.CalibrationKey(spec): {Dispatch: dispatch, Ops: map[string]*cost.OpFit{}}}}
+			woken := CostModel{Compute: cost.NewComputeModel(calib), Comm: cost.NewComm(c)}
+			plain := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
+			checked := 0
+			for i, task := range p.Tasks {
+				if task.Kind != plans.AllReduce && task.Kind != plans.Transfer && task.Kind != plans.Pack {
+					continue
+				}
+				got, err := woken.Duration(p, i)
+				require.NoError(t, err)
+				want, err := plain.Duration(p, i)
+				require.NoError(t, err)
+				if task.Kind == plans.AllReduce && tt.network {
+					want += 2 * dispatch
+				}
+				require.Equal(t, want, got, task.Name)
+				checked++
+			}
+			require.Positive(t, checked)
+		})
+	}
+}
+
 // compileOnCluster compiles mlp with a strategy for n devices of a
 // cluster (cores divided among devices where it has fewer).
 func compileOnCluster(t *testing.T, cluster, strategy string, batch, n int) (*plans.Plan, *topology.Cluster) {
