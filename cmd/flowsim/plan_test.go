@@ -185,6 +185,8 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"plan", "--model", "gpt2s-blocks:depth=2"}, `unknown size option "depth"`},
 		{[]string{"plan", "--model", "nowhere/config.json"}, "nowhere/config.json"},
 		{[]string{"sweep", "--model", "nowhere/config.json"}, "nowhere/config.json"},
+		{[]string{"sweep", "--model", "mlp", "--buckets", "1MiB,lots"}, `--buckets "lots": want gradient bucket sizes, as 1MiB,25MiB`},
+		{[]string{"sweep", "--model", "mlp", "--buckets", "0"}, `--buckets "0": want gradient bucket sizes`},
 		{[]string{"simulate"}, `"plan" not set`},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},

@@ -77,6 +77,38 @@ func TestSweepAndMerge(t *testing.T) {
 	require.ErrorContains(t, err, "not the --json output of flowsim sweep")
 }
 
+// --buckets adds each data-parallel strategy without ZeRO with each
+// bucket size, and a sweep with other sizes is another sweep to merge.
+func TestSweepBuckets(t *testing.T) {
+	args := []string{"sweep", "--model", "mnist-cnn", "--devices", "2", "--batch", "16", "--max-mb", "2", "--json"}
+	out, err := run(t, append(args, "--buckets", "64KiB, 25MiB")...)
+	require.NoError(t, err)
+	var file sweepFile
+	require.NoError(t, json.Unmarshal([]byte(out), &file))
+	require.Equal(t, "65536,26214400", file.Buckets)
+	asked := map[string]bool{}
+	for _, e := range file.Entries {
+		require.Empty(t, e.Error, e.Asked)
+		asked[e.Asked] = true
+	}
+	for _, want := range []string{"dp=2", "dp=2,bucket=64KiB", "dp=2,bucket=25MiB", "dp=2,mb=2,sched=1f1b,bucket=25MiB"} {
+		require.True(t, asked[want], want)
+	}
+	for a := range asked {
+		require.False(t, strings.Contains(a, "zero") && strings.Contains(a, "bucket"), a)
+	}
+	dir := t.TempDir()
+	var shards []string
+	for i, b := range []string{"64KiB,25MiB", "1MiB"} {
+		out, err := run(t, append(args, "--buckets", b, "--shard", fmt.Sprintf("%d/2", i))...)
+		require.NoError(t, err)
+		shards = append(shards, filepath.Join(dir, fmt.Sprintf("s%d.json", i)))
+		require.NoError(t, os.WriteFile(shards[i], []byte(out), 0o644))
+	}
+	_, err = run(t, "sweep", "merge", shards[0], shards[1])
+	require.ErrorContains(t, err, "another sweep")
+}
+
 // A sweep of a model with a tensor-parallel layout tries tp = 2, 4 … up
 // to the devices of one machine, or --max-tp; a model without one never.
 func TestSweepTensorParallel(t *testing.T) {
