@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -71,7 +72,7 @@ func TestBuckets(t *testing.T) {
 			}
 		}
 		if task.Kind == Pack || task.Kind == Unpack {
-			for _, r := range append(task.Writes, task.Reads[0].Reg) {
+			for _, r := range slices.Concat(task.Writes, []int{task.Reads[0].Reg}) {
 				require.Equal(t, Gradients, cats[r], p.Registers[r].Name)
 			}
 		}
