@@ -3,12 +3,16 @@
 # with this checkout's simulator: each run's plan is compiled again for the
 # folder's procs2.yaml and simulated with its calib.json, and its
 # prediction set beside the one recorded and the measured step. For a
-# change to the cost model, judged on measurements already made.
+# change to the cost model, judged on measurements already made. CALIB
+# names the calibration where the folder holds none (results/multiproc-cpu
+# was predicted with results/plan-loop-cpu/calib.json).
 #
 #	bash bench/multiproc/resim.sh results/multiproc-cpu-2026-12-02
+#	CALIB=results/plan-loop-cpu/calib.json bash bench/multiproc/resim.sh results/multiproc-cpu
 set -euo pipefail
-if [[ $# -ne 1 || ! -f $1/procs2.yaml || ! -f $1/calib.json ]]; then
-	echo "usage: $0 DIR (a bench/multiproc/run.sh output: procs2.yaml, calib.json, runs/*.json)" >&2
+calib=${CALIB:-${1:-}/calib.json}
+if [[ $# -ne 1 || ! -f $1/procs2.yaml || ! -f $calib ]]; then
+	echo "usage: [CALIB=FILE] $0 DIR (a bench/multiproc/run.sh output: procs2.yaml, runs/*.json, and calib.json unless CALIB names one)" >&2
 	exit 2
 fi
 dir=$1
@@ -25,8 +29,11 @@ for run in "$dir"/runs/*.json; do
 import json, sys
 d = json.load(open(sys.argv[1]))
 print(d["model"], d["batch"], d["strategy"], d["measured_step_s"], d["predicted_step_s"])' "$run")
-	bin/flowsim plan --model "$model" --cluster "$dir/procs2.yaml" --strategy "$strategy" --batch "$batch" -o "$plan" >/dev/null
-	now=$(bin/flowsim simulate --plan "$plan" --cluster "$dir/procs2.yaml" --calib "$dir/calib.json" --json |
+	if ! err=$(bin/flowsim plan --model "$model" --cluster "$dir/procs2.yaml" --strategy "$strategy" --batch "$batch" -o "$plan" 2>&1 >/dev/null); then
+		echo "$run: skipped, not a plan for $dir/procs2.yaml: $err" >&2
+		continue
+	fi
+	now=$(bin/flowsim simulate --plan "$plan" --cluster "$dir/procs2.yaml" --calib "$calib" --json |
 		python3 -c 'import json, sys; print(json.load(sys.stdin)["step_time_s"])')
 	python3 -c '
 import sys

@@ -1,23 +1,30 @@
 #!/usr/bin/env bash
-# Multi-process runs on this machine, predicted against measured: the
-# transport between two processes is measured ('flowrun calibrate link'),
-# which writes results/multiproc-cpu/procs2.yaml (two processes joined by
-# gRPC over loopback); each plan is compiled for that cluster, run by 'flowrun exec --procs 2' (this
-# process and one worker it starts) and simulated with the committed CPU
-# calibration and the cluster's routes. Writes results/multiproc-cpu/
-# {table.md,runs/*.json}. OUT, CALIB, RUNS, BATCHES (space-separated) and
+# Multi-process runs on this machine, predicted against measured: this
+# machine's kernels are calibrated ('flowrun calibrate' on mnist-cnn, into
+# OUT/calib.json, unless CALIB names a calibration), the transport between
+# two processes is measured ('flowrun calibrate link'), which writes
+# OUT/procs2.yaml (two processes joined by gRPC over loopback); each plan is
+# compiled for that cluster, run by 'flowrun exec --procs 2' (this process
+# and one worker it starts) and simulated with the calibration and the
+# cluster's routes. Writes OUT/{table.md,link.txt,runs/*.json}, OUT by
+# default results/multiproc-cpu-DATE. RUNS, BATCHES (space-separated) and
 # STRATEGIES (separated by ;) override the defaults.
 #
 #	bash bench/multiproc/run.sh
+#	OUT=results/multiproc-cpu-2026-12-02 CALIB=results/multiproc-cpu-2026-12-02/calib.json bash bench/multiproc/run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
-out=${OUT:-results/multiproc-cpu}
+out=${OUT:-results/multiproc-cpu-$(date -u +%Y-%m-%d)}
 cluster=$out/procs2.yaml
-calib=${CALIB:-results/plan-loop-cpu/calib.json}
 runs=${RUNS:-5}
 mkdir -p bin "$out/runs"
 CGO_ENABLED=0 go build -o bin/flowsim ./cmd/flowsim
 CGO_ENABLED=0 go build -o bin/flowrun ./cmd/flowrun
+calib=${CALIB:-}
+if [[ -z $calib ]]; then
+	calib=$out/calib.json
+	bin/flowrun calibrate --models mnist-cnn --batches 32,64,128 -o "$calib" | tee "$out/calibrate-output.txt"
+fi
 bin/flowrun calibrate link --reps 50 --sizes 4KiB,64KiB,256KiB,1MiB,2MiB,4MiB,16MiB -o "$cluster" | tee "$out/link.txt"
 
 field() { sed -n "s/^  \"$1\": \([^,]*\),\?$/\1/p" "$2"; }
