@@ -91,3 +91,57 @@ func TestBuckets(t *testing.T) {
 		require.Equal(t, 8, n, st)
 	}
 }
+
+// Under ZeRO stage 1 the gradients reduce-scattered fill buckets too: each
+// replica packs them part by part (Task.Parts), one reduce-scatter gives
+// it its part of the bucket, which it unpacks into its parts of the
+// gradients, which its updates read. Stages 2 and 3 scatter each
+// micro-batch's gradient as it is produced, unbucketed.
+func TestZeroBuckets(t *testing.T) {
+	p := mustCompile(t, "mnist-cnn", "dp=2,zero=1,bucket=1GiB", 8)
+	var packs, unpacks, scatters []Task
+	for _, task := range p.Tasks {
+		switch task.Kind {
+		case Pack:
+			packs = append(packs, task)
+		case Unpack:
+			unpacks = append(unpacks, task)
+		case ReduceScatter:
+			scatters = append(scatters, task)
+		case AllReduce:
+			t.Fatalf("%s: ZeRO splits every weight of mnist-cnn over 2 replicas", task.Name)
+		}
+	}
+	require.Len(t, packs, 2)
+	require.Len(t, scatters, 1)
+	require.Equal(t, "reducescatter/grad-bucket-0", scatters[0].Name)
+	for r, pack := range packs {
+		require.Equal(t, 2, pack.Parts)
+		whole := p.Registers[pack.Writes[0]].Spec.Shape.NumElements()
+		require.Equal(t, 421642, whole, "every gradient")
+		require.Equal(t, pack.Writes[0], scatters[0].Reads[r].Reg)
+		mine := scatters[0].Writes[r]
+		require.Equal(t, whole/2, p.Registers[mine].Spec.Shape.NumElements())
+		require.Equal(t, mine, unpacks[r].Reads[0].Reg)
+		require.Zero(t, unpacks[r].Parts)
+		require.Len(t, unpacks[r].Writes, 8, "the replica's part of each gradient")
+	}
+	unpacked := map[int]bool{}
+	for _, u := range unpacks {
+		for _, r := range u.Writes {
+			unpacked[r] = true
+		}
+	}
+	updates := 0
+	for _, task := range p.Tasks {
+		if task.Phase == "update" {
+			require.True(t, unpacked[task.Reads[1].Reg], "%s reads %s", task.Name, p.Registers[task.Reads[1].Reg].Name)
+			updates++
+		}
+	}
+	require.Equal(t, 16, updates)
+	for _, st := range []string{"dp=2,zero=2,bucket=1GiB", "dp=2,mb=2,zero=3,bucket=1GiB"} {
+		p := mustCompile(t, "mnist-cnn", st, 8)
+		require.Equal(t, -1, slices.IndexFunc(p.Tasks, func(t Task) bool { return t.Kind == Pack }), st)
+	}
+}

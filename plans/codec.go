@@ -396,7 +396,8 @@ func (p *Plan) checkRest() error {
 // checkPack checks that pack or unpack task t, whose registers are in
 // range, copies between registers of one float dtype on its home device,
 // the bucket (a pack's write, an unpack's read) flat and as long as the
-// gradients (a pack's reads, an unpack's writes) together.
+// gradients (a pack's reads, an unpack's writes) together, each of which
+// a pack in parts (Task.Parts) divides into them.
 func (p *Plan) checkPack(t *Task) error {
 	var bucket int
 	var parts []int
@@ -417,6 +418,9 @@ func (p *Plan) checkPack(t *Task) error {
 	if len(parts) == 0 {
 		return fmt.Errorf("%s copies no gradient", map[TaskKind]string{Pack: "a pack", Unpack: "an unpack"}[t.Kind])
 	}
+	if t.Parts < 0 || t.Parts > 0 && t.Kind != Pack {
+		return fmt.Errorf("parts %d: a pack's bucket is laid out in 1 or more parts, an unpack's is not", t.Parts)
+	}
 	home := p.Streams[t.Streams[0]].Device
 	b := &p.Registers[bucket]
 	if len(b.Spec.Shape) != 1 || !b.Spec.DType.IsFloat() || b.Device != home {
@@ -429,6 +433,9 @@ func (p *Plan) checkPack(t *Task) error {
 			return fmt.Errorf("gradient %s is %v on device %d: want %s on device %d, as its bucket", g.Name, g.Spec, g.Device, b.Spec.DType, home)
 		}
 		n += g.Spec.Shape.NumElements()
+		if t.Parts > 1 && g.Spec.Shape.NumElements()%t.Parts != 0 {
+			return fmt.Errorf("gradient %s %v does not split into %d equal parts", g.Name, g.Spec, t.Parts)
+		}
 	}
 	if n != b.Spec.Shape.NumElements() {
 		return fmt.Errorf("bucket %s holds %d values, its gradients %d", b.Name, b.Spec.Shape.NumElements(), n)

@@ -998,33 +998,46 @@ func (c *compiler) buildAllReduces() {
 }
 
 func (c *compiler) buildAllReducesTP() {
-	var bucket []*graph.Node // the update nodes whose gradients fill the open bucket
-	var size units.Bytes
-	flush := func() {
-		if len(bucket) > 0 {
-			c.addAllReduce(bucket)
-		}
-		bucket, size = nil, 0
-	}
+	reduce := bucketer{c: c, flush: c.addAllReduce}
+	scatter := bucketer{c: c, flush: c.addZeroScatter}
 	for _, n := range c.updateNodes() {
-		grad := n.Inputs[1]
-		s := c.stage[n.ID]
-		if _, ok := c.zero[n.Inputs[0].ID]; ok {
-			if c.st.Zero == 1 { // stages 2 and 3 scattered every micro-batch's (addZeroScatterMicro)
-				c.addZeroScatter(n, grad, s)
-			}
-			continue
+		if _, ok := c.zero[n.Inputs[0].ID]; !ok {
+			reduce.add(n)
+		} else if c.st.Zero == 1 { // stages 2 and 3 scattered every micro-batch's (addZeroScatterMicro)
+			scatter.add(n)
 		}
-		b := grad.Spec.Bytes()
-		if len(bucket) > 0 {
-			last := bucket[len(bucket)-1]
-			if c.stage[last.ID] != s || last.Inputs[1].Spec.DType != grad.Spec.DType || size+b > c.st.Bucket {
-				flush()
-			}
-		}
-		bucket, size = append(bucket, n), size+b
 	}
-	flush()
+	reduce.close()
+	scatter.close()
+}
+
+// bucketer fills buckets (Strategy.Bucket) with the gradients of update
+// nodes, in the order they become ready: a bucket takes a stage's
+// gradients of one dtype until the next would overflow it, and flush adds
+// the collective of each (of a single gradient without Strategy.Bucket).
+type bucketer struct {
+	c     *compiler
+	flush func([]*graph.Node)
+	open  []*graph.Node
+	size  units.Bytes
+}
+
+func (b *bucketer) add(n *graph.Node) {
+	grad := n.Inputs[1]
+	if len(b.open) > 0 {
+		last := b.open[len(b.open)-1]
+		if b.c.stage[last.ID] != b.c.stage[n.ID] || last.Inputs[1].Spec.DType != grad.Spec.DType || b.size+grad.Spec.Bytes() > b.c.st.Bucket {
+			b.close()
+		}
+	}
+	b.open, b.size = append(b.open, n), b.size+grad.Spec.Bytes()
+}
+
+func (b *bucketer) close() {
+	if len(b.open) > 0 {
+		b.flush(b.open)
+	}
+	b.open, b.size = nil, 0
 }
 
 // addAllReduce adds the all-reduce of the gradients of update nodes ns
@@ -1094,28 +1107,76 @@ func (c *compiler) addAllReduce(ns []*graph.Node) {
 	}
 }
 
-// addZeroScatter adds ZeRO's reduce-scatter of a weight's gradient over
-// the replicas: each gets its part of the (weighted) mean, on its coll
-// stream, once the iteration's gradient is whole.
-func (c *compiler) addZeroScatter(n *graph.Node, grad *graph.Tensor, s int) {
-	part := grad.Spec.Shape.Clone()
-	part[0] /= c.st.DP
-	b := grad.Spec.Bytes()
-	task := Task{Name: c.onRank("reducescatter/"+c.p.Registers[c.regOf[c.device(0, s)][n.Inputs[0].ID]].Name, n.Inputs[0]), Kind: ReduceScatter, Phase: "comm",
-		Stage: s, Replica: -1, FLOPs: units.FLOPs(grad.Spec.Shape.NumElements() * c.st.DP), Bytes: b,
-		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, grad.Spec.Shape.NumElements()}}
+// addZeroScatter adds ZeRO's reduce-scatter of the gradients of update
+// nodes ns (of one stage and dtype) over the replicas: each gets its part
+// of the (weighted) mean, on its coll stream, once the iteration's
+// gradient is whole. One gradient is scattered from its register; several
+// (Strategy.Bucket) are packed part by part into a bucket (Task.Parts),
+// whose part each replica gets and unpacks into the parts of the
+// gradients.
+func (c *compiler) addZeroScatter(ns []*graph.Node) {
+	s := c.stage[ns[0].ID]
+	var b units.Bytes
+	n := 0
+	for _, u := range ns {
+		b += u.Inputs[1].Spec.Bytes()
+		n += u.Inputs[1].Spec.Shape.NumElements()
+	}
+	name := c.p.Registers[c.regOf[c.device(0, s)][ns[0].Inputs[0].ID]].Name
+	if len(ns) > 1 {
+		name = fmt.Sprintf("grad-bucket-%d", c.buckets)
+		c.buckets++
+	}
+	name = c.onRank(name, ns[0].Inputs[0])
+	dtype := ns[0].Inputs[1].Spec.DType
+	task := Task{Name: "reducescatter/" + name, Kind: ReduceScatter, Phase: "comm",
+		Stage: s, Replica: -1, FLOPs: units.FLOPs(n * c.st.DP), Bytes: b,
+		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, n}}
+	var packs, unpacks []int
+	partReg := func(dev int, grad *graph.Tensor, r int) int {
+		part := grad.Spec.Shape.Clone()
+		part[0] /= c.st.DP
+		out := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, r, c.st.DP)), graph.Spec{Shape: part, DType: dtype})
+		c.partOf[dev][grad.ID] = out
+		return out
+	}
 	for r := range c.replicas() {
 		dev := c.device(r, s)
-		out := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, r, c.st.DP)), graph.Spec{Shape: part, DType: grad.Spec.DType})
-		c.partOf[dev][grad.ID] = out
-		task.Reads = append(task.Reads, Use{Reg: c.gradReg(dev, s, grad, r), Mode: ReadFinal})
-		task.Writes = append(task.Writes, out)
-		task.Streams = append(task.Streams, c.commStream(dev, "coll"))
+		stream := c.commStream(dev, "coll")
+		task.Streams = append(task.Streams, stream)
+		if len(ns) == 1 {
+			task.Reads = append(task.Reads, Use{Reg: c.gradReg(dev, s, ns[0].Inputs[1], r), Mode: ReadFinal})
+			task.Writes = append(task.Writes, partReg(dev, ns[0].Inputs[1], r))
+			continue
+		}
+		var grads []Use
+		var parts []int
+		for _, u := range ns {
+			grads = append(grads, Use{Reg: c.gradReg(dev, s, u.Inputs[1], r), Mode: ReadFinal})
+			parts = append(parts, partReg(dev, u.Inputs[1], r))
+		}
+		whole := c.newRegister(dev, c.taskName(dev, name), graph.Spec{Shape: graph.Shape{n}, DType: dtype})
+		mine := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", name, r, c.st.DP)), graph.Spec{Shape: graph.Shape{n / c.st.DP}, DType: dtype})
+		copies := func(kind TaskKind, reads []Use, writes []int, parts, size int) int {
+			return c.newTask(Task{Name: c.taskName(dev, string(kind)+"/"+name), Kind: kind, Phase: "comm",
+				Stage: s, Replica: r, Streams: []int{stream}, Reads: reads, Writes: writes, Parts: parts,
+				Bytes: units.Bytes(2*size) * dtype.Size(), Key: fmt.Sprintf("%s(%d)", kind, size), Shape: []int{size}})
+		}
+		packs = append(packs, copies(Pack, grads, []int{whole}, c.st.DP, n))
+		task.Reads = append(task.Reads, Use{Reg: whole, Mode: ReadFinal})
+		task.Writes = append(task.Writes, mine)
+		unpacks = append(unpacks, copies(Unpack, []Use{{Reg: mine, Mode: ReadFinal}}, parts, 0, n/c.st.DP))
 	}
 	id := c.newTask(task)
 	for r := range c.replicas() {
 		dev := c.device(r, s)
+		if packs != nil {
+			c.colls[dev] = append(c.colls[dev], packs[r])
+		}
 		c.colls[dev] = append(c.colls[dev], id)
+		if unpacks != nil {
+			c.colls[dev] = append(c.colls[dev], unpacks[r])
+		}
 	}
 }
 

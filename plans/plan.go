@@ -225,7 +225,8 @@ const (
 	ReduceScatter TaskKind = "reducescatter"
 	// Pack copies its reads, a replica's gradients, one after another
 	// into its one write, flat: a bucket that one all-reduce reduces for
-	// all of them (Strategy.Bucket). Unpack copies its one read, the
+	// all of them (Strategy.Bucket), or that one reduce-scatter splits
+	// (see Task.Parts). Unpack copies its one read, the
 	// reduced bucket, out into its writes, in the same order: the reduced
 	// gradients, which the updates read.
 	Pack   TaskKind = "pack"
@@ -303,6 +304,13 @@ type Task struct {
 	// Axis is the axis an AllGather concatenates along and a
 	// ReduceScatter splits.
 	Axis int `json:"axis,omitempty"`
+	// Parts, for a Pack whose bucket a reduce-scatter over Parts members
+	// splits (ZeRO's, Strategy.Bucket), lays the bucket out part by part:
+	// piece i of every read in turn, then piece i+1, a read's pieces being
+	// its Parts equal contiguous ranges (its rows split along axis 0), so
+	// that member i's part of the bucket holds its parts of every
+	// gradient. 0: each read whole, one after another.
+	Parts int `json:"parts,omitempty"`
 	// Offset is, for an Input task, the sample index of its micro-batch 0
 	// in the global batch.
 	Offset int `json:"offset,omitempty"`

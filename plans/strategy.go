@@ -123,7 +123,10 @@ type Strategy struct {
 	// its own, all-reduced in place. One all-reduce for many small ones
 	// pays one collective's latency and synchronization instead of many,
 	// for two copies of the bucket and a wait until its last gradient is
-	// ready. 0: each gradient all-reduced alone.
+	// ready. Under ZeRO stage 1 the gradients it reduce-scatters fill
+	// buckets of their own, packed part by part (Task.Parts; DeepSpeed's
+	// reduce_bucket_size); stages 2 and 3 scatter each micro-batch's
+	// gradient as it is produced, unbucketed. 0: each gradient alone.
 	Bucket units.Bytes
 }
 

@@ -144,20 +144,23 @@ func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, 
 				parts = append(parts, u.Reg)
 			}
 		}
+		pieces := max(t.Parts, 1) // plans.Task.Parts: piece k of every gradient in turn
 		var off units.Bytes
-		for i, reg := range parts {
-			n := p.Registers[reg].Spec.Bytes()
-			at := bucket + cu.DevicePtr(off)
-			var err error
-			if t.Kind == plans.Pack {
-				err = s.CopyDtoD(at, reads[i], n)
-			} else {
-				err = s.CopyDtoD(writes[i], at, n)
+		for k := range pieces {
+			for i, reg := range parts {
+				n := p.Registers[reg].Spec.Bytes() / units.Bytes(pieces)
+				at, grad := bucket+cu.DevicePtr(off), cu.DevicePtr(k)*cu.DevicePtr(n)
+				var err error
+				if t.Kind == plans.Pack {
+					err = s.CopyDtoD(at, reads[i]+grad, n)
+				} else {
+					err = s.CopyDtoD(writes[i]+grad, at, n)
+				}
+				if err != nil {
+					return err
+				}
+				off += n
 			}
-			if err != nil {
-				return err
-			}
-			off += n
 		}
 	case plans.Accumulate:
 		spec := p.Registers[t.Writes[0]].Spec

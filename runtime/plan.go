@@ -882,9 +882,9 @@ func (x *run) fire(f, it int) (float64, error) {
 		}
 		allReduce(dev.pool, writes, p.AllReduceWeights(t))
 	case plans.Pack:
-		bucketCopy(dev.pool, writes[0].F, reads, true)
+		bucketCopy(dev.pool, writes[0].F, reads, true, t.Parts)
 	case plans.Unpack:
-		bucketCopy(dev.pool, reads[0].F, writes, false)
+		bucketCopy(dev.pool, reads[0].F, writes, false, 0)
 	case plans.AllGather, plans.ReduceScatter:
 		if x.rr != nil && len(x.r.rk.active[f]) > 1 {
 			return 0, x.allReduceRanks(t, f, it, reads, writes)
@@ -896,18 +896,23 @@ func (x *run) fire(f, it int) (float64, error) {
 	return 0, nil
 }
 
-// bucketCopy copies parts, one after another, into bucket (pack), or
-// bucket back into them (unpack).
-func bucketCopy(pool *cpu.Pool, bucket []float32, parts []Buffer, pack bool) {
+// bucketCopy copies grads, one after another, into bucket (pack), or
+// bucket back into them (unpack); with parts > 1 (a pack for a
+// reduce-scatter, plans.Task.Parts) piece i of every gradient in turn, a
+// gradient's pieces being its parts equal ranges.
+func bucketCopy(pool *cpu.Pool, bucket []float32, grads []Buffer, pack bool, parts int) {
 	off := 0
-	for _, b := range parts {
-		at := bucket[off : off+len(b.F)]
-		if pack {
-			cpu.Copy(pool, b.F, at)
-		} else {
-			cpu.Copy(pool, at, b.F)
+	for i := range max(parts, 1) {
+		for _, g := range grads {
+			n := len(g.F) / max(parts, 1)
+			piece, at := g.F[i*n:(i+1)*n], bucket[off:off+n]
+			if pack {
+				cpu.Copy(pool, piece, at)
+			} else {
+				cpu.Copy(pool, at, piece)
+			}
+			off += n
 		}
-		off += len(b.F)
 	}
 }
 

@@ -23,6 +23,7 @@ func FuzzRunPlan(f *testing.F) {
 		{"mlp3x4096:depth=1,width=2", "dp=2", 2},
 		{"mlp3x4096:depth=2,width=2", "tp=2", 2},
 		{"mlp3x4096:depth=2,width=2", "dp=2,bucket=1GiB", 2},
+		{"mlp3x4096:depth=2,width=2", "dp=2,zero=1,bucket=1GiB", 2},
 	} {
 		var b bytes.Buffer
 		if err := plans.Encode(&b, compile(f, c.model, c.strategy, c.batch)); err != nil {

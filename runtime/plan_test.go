@@ -82,16 +82,18 @@ func TestPlanNumericsIndependentOfStrategy(t *testing.T) {
 	}
 }
 
-// Gradients all-reduced in buckets (Strategy.Bucket) get the bits they get
-// all-reduced one by one: a reduction is element by element, whatever
-// else its buffer holds. Every persistent register (weights, momenta) of
+// Gradients all-reduced or reduce-scattered (ZeRO stage 1) in buckets
+// (Strategy.Bucket) get the bits they get one by one: a reduction is
+// element by element, whatever else its buffer holds. Every persistent register (weights, momenta) of
 // every replica matches to the bit after three steps.
 func TestBucketsKeepBits(t *testing.T) {
 	for _, c := range []struct{ model, strategy string }{
 		{"mnist-cnn", "dp=2"},
 		{"mnist-cnn", "dp=2,mb=3:1"}, // weighted, through accumulators
 		{"mnist-cnn", "dp=2,pp=2,mb=2"},
-		{"mnist-cnn", "dp=3,mb=2:1:1,zero=1"}, // the weights ZeRO cannot split (by 3) are all-reduced
+		{"mnist-cnn", "dp=3,mb=2:1:1,zero=1"}, // the weights ZeRO cannot split (by 3) are all-reduced, the others reduce-scattered
+		{"mnist-cnn", "dp=2,mb=3:1,zero=1"},   // every weight reduce-scattered, weighted
+		{"mlp", "dp=2,tp=2,zero=1"},
 		{"mlp", "dp=2,tp=2"},
 		{"mlp", "dp=4"},
 	} {

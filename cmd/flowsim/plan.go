@@ -79,7 +79,8 @@ count. bucket=SIZE (with dp ≥ 2) all-reduces the gradients in buckets of up
 to SIZE (25MiB, as PyTorch DDP's default), as they become ready: each
 replica copies a bucket's gradients into one flat buffer, all-reduces it
 once and copies the result out for the updates, which pays one collective's
-latency for many small gradients; without it each gradient is all-reduced
+latency for many small gradients (under zero=1 the gradients it
+reduce-scatters fill buckets too); without it each gradient is reduced
 alone.
 Work over unequal devices may be split unevenly. Data parallelism: mb=3:1
 gives each replica's micro-batches (the micro-batch size is the batch over

@@ -60,8 +60,9 @@ stages on the cluster's device types, in blocks of neighbouring stages
 choosing among all of the cluster's devices, not only the first
 --devices; with --recompute, each also with
 recompute=full and, for models with attention, recompute=selective; with
---buckets 25MiB,…, each data-parallel strategy without ZeRO also with each
-gradient bucket size (bucket=25MiB …; see 'flowsim plan --help'). Every
+--buckets 25MiB,…, each data-parallel strategy without ZeRO or with its
+stage 1 also with each gradient bucket size (bucket=25MiB …; see 'flowsim
+plan --help'). Every
 strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
 cost model (--calib, else the catalog's efficiencies); the table ranks them
@@ -85,7 +86,7 @@ the one table the whole sweep would print.`,
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
 	fl.StringVar(&f.place, "place", "auto", "also try each pipeline with its stages placed on the cluster's device types (place=…): on, off, or auto (on when the cluster's devices differ)")
 	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models with attention (slower; may fit where it does not)")
-	fl.StringSliceVar(&f.buckets, "buckets", nil, "also try each data-parallel strategy without ZeRO with each of these gradient bucket sizes (bucket=…), as 1MiB,25MiB")
+	fl.StringSliceVar(&f.buckets, "buckets", nil, "also try each data-parallel strategy without ZeRO or with zero=1 with each of these gradient bucket sizes (bucket=…), as 1MiB,25MiB")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")

@@ -77,8 +77,9 @@ func TestSweepAndMerge(t *testing.T) {
 	require.ErrorContains(t, err, "not the --json output of flowsim sweep")
 }
 
-// --buckets adds each data-parallel strategy without ZeRO with each
-// bucket size, and a sweep with other sizes is another sweep to merge.
+// --buckets adds each data-parallel strategy without ZeRO or with its
+// stage 1 with each bucket size, and a sweep with other sizes is another
+// sweep to merge.
 func TestSweepBuckets(t *testing.T) {
 	args := []string{"sweep", "--model", "mnist-cnn", "--devices", "2", "--batch", "16", "--max-mb", "2", "--json"}
 	out, err := run(t, append(args, "--buckets", "64KiB, 25MiB")...)
@@ -91,11 +92,11 @@ func TestSweepBuckets(t *testing.T) {
 		require.Empty(t, e.Error, e.Asked)
 		asked[e.Asked] = true
 	}
-	for _, want := range []string{"dp=2", "dp=2,bucket=64KiB", "dp=2,bucket=25MiB", "dp=2,mb=2,sched=1f1b,bucket=25MiB"} {
+	for _, want := range []string{"dp=2", "dp=2,bucket=64KiB", "dp=2,bucket=25MiB", "dp=2,mb=2,sched=1f1b,bucket=25MiB", "dp=2,zero=1,bucket=64KiB"} {
 		require.True(t, asked[want], want)
 	}
 	for a := range asked {
-		require.False(t, strings.Contains(a, "zero") && strings.Contains(a, "bucket"), a)
+		require.False(t, (strings.Contains(a, "zero=2") || strings.Contains(a, "zero=3")) && strings.Contains(a, "bucket"), a)
 	}
 	dir := t.TempDir()
 	var shards []string

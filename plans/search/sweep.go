@@ -45,10 +45,11 @@ type Space struct {
 	// the replicas, each saving memory for communication; and stage 3
 	// with its gathers a layer ahead (prefetch=1).
 	Zero bool
-	// Buckets adds each data-parallel strategy without ZeRO (and its
-	// variants with sp=on and vpp=2) with each of these gradient bucket
-	// sizes (bucket=SIZE, see plans.Strategy.Bucket): one all-reduce for
-	// many gradients, which waits for the last of them.
+	// Buckets adds each data-parallel strategy without ZeRO or with its
+	// stage 1 (and their variants with sp=on and vpp=2) with each of these
+	// gradient bucket sizes (bucket=SIZE, see plans.Strategy.Bucket): one
+	// all-reduce or reduce-scatter for many gradients, which waits for the
+	// last of them.
 	Buckets []units.Bytes
 	// Pool, when set and of several device types, is what pipelines are
 	// placed over: each is also tried with each placement of its stages
@@ -117,8 +118,8 @@ func strategies(batch int, sp Space, tp int) []plans.Strategy {
 				}
 				if dp > 1 {
 					for _, v := range slices.Clone(variants) {
-						if v.Zero > 0 {
-							continue // most gradients reduce-scattered, not all-reduced
+						if v.Zero > 1 {
+							continue // gradients reduce-scattered every micro-batch, unbucketed
 						}
 						for _, b := range sp.Buckets {
 							v.Bucket = b
