@@ -2,6 +2,7 @@ package plans
 
 import (
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -95,53 +96,77 @@ func TestBuckets(t *testing.T) {
 // Under ZeRO stage 1 the gradients reduce-scattered fill buckets too: each
 // replica packs them part by part (Task.Parts), one reduce-scatter gives
 // it its part of the bucket, which it unpacks into its parts of the
-// gradients, which its updates read. Stages 2 and 3 scatter each
+// gradients, which its updates read. The updated parts fill buckets of
+// weights: packed whole, gathered into a bucket laid out part by part,
+// unpacked part by part into the weights. Stages 2 and 3 scatter each
 // micro-batch's gradient as it is produced, unbucketed.
 func TestZeroBuckets(t *testing.T) {
 	p := mustCompile(t, "mnist-cnn", "dp=2,zero=1,bucket=1GiB", 8)
-	var packs, unpacks, scatters []Task
+	byKind := map[TaskKind][]Task{}
 	for _, task := range p.Tasks {
-		switch task.Kind {
-		case Pack:
-			packs = append(packs, task)
-		case Unpack:
-			unpacks = append(unpacks, task)
-		case ReduceScatter:
-			scatters = append(scatters, task)
-		case AllReduce:
-			t.Fatalf("%s: ZeRO splits every weight of mnist-cnn over 2 replicas", task.Name)
-		}
+		byKind[task.Kind] = append(byKind[task.Kind], task)
 	}
-	require.Len(t, packs, 2)
-	require.Len(t, scatters, 1)
-	require.Equal(t, "reducescatter/grad-bucket-0", scatters[0].Name)
-	for r, pack := range packs {
+	require.Empty(t, byKind[AllReduce], "ZeRO splits every weight of mnist-cnn over 2 replicas")
+	require.Len(t, byKind[ReduceScatter], 1)
+	require.Len(t, byKind[AllGather], 1)
+	scatter, gather := byKind[ReduceScatter][0], byKind[AllGather][0]
+	require.Equal(t, "reducescatter/grad-bucket-0", scatter.Name)
+	require.Equal(t, "allgather/weight-bucket-1", gather.Name)
+	const whole = 421642 // every gradient, every weight
+	packs, unpacks := byKind[Pack], byKind[Unpack]
+	require.Len(t, packs, 4)
+	require.Len(t, unpacks, 4)
+	for r := range 2 {
+		// The gradients: packed in parts, scattered, unpacked whole.
+		pack, unpack := packs[r], unpacks[r]
 		require.Equal(t, 2, pack.Parts)
-		whole := p.Registers[pack.Writes[0]].Spec.Shape.NumElements()
-		require.Equal(t, 421642, whole, "every gradient")
-		require.Equal(t, pack.Writes[0], scatters[0].Reads[r].Reg)
-		mine := scatters[0].Writes[r]
-		require.Equal(t, whole/2, p.Registers[mine].Spec.Shape.NumElements())
-		require.Equal(t, mine, unpacks[r].Reads[0].Reg)
-		require.Zero(t, unpacks[r].Parts)
-		require.Len(t, unpacks[r].Writes, 8, "the replica's part of each gradient")
+		require.Equal(t, whole, p.Registers[pack.Writes[0]].Spec.Shape.NumElements())
+		require.Equal(t, pack.Writes[0], scatter.Reads[r].Reg)
+		require.Equal(t, whole/2, p.Registers[scatter.Writes[r]].Spec.Shape.NumElements())
+		require.Equal(t, scatter.Writes[r], unpack.Reads[0].Reg)
+		require.Zero(t, unpack.Parts)
+		require.Len(t, unpack.Writes, 8, "the replica's part of each gradient")
+		// The weights: parts packed whole, gathered, unpacked in parts.
+		pack, unpack = packs[2+r], unpacks[2+r]
+		require.Zero(t, pack.Parts)
+		require.Len(t, pack.Reads, 8, "the replica's part of each weight")
+		require.Equal(t, pack.Writes[0], gather.Reads[r].Reg)
+		require.Equal(t, whole, p.Registers[gather.Writes[r]].Spec.Shape.NumElements())
+		require.Equal(t, gather.Writes[r], unpack.Reads[0].Reg)
+		require.Equal(t, 2, unpack.Parts)
+		for _, w := range unpack.Writes {
+			require.True(t, p.Registers[w].Persistent, "%s: the weights themselves", p.Registers[w].Name)
+		}
 	}
 	unpacked := map[int]bool{}
-	for _, u := range unpacks {
-		for _, r := range u.Writes {
-			unpacked[r] = true
-		}
+	for _, r := range slices.Concat(unpacks[0].Writes, unpacks[1].Writes) {
+		unpacked[r] = true
 	}
 	updates := 0
+	cats := p.Categories()
 	for _, task := range p.Tasks {
 		if task.Phase == "update" {
 			require.True(t, unpacked[task.Reads[1].Reg], "%s reads %s", task.Name, p.Registers[task.Reads[1].Reg].Name)
 			updates++
 		}
+		if task.Kind == AllGather {
+			for _, r := range slices.Concat(task.Writes, []int{task.Reads[0].Reg}) {
+				require.Equal(t, Temporaries, cats[r], p.Registers[r].Name)
+			}
+		}
 	}
 	require.Equal(t, 16, updates)
+	// Stage 2 gathers the updated weights as stage 1 does, in buckets;
+	// stage 3 gathers before each use, unbucketed.
 	for _, st := range []string{"dp=2,zero=2,bucket=1GiB", "dp=2,mb=2,zero=3,bucket=1GiB"} {
 		p := mustCompile(t, "mnist-cnn", st, 8)
-		require.Equal(t, -1, slices.IndexFunc(p.Tasks, func(t Task) bool { return t.Kind == Pack }), st)
+		gathers := 0
+		for _, task := range p.Tasks {
+			require.False(t, strings.Contains(task.Name, "grad-bucket"), "%s: %s", st, task.Name)
+			if task.Kind == AllGather && strings.Contains(task.Name, "weight-bucket") {
+				gathers++
+			}
+		}
+		require.Equal(t, map[bool]int{true: 1, false: 0}[strings.Contains(st, "zero=2")], gathers, st)
 	}
 }

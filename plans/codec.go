@@ -397,7 +397,7 @@ func (p *Plan) checkRest() error {
 // range, copies between registers of one float dtype on its home device,
 // the bucket (a pack's write, an unpack's read) flat and as long as the
 // gradients (a pack's reads, an unpack's writes) together, each of which
-// a pack in parts (Task.Parts) divides into them.
+// a bucket in parts (Task.Parts) divides into them.
 func (p *Plan) checkPack(t *Task) error {
 	var bucket int
 	var parts []int
@@ -418,8 +418,8 @@ func (p *Plan) checkPack(t *Task) error {
 	if len(parts) == 0 {
 		return fmt.Errorf("%s copies no gradient", map[TaskKind]string{Pack: "a pack", Unpack: "an unpack"}[t.Kind])
 	}
-	if t.Parts < 0 || t.Parts > 0 && t.Kind != Pack {
-		return fmt.Errorf("parts %d: a pack's bucket is laid out in 1 or more parts, an unpack's is not", t.Parts)
+	if t.Parts < 0 {
+		return fmt.Errorf("parts %d: a bucket is laid out in 1 or more parts", t.Parts)
 	}
 	home := p.Streams[t.Streams[0]].Device
 	b := &p.Registers[bucket]

@@ -164,7 +164,7 @@ type compiler struct {
 	updates   [][]int          // device → update tasks in order
 	colls     [][]int          // device → all-reduce (or ZeRO reduce-scatter) tasks in order, with a bucket's pack and unpack around its all-reduce
 	buckets   int              // gradient buckets made (Strategy.Bucket), which number their names
-	gathers   [][]int          // device → ZeRO's all-gathers of updated weights, in order
+	gathers   [][]int          // device → ZeRO's all-gathers of updated weights, in order, with a bucket's pack and unpack around its all-gather
 	zero      map[int]int      // under ZeRO: weight or optimizer state tensor ID → the weight's ID, for those split
 	masterOf  []map[int]int    // weight ID → the register of the device's part of it (ZeRO)
 	partOf    []map[int]int    // grad ID → the register of the device's part of the reduced gradient (ZeRO)
@@ -1011,10 +1011,11 @@ func (c *compiler) buildAllReducesTP() {
 	scatter.close()
 }
 
-// bucketer fills buckets (Strategy.Bucket) with the gradients of update
-// nodes, in the order they become ready: a bucket takes a stage's
-// gradients of one dtype until the next would overflow it, and flush adds
-// the collective of each (of a single gradient without Strategy.Bucket).
+// bucketer fills buckets (Strategy.Bucket) with the gradients (or, for
+// ZeRO's all-gathers, the weights) of update nodes, in the order they
+// become ready: a bucket takes a stage's gradients of one dtype until the
+// next would overflow it, and flush adds the collective of each (of a
+// single gradient without Strategy.Bucket).
 type bucketer struct {
 	c     *compiler
 	flush func([]*graph.Node)
@@ -1180,22 +1181,68 @@ func (c *compiler) addZeroScatter(ns []*graph.Node) {
 	}
 }
 
-// addZeroGather adds ZeRO's all-gather of an updated weight: every
-// replica's part into every replica's whole, on the coll streams.
-func (c *compiler) addZeroGather(w *graph.Tensor, s int) {
-	b := w.Spec.Bytes()
-	task := Task{Name: c.onRank("allgather/"+c.p.Registers[c.regOf[c.device(0, s)][w.ID]].Name, w), Kind: AllGather, Phase: "comm",
-		Stage: s, Replica: -1, Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, w.Spec.Shape.NumElements()}}
+// addZeroGather adds ZeRO's all-gather of the updated weights of update
+// nodes ns (of one stage and dtype): every replica's part into every
+// replica's whole, on the coll streams. One weight is gathered from its
+// part into its register; several (Strategy.Bucket) are packed, each
+// replica's parts into a flat register, gathered into a bucket laid out
+// part by part, and unpacked part by part (Task.Parts) into the weights.
+func (c *compiler) addZeroGather(ns []*graph.Node) {
+	s := c.stage[ns[0].ID]
+	var b units.Bytes
+	n := 0
+	for _, u := range ns {
+		b += u.Inputs[0].Spec.Bytes()
+		n += u.Inputs[0].Spec.Shape.NumElements()
+	}
+	name := c.p.Registers[c.regOf[c.device(0, s)][ns[0].Inputs[0].ID]].Name
+	if len(ns) > 1 {
+		name = fmt.Sprintf("weight-bucket-%d", c.buckets)
+		c.buckets++
+	}
+	name = c.onRank(name, ns[0].Inputs[0])
+	dtype := ns[0].Inputs[0].Spec.DType
+	task := Task{Name: "allgather/" + name, Kind: AllGather, Phase: "comm",
+		Stage: s, Replica: -1, Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, n}}
+	var packs, unpacks []int
 	for r := range c.replicas() {
 		dev := c.device(r, s)
-		task.Reads = append(task.Reads, Use{Reg: c.masterOf[dev][w.ID], Mode: ReadFinal})
-		task.Writes = append(task.Writes, c.regOf[dev][w.ID])
-		task.Streams = append(task.Streams, c.commStream(dev, "coll"))
+		stream := c.commStream(dev, "coll")
+		task.Streams = append(task.Streams, stream)
+		if len(ns) == 1 {
+			w := ns[0].Inputs[0]
+			task.Reads = append(task.Reads, Use{Reg: c.masterOf[dev][w.ID], Mode: ReadFinal})
+			task.Writes = append(task.Writes, c.regOf[dev][w.ID])
+			continue
+		}
+		var parts []Use
+		var weights []int
+		for _, u := range ns {
+			parts = append(parts, Use{Reg: c.masterOf[dev][u.Inputs[0].ID], Mode: ReadFinal})
+			weights = append(weights, c.regOf[dev][u.Inputs[0].ID])
+		}
+		mine := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", name, r, c.st.DP)), graph.Spec{Shape: graph.Shape{n / c.st.DP}, DType: dtype})
+		whole := c.newRegister(dev, c.taskName(dev, name), graph.Spec{Shape: graph.Shape{n}, DType: dtype})
+		copies := func(kind TaskKind, reads []Use, writes []int, parts, size int) int {
+			return c.newTask(Task{Name: c.taskName(dev, string(kind)+"/"+name), Kind: kind, Phase: "comm",
+				Stage: s, Replica: r, Streams: []int{stream}, Reads: reads, Writes: writes, Parts: parts,
+				Bytes: units.Bytes(2*size) * dtype.Size(), Key: fmt.Sprintf("%s(%d)", kind, size), Shape: []int{size}})
+		}
+		packs = append(packs, copies(Pack, parts, []int{mine}, 0, n/c.st.DP))
+		task.Reads = append(task.Reads, Use{Reg: mine, Mode: ReadFinal})
+		task.Writes = append(task.Writes, whole)
+		unpacks = append(unpacks, copies(Unpack, []Use{{Reg: whole, Mode: ReadFinal}}, weights, c.st.DP, n))
 	}
 	id := c.newTask(task)
 	for r := range c.replicas() {
 		dev := c.device(r, s)
+		if packs != nil {
+			c.gathers[dev] = append(c.gathers[dev], packs[r])
+		}
 		c.gathers[dev] = append(c.gathers[dev], id)
+		if unpacks != nil {
+			c.gathers[dev] = append(c.gathers[dev], unpacks[r])
+		}
 	}
 }
 
@@ -1247,11 +1294,13 @@ func (c *compiler) buildUpdatesTP() error {
 			c.updates[dev] = append(c.updates[dev], task)
 		}
 	}
+	gather := bucketer{c: c, flush: c.addZeroGather}
 	for _, n := range c.updateNodes() {
 		if _, ok := c.zero[n.Inputs[0].ID]; ok && c.st.Zero < 3 { // stage 3 keeps no whole weight to write back
-			c.addZeroGather(n.Inputs[0], c.stage[n.ID])
+			gather.add(n)
 		}
 	}
+	gather.close()
 	return nil
 }
 

@@ -226,9 +226,10 @@ const (
 	// Pack copies its reads, a replica's gradients, one after another
 	// into its one write, flat: a bucket that one all-reduce reduces for
 	// all of them (Strategy.Bucket), or that one reduce-scatter splits
-	// (see Task.Parts). Unpack copies its one read, the
-	// reduced bucket, out into its writes, in the same order: the reduced
-	// gradients, which the updates read.
+	// (see Task.Parts). Unpack copies its one read, the reduced bucket,
+	// out into its writes, in the same order: the reduced gradients, which
+	// the updates read, or under ZeRO the replicas' parts of them, or the
+	// weights an all-gather of their updated parts made whole.
 	Pack   TaskKind = "pack"
 	Unpack TaskKind = "unpack"
 )
@@ -304,12 +305,14 @@ type Task struct {
 	// Axis is the axis an AllGather concatenates along and a
 	// ReduceScatter splits.
 	Axis int `json:"axis,omitempty"`
-	// Parts, for a Pack whose bucket a reduce-scatter over Parts members
-	// splits (ZeRO's, Strategy.Bucket), lays the bucket out part by part:
-	// piece i of every read in turn, then piece i+1, a read's pieces being
-	// its Parts equal contiguous ranges (its rows split along axis 0), so
-	// that member i's part of the bucket holds its parts of every
-	// gradient. 0: each read whole, one after another.
+	// Parts lays a bucket out part by part (ZeRO's, Strategy.Bucket): for
+	// a Pack whose bucket a reduce-scatter over Parts members splits, and
+	// an Unpack of a bucket an all-gather over Parts members made, piece i
+	// of every gradient (a Pack's reads, an Unpack's writes) in turn, then
+	// piece i+1, a gradient's pieces being its Parts equal contiguous
+	// ranges (its rows split along axis 0), so that member i's part of the
+	// bucket holds its parts of every gradient or weight. 0: each whole,
+	// one after another.
 	Parts int `json:"parts,omitempty"`
 	// Offset is, for an Input task, the sample index of its micro-batch 0
 	// in the global batch.

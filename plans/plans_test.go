@@ -622,9 +622,9 @@ func TestDecodeRejectsBadBuckets(t *testing.T) {
 			p.Tasks[unpack].Writes = nil
 		}},
 		{"other device", "on device 1: want f32 on device 0, as its bucket", func(p *Plan) { p.Tasks[pack].Reads[0] = p.Tasks[pack+2].Reads[0] }},
-		{"unpack in parts", "parts 2: a pack's bucket is laid out in 1 or more parts, an unpack's is not", func(p *Plan) { p.Tasks[unpack].Parts = 2 }},
-		{"negative parts", "parts -1", func(p *Plan) { p.Tasks[pack].Parts = -1 }},
+		{"negative parts", "parts -1: a bucket is laid out in 1 or more parts", func(p *Plan) { p.Tasks[pack].Parts = -1 }},
 		{"uneven parts", "does not split into 7 equal parts", func(p *Plan) { p.Tasks[pack].Parts = 7 }},
+		{"uneven unpack", "does not split into 7 equal parts", func(p *Plan) { p.Tasks[unpack].Parts = 7 }},
 	})
 }
 

@@ -884,7 +884,7 @@ func (x *run) fire(f, it int) (float64, error) {
 	case plans.Pack:
 		bucketCopy(dev.pool, writes[0].F, reads, true, t.Parts)
 	case plans.Unpack:
-		bucketCopy(dev.pool, reads[0].F, writes, false, 0)
+		bucketCopy(dev.pool, reads[0].F, writes, false, t.Parts)
 	case plans.AllGather, plans.ReduceScatter:
 		if x.rr != nil && len(x.r.rk.active[f]) > 1 {
 			return 0, x.allReduceRanks(t, f, it, reads, writes)
@@ -897,9 +897,9 @@ func (x *run) fire(f, it int) (float64, error) {
 }
 
 // bucketCopy copies grads, one after another, into bucket (pack), or
-// bucket back into them (unpack); with parts > 1 (a pack for a
-// reduce-scatter, plans.Task.Parts) piece i of every gradient in turn, a
-// gradient's pieces being its parts equal ranges.
+// bucket back into them (unpack); with parts > 1 (plans.Task.Parts) piece
+// i of every gradient in turn, a gradient's pieces being its parts equal
+// ranges.
 func bucketCopy(pool *cpu.Pool, bucket []float32, grads []Buffer, pack bool, parts int) {
 	off := 0
 	for i := range max(parts, 1) {

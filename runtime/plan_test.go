@@ -92,7 +92,8 @@ func TestBucketsKeepBits(t *testing.T) {
 		{"mnist-cnn", "dp=2,mb=3:1"}, // weighted, through accumulators
 		{"mnist-cnn", "dp=2,pp=2,mb=2"},
 		{"mnist-cnn", "dp=3,mb=2:1:1,zero=1"}, // the weights ZeRO cannot split (by 3) are all-reduced, the others reduce-scattered
-		{"mnist-cnn", "dp=2,mb=3:1,zero=1"},   // every weight reduce-scattered, weighted
+		{"mnist-cnn", "dp=2,mb=3:1,zero=1"},   // every weight reduce-scattered, weighted, and gathered
+		{"mnist-cnn", "dp=2,mb=2,zero=2"},     // per micro-batch scatters; the gathers in buckets
 		{"mlp", "dp=2,tp=2,zero=1"},
 		{"mlp", "dp=2,tp=2"},
 		{"mlp", "dp=4"},

@@ -257,6 +257,7 @@ func TestRanksMatchOneProcess(t *testing.T) {
 		{"dp=4,bucket=1MiB", []int{0, 1, 2, 3}, "mlp", 0, graph.BF16},
 		{"dp=2,mb=2,zero=1,bucket=1GiB", []int{0, 1}, "", 0, 0},           // a bucket reduce-scattered
 		{"dp=3,mb=2:1:3,zero=1,bucket=1GiB", []int{2, 0, 1}, gpt3, 12, 0}, // and one all-reduced, weighted
+		{"dp=2,mb=2,zero=2,bucket=64KiB", []int{0, 1}, "mlp", 8, 0},       // weights gathered in buckets
 	}
 	for _, c := range cases {
 		model := cmp.Or(c.model, "mnist-cnn")
