@@ -17,8 +17,8 @@ import (
 // runs over micro-batches. Task.Rounds (2026-12-01, ZeRO stages 2 and 3
 // over uneven replicas) kept version 3: a plan without it reads as
 // before, and a reader without it refuses the field. So did the pack and
-// unpack tasks of gradient buckets (2026-12-02, Strategy.Bucket): a reader
-// without them refuses their kind.
+// unpack tasks of gradient buckets and their Task.Parts (2026-12-02,
+// Strategy.Bucket): a reader without them refuses their kind and field.
 const Version = 3
 
 // Plan is a compiled training iteration: everything the simulator and the
