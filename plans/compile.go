@@ -1041,6 +1041,80 @@ func (b *bucketer) close() {
 	b.open, b.size = nil, 0
 }
 
+// collBucket is what the collective of update nodes ns (of one stage and
+// dtype, see bucketer) is built from: their gradients' (or weights')
+// elements and bytes, its name (the first weight's, or a numbered bucket
+// of several), and, for a bucket of several, each replica's pack and
+// unpack around it.
+type collBucket struct {
+	c              *compiler
+	ns             []*graph.Node
+	stage          int
+	name           string
+	dtype          graph.DType
+	n              int
+	bytes          units.Bytes
+	packs, unpacks []int
+}
+
+// newBucket describes the collective of ns over their input in (1: the
+// gradients, 0: the weights), a bucket of several named what-bucket-K.
+func (c *compiler) newBucket(ns []*graph.Node, in int, what string) *collBucket {
+	b := &collBucket{c: c, ns: ns, stage: c.stage[ns[0].ID], dtype: ns[0].Inputs[in].Spec.DType}
+	for _, u := range ns {
+		b.bytes += u.Inputs[in].Spec.Bytes()
+		b.n += u.Inputs[in].Spec.Shape.NumElements()
+	}
+	b.name = c.p.Registers[c.regOf[c.device(0, b.stage)][ns[0].Inputs[0].ID]].Name
+	if b.several() {
+		b.name = fmt.Sprintf("%s-bucket-%d", what, c.buckets)
+		c.buckets++
+	}
+	b.name = c.onRank(b.name, ns[0].Inputs[0])
+	return b
+}
+
+func (b *collBucket) several() bool { return len(b.ns) > 1 }
+
+// register adds a flat register of n elements of the bucket on dev.
+func (b *collBucket) register(dev int, name string, n int) int {
+	return b.c.newRegister(dev, b.c.taskName(dev, name), graph.Spec{Shape: graph.Shape{n}, DType: b.dtype})
+}
+
+// pack adds replica r's pack of reads into bucket register into, of size
+// elements, on stream, in parts (Task.Parts; 0: whole).
+func (b *collBucket) pack(r, stream int, reads []Use, into, parts, size int) {
+	b.packs = append(b.packs, b.copy(Pack, r, stream, reads, []int{into}, parts, size))
+}
+
+// unpack adds replica r's unpack of bucket register from, of size
+// elements, into writes, on stream, in parts.
+func (b *collBucket) unpack(r, stream, from int, writes []int, parts, size int) {
+	b.unpacks = append(b.unpacks, b.copy(Unpack, r, stream, []Use{{Reg: from, Mode: ReadFinal}}, writes, parts, size))
+}
+
+func (b *collBucket) copy(kind TaskKind, r, stream int, reads []Use, writes []int, parts, size int) int {
+	dev := b.c.p.Streams[stream].Device
+	return b.c.newTask(Task{Name: b.c.taskName(dev, string(kind)+"/"+b.name), Kind: kind, Phase: "comm",
+		Stage: b.stage, Replica: r, Streams: []int{stream}, Reads: reads, Writes: writes, Parts: parts,
+		Bytes: units.Bytes(2*size) * b.dtype.Size(), Key: fmt.Sprintf("%s(%d)", kind, size), Shape: []int{size}})
+}
+
+// join appends collective id, with each replica's pack before it and
+// unpack after it, to the replicas' lists (colls or gathers).
+func (b *collBucket) join(lists [][]int, id int) {
+	for r := range b.c.replicas() {
+		dev := b.c.device(r, b.stage)
+		if b.packs != nil {
+			lists[dev] = append(lists[dev], b.packs[r])
+		}
+		lists[dev] = append(lists[dev], id)
+		if b.unpacks != nil {
+			lists[dev] = append(lists[dev], b.unpacks[r])
+		}
+	}
+}
+
 // addAllReduce adds the all-reduce of the gradients of update nodes ns
 // (of one stage and dtype, in the order they become ready) over the
 // replicas: in place for one, else through a bucket (Strategy.Bucket):
@@ -1049,27 +1123,15 @@ func (b *bucketer) close() {
 // the updates read. The replicas' tasks join their devices' collectives
 // in that order.
 func (c *compiler) addAllReduce(ns []*graph.Node) {
-	s := c.stage[ns[0].ID]
+	b := c.newBucket(ns, 1, "grad")
+	s := b.stage
 	var regs, streams []int
-	var packs, unpacks []int
-	var b units.Bytes
-	n := 0
-	for _, u := range ns {
-		b += u.Inputs[1].Spec.Bytes()
-		n += u.Inputs[1].Spec.Shape.NumElements()
-	}
-	name := c.p.Registers[c.regOf[c.device(0, s)][ns[0].Inputs[0].ID]].Name
-	if len(ns) > 1 {
-		name = fmt.Sprintf("grad-bucket-%d", c.buckets)
-		c.buckets++
-	}
-	name = c.onRank(name, ns[0].Inputs[0])
 	for r := range c.replicas() {
 		dev := c.device(r, s)
 		stream := c.commStream(dev, "coll")
-		if len(ns) == 1 {
+		streams = append(streams, stream)
+		if !b.several() {
 			regs = append(regs, c.gradReg(dev, s, ns[0].Inputs[1], r))
-			streams = append(streams, stream)
 			continue
 		}
 		var grads []Use
@@ -1081,31 +1143,16 @@ func (c *compiler) addAllReduce(ns []*graph.Node) {
 			c.reducedOf[dev][u.Inputs[1].ID] = out
 			reduced = append(reduced, out)
 		}
-		breg := c.newRegister(dev, c.taskName(dev, name), graph.Spec{Shape: graph.Shape{n}, DType: ns[0].Inputs[1].Spec.DType})
-		copies := func(kind TaskKind, reads []Use, writes []int) int {
-			return c.newTask(Task{Name: c.taskName(dev, string(kind)+"/"+name), Kind: kind, Phase: "comm",
-				Stage: s, Replica: r, Streams: []int{stream}, Reads: reads, Writes: writes,
-				Bytes: 2 * b, Key: fmt.Sprintf("%s(%d)", kind, n), Shape: []int{n}})
-		}
-		packs = append(packs, copies(Pack, grads, []int{breg}))
-		regs = append(regs, breg)
-		streams = append(streams, stream)
-		unpacks = append(unpacks, copies(Unpack, []Use{{Reg: breg, Mode: ReadFinal}}, reduced))
+		whole := b.register(dev, b.name, b.n)
+		regs = append(regs, whole)
+		b.pack(r, stream, grads, whole, 0, b.n)
+		b.unpack(r, stream, whole, reduced, 0, b.n)
 	}
-	task := c.newTask(Task{Name: "allreduce/" + name, Kind: AllReduce, Phase: "comm",
+	id := c.newTask(Task{Name: "allreduce/" + b.name, Kind: AllReduce, Phase: "comm",
 		Stage: s, Replica: -1, PerMicro: false, Streams: streams,
-		Writes: regs, InPlace: true, FLOPs: units.FLOPs(n * c.st.DP), Bytes: b,
-		Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, n}})
-	for r := range c.replicas() {
-		dev := c.device(r, s)
-		if packs != nil {
-			c.colls[dev] = append(c.colls[dev], packs[r])
-		}
-		c.colls[dev] = append(c.colls[dev], task)
-		if unpacks != nil {
-			c.colls[dev] = append(c.colls[dev], unpacks[r])
-		}
-	}
+		Writes: regs, InPlace: true, FLOPs: units.FLOPs(b.n * c.st.DP), Bytes: b.bytes,
+		Key: fmt.Sprintf("allreduce(%d,%d)", c.st.DP, b.bytes), Shape: []int{c.st.DP, b.n}})
+	b.join(c.colls, id)
 }
 
 // addZeroScatter adds ZeRO's reduce-scatter of the gradients of update
@@ -1116,28 +1163,15 @@ func (c *compiler) addAllReduce(ns []*graph.Node) {
 // whose part each replica gets and unpacks into the parts of the
 // gradients.
 func (c *compiler) addZeroScatter(ns []*graph.Node) {
-	s := c.stage[ns[0].ID]
-	var b units.Bytes
-	n := 0
-	for _, u := range ns {
-		b += u.Inputs[1].Spec.Bytes()
-		n += u.Inputs[1].Spec.Shape.NumElements()
-	}
-	name := c.p.Registers[c.regOf[c.device(0, s)][ns[0].Inputs[0].ID]].Name
-	if len(ns) > 1 {
-		name = fmt.Sprintf("grad-bucket-%d", c.buckets)
-		c.buckets++
-	}
-	name = c.onRank(name, ns[0].Inputs[0])
-	dtype := ns[0].Inputs[1].Spec.DType
-	task := Task{Name: "reducescatter/" + name, Kind: ReduceScatter, Phase: "comm",
-		Stage: s, Replica: -1, FLOPs: units.FLOPs(n * c.st.DP), Bytes: b,
-		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, n}}
-	var packs, unpacks []int
+	b := c.newBucket(ns, 1, "grad")
+	s := b.stage
+	task := Task{Name: "reducescatter/" + b.name, Kind: ReduceScatter, Phase: "comm",
+		Stage: s, Replica: -1, FLOPs: units.FLOPs(b.n * c.st.DP), Bytes: b.bytes,
+		Key: fmt.Sprintf("reducescatter(%d,%d)", c.st.DP, b.bytes), Shape: []int{c.st.DP, b.n}}
 	partReg := func(dev int, grad *graph.Tensor, r int) int {
 		part := grad.Spec.Shape.Clone()
 		part[0] /= c.st.DP
-		out := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, r, c.st.DP)), graph.Spec{Shape: part, DType: dtype})
+		out := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", grad.Name, r, c.st.DP)), graph.Spec{Shape: part, DType: b.dtype})
 		c.partOf[dev][grad.ID] = out
 		return out
 	}
@@ -1145,7 +1179,7 @@ func (c *compiler) addZeroScatter(ns []*graph.Node) {
 		dev := c.device(r, s)
 		stream := c.commStream(dev, "coll")
 		task.Streams = append(task.Streams, stream)
-		if len(ns) == 1 {
+		if !b.several() {
 			task.Reads = append(task.Reads, Use{Reg: c.gradReg(dev, s, ns[0].Inputs[1], r), Mode: ReadFinal})
 			task.Writes = append(task.Writes, partReg(dev, ns[0].Inputs[1], r))
 			continue
@@ -1156,29 +1190,14 @@ func (c *compiler) addZeroScatter(ns []*graph.Node) {
 			grads = append(grads, Use{Reg: c.gradReg(dev, s, u.Inputs[1], r), Mode: ReadFinal})
 			parts = append(parts, partReg(dev, u.Inputs[1], r))
 		}
-		whole := c.newRegister(dev, c.taskName(dev, name), graph.Spec{Shape: graph.Shape{n}, DType: dtype})
-		mine := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", name, r, c.st.DP)), graph.Spec{Shape: graph.Shape{n / c.st.DP}, DType: dtype})
-		copies := func(kind TaskKind, reads []Use, writes []int, parts, size int) int {
-			return c.newTask(Task{Name: c.taskName(dev, string(kind)+"/"+name), Kind: kind, Phase: "comm",
-				Stage: s, Replica: r, Streams: []int{stream}, Reads: reads, Writes: writes, Parts: parts,
-				Bytes: units.Bytes(2*size) * dtype.Size(), Key: fmt.Sprintf("%s(%d)", kind, size), Shape: []int{size}})
-		}
-		packs = append(packs, copies(Pack, grads, []int{whole}, c.st.DP, n))
+		whole := b.register(dev, b.name, b.n)
+		mine := b.register(dev, fmt.Sprintf("%s [zero %d/%d]", b.name, r, c.st.DP), b.n/c.st.DP)
 		task.Reads = append(task.Reads, Use{Reg: whole, Mode: ReadFinal})
 		task.Writes = append(task.Writes, mine)
-		unpacks = append(unpacks, copies(Unpack, []Use{{Reg: mine, Mode: ReadFinal}}, parts, 0, n/c.st.DP))
+		b.pack(r, stream, grads, whole, c.st.DP, b.n)
+		b.unpack(r, stream, mine, parts, 0, b.n/c.st.DP)
 	}
-	id := c.newTask(task)
-	for r := range c.replicas() {
-		dev := c.device(r, s)
-		if packs != nil {
-			c.colls[dev] = append(c.colls[dev], packs[r])
-		}
-		c.colls[dev] = append(c.colls[dev], id)
-		if unpacks != nil {
-			c.colls[dev] = append(c.colls[dev], unpacks[r])
-		}
-	}
+	b.join(c.colls, c.newTask(task))
 }
 
 // addZeroGather adds ZeRO's all-gather of the updated weights of update
@@ -1188,28 +1207,15 @@ func (c *compiler) addZeroScatter(ns []*graph.Node) {
 // replica's parts into a flat register, gathered into a bucket laid out
 // part by part, and unpacked part by part (Task.Parts) into the weights.
 func (c *compiler) addZeroGather(ns []*graph.Node) {
-	s := c.stage[ns[0].ID]
-	var b units.Bytes
-	n := 0
-	for _, u := range ns {
-		b += u.Inputs[0].Spec.Bytes()
-		n += u.Inputs[0].Spec.Shape.NumElements()
-	}
-	name := c.p.Registers[c.regOf[c.device(0, s)][ns[0].Inputs[0].ID]].Name
-	if len(ns) > 1 {
-		name = fmt.Sprintf("weight-bucket-%d", c.buckets)
-		c.buckets++
-	}
-	name = c.onRank(name, ns[0].Inputs[0])
-	dtype := ns[0].Inputs[0].Spec.DType
-	task := Task{Name: "allgather/" + name, Kind: AllGather, Phase: "comm",
-		Stage: s, Replica: -1, Bytes: b, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b), Shape: []int{c.st.DP, n}}
-	var packs, unpacks []int
+	b := c.newBucket(ns, 0, "weight")
+	s := b.stage
+	task := Task{Name: "allgather/" + b.name, Kind: AllGather, Phase: "comm",
+		Stage: s, Replica: -1, Bytes: b.bytes, Key: fmt.Sprintf("allgather(%d,%d)", c.st.DP, b.bytes), Shape: []int{c.st.DP, b.n}}
 	for r := range c.replicas() {
 		dev := c.device(r, s)
 		stream := c.commStream(dev, "coll")
 		task.Streams = append(task.Streams, stream)
-		if len(ns) == 1 {
+		if !b.several() {
 			w := ns[0].Inputs[0]
 			task.Reads = append(task.Reads, Use{Reg: c.masterOf[dev][w.ID], Mode: ReadFinal})
 			task.Writes = append(task.Writes, c.regOf[dev][w.ID])
@@ -1221,29 +1227,14 @@ func (c *compiler) addZeroGather(ns []*graph.Node) {
 			parts = append(parts, Use{Reg: c.masterOf[dev][u.Inputs[0].ID], Mode: ReadFinal})
 			weights = append(weights, c.regOf[dev][u.Inputs[0].ID])
 		}
-		mine := c.newRegister(dev, c.taskName(dev, fmt.Sprintf("%s [zero %d/%d]", name, r, c.st.DP)), graph.Spec{Shape: graph.Shape{n / c.st.DP}, DType: dtype})
-		whole := c.newRegister(dev, c.taskName(dev, name), graph.Spec{Shape: graph.Shape{n}, DType: dtype})
-		copies := func(kind TaskKind, reads []Use, writes []int, parts, size int) int {
-			return c.newTask(Task{Name: c.taskName(dev, string(kind)+"/"+name), Kind: kind, Phase: "comm",
-				Stage: s, Replica: r, Streams: []int{stream}, Reads: reads, Writes: writes, Parts: parts,
-				Bytes: units.Bytes(2*size) * dtype.Size(), Key: fmt.Sprintf("%s(%d)", kind, size), Shape: []int{size}})
-		}
-		packs = append(packs, copies(Pack, parts, []int{mine}, 0, n/c.st.DP))
+		mine := b.register(dev, fmt.Sprintf("%s [zero %d/%d]", b.name, r, c.st.DP), b.n/c.st.DP)
+		whole := b.register(dev, b.name, b.n)
 		task.Reads = append(task.Reads, Use{Reg: mine, Mode: ReadFinal})
 		task.Writes = append(task.Writes, whole)
-		unpacks = append(unpacks, copies(Unpack, []Use{{Reg: whole, Mode: ReadFinal}}, weights, c.st.DP, n))
+		b.pack(r, stream, parts, mine, 0, b.n/c.st.DP)
+		b.unpack(r, stream, whole, weights, c.st.DP, b.n)
 	}
-	id := c.newTask(task)
-	for r := range c.replicas() {
-		dev := c.device(r, s)
-		if packs != nil {
-			c.gathers[dev] = append(c.gathers[dev], packs[r])
-		}
-		c.gathers[dev] = append(c.gathers[dev], id)
-		if unpacks != nil {
-			c.gathers[dev] = append(c.gathers[dev], unpacks[r])
-		}
-	}
+	b.join(c.gathers, c.newTask(task))
 }
 
 // buildUpdates adds the optimizer's update tasks on every device.
