@@ -202,7 +202,7 @@ func (p *Plan) categorize() []Category {
 			readers[u.Reg] = append(readers[u.Reg], i)
 		}
 		switch {
-		case t.Kind == Input || t.Kind == AllGather && !t.Sum || t.Kind == Pack: // a pack's of gradients are gradients already
+		case t.Kind == Input || t.Kind == AllGather && !t.Sum || t.Kind == Pack: // a bucket of gradients is a gradient already (set above)
 			for _, r := range t.Writes {
 				if !p.Registers[r].Persistent {
 					set(r, Temporaries)
