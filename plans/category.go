@@ -128,10 +128,12 @@ func (b ByCategory) String() string {
 // it other than as its first write (the weight), or if it is a ZeRO
 // master part; else a weight. Of the others, a register is a gradient if
 // an update reads it as its gradient or it feeds one through
-// accumulations, collectives and transfers; a temporary if an input task
-// writes it, if it is a weight gathered over the replicas (ZeRO stage 3),
-// or if its value derives from the loss's gradient seed (a backward
-// compute task that reads nothing); else an activation.
+// accumulations, collectives, transfers and bucket copies; a temporary if
+// an input task writes it, if it is a weight gathered over the replicas
+// (ZeRO stage 3) or a bucket of weights packed for or gathered by an
+// all-gather (ZeRO with Strategy.Bucket), or if its value derives from the
+// loss's gradient seed (a backward compute task that reads nothing); else
+// an activation.
 func (p *Plan) Categories() []Category {
 	p.derive.Lock()
 	defer p.derive.Unlock()
