@@ -170,3 +170,64 @@ func TestZeroBuckets(t *testing.T) {
 		require.Equal(t, map[bool]int{true: 1, false: 0}[strings.Contains(st, "zero=2")], gathers, st)
 	}
 }
+
+// A device's collectives follow the gradients' readiness, whichever kind
+// each is: under ZeRO stage 1 of a model whose weights the replicas do not
+// all divide, the all-reduces and reduce-scatters interleave in the order
+// of the updates, one per gradient, or with buckets, each when its last
+// gradient is ready.
+func TestCollectivesInReadinessOrder(t *testing.T) {
+	const gpt3 = "gpt:layers=2,hidden=36,heads=4,seq=8,vocab=64"
+	for _, st := range []string{"dp=3,mb=2,zero=1", "dp=3,mb=2,zero=1,bucket=4KiB"} {
+		p := mustCompile(t, gpt3, st, 12)
+		cs := p.Streams[0] // device 0's compute stream, where a CPU device communicates
+		require.Equal(t, "compute", cs.Name)
+		// Each gradient register's readiness: the index, among the
+		// stream's updates, of the update that reads it (through its
+		// reduced copy or its ZeRO part).
+		ready := map[int]int{}
+		updates := 0
+		var colls []Task
+		for _, f := range cs.Order {
+			task := p.Tasks[p.Firings[f].Task]
+			switch {
+			case task.Phase == "update":
+				ready[task.Reads[1].Reg] = updates
+				updates++
+			case task.Kind == AllReduce || task.Kind == ReduceScatter || task.Kind == Pack:
+				colls = append(colls, task)
+			}
+		}
+		// Follow each collective to the registers the updates read.
+		readers := func(task Task) []int {
+			if task.Kind == Pack {
+				return nil
+			}
+			w := task.Writes[0] // device 0's member
+			for _, u := range p.Tasks { // an unpack of the bucket, if it is one
+				if u.Kind == Unpack && u.Reads[0].Reg == w {
+					return u.Writes
+				}
+			}
+			return []int{w}
+		}
+		last := -1
+		seen := 0
+		for _, task := range colls {
+			regs := readers(task)
+			if regs == nil {
+				continue
+			}
+			latest := -1
+			for _, r := range regs {
+				at, ok := ready[r]
+				require.True(t, ok, "%s: %s: %s is read by no update on the stream", st, task.Name, p.Registers[r].Name)
+				latest = max(latest, at)
+				seen++
+			}
+			require.Greater(t, latest, last, "%s: %s comes after a collective of later gradients", st, task.Name)
+			last = latest
+		}
+		require.Equal(t, updates, seen, "%s: every update's gradient through one collective", st)
+	}
+}

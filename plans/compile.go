@@ -1,6 +1,7 @@
 package plans
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"slices"
@@ -998,32 +999,51 @@ func (c *compiler) buildAllReduces() {
 }
 
 func (c *compiler) buildAllReducesTP() {
-	reduce := bucketer{c: c, flush: c.addAllReduce}
-	scatter := bucketer{c: c, flush: c.addZeroScatter}
-	for _, n := range c.updateNodes() {
+	var closed []closedBucket
+	reduce := bucketer{c: c, flush: c.addAllReduce, closed: &closed}
+	scatter := bucketer{c: c, flush: c.addZeroScatter, closed: &closed}
+	for i, n := range c.updateNodes() {
 		if _, ok := c.zero[n.Inputs[0].ID]; !ok {
-			reduce.add(n)
+			reduce.add(n, i)
 		} else if c.st.Zero == 1 { // stages 2 and 3 scattered every micro-batch's (addZeroScatterMicro)
-			scatter.add(n)
+			scatter.add(n, i)
 		}
 	}
 	reduce.close()
 	scatter.close()
+	// In the order the buckets become ready, their last gradients', as
+	// one gradient's collective follows another's without buckets.
+	slices.SortStableFunc(closed, func(a, b closedBucket) int { return cmp.Compare(a.last, b.last) })
+	for _, b := range closed {
+		b.flush(b.ns)
+	}
 }
 
 // bucketer fills buckets (Strategy.Bucket) with the gradients (or, for
 // ZeRO's all-gathers, the weights) of update nodes, in the order they
 // become ready: a bucket takes a stage's gradients of one dtype until the
 // next would overflow it, and flush adds the collective of each (of a
-// single gradient without Strategy.Bucket).
+// single gradient without Strategy.Bucket) as it closes, or, with closed
+// set, later, the caller ordering those of several bucketers.
 type bucketer struct {
-	c     *compiler
-	flush func([]*graph.Node)
-	open  []*graph.Node
-	size  units.Bytes
+	c      *compiler
+	flush  func([]*graph.Node)
+	closed *[]closedBucket
+	open   []*graph.Node
+	last   int // the open bucket's last node's index, in the caller's order
+	size   units.Bytes
 }
 
-func (b *bucketer) add(n *graph.Node) {
+// closedBucket is a full bucket whose collective is still to add.
+type closedBucket struct {
+	ns    []*graph.Node
+	last  int
+	flush func([]*graph.Node)
+}
+
+// add puts update node n, the i-th of the caller's order, in the open
+// bucket, closing it first if n does not fit.
+func (b *bucketer) add(n *graph.Node, i int) {
 	grad := n.Inputs[1]
 	if len(b.open) > 0 {
 		last := b.open[len(b.open)-1]
@@ -1031,11 +1051,15 @@ func (b *bucketer) add(n *graph.Node) {
 			b.close()
 		}
 	}
-	b.open, b.size = append(b.open, n), b.size+grad.Spec.Bytes()
+	b.open, b.size, b.last = append(b.open, n), b.size+grad.Spec.Bytes(), i
 }
 
 func (b *bucketer) close() {
-	if len(b.open) > 0 {
+	switch {
+	case len(b.open) == 0:
+	case b.closed != nil:
+		*b.closed = append(*b.closed, closedBucket{b.open, b.last, b.flush})
+	default:
 		b.flush(b.open)
 	}
 	b.open, b.size = nil, 0
@@ -1180,8 +1204,9 @@ func (c *compiler) addZeroScatter(ns []*graph.Node) {
 		stream := c.commStream(dev, "coll")
 		task.Streams = append(task.Streams, stream)
 		if !b.several() {
+			part := partReg(dev, ns[0].Inputs[1], r) // before gradReg, which may add an accumulator: registers in the order plans always had
 			task.Reads = append(task.Reads, Use{Reg: c.gradReg(dev, s, ns[0].Inputs[1], r), Mode: ReadFinal})
-			task.Writes = append(task.Writes, partReg(dev, ns[0].Inputs[1], r))
+			task.Writes = append(task.Writes, part)
 			continue
 		}
 		var grads []Use
@@ -1286,9 +1311,9 @@ func (c *compiler) buildUpdatesTP() error {
 		}
 	}
 	gather := bucketer{c: c, flush: c.addZeroGather}
-	for _, n := range c.updateNodes() {
+	for i, n := range c.updateNodes() {
 		if _, ok := c.zero[n.Inputs[0].ID]; ok && c.st.Zero < 3 { // stage 3 keeps no whole weight to write back
-			gather.add(n)
+			gather.add(n, i)
 		}
 	}
 	gather.close()
