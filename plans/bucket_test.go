@@ -203,7 +203,7 @@ func TestCollectivesInReadinessOrder(t *testing.T) {
 			if task.Kind == Pack {
 				return nil
 			}
-			w := task.Writes[0] // device 0's member
+			w := task.Writes[0]         // device 0's member
 			for _, u := range p.Tasks { // an unpack of the bucket, if it is one
 				if u.Kind == Unpack && u.Reads[0].Reg == w {
 					return u.Writes
