@@ -231,3 +231,49 @@ func TestCollectivesInReadinessOrder(t *testing.T) {
 		require.Equal(t, updates, seen, "%s: every update's gradient through one collective", st)
 	}
 }
+
+// A bucket's pieces: each gradient whole in turn, or in parts, piece i of
+// every gradient in turn, covering the bucket once in order.
+func TestBucketPieces(t *testing.T) {
+	p := mustCompile(t, "mnist-cnn", "dp=2,zero=1,bucket=1GiB", 8)
+	sizes := func(grads []int) []int {
+		var n []int
+		for _, r := range grads {
+			n = append(n, p.Registers[r].Spec.Shape.NumElements())
+		}
+		return n
+	}
+	checked := 0
+	for i := range p.Tasks {
+		task := &p.Tasks[i]
+		if task.Kind != Pack && task.Kind != Unpack {
+			continue
+		}
+		grads := task.Writes
+		if task.Kind == Pack {
+			grads = nil
+			for _, u := range task.Reads {
+				grads = append(grads, u.Reg)
+			}
+		}
+		n := sizes(grads)
+		parts := max(task.Parts, 1)
+		pieces := p.BucketPieces(task)
+		require.Len(t, pieces, parts*len(grads), task.Name)
+		at := 0
+		for k, pc := range pieces {
+			require.Equal(t, k%len(grads), pc.Grad, task.Name)
+			require.Equal(t, n[pc.Grad]/parts, pc.N, task.Name)
+			require.Equal(t, k/len(grads)*pc.N, pc.From, task.Name)
+			require.Equal(t, at, pc.At, task.Name)
+			at += pc.N
+		}
+		bucket := task.Writes[0]
+		if task.Kind == Unpack {
+			bucket = task.Reads[0].Reg
+		}
+		require.Equal(t, p.Registers[bucket].Spec.Shape.NumElements(), at, "%s covers its bucket", task.Name)
+		checked++
+	}
+	require.Equal(t, 8, checked, "each replica's pack and unpack of the gradients and of the weights")
+}

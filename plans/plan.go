@@ -234,6 +234,39 @@ const (
 	Unpack TaskKind = "unpack"
 )
 
+// BucketPiece is a contiguous range of elements that a Pack or Unpack
+// copies between one of its gradients and its bucket.
+type BucketPiece struct {
+	Grad int // the gradient's index among the task's (a Pack's reads, an Unpack's writes)
+	From int // the range's first element in the gradient
+	At   int // and in the bucket
+	N    int // its elements
+}
+
+// BucketPieces lists what Pack or Unpack task t copies, in the bucket's
+// order: each gradient whole, one after another, or with Task.Parts piece
+// i of every gradient in turn, a gradient's pieces its Parts equal ranges.
+func (p *Plan) BucketPieces(t *Task) []BucketPiece {
+	grads := t.Writes
+	if t.Kind == Pack {
+		grads = make([]int, len(t.Reads))
+		for i, u := range t.Reads {
+			grads[i] = u.Reg
+		}
+	}
+	parts := max(t.Parts, 1)
+	pieces := make([]BucketPiece, 0, parts*len(grads))
+	at := 0
+	for k := range parts {
+		for i, r := range grads {
+			n := p.Registers[r].Spec.Shape.NumElements() / parts
+			pieces = append(pieces, BucketPiece{Grad: i, From: k * n, At: at, N: n})
+			at += n
+		}
+	}
+	return pieces
+}
+
 // kinds are the task kinds a plan may hold.
 var kinds = []TaskKind{Compute, Input, Transfer, Accumulate, AllReduce, AllGather, ReduceScatter, Pack, Unpack}
 

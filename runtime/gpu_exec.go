@@ -137,29 +137,21 @@ func (r *PlanRunner) enqueue(s *cu.Stream, f, it int, iter cu.DevicePtr, k int, 
 		}
 		return s.CopyDtoH(host, reads[0], n)
 	case plans.Pack, plans.Unpack:
-		parts, bucket := t.Writes, reads[0]
+		bucket, grads := reads[0], writes
 		if t.Kind == plans.Pack {
-			parts, bucket = nil, writes[0]
-			for _, u := range t.Reads {
-				parts = append(parts, u.Reg)
-			}
+			bucket, grads = writes[0], reads
 		}
-		pieces := max(t.Parts, 1) // plans.Task.Parts: piece k of every gradient in turn
-		var off units.Bytes
-		for k := range pieces {
-			for i, reg := range parts {
-				n := p.Registers[reg].Spec.Bytes() / units.Bytes(pieces)
-				at, grad := bucket+cu.DevicePtr(off), cu.DevicePtr(k)*cu.DevicePtr(n)
-				var err error
-				if t.Kind == plans.Pack {
-					err = s.CopyDtoD(at, reads[i]+grad, n)
-				} else {
-					err = s.CopyDtoD(writes[i]+grad, at, n)
-				}
-				if err != nil {
-					return err
-				}
-				off += n
+		size := p.Registers[t.Writes[0]].Spec.DType.Size() // a bucket's and its gradients'
+		for _, pc := range p.BucketPieces(t) {
+			g := grads[pc.Grad] + cu.DevicePtr(units.Bytes(pc.From)*size)
+			b := bucket + cu.DevicePtr(units.Bytes(pc.At)*size)
+			n := units.Bytes(pc.N) * size
+			dst, src := b, g
+			if t.Kind == plans.Unpack {
+				dst, src = g, b
+			}
+			if err := s.CopyDtoD(dst, src, n); err != nil {
+				return err
 			}
 		}
 	case plans.Accumulate:

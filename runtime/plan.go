@@ -882,9 +882,9 @@ func (x *run) fire(f, it int) (float64, error) {
 		}
 		allReduce(dev.pool, writes, p.AllReduceWeights(t))
 	case plans.Pack:
-		bucketCopy(dev.pool, writes[0].F, reads, true, t.Parts)
+		bucketCopy(dev.pool, p, t, writes[0].F, reads)
 	case plans.Unpack:
-		bucketCopy(dev.pool, reads[0].F, writes, false, t.Parts)
+		bucketCopy(dev.pool, p, t, reads[0].F, writes)
 	case plans.AllGather, plans.ReduceScatter:
 		if x.rr != nil && len(x.r.rk.active[f]) > 1 {
 			return 0, x.allReduceRanks(t, f, it, reads, writes)
@@ -896,22 +896,15 @@ func (x *run) fire(f, it int) (float64, error) {
 	return 0, nil
 }
 
-// bucketCopy copies grads, one after another, into bucket (pack), or
-// bucket back into them (unpack); with parts > 1 (plans.Task.Parts) piece
-// i of every gradient in turn, a gradient's pieces being its parts equal
-// ranges.
-func bucketCopy(pool *cpu.Pool, bucket []float32, grads []Buffer, pack bool, parts int) {
-	off := 0
-	for i := range max(parts, 1) {
-		for _, g := range grads {
-			n := len(g.F) / max(parts, 1)
-			piece, at := g.F[i*n:(i+1)*n], bucket[off:off+n]
-			if pack {
-				cpu.Copy(pool, piece, at)
-			} else {
-				cpu.Copy(pool, at, piece)
-			}
-			off += n
+// bucketCopy copies pack or unpack task t's gradients into its bucket
+// (pack), or the bucket into them, piece by piece (plans.BucketPieces).
+func bucketCopy(pool *cpu.Pool, p *plans.Plan, t *plans.Task, bucket []float32, grads []Buffer) {
+	for _, pc := range p.BucketPieces(t) {
+		g, b := grads[pc.Grad].F[pc.From:pc.From+pc.N], bucket[pc.At:pc.At+pc.N]
+		if t.Kind == plans.Pack {
+			cpu.Copy(pool, g, b)
+		} else {
+			cpu.Copy(pool, b, g)
 		}
 	}
 }

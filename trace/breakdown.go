@@ -12,8 +12,9 @@ import (
 // IsComm reports whether tasks of a kind move data rather than compute:
 // transfers and copies (the plan's "transfer", and "input", which copies a
 // micro-batch of the inputs in), collectives ("allreduce", "allgather",
-// "reducescatter") and the generic "copy", "send", "recv", "collective"
-// and "alltoall". Every other kind ("compute", "accumulate", ...) computes.
+// "reducescatter"), a gradient bucket's copies ("pack", "unpack") and the
+// generic "copy", "send", "recv", "collective" and "alltoall". Every other
+// kind ("compute", "accumulate", ...) computes.
 func IsComm(kind string) bool {
 	switch kind {
 	case "transfer", "input", "copy", "send", "recv",
