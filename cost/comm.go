@@ -82,10 +82,14 @@ func (m *Comm) PointToPoint(src, dst topology.DeviceID, size units.Bytes) (time.
 // LinkUse is the share of one direction of a link's achievable bandwidth
 // that a transfer or a collective uses while it runs alone, averaged over
 // its time (its latency uses none). Concurrent ones whose shares of a link
-// add up above 1 must slow down; the simulator shares links so.
+// add up above 1 must slow down; the simulator shares links so. On a link
+// whose directions share its bandwidth (Duplex < 1), a use of either
+// direction comes with one of Both, the share of the two directions'
+// together (topology.Link.Both).
 type LinkUse struct {
 	Link    topology.LinkID
 	Forward bool
+	Both    bool // the link's two directions together; Forward is false
 	Share   float64
 }
 
@@ -115,9 +119,13 @@ func (m *Comm) PointToPointUse(src, dst topology.DeviceID, size units.Bytes) (ti
 		return 0, nil, nil
 	}
 	uses := make([]LinkUse, 0, len(r.Hops))
+	busy := moving.Seconds() / t.Seconds()
 	for _, h := range r.Hops {
-		uses = append(uses, LinkUse{Link: h.Link, Forward: h.Forward,
-			Share: float64(r.Bandwidth) / float64(m.c.Links[h.Link].Effective()) * moving.Seconds() / t.Seconds()})
+		l := m.c.Links[h.Link]
+		uses = append(uses, LinkUse{Link: h.Link, Forward: h.Forward, Share: float64(r.Bandwidth) / float64(l.Effective()) * busy})
+		if l.HalfShared() {
+			uses = append(uses, LinkUse{Link: h.Link, Both: true, Share: float64(r.Bandwidth) / float64(l.Both()) * busy})
+		}
 	}
 	return t, uses, nil
 }
@@ -140,14 +148,19 @@ func (m *Comm) directRoute(src, dst topology.DeviceID) (topology.Route, bool) {
 	return r, ok
 }
 
-// usage sums the phases of a collective: by directed link (2·link, +1
-// backward), the share of its bandwidth times the seconds it is used so.
+// usage sums the phases of a collective: by resource (packed.bw's keys),
+// the share of its bandwidth times the seconds it is used so.
 type usage map[int]float64
 
 // add records a phase of t over pattern p.
 func (u usage) add(m *Comm, p packed, t time.Duration) {
 	for i, bw := range p.bw {
-		u[i] += bw / float64(m.c.Links[i/2].Effective()) * t.Seconds()
+		l, _, both := resource(i)
+		capacity := m.c.Links[l].Effective()
+		if both {
+			capacity = m.c.Links[l].Both()
+		}
+		u[i] += bw / float64(capacity) * t.Seconds()
 	}
 }
 
@@ -159,10 +172,31 @@ func (u usage) uses(total time.Duration) []LinkUse {
 	out := make([]LinkUse, 0, len(u))
 	for _, i := range slices.Sorted(maps.Keys(u)) {
 		if share := u[i] / total.Seconds(); share > 0 {
-			out = append(out, LinkUse{Link: topology.LinkID(i / 2), Forward: i%2 == 0, Share: share})
+			l, fwd, both := resource(i)
+			out = append(out, LinkUse{Link: l, Forward: fwd, Both: both, Share: share})
 		}
 	}
 	return out
+}
+
+// A resource of channel packing is one direction of a link, 2·link (+1
+// backward), or both directions of a link whose directions share its
+// bandwidth (Duplex < 1), −1 − link.
+func directed(h topology.Hop) int {
+	if h.Forward {
+		return 2 * int(h.Link)
+	}
+	return 2*int(h.Link) + 1
+}
+
+func bothWays(l topology.LinkID) int { return -1 - int(l) }
+
+// resource decodes a resource index.
+func resource(i int) (l topology.LinkID, fwd, both bool) {
+	if i < 0 {
+		return topology.LinkID(-1 - i), false, true
+	}
+	return topology.LinkID(i / 2), i%2 == 0, false
 }
 
 // full gives every link its achievable bandwidth.
@@ -180,7 +214,7 @@ type flow struct {
 type packed struct {
 	rate     float64 // bytes/s per unit of weight, summed over channels
 	channels int
-	bw       map[int]float64                        // bytes/s the pattern moves over each directed link (2·link, +1 backward), over all channels
+	bw       map[int]float64                        // bytes/s the pattern moves over each resource (see resource), over all channels
 	lat      map[[2]topology.DeviceID]time.Duration // channel 1's route latencies
 }
 
@@ -209,24 +243,29 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 		return p, nil
 	}
 	links := m.c.Links
-	res := make([]float64, 2*len(links))
+	// res is what the channels so far left of each directed link, and
+	// after them of both directions of each link (res[2·len(links) + l],
+	// limiting only a link whose directions share its bandwidth).
+	res := make([]float64, 3*len(links))
+	both := res[2*len(links):]
 	for i, l := range links {
 		res[2*i], res[2*i+1] = float64(l.Effective()), float64(l.Effective())
-	}
-	idx := func(h topology.Hop) int {
-		if h.Forward {
-			return 2 * int(h.Link)
+		both[i] = math.Inf(1)
+		if l.HalfShared() {
+			both[i] = float64(l.Both())
 		}
-		return 2*int(h.Link) + 1
 	}
 	// left is what the channels so far left of each directed link (none
-	// below a millionth of it), as the channel's searches ask for it.
+	// below a millionth of it), as the channel's searches ask for it: of a
+	// link whose directions share its bandwidth, no more than both
+	// directions have left.
 	left := make([]units.BytesPerSecond, len(res))
 	capacity := func(l topology.LinkID, fwd bool) units.BytesPerSecond {
+		d := left[2*int(l)+1]
 		if fwd {
-			return left[2*int(l)]
+			d = left[2*int(l)]
 		}
-		return left[2*int(l)+1]
+		return min(d, left[2*len(links)+int(l)])
 	}
 	p = packed{lat: map[[2]topology.DeviceID]time.Duration{}, bw: map[int]float64{}}
 	var first float64
@@ -235,7 +274,7 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 	for ch := 0; ch < channels; ch++ {
 		for i, r := range res {
 			left[i] = units.BytesPerSecond(r)
-			if r <= 1e-6*float64(links[i/2].Effective()) {
+			if r <= 1e-6*float64(links[i/2%len(links)].Effective()) {
 				left[i] = 0
 			}
 		}
@@ -257,7 +296,10 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 				break
 			}
 			for _, h := range r.Hops {
-				load[idx(h)] += f.w
+				load[directed(h)] += f.w
+				if links[h.Link].HalfShared() {
+					load[2*len(links)+int(h.Link)] += f.w
+				}
 				fam := m.family(h.Link)
 				if ch == 0 {
 					families[fam] = true
@@ -293,7 +335,11 @@ func (m *Comm) pack(key string, gen func(ch int, capacity topology.Capacity) []f
 		for i, l := range load {
 			res[i] -= rate * l
 			if l > 0 {
-				p.bw[i] += rate * l
+				k := i
+				if i >= 2*len(links) {
+					k = bothWays(topology.LinkID(i - 2*len(links)))
+				}
+				p.bw[k] += rate * l
 			}
 		}
 		p.rate += rate

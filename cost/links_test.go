@@ -1,6 +1,8 @@
 package cost
 
 import (
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -106,4 +108,67 @@ func TestRoutesAreRouteWith(t *testing.T) {
 			require.Equal(rt, want, routes[i], "flow %d", i)
 		}
 	})
+}
+
+// twoProcs is two one-CPU nodes on a fabric of 1 GB/s each way, without
+// latency, whose directions share the given duplex.
+func twoProcs(t *testing.T, duplex string) *topology.Cluster {
+	t.Helper()
+	c, err := topology.Parse("procs.yaml", []byte(`name: procs
+nodes:
+  - name: proc
+    count: 2
+    devices: [{name: cpu, type: cpu, cores: 1}]
+    switches: [{name: nic, kind: nic}]
+    links: [{from: cpu, to: nic, kind: membus}]
+fabric: {kind: ethernet, ports: nic, bandwidth: 1GB/s, latency: 0s, efficiency: 1, duplex: `+duplex+`}
+`))
+	require.NoError(t, err)
+	return c
+}
+
+// On a fabric whose directions share its bandwidth, a transfer alone
+// takes what it takes on a full-duplex one, but a two-member ring, whose
+// steps send both ways at once, moves its bytes at (1 + duplex)/2 of the
+// rate; the uses name both directions of each shared link, within it.
+func TestDuplexSharesBothDirections(t *testing.T) {
+	group := []topology.DeviceID{0, 1}
+	const size = 64 << 20
+	full := NewComm(twoProcs(t, "1"))
+	p2p, uses, err := full.PointToPointUse(0, 1, size)
+	require.NoError(t, err)
+	for _, u := range uses {
+		require.False(t, u.Both, "a full-duplex link has no shared resource")
+	}
+	bandwidthTime := func(m *Comm) float64 { // the all-reduce's time, less its latency
+		big, err := m.Collective(OpAllReduce, group, 2*size, Ring)
+		require.NoError(t, err)
+		small, err := m.Collective(OpAllReduce, group, size, Ring)
+		require.NoError(t, err)
+		return (big.Time - small.Time).Seconds()
+	}
+	want := bandwidthTime(full)
+	require.InEpsilon(t, float64(size)/1e9, want, 1e-3, "a ring of two moves size bytes each way at 1 GB/s")
+	for _, duplex := range []float64{0, 0.25, 0.5} {
+		m := NewComm(twoProcs(t, fmt.Sprint(duplex)))
+		d, uses, err := m.PointToPointUse(0, 1, size)
+		require.NoError(t, err)
+		require.Equal(t, p2p, d, "duplex %v: one direction alone", duplex)
+		n := 0
+		for _, u := range uses {
+			if u.Both {
+				n++
+				require.InEpsilon(t, 1/(1+duplex), u.Share, 1e-5, "duplex %v: one direction's worth of both", duplex)
+				require.Equal(t, topology.LinkKind("ethernet"), m.Cluster().Links[u.Link].Kind)
+			}
+		}
+		require.Equal(t, 2, n, "duplex %v: the two fabric ports", duplex)
+		require.InEpsilon(t, want*2/(1+duplex), bandwidthTime(m), 1e-3, "duplex %v", duplex)
+		e, err := m.Collective(OpAllReduce, group, size, Auto)
+		require.NoError(t, err)
+		for _, u := range e.Links {
+			require.LessOrEqual(t, u.Share, 1+1e-9, "duplex %v: %+v", duplex, u)
+		}
+		require.True(t, slices.ContainsFunc(e.Links, func(u LinkUse) bool { return u.Both && u.Share > 0.9 }), "duplex %v: a large all-reduce fills both directions together: %+v", duplex, e.Links)
+	}
 }

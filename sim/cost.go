@@ -284,7 +284,7 @@ func (m CostModel) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
 			return nil, err
 		}
 		for _, u := range uses {
-			k := dirLink{u.Link, u.Forward}
+			k := dirLink{u.Link, u.Forward, u.Both}
 			if _, seen := sum[k]; !seen {
 				order = append(order, k)
 			}
@@ -293,7 +293,7 @@ func (m CostModel) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
 	}
 	out := make([]cost.LinkUse, len(order))
 	for i, k := range order {
-		out[i] = cost.LinkUse{Link: k.link, Forward: k.fwd, Share: sum[k]}
+		out[i] = cost.LinkUse{Link: k.link, Forward: k.fwd, Both: k.both, Share: sum[k]}
 	}
 	return out, nil
 }

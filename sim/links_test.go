@@ -62,36 +62,93 @@ func TestLinkSharingIsFluid(t *testing.T) {
 		}
 		shared := 0
 		for _, e := range flows {
-			// Cut e's time at every other flow's start and end; in each
-			// piece k flows run, e among them.
-			cuts := []trace.Time{e.Start, e.End}
-			for _, f := range flows {
-				for _, c := range []trace.Time{f.Start, f.End} {
-					if c > e.Start && c < e.End {
-						cuts = append(cuts, c)
-					}
-				}
-			}
-			slices.Sort(cuts)
-			cuts = slices.Compact(cuts)
-			var work float64
-			for i := 0; i+1 < len(cuts); i++ {
-				a, b := cuts[i], cuts[i+1]
-				k := 0
-				for _, f := range flows {
-					if f.Start <= a && f.End >= b {
-						k++
-					}
-				}
-				work += float64(b-a) / float64(k)
-				if k > 1 {
-					shared++
-				}
-			}
+			work, pieces, n := fluidWork(e, flows, nil)
+			shared += n
 			// Each rescheduling rounds an end up to the nanosecond.
-			require.InDelta(rt, float64(o.comm), work, float64(2*len(cuts)), "task %d iter %d micro %d: %v–%v", e.Task, e.Iter, e.Micro, e.Start, e.End)
+			require.InDelta(rt, float64(o.comm), work, float64(2*pieces), "task %d iter %d micro %d: %v–%v", e.Task, e.Iter, e.Micro, e.Start, e.End)
 		}
 		require.Positive(rt, shared, "the replicas' transfers overlap")
+	})
+}
+
+// fluidWork cuts e's time at every other flow's start and end, and
+// returns the integral of 1/k over it, k the flows running in a piece (e
+// among them), the pieces, and how many pieces e shared with a flow for
+// which other (if not nil) holds.
+func fluidWork(e trace.Event, flows []trace.Event, other func(trace.Event) bool) (work float64, pieces, shared int) {
+	cuts := []trace.Time{e.Start, e.End}
+	for _, f := range flows {
+		for _, c := range []trace.Time{f.Start, f.End} {
+			if c > e.Start && c < e.End {
+				cuts = append(cuts, c)
+			}
+		}
+	}
+	slices.Sort(cuts)
+	cuts = slices.Compact(cuts)
+	for i := 0; i+1 < len(cuts); i++ {
+		a, b := cuts[i], cuts[i+1]
+		k, with := 0, false
+		for _, f := range flows {
+			if f.Start <= a && f.End >= b {
+				k++
+				with = with || f != e && (other == nil || other(f))
+			}
+		}
+		work += float64(b-a) / float64(k)
+		if with {
+			shared++
+		}
+	}
+	return work, len(cuts), shared
+}
+
+// halfLink is oneLink whose link's two directions share its bandwidth
+// (topology.Link.Duplex 0): a transfer uses its direction of the link whole
+// and both directions together whole.
+type halfLink struct{ oneLink }
+
+// forward reports whether transfer t goes to a later stage.
+func forward(p *plans.Plan, t int) bool {
+	task := &p.Tasks[t]
+	return p.Registers[task.Writes[0]].Device > p.Registers[task.Reads[0].Reg].Device
+}
+
+func (h halfLink) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
+	if !h.uses(p, t) {
+		return nil, nil
+	}
+	return []cost.LinkUse{{Link: 0, Forward: forward(p, t), Share: 1}, {Link: 0, Both: true, Share: 1}}, nil
+}
+
+// On a link whose directions share its bandwidth, transfers going opposite
+// ways slow each other as transfers going the same way do: a pipeline's
+// activations forward and gradients backward, at once, share it as a fluid.
+func TestHalfDuplexLinkIsShared(t *testing.T) {
+	cl, err := topology.Resolve("dgx-a100") // GPUs send on streams of their own
+	require.NoError(t, err)
+	p := compileOn(t, cl, "mnist-cnn", "pp=2,mb=4", 32, graph.SGD{LR: 0.1}, false, false)
+	rapid.Check(t, func(rt *rapid.T) {
+		h := halfLink{oneLink{
+			compute: time.Duration(rapid.IntRange(1, 200).Draw(rt, "compute")), // stage 1's backward sends while stage 0's forward does
+			comm:    time.Duration(rapid.IntRange(1000, 5000).Draw(rt, "comm")),
+		}}
+		tr, err := Simulate(p, h, 2)
+		require.NoError(rt, err)
+		require.NoError(rt, p.CheckTrace(tr))
+		var flows []trace.Event
+		for _, e := range tr.Events {
+			if h.uses(p, int(e.Task)) {
+				flows = append(flows, e)
+			}
+		}
+		opposite := 0
+		for _, e := range flows {
+			work, pieces, n := fluidWork(e, flows, func(f trace.Event) bool { return forward(p, int(f.Task)) != forward(p, int(e.Task)) })
+			opposite += n
+			require.InDelta(rt, float64(h.comm), work, float64(2*pieces), "task %d iter %d micro %d: %v–%v", e.Task, e.Iter, e.Micro, e.Start, e.End)
+		}
+		require.Positive(rt, opposite, "activations and gradients cross at once")
 	})
 }
 

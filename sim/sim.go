@@ -234,10 +234,10 @@ type linkShare struct {
 	share float64
 }
 
-// dirLink is one direction of a link.
+// dirLink is one direction of a link, or both (cost.LinkUse.Both).
 type dirLink struct {
-	link topology.LinkID
-	fwd  bool
+	link      topology.LinkID
+	fwd, both bool
 }
 
 // links are the link directions a plan's tasks use, numbered densely.
@@ -261,7 +261,7 @@ func linkShares(p *plans.Plan, ls LinkSharing) (*links, error) {
 			if !(u.Share > 0) {
 				continue
 			}
-			k := dirLink{u.Link, u.Forward}
+			k := dirLink{u.Link, u.Forward, u.Both}
 			i, ok := index[k]
 			if !ok {
 				i = len(index)

@@ -345,7 +345,7 @@ func (b *builder) finishLinks() {
 	for _, pl := range b.pend {
 		bw, lat, eff := pl.p.resolve()
 		b.c.Links = append(b.c.Links, Link{ID: LinkID(len(b.c.Links)), A: b.vertex(pl.a), B: b.vertex(pl.b),
-			Kind: pl.p.kind, Count: pl.p.count, Bandwidth: bw, Latency: lat, Efficiency: eff})
+			Kind: pl.p.kind, Count: pl.p.count, Bandwidth: bw, Latency: lat, Efficiency: eff, Duplex: pl.p.duplexOf()})
 	}
 }
 

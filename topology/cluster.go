@@ -67,8 +67,8 @@ type Switch struct {
 	Kind SwitchKind
 }
 
-// Link is a full-duplex connection between two vertices. Bandwidth is per
-// direction and already multiplied by Count.
+// Link is a connection between two vertices. Bandwidth is per direction
+// and already multiplied by Count.
 type Link struct {
 	ID         LinkID
 	A, B       Vertex
@@ -77,12 +77,30 @@ type Link struct {
 	Bandwidth  units.BytesPerSecond
 	Latency    time.Duration
 	Efficiency float64 // achievable fraction of Bandwidth
+	// Duplex is how much of a second direction the link carries beside a
+	// first: each direction moves up to Effective, and both together up
+	// to (1 + Duplex)·Effective. 1 is full duplex (every link kind's
+	// default: wires and lanes each way); 0 is half duplex, one direction's
+	// worth shared by both, as a transport whose cost is the endpoints'
+	// CPUs, which carry what they send and what they receive ('flowrun
+	// calibrate link' measures it).
+	Duplex float64
 }
 
 // Effective is the link's achievable bandwidth per direction.
 func (l Link) Effective() units.BytesPerSecond {
 	return l.Bandwidth * units.BytesPerSecond(l.Efficiency)
 }
+
+// Both is the link's achievable bandwidth in its two directions together:
+// (1 + Duplex)·Effective.
+func (l Link) Both() units.BytesPerSecond {
+	return l.Effective() * units.BytesPerSecond(1+l.Duplex)
+}
+
+// HalfShared reports whether the link's two directions together carry
+// less than twice one's bandwidth (Duplex < 1).
+func (l Link) HalfShared() bool { return l.Duplex < 1 }
 
 type adjacent struct {
 	link  LinkID

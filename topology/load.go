@@ -201,6 +201,8 @@ type linkParams struct {
 	latency    time.Duration
 	hasLatency bool
 	efficiency float64 // 0: default
+	duplex     float64
+	hasDuplex  bool
 }
 
 type linkSpec struct {
@@ -505,6 +507,17 @@ func (d *yamlDecoder) linkParams(f map[string]*yaml.Node, self *yaml.Node, path 
 		}
 		p.efficiency = v
 	}
+	if e, ok := f["duplex"]; ok {
+		s, err := d.scalar(e, join(path, "duplex"))
+		if err != nil {
+			return p, err
+		}
+		v, err := strconv.ParseFloat(s, 64)
+		if err != nil || !(v >= 0 && v <= 1) {
+			return p, d.invalid(e, join(path, "duplex"), "must be a fraction in [0, 1] (1 full duplex, 0 half), got %q", s)
+		}
+		p.duplex, p.hasDuplex = v, true
+	}
 	return p, nil
 }
 
@@ -521,7 +534,7 @@ func (d *yamlDecoder) links(n *yaml.Node, path string) ([]*linkSpec, error) {
 	var out []*linkSpec
 	for i, item := range items {
 		p := fmt.Sprintf("%s[%d]", path, i)
-		f, err := d.fields(item, p, "from", "to", "kind", "count", "bandwidth", "latency", "efficiency")
+		f, err := d.fields(item, p, "from", "to", "kind", "count", "bandwidth", "latency", "efficiency", "duplex")
 		if err != nil {
 			return nil, err
 		}
@@ -550,7 +563,7 @@ func (d *yamlDecoder) links(n *yaml.Node, path string) ([]*linkSpec, error) {
 }
 
 func (d *yamlDecoder) fabric(n *yaml.Node, path string) (*fabricSpec, error) {
-	f, err := d.fields(n, path, "kind", "ports", "radix", "bandwidth", "latency", "efficiency")
+	f, err := d.fields(n, path, "kind", "ports", "radix", "bandwidth", "latency", "efficiency", "duplex")
 	if err != nil {
 		return nil, err
 	}
@@ -588,6 +601,14 @@ func defaultRadix(k LinkKind) int {
 		return 40
 	}
 	return 64
+}
+
+// duplexOf is the link's Duplex: as given, else 1 (full duplex).
+func (p linkParams) duplexOf() float64 {
+	if p.hasDuplex {
+		return p.duplex
+	}
+	return 1
 }
 
 // params resolves defaults into bandwidth, latency and efficiency.

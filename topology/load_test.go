@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/stretchr/testify/require"
+
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -222,6 +224,10 @@ func TestBadClusterFiles(t *testing.T) {
 		{"no nodes", "name: x\n", ErrInvalid, `topology: bad.yaml:1: nodes: missing`},
 		{"no devices", "name: x\nnodes:\n  - name: n\n    devices: []\n", ErrInvalid,
 			`topology: bad.yaml:4: nodes[0].devices: empty: a node needs at least one device`},
+		{"duplex above 1", strings.Replace(goodCluster, "count: 12", "count: 12, duplex: 1.5", 1), ErrInvalid,
+			`topology: bad.yaml:9: nodes[0].links[0].duplex: must be a fraction in [0, 1] (1 full duplex, 0 half), got "1.5"`},
+		{"duplex not a number", strings.Replace(goodCluster, "count: 12", "count: 12, duplex: half", 1), ErrInvalid,
+			`topology: bad.yaml:9: nodes[0].links[0].duplex: must be a fraction in [0, 1] (1 full duplex, 0 half), got "half"`},
 		{"fabric port missing", goodCluster + "    count: 2\nfabric: {kind: ib-hdr, ports: nic}\n", ErrUnknownEndpoint,
 			`topology: bad.yaml:11: fabric.ports: node "n0" has no element "nic" to attach`},
 	}
@@ -261,6 +267,32 @@ func TestGoodClusterFile(t *testing.T) {
 	}
 }
 
+// A link is full duplex unless its file says how much of a second
+// direction it carries, for a node's links and the fabric's alike.
+func TestDuplex(t *testing.T) {
+	c, err := Parse("good.yaml", []byte(goodCluster))
+	require.NoError(t, err)
+	for _, l := range c.Links {
+		require.Equal(t, 1.0, l.Duplex)
+		require.False(t, l.HalfShared())
+		require.Equal(t, 2*l.Effective(), l.Both())
+	}
+	half := strings.Replace(goodCluster, "count: 12", "count: 12, duplex: 0", 1) +
+		"    count: 2\n" + "fabric: {kind: ib-hdr, ports: sw, duplex: 0.25}\n"
+	c, err = Parse("half.yaml", []byte(half))
+	require.NoError(t, err)
+	for _, l := range c.Links {
+		if l.Kind == IBHDR {
+			require.Equal(t, 0.25, l.Duplex, "the fabric's")
+			require.Equal(t, l.Effective()*1.25, l.Both())
+		} else {
+			require.Equal(t, 0.0, l.Duplex, "the node's")
+			require.Equal(t, l.Effective(), l.Both())
+		}
+		require.True(t, l.HalfShared())
+	}
+}
+
 func TestDevicesDoNotRelay(t *testing.T) {
 	// a–b–c in a chain of direct links: a cannot reach c through b.
 	const chain = `nodes:
@@ -285,6 +317,7 @@ func FuzzLoadCluster(f *testing.F) {
 		f.Add(data)
 	}
 	f.Add([]byte(goodCluster))
+	f.Add([]byte(strings.Replace(goodCluster, "count: 12", "count: 12, duplex: 0.25", 1) + "    count: 2\nfabric: {kind: ethernet, ports: sw, duplex: 0}\n"))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c, err := parseLimited("fuzz.yaml", data, 1, 512)
 		if err != nil {
@@ -297,6 +330,11 @@ func FuzzLoadCluster(f *testing.F) {
 		if len(c.Devices) > 1 {
 			if _, err := c.Route(0, DeviceID(len(c.Devices)-1)); err != nil {
 				t.Fatalf("loaded cluster has no route: %v", err)
+			}
+		}
+		for _, l := range c.Links {
+			if !(l.Duplex >= 0 && l.Duplex <= 1) {
+				t.Fatalf("link %d: duplex %v outside [0, 1]", l.ID, l.Duplex)
 			}
 		}
 	})

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"math"
 	"os"
 	goruntime "runtime"
 	"slices"
@@ -18,10 +19,16 @@ import (
 	"github.com/flowkit/flowkit/units"
 )
 
-// cmdEcho asks a worker to send back the next Count messages of run Run.
+// cmdEcho asks rank 1 to send back the next Count messages of run Run, or
+// with Exchange to send rank 0 a message of Size bytes as it sends one, Count
+// times, each after it has received rank 0's.
 const cmdEcho = "echo"
 
-type workerEcho struct{ Run, Count int }
+type workerEcho struct {
+	Run, Count int
+	Exchange   bool
+	Size       int64
+}
 
 type linkFlags struct {
 	procs procFlags
@@ -41,9 +48,15 @@ another, over the run's own transport (gRPC streams): rank 0 sends messages
 of each --sizes to rank 1, which sends each back, and half the median round
 trip is the one-way time. A line through the sizes, fitted by least relative
 squares, gives the latency (its intercept) and the bandwidth (one over its
-slope), which -o
-writes as the fabric of a cluster file whose nodes are the processes, each a
-CPU device with an equal share of this machine's cores. Plans compiled for
+slope). Then both ranks send each other messages of each size at once, as a
+ring of two does at every step; the pace of these exchanges gives a second
+line, and its bandwidth beside the one-way one how much of a second
+direction the transport carries beside a first (its duplex: 1 where both
+directions go as fast as one, 0 where they share one direction's bandwidth,
+as when the processes' CPUs, which encrypt and copy what they send and what
+they receive, are the transport's bottleneck). -o writes them as the fabric
+of a cluster file whose nodes are the processes, each a CPU device with an
+equal share of this machine's cores. Plans compiled for
 that cluster ('flowsim plan --cluster FILE') are predicted with the
 transport's cost ('flowrun exec --procs N --compare --cluster FILE').
 
@@ -66,13 +79,26 @@ they run.`,
 	return cmd
 }
 
-// linkFit is a measured transport: one-way time = Latency + bytes/Bandwidth.
+// linkFit is a measured transport: one-way time = Latency + bytes/Bandwidth,
+// and the time of an exchange, both ranks sending a message of the same
+// size to each other at once, ExchangeLatency + bytes/ExchangeBandwidth.
 type linkFit struct {
 	Latency   time.Duration `json:"latency_ns"`
 	Bandwidth float64       `json:"bandwidth_bytes_per_s"`
 	Sizes     []int64       `json:"sizes_bytes"`
 	OneWay    []float64     `json:"one_way_s"` // median, by size
 	Fitted    []float64     `json:"fitted_s"`
+	// A two-member ring's steps are exchanges: where the transport's cost
+	// is the endpoints' CPUs, which carry both directions, an exchange
+	// takes longer than one way.
+	ExchangeLatency   time.Duration `json:"exchange_latency_ns"`
+	ExchangeBandwidth float64       `json:"exchange_bandwidth_bytes_per_s"`
+	Exchange          []float64     `json:"exchange_s"` // median, by size
+	ExchangeFitted    []float64     `json:"exchange_fitted_s"`
+	// Duplex is the share of a second direction the transport carries
+	// beside a first (topology.Link.Duplex), from the bandwidths: an
+	// exchange moves 2·ExchangeBandwidth, (1 + Duplex)·Bandwidth.
+	Duplex float64 `json:"duplex"`
 }
 
 // maxLinkMessage is the largest message calibrate link sends: each rank
@@ -130,9 +156,12 @@ func runCalibrateLink(ctx context.Context, f linkFlags) error {
 		return printJSON(fit)
 	}
 	fmt.Printf("rank 0 → rank 1 over gRPC: latency %v, bandwidth %.0f MB/s\n", fit.Latency.Round(100*time.Nanosecond), fit.Bandwidth/1e6)
-	fmt.Printf("%10s %14s %14s %8s\n", "size", "one way", "fitted", "error")
+	fmt.Printf("an exchange (both ways at once): latency %v, bandwidth %.0f MB/s each way: duplex %.2f\n", fit.ExchangeLatency.Round(100*time.Nanosecond), fit.ExchangeBandwidth/1e6, fit.Duplex)
+	fmt.Printf("%10s %14s %14s %8s %14s %14s %8s\n", "size", "one way", "fitted", "error", "exchange", "fitted", "error")
 	for i, s := range fit.Sizes {
-		fmt.Printf("%10d %12.1fµs %12.1fµs %+7.1f%%\n", s, 1e6*fit.OneWay[i], 1e6*fit.Fitted[i], 100*(fit.Fitted[i]-fit.OneWay[i])/fit.OneWay[i])
+		fmt.Printf("%10d %12.1fµs %12.1fµs %+7.1f%% %12.1fµs %12.1fµs %+7.1f%%\n", s,
+			1e6*fit.OneWay[i], 1e6*fit.Fitted[i], 100*(fit.Fitted[i]-fit.OneWay[i])/fit.OneWay[i],
+			1e6*fit.Exchange[i], 1e6*fit.ExchangeFitted[i], 100*(fit.ExchangeFitted[i]-fit.Exchange[i])/fit.Exchange[i])
 	}
 	if f.out != "" {
 		fmt.Printf("wrote %s\n", f.out)
@@ -140,67 +169,108 @@ func runCalibrateLink(ctx context.Context, f linkFlags) error {
 	return nil
 }
 
-// measureLink times round trips of each size between ranks 0 and 1 and
-// fits one-way time = latency + bytes/bandwidth.
+// measureLink times round trips and exchanges of each size between ranks
+// 0 and 1 and fits a line through each.
 func (pg *procGroup) measureLink(ctx context.Context, sizes []int64, reps int) (*linkFit, error) {
-	link := pg.g.Link()
 	fit := &linkFit{Sizes: sizes}
-	for run, size := range sizes {
-		n := reps + 2
-		b, err := encodeGob(workerEcho{Run: run, Count: n})
+	for i, size := range sizes {
+		rtt, err := pg.linkRuns(ctx, 2*i, size, reps, false)
 		if err != nil {
 			return nil, err
 		}
-		if err := pg.g.Broadcast(cmdEcho, b); err != nil { // rank 1 echoes, others just reply
+		fit.OneWay = append(fit.OneWay, rtt/2)
+		x, err := pg.linkRuns(ctx, 2*i+1, size, reps, true)
+		if err != nil {
 			return nil, err
 		}
-		inbox := link.Inbox(run)
-		m := &runtime.Message{Run: run, Kind: runtime.MsgData, F: make([]float32, size/4)}
-		var rtt []float64
-		for i := range n {
-			start := time.Now()
-			if err := link.Send(1, m); err != nil {
-				return nil, err
-			}
-			select {
-			case _, ok := <-inbox:
-				if !ok {
-					return nil, fmt.Errorf("rank 1: %w", link.Err())
-				}
-			case <-ctx.Done():
-				return nil, ctx.Err()
-			}
-			if i >= 2 {
-				rtt = append(rtt, time.Since(start).Seconds())
-			}
-		}
-		link.Forget(run)
-		if _, err := pg.gather(ctx, cmdEcho); err != nil {
-			return nil, err
-		}
-		slices.Sort(rtt)
-		fit.OneWay = append(fit.OneWay, stat.Quantile(0.5, stat.Empirical, rtt, nil)/2)
+		fit.Exchange = append(fit.Exchange, x)
 	}
+	var err error
+	if fit.Latency, fit.Bandwidth, fit.Fitted, err = fitLink(sizes, fit.OneWay); err != nil {
+		return nil, fmt.Errorf("the one-way times %v %w", fit.OneWay, err)
+	}
+	if fit.ExchangeLatency, fit.ExchangeBandwidth, fit.ExchangeFitted, err = fitLink(sizes, fit.Exchange); err != nil {
+		return nil, fmt.Errorf("the exchange times %v %w", fit.Exchange, err)
+	}
+	fit.Duplex = math.Round(100*min(max(2*fit.ExchangeBandwidth/fit.Bandwidth-1, 0), 1)) / 100
+	return fit, nil
+}
+
+// linkRuns returns the median time, in seconds, of reps round trips of a
+// message of size bytes from rank 0 to rank 1 and back (after 2 untimed),
+// or with exchange the mean time of reps exchanges: rank 0 and rank 1 each
+// sending the other such a message, and receiving the other's.
+func (pg *procGroup) linkRuns(ctx context.Context, run int, size int64, reps int, exchange bool) (float64, error) {
+	link := pg.g.Link()
+	n := reps + 2
+	b, err := encodeGob(workerEcho{Run: run, Count: n, Exchange: exchange, Size: size})
+	if err != nil {
+		return 0, err
+	}
+	if err := pg.g.Broadcast(cmdEcho, b); err != nil { // rank 1 echoes, others just reply
+		return 0, err
+	}
+	inbox := link.Inbox(run)
+	m := &runtime.Message{Run: run, Kind: runtime.MsgData, F: make([]float32, size/4)}
+	// A round trip is timed from the send to the echo's arrival. Rank 1
+	// sends its part of an exchange before it receives rank 0's, so its
+	// message may be waiting when rank 0 looks, and arrivals come unevenly:
+	// the exchanges are timed together, from the arrival of the last
+	// untimed one to the last, the pace at which both directions go.
+	var times []float64
+	var first time.Time
+	for i := range n {
+		start := time.Now()
+		if err := link.Send(1, m); err != nil {
+			return 0, err
+		}
+		select {
+		case _, ok := <-inbox:
+			if !ok {
+				return 0, fmt.Errorf("rank 1: %w", link.Err())
+			}
+		case <-ctx.Done():
+			return 0, ctx.Err()
+		}
+		switch {
+		case i == 1:
+			first = time.Now()
+		case i >= 2 && !exchange:
+			times = append(times, time.Since(start).Seconds())
+		}
+	}
+	if exchange {
+		times = []float64{time.Since(first).Seconds() / float64(reps)}
+	}
+	link.Forget(run)
+	if _, err := pg.gather(ctx, cmdEcho); err != nil {
+		return 0, err
+	}
+	slices.Sort(times)
+	return stat.Quantile(0.5, stat.Empirical, times, nil), nil
+}
+
+// fitLink fits time = latency + bytes/bandwidth through the times by size,
+// weighted by 1/t², which minimizes relative errors: the latency is not
+// lost in the large messages' milliseconds.
+func fitLink(sizes []int64, times []float64) (latency time.Duration, bandwidth float64, fitted []float64, err error) {
 	x := make([]float64, len(sizes))
 	for i, s := range sizes {
 		x[i] = float64(s)
 	}
-	// Weighted by 1/t², the fit minimizes relative errors: the latency is
-	// not lost in the large messages' milliseconds.
 	w := make([]float64, len(sizes))
-	for i, t := range fit.OneWay {
+	for i, t := range times {
 		w[i] = 1 / (t * t)
 	}
-	alpha, beta := stat.LinearRegression(x, fit.OneWay, w, false)
+	alpha, beta := stat.LinearRegression(x, times, w, false)
 	if beta <= 0 {
-		return nil, fmt.Errorf("the one-way times %v do not grow with the size: no bandwidth to fit (try larger --sizes)", fit.OneWay)
+		return 0, 0, nil, fmt.Errorf("do not grow with the size: no bandwidth to fit (try larger --sizes)")
 	}
-	fit.Latency = time.Duration(max(alpha, 0) * 1e9)
-	fit.Bandwidth = 1 / beta
+	latency = time.Duration(max(alpha, 0) * 1e9)
 	for _, v := range x {
-		fit.Fitted = append(fit.Fitted, fit.Latency.Seconds()+v/fit.Bandwidth)
+		fitted = append(fitted, latency.Seconds()+v*beta)
 	}
-	return fit, nil
+	return latency, 1 / beta, fitted, nil
 }
 
 // writeProcsCluster writes a cluster of world nodes, each a CPU device with
@@ -212,8 +282,8 @@ func writeProcsCluster(path string, world int, fit *linkFit) error {
 	var b strings.Builder
 	fmt.Fprintf(&b, "name: procs%d\n", world)
 	fmt.Fprintf(&b, "description: \"%s as %d processes of %d core(s) each (flowrun exec --procs %d), talking gRPC\"\n", host, world, cores, world)
-	fmt.Fprintf(&b, "source: \"the fabric: flowrun calibrate link, %s: %.1f µs latency, %.0f MB/s\"\n",
-		time.Now().UTC().Format("2006-01-02"), float64(fit.Latency)/1e3, fit.Bandwidth/1e6)
+	fmt.Fprintf(&b, "source: \"the fabric: flowrun calibrate link, %s: %.1f µs latency, %.0f MB/s, %.0f MB/s each way when both are busy (duplex %.2f)\"\n",
+		time.Now().UTC().Format("2006-01-02"), float64(fit.Latency)/1e3, fit.Bandwidth/1e6, fit.ExchangeBandwidth/1e6, fit.Duplex)
 	fmt.Fprintf(&b, `nodes:
   - name: proc
     count: %d
@@ -226,8 +296,8 @@ func writeProcsCluster(path string, world int, fit *linkFit) error {
 `, world, cores)
 	// The fabric's two hops (node to switch, switch to node) each carry
 	// half the latency.
-	fmt.Fprintf(&b, "fabric: {kind: ethernet, ports: nic, bandwidth: %.0fB/s, latency: %dns, efficiency: 1}\n",
-		fit.Bandwidth, (fit.Latency / 2).Nanoseconds())
+	fmt.Fprintf(&b, "fabric: {kind: ethernet, ports: nic, bandwidth: %.0fB/s, latency: %dns, efficiency: 1, duplex: %.2f}\n",
+		fit.Bandwidth, (fit.Latency / 2).Nanoseconds(), fit.Duplex)
 	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
 		return err
 	}

@@ -250,10 +250,20 @@ func TestCalibrateLink(t *testing.T) {
 	require.Len(t, fit.OneWay, 2)
 	require.Less(t, fit.OneWay[0], fit.OneWay[1], "a larger message takes longer")
 	require.Positive(t, fit.Bandwidth)
+	require.Len(t, fit.Exchange, 2)
+	require.Less(t, fit.Exchange[0], fit.Exchange[1], "a larger exchange takes longer")
+	require.Positive(t, fit.ExchangeBandwidth)
+	require.GreaterOrEqual(t, fit.Duplex, 0.0)
+	require.LessOrEqual(t, fit.Duplex, 1.0)
 	c, err := topology.Load(path)
 	require.NoError(t, err)
 	require.Len(t, c.Devices, 2)
 	require.NotEqual(t, c.Nodes[c.Devices[0].Node].Name, c.Nodes[c.Devices[1].Node].Name, "a node per process")
+	for _, l := range c.Links {
+		if l.Kind == "ethernet" {
+			require.Equal(t, fit.Duplex, l.Duplex, "the fabric's duplex is the measured one")
+		}
+	}
 
 	for _, tt := range []struct {
 		args []string

@@ -12,6 +12,7 @@ import (
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/runtime"
 	"github.com/flowkit/flowkit/runtime/remote"
+	"github.com/flowkit/flowkit/units"
 )
 
 func newWorkerCmd() *cobra.Command {
@@ -169,18 +170,34 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 	}
 }
 
-// echo sends the next e.Count messages of run e.Run back to rank 0.
+// echo sends the next e.Count messages of run e.Run back to rank 0; with
+// e.Exchange, it sends rank 0 a message of e.Size bytes e.Count times, each
+// as rank 0 sends one to it, the next once rank 0's has arrived.
 func echo(ctx context.Context, link runtime.Link, e workerEcho) error {
 	inbox := link.Inbox(e.Run)
 	defer link.Forget(e.Run)
+	var own *runtime.Message
+	if e.Exchange {
+		if e.Size < 4 || e.Size%4 != 0 || e.Size > maxLinkMessage {
+			return fmt.Errorf("echo: exchange of %d bytes: want a positive multiple of 4 up to %v", e.Size, units.Bytes(maxLinkMessage))
+		}
+		own = &runtime.Message{Run: e.Run, Kind: runtime.MsgData, F: make([]float32, e.Size/4)}
+	}
 	for range e.Count {
+		if own != nil {
+			if err := link.Send(0, own); err != nil {
+				return err
+			}
+		}
 		select {
 		case m, ok := <-inbox:
 			if !ok {
 				return fmt.Errorf("echo: %w", link.Err())
 			}
-			if err := link.Send(0, m); err != nil {
-				return err
+			if own == nil {
+				if err := link.Send(0, m); err != nil {
+					return err
+				}
 			}
 		case <-ctx.Done():
 			return ctx.Err()

@@ -109,6 +109,7 @@ type linkRow struct {
 	Bandwidth  float64 `json:"bandwidth_bytes_per_s"`
 	LatencyNS  int64   `json:"latency_ns"`
 	Efficiency float64 `json:"efficiency"`
+	Duplex     float64 `json:"duplex"` // 1 full duplex, 0 half (topology.Link.Duplex)
 }
 
 type summary struct {
@@ -146,7 +147,7 @@ func summarize(c *topology.Cluster) summary {
 	}
 	for _, l := range c.Links {
 		s.Links = append(s.Links, linkRow{A: c.VertexName(l.A), B: c.VertexName(l.B), Kind: string(l.Kind), Count: l.Count,
-			Bandwidth: float64(l.Bandwidth), LatencyNS: l.Latency.Nanoseconds(), Efficiency: l.Efficiency})
+			Bandwidth: float64(l.Bandwidth), LatencyNS: l.Latency.Nanoseconds(), Efficiency: l.Efficiency, Duplex: l.Duplex})
 	}
 	b := c.Bisection()
 	s.Bisection.Bandwidth, s.Bisection.Method = float64(b.Bandwidth), b.Method
@@ -191,6 +192,9 @@ func writeSummary(w io.Writer, s summary) {
 		kind := l.Kind
 		if l.Count > 1 {
 			kind = fmt.Sprintf("%s ×%d", l.Kind, l.Count)
+		}
+		if l.Duplex < 1 {
+			kind = fmt.Sprintf("%s, duplex %.2f", kind, l.Duplex)
 		}
 		fmt.Fprintf(tw, "  %s\t%s\t%s\t%v\t%v\t%.2f\n", l.A, l.B, kind, units.BytesPerSecond(l.Bandwidth), durationNS(l.LatencyNS), l.Efficiency)
 	}
