@@ -5,14 +5,16 @@
 # prediction set beside the one recorded and the measured step. For a
 # change to the cost model, judged on measurements already made. CALIB
 # names the calibration where the folder holds none (results/multiproc-cpu
-# was predicted with results/plan-loop-cpu/calib.json).
+# was predicted with results/plan-loop-cpu/calib.json); CLUSTER another
+# cluster file to simulate on (the same processes, a link measured anew).
 #
 #	bash bench/multiproc/resim.sh results/multiproc-cpu-2026-12-02
 #	CALIB=results/plan-loop-cpu/calib.json bash bench/multiproc/resim.sh results/multiproc-cpu
 set -euo pipefail
 calib=${CALIB:-${1:-}/calib.json}
-if [[ $# -ne 1 || ! -f $1/procs2.yaml || ! -f $calib ]]; then
-	echo "usage: [CALIB=FILE] $0 DIR (a bench/multiproc/run.sh output: procs2.yaml, runs/*.json, and calib.json unless CALIB names one)" >&2
+cluster=${CLUSTER:-${1:-}/procs2.yaml}
+if [[ $# -ne 1 || ! -f $cluster || ! -f $calib ]]; then
+	echo "usage: [CALIB=FILE] [CLUSTER=FILE] $0 DIR (a bench/multiproc/run.sh output: runs/*.json, procs2.yaml unless CLUSTER names a cluster, and calib.json unless CALIB names one)" >&2
 	exit 2
 fi
 dir=$1
@@ -29,11 +31,11 @@ for run in "$dir"/runs/*.json; do
 import json, sys
 d = json.load(open(sys.argv[1]))
 print(d["model"], d["batch"], d["strategy"], d["measured_step_s"], d["predicted_step_s"])' "$run")
-	if ! err=$(bin/flowsim plan --model "$model" --cluster "$dir/procs2.yaml" --strategy "$strategy" --batch "$batch" -o "$plan" 2>&1 >/dev/null); then
-		echo "$run: skipped, not a plan for $dir/procs2.yaml: $err" >&2
+	if ! err=$(bin/flowsim plan --model "$model" --cluster "$cluster" --strategy "$strategy" --batch "$batch" -o "$plan" 2>&1 >/dev/null); then
+		echo "$run: skipped, not a plan for $cluster: $err" >&2
 		continue
 	fi
-	now=$(bin/flowsim simulate --plan "$plan" --cluster "$dir/procs2.yaml" --calib "$calib" --json |
+	now=$(bin/flowsim simulate --plan "$plan" --cluster "$cluster" --calib "$calib" --json |
 		python3 -c 'import json, sys; print(json.load(sys.stdin)["step_time_s"])')
 	python3 -c '
 import sys
