@@ -51,15 +51,7 @@ func TestLinkSharingIsFluid(t *testing.T) {
 			compute: time.Duration(rapid.IntRange(1, 5000).Draw(rt, "compute")),
 			comm:    time.Duration(rapid.IntRange(1, 5000).Draw(rt, "comm")),
 		}
-		tr, err := Simulate(p, o, 2)
-		require.NoError(rt, err)
-		require.NoError(rt, p.CheckTrace(tr))
-		var flows []trace.Event
-		for _, e := range tr.Events {
-			if o.uses(p, int(e.Task)) {
-				flows = append(flows, e)
-			}
-		}
+		flows := linkFlows(rt, p, o, o.uses)
 		shared := 0
 		for _, e := range flows {
 			work, pieces, n := fluidWork(e, flows, nil)
@@ -69,6 +61,21 @@ func TestLinkSharingIsFluid(t *testing.T) {
 		}
 		require.Positive(rt, shared, "the replicas' transfers overlap")
 	})
+}
+
+// linkFlows simulates p and returns the checked trace's firings of the
+// tasks that use a link.
+func linkFlows(rt *rapid.T, p *plans.Plan, d Durations, uses func(*plans.Plan, int) bool) []trace.Event {
+	tr, err := Simulate(p, d, 2)
+	require.NoError(rt, err)
+	require.NoError(rt, p.CheckTrace(tr))
+	var flows []trace.Event
+	for _, e := range tr.Events {
+		if uses(p, int(e.Task)) {
+			flows = append(flows, e)
+		}
+	}
+	return flows
 }
 
 // fluidWork cuts e's time at every other flow's start and end, and
@@ -133,15 +140,7 @@ func TestHalfDuplexLinkIsShared(t *testing.T) {
 			compute: time.Duration(rapid.IntRange(1, 200).Draw(rt, "compute")), // stage 1's backward sends while stage 0's forward does
 			comm:    time.Duration(rapid.IntRange(1000, 5000).Draw(rt, "comm")),
 		}}
-		tr, err := Simulate(p, h, 2)
-		require.NoError(rt, err)
-		require.NoError(rt, p.CheckTrace(tr))
-		var flows []trace.Event
-		for _, e := range tr.Events {
-			if h.uses(p, int(e.Task)) {
-				flows = append(flows, e)
-			}
-		}
+		flows := linkFlows(rt, p, h, h.uses)
 		opposite := 0
 		for _, e := range flows {
 			work, pieces, n := fluidWork(e, flows, func(f trace.Event) bool { return forward(p, int(f.Task)) != forward(p, int(e.Task)) })
