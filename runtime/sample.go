@@ -1,6 +1,7 @@
 package runtime
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"math"
@@ -20,8 +21,9 @@ type SampleConfig struct {
 	// same text.
 	Seed uint64
 	// Emit, if set, is given each byte as it is drawn, for a caller that
-	// writes the text as it comes.
-	Emit func(b byte)
+	// writes the text as it comes; an error from it stops the sampling
+	// and is returned.
+	Emit func(b byte) error
 }
 
 // Sample continues prompt by n bytes that byte-level language model
@@ -30,7 +32,9 @@ type SampleConfig struct {
 // window; a shorter context sits at the window's start, where causal
 // attention keeps the positions after it from mattering). It returns the
 // n bytes. An empty prompt starts from a newline, which is not returned.
-func Sample(model string, w *Store, dev *CPU, prompt []byte, n int, cfg SampleConfig) ([]byte, error) {
+// Cancelling ctx stops it between two bytes; it returns the bytes drawn
+// so far with ctx's error.
+func Sample(ctx context.Context, model string, w *Store, dev *CPU, prompt []byte, n int, cfg SampleConfig) ([]byte, error) {
 	seq, masked, err := checkText(model)
 	if err != nil {
 		return nil, err
@@ -62,19 +66,24 @@ func Sample(model string, w *Store, dev *CPU, prompt []byte, n int, cfg SampleCo
 	tokens := e.ex.Buffer(e.m.Images).I
 	probs := make([]float64, TextVocab)
 	for range n {
-		ctx := text[max(0, len(text)-seq):]
+		if err := ctx.Err(); err != nil {
+			return text[start:], err
+		}
+		window := text[max(0, len(text)-seq):]
 		clear(tokens)
-		for i, b := range ctx {
+		for i, b := range window {
 			tokens[i] = int32(b)
 		}
 		if err := e.ex.Run(0); err != nil {
 			return nil, err
 		}
-		row := e.ex.Buffer(e.m.Logits).F[(len(ctx)-1)*TextVocab : len(ctx)*TextVocab]
+		row := e.ex.Buffer(e.m.Logits).F[(len(window)-1)*TextVocab : len(window)*TextVocab]
 		b := byte(draw(row, probs, cfg, rng))
 		text = append(text, b)
 		if cfg.Emit != nil {
-			cfg.Emit(b)
+			if err := cfg.Emit(b); err != nil {
+				return text[start:], err
+			}
 		}
 	}
 	return text[start:], nil

@@ -1,6 +1,8 @@
 package runtime
 
 import (
+	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -34,7 +36,7 @@ func TestSampleContextAtWindowStart(t *testing.T) {
 		after := e.ex.Buffer(e.m.Logits).F
 		require.Equal(t, before[:n*TextVocab], after[:n*TextVocab], "%s: positions before the change", model)
 		require.NotEqual(t, before[n*TextVocab:], after[n*TextVocab:], "%s: positions from the change on", model)
-		text, err := Sample(model, w, NewCPU(1), []byte("x"), 20, SampleConfig{Temperature: 1, Seed: 2})
+		text, err := Sample(t.Context(), model, w, NewCPU(1), []byte("x"), 20, SampleConfig{Temperature: 1, Seed: 2})
 		require.NoError(t, err)
 		require.Len(t, text, 20, model)
 	}
@@ -47,21 +49,21 @@ func TestSample(t *testing.T) {
 	require.NoError(t, err)
 	cpu := NewCPU(1)
 	prompt := []byte("package main\n\nfunc main() {") // longer than the window
-	a, err := Sample(sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 1})
+	a, err := Sample(t.Context(), sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 1})
 	require.NoError(t, err)
 	require.Len(t, a, 40)
 	var emitted []byte // as they were drawn
-	b, err := Sample(sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 1, Emit: func(c byte) { emitted = append(emitted, c) }})
+	b, err := Sample(t.Context(), sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 1, Emit: func(c byte) error { emitted = append(emitted, c); return nil }})
 	require.NoError(t, err)
 	require.Equal(t, a, b)
 	require.Equal(t, a, emitted)
-	c, err := Sample(sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 2})
+	c, err := Sample(t.Context(), sampleModel, w, cpu, prompt, 40, SampleConfig{Temperature: 1, Seed: 2})
 	require.NoError(t, err)
 	require.NotEqual(t, a, c)
 
-	greedy, err := Sample(sampleModel, w, cpu, prompt, 3, SampleConfig{})
+	greedy, err := Sample(t.Context(), sampleModel, w, cpu, prompt, 3, SampleConfig{})
 	require.NoError(t, err)
-	top1, err := Sample(sampleModel, w, cpu, prompt, 3, SampleConfig{Temperature: 1, TopK: 1, Seed: 9})
+	top1, err := Sample(t.Context(), sampleModel, w, cpu, prompt, 3, SampleConfig{Temperature: 1, TopK: 1, Seed: 9})
 	require.NoError(t, err)
 	require.Equal(t, greedy, top1)
 	// The first greedy byte is the argmax of the last position's logits,
@@ -75,7 +77,7 @@ func TestSample(t *testing.T) {
 	require.NoError(t, e.ex.Run(0))
 	require.Equal(t, argmax(e.ex.Buffer(e.m.Logits).F[15*TextVocab:]), int(greedy[0]))
 
-	empty, err := Sample(sampleModel, w, cpu, nil, 4, SampleConfig{Temperature: 0.8, Seed: 1})
+	empty, err := Sample(t.Context(), sampleModel, w, cpu, nil, 4, SampleConfig{Temperature: 0.8, Seed: 1})
 	require.NoError(t, err)
 	require.Len(t, empty, 4, "an empty prompt starts from a newline, not returned")
 
@@ -91,11 +93,28 @@ func TestSample(t *testing.T) {
 		{sampleModel, 1, SampleConfig{Temperature: math.Inf(1)}, "temperature +Inf"},
 		{sampleModel, 1, SampleConfig{TopK: 257}, "top-k 257"},
 	} {
-		_, err := Sample(tt.model, w, cpu, prompt, tt.n, tt.cfg)
+		_, err := Sample(t.Context(), tt.model, w, cpu, prompt, tt.n, tt.cfg)
 		require.ErrorContains(t, err, tt.want)
 	}
-	_, err = Sample(sampleModel, NewStore(1), cpu, prompt, 1, SampleConfig{})
+	_, err = Sample(t.Context(), sampleModel, NewStore(1), cpu, prompt, 1, SampleConfig{})
 	require.ErrorContains(t, err, "have no tensor")
+
+	// A cancelled context, or an error from Emit, stops the sampling with
+	// the bytes drawn so far.
+	stop, cancel := context.WithCancel(t.Context())
+	drawn := 0
+	stopped, err := Sample(stop, sampleModel, w, cpu, prompt, 1<<40, SampleConfig{Temperature: 1, Seed: 1, Emit: func(byte) error {
+		if drawn++; drawn == 40 {
+			cancel()
+		}
+		return nil
+	}})
+	require.ErrorIs(t, err, context.Canceled)
+	require.Equal(t, a, stopped)
+	full := errors.New("disk full")
+	stopped, err = Sample(t.Context(), sampleModel, w, cpu, prompt, 1<<40, SampleConfig{Temperature: 1, Seed: 1, Emit: func(byte) error { return full }})
+	require.ErrorIs(t, err, full)
+	require.Equal(t, a[:1], stopped)
 }
 
 // Draws follow softmax(logits/T), over the top k if k is set: the

@@ -192,7 +192,7 @@ func TestTrainMaskedTextOnGoSource(t *testing.T) {
 	untrained, err := EvaluateText(model, store, NewCPU(0), test, 40, 0)
 	require.NoError(t, err)
 	require.InDelta(t, 5.545, untrained, 0.2, "untrained: about ln 256 nats a masked byte")
-	_, err = Sample(model, store, NewCPU(0), []byte("func"), 4, SampleConfig{})
+	_, err = Sample(t.Context(), model, store, NewCPU(0), []byte("func"), 4, SampleConfig{})
 	require.ErrorContains(t, err, "is a masked language model: it fills in masked bytes")
 }
 

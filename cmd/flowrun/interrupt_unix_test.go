@@ -93,6 +93,39 @@ func interruptTrain(t *testing.T, ckpt string, interrupt func(*exec.Cmd) error, 
 	return out, c.Step
 }
 
+// Interrupted (SIGTERM), flowrun sample stops between two bytes, ends
+// its line and exits 1 saying how far it got, however many bytes it was
+// asked for.
+func TestSampleInterrupt(t *testing.T) {
+	const model = "gpt:layers=1,hidden=32,heads=2,seq=16,vocab=256"
+	w, err := runtime.InitWeights(model, 7)
+	require.NoError(t, err)
+	lm := filepath.Join(t.TempDir(), "lm.safetensors")
+	require.NoError(t, runtime.WriteCheckpoint(lm, runtime.Checkpoint{Model: model, Optimizer: "sgd", Seed: 7, Weights: w}))
+	cmd := exec.Command(os.Args[0], "sample", lm, "--prompt", "x", "--bytes", "99999999999", "--workers", "1")
+	cmd.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	stdout, err := cmd.StdoutPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	first := make([]byte, 10) // the prompt and some text: sampling is under way
+	_, err = io.ReadFull(stdout, first)
+	require.NoError(t, err)
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	rest, err := io.ReadAll(stdout)
+	require.NoError(t, err)
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr:\n%s", stderr.String())
+	require.Equal(t, 1, exit.ExitCode(), stderr.String())
+	m := regexp.MustCompile(`flowrun: interrupted after (\d+) of 99999999999 bytes\n$`).FindStringSubmatch(stderr.String())
+	require.NotNil(t, m, stderr.String())
+	text := append(first, rest...)
+	require.Equal(t, m[1], strconv.Itoa(len(text)-len("x")-len("\n")), "the prompt, the bytes drawn and a newline")
+	require.Equal(t, byte('\n'), text[len(text)-1])
+}
+
 // scanCRLF splits at newlines and at the carriage returns a progress bar
 // redraws its line with.
 func scanCRLF(data []byte, atEOF bool) (advance int, token []byte, err error) {

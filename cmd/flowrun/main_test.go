@@ -129,6 +129,8 @@ func TestSampleCmd(t *testing.T) {
 	require.Empty(t, out, "nothing written before the error")
 	_, err = sample(lm, "--bytes", "-2")
 	require.ErrorContains(t, err, "--bytes must be ≥ 0")
+	_, err = sample(lm, "--bytes", "99999999999", "--json")
+	require.ErrorContains(t, err, "--bytes 99999999999 with --json: at most 16777216")
 	_, err = sample(lm, "--workers", "-1")
 	require.ErrorContains(t, err, "--workers must be ≥ 0, got -1")
 	cmd := newEvalCmd()

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -30,7 +31,7 @@ import (
 // starts workers by running its own executable with "worker", and
 // TestTrainInterrupt runs "train" in a process it can interrupt.
 func TestMain(m *testing.M) {
-	if os.Getenv("FLOWRUN_TEST_AS_MAIN") == "1" && len(os.Args) > 1 && (os.Args[1] == "worker" || os.Args[1] == "train") {
+	if os.Getenv("FLOWRUN_TEST_AS_MAIN") == "1" && len(os.Args) > 1 && !strings.HasPrefix(os.Args[1], "-") { // a subcommand, not the test flags
 		if d, err := time.ParseDuration(os.Getenv("FLOWRUN_TEST_EXIT_AFTER")); err == nil {
 			go func() {
 				time.Sleep(d)

@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 
@@ -35,7 +37,7 @@ as they are, bytes and all.`,
 		Example: `  flowrun train --model gpt:layers=4,hidden=128,heads=4,seq=128,vocab=256 --optimizer adam --lr 0.003 --batch 16 --save lm.safetensors
   flowrun sample lm.safetensors --prompt 'func (s *Server) ' --bytes 300`,
 		Args: cliargs.One("a checkpoint file of a language model (from 'flowrun train --save')"),
-		RunE: func(cmd *cobra.Command, args []string) error { return runSample(args[0], f) },
+		RunE: func(cmd *cobra.Command, args []string) error { return runSample(cmd.Context(), args[0], f) },
 	}
 	fl := cmd.Flags()
 	fl.StringVar(&f.prompt, "prompt", "package ", "text to continue (empty: from a newline)")
@@ -48,9 +50,16 @@ as they are, bytes and all.`,
 	return cmd
 }
 
-func runSample(path string, f sampleFlags) error {
+// maxJSONBytes bounds --bytes with --json, which holds the text in memory
+// until the end.
+const maxJSONBytes = 1 << 24
+
+func runSample(ctx context.Context, path string, f sampleFlags) error {
 	if f.bytes < 0 {
 		return fmt.Errorf("--bytes must be ≥ 0, got %d", f.bytes)
+	}
+	if f.json && f.bytes > maxJSONBytes {
+		return fmt.Errorf("--bytes %d with --json: at most %d (the text is held in memory; without --json it is written as it comes)", f.bytes, maxJSONBytes)
 	}
 	if f.workers < 0 {
 		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
@@ -62,27 +71,39 @@ func runSample(path string, f sampleFlags) error {
 	cfg := runtime.SampleConfig{Temperature: f.temperature, TopK: f.topK, Seed: f.seed}
 	// Without --json the text is written as it is drawn, after the prompt,
 	// which waits for the first byte: a model that cannot sample prints
-	// nothing.
+	// nothing. A failed write (a closed pipe, a full disk) stops the
+	// sampling; an interrupt stops it between two bytes.
 	var (
 		started bool
 		werr    error // the first error writing to stdout
 	)
-	write := func(b []byte) {
+	write := func(b []byte) error {
 		if werr == nil {
-			_, werr = os.Stdout.Write(b)
+			if _, err := os.Stdout.Write(b); err != nil {
+				werr = fmt.Errorf("writing the text: %w", err)
+			}
 		}
+		return werr
 	}
 	if !f.json {
-		cfg.Emit = func(b byte) {
+		cfg.Emit = func(b byte) error {
 			if !started {
 				started = true
 				write([]byte(f.prompt))
 			}
-			write([]byte{b})
+			return write([]byte{b})
 		}
 	}
-	text, err := runtime.Sample(c.Model, c.Weights, runtime.NewCPU(f.workers), []byte(f.prompt), f.bytes, cfg)
-	if err != nil {
+	text, err := runtime.Sample(ctx, c.Model, c.Weights, runtime.NewCPU(f.workers), []byte(f.prompt), f.bytes, cfg)
+	switch {
+	case err != nil && werr != nil:
+		return werr
+	case errors.Is(err, context.Canceled):
+		if started {
+			write([]byte("\n"))
+		}
+		return fmt.Errorf("interrupted after %d of %d bytes", len(text), f.bytes)
+	case err != nil:
 		if started {
 			write([]byte("\n"))
 		}
