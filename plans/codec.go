@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"slices"
 	"strings"
@@ -195,7 +196,15 @@ func (p *Plan) checkHeader() error {
 // cluster file's CPU device may have (topology.MaxCores), which is what
 // DevicesFromCluster divides among a plan's devices.
 func (p *Plan) checkDevices() error {
+	seen := make(map[string]int, len(p.Devices))
 	for i, d := range p.Devices {
+		if d.Name == "" {
+			return fmt.Errorf("plans: devices[%d] (%s) has no name", i, d.Type)
+		}
+		if j, ok := seen[d.Name]; ok {
+			return fmt.Errorf("plans: devices[%d] and devices[%d] are both named %s: a trace and a cluster tell devices by name", j, i, d.Name)
+		}
+		seen[d.Name] = i
 		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.CPU && (d.Workers < 1 || d.Workers > topology.MaxCores) {
 			return fmt.Errorf("plans: devices[%d]: CPU device %s (%s) has %d workers: want 1 to %d (its cores; a CPU device has at most %d)",
 				i, d.Name, d.Type, d.Workers, topology.MaxCores, topology.MaxCores)
@@ -258,6 +267,9 @@ func (p *Plan) checkRest() error {
 	for i, t := range p.Tasks {
 		if t.ID != i {
 			return bad("tasks", i, "id %d", t.ID)
+		}
+		if stages := p.PP * max(p.VPP, 1); t.Stage < 0 || t.Stage >= stages {
+			return bad("tasks", i, "%s: stage %d: want 0 to %d (stages × virtual stages − 1)", t.Name, t.Stage, stages-1)
 		}
 		if len(t.Streams) == 0 {
 			return bad("tasks", i, "%s occupies no stream", t.Name)
@@ -356,6 +368,9 @@ func (p *Plan) checkRest() error {
 			if w < 0 || w >= len(p.Tasks) {
 				return bad("registers", i, "writer %d out of range", w)
 			}
+		}
+		if in := r.Init; in.Kind > graph.Normal || in.Scale < 0 || math.IsNaN(in.Scale) || math.IsInf(in.Scale, 0) {
+			return bad("registers", i, "%s: initializer kind %d, scale %g: want kind 0 (zeros), 1 (ones), 2 (uniform) or 3 (normal) and a finite scale ≥ 0", r.Name, in.Kind, in.Scale)
 		}
 		if sh := r.Init.Shard; sh != nil {
 			if err := sh.Check(); err != nil {

@@ -107,9 +107,14 @@ func (m CostModel) CheckCluster(p *plans.Plan) error {
 			devs = append(devs, p.Registers[task.Writes[0]].Device)
 		}
 		for _, d := range devs {
-			if _, ok := c.DeviceByName(p.Devices[d].Name); !ok {
+			id, ok := c.DeviceByName(p.Devices[d].Name)
+			if !ok {
 				return fmt.Errorf("sim: cluster %s has no device %s, which task %s of the plan (compiled for %s) communicates from or to",
 					c.Name, p.Devices[d].Name, task.Name, p.Cluster)
+			}
+			if got, want := c.Devices[id].Type, p.Devices[d].Type; got != want {
+				return fmt.Errorf("sim: cluster %s's device %s is of type %s, the plan's (compiled for %s) of type %s",
+					c.Name, p.Devices[d].Name, got, p.Cluster, want)
 			}
 		}
 	}

@@ -326,6 +326,13 @@ func TestCheckCluster(t *testing.T) {
 		}
 		require.ErrorContains(t, err, tc.err, tc.cluster)
 	}
+	// A cluster whose device has the plan's name but another type would
+	// price its links for the wrong device.
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	c.Devices[1].Type = "V100-SXM2-32GB"
+	err = CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}.CheckCluster(gpus)
+	require.EqualError(t, err, "sim: cluster dgx-a100's device dgx/gpu1 is of type V100-SXM2-32GB, the plan's (compiled for dgx-a100) of type A100-SXM4-40GB")
 }
 
 // A calibration that holds none of a plan's devices would price nothing

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -47,6 +48,41 @@ func TestPlanThenSimulate(t *testing.T) {
 	require.Greater(t, res.StepTime, 0.0)
 	require.InDelta(t, 16/res.StepTime, res.Samples, 1e-6*res.Samples)
 	require.Len(t, res.Peak, 2)
+}
+
+// simulate prices communication over the plan's cluster: a plan compiled
+// for a cluster file, whose name is no preset, is priced without routes,
+// which simulate says; a preset of that name whose devices are not the
+// plan's is refused.
+func TestSimulatePlanCluster(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "16", "-o", path)
+	require.NoError(t, err)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	require.Contains(t, string(data), `"cluster": "dgx-a100"`)
+	for _, tc := range []struct{ cluster, note, err string }{
+		{"dgx-a100", "", ""},
+		{"my-lab", "flowsim: note: the plan's cluster my-lab is not a preset (topology: unknown cluster", ""},
+		{"dlperf-v100x32", "", "the plan's cluster: sim: cluster dlperf-v100x32 has no device dgx/gpu0, which task"},
+	} {
+		renamed := filepath.Join(t.TempDir(), "plan.json")
+		require.NoError(t, os.WriteFile(renamed, bytes.Replace(data, []byte(`"cluster": "dgx-a100"`), []byte(`"cluster": "`+tc.cluster+`"`), 1), 0o644))
+		var out string
+		note := stderrOf(t, func() { out, err = run(t, "simulate", "--plan", renamed, "--breakdown=false") })
+		if tc.err != "" {
+			require.ErrorContains(t, err, tc.err)
+			continue
+		}
+		require.NoError(t, err)
+		require.Contains(t, out, "step")
+		if tc.note == "" {
+			require.Empty(t, note)
+		} else {
+			require.Contains(t, note, tc.note)
+			require.Contains(t, note, "give --cluster FILE to price them over its routes")
+		}
+	}
 }
 
 // simulate prints where the step goes after what it printed before, which

@@ -128,8 +128,18 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return fmt.Errorf("--cluster %s: %w", f.cluster, err)
 		}
 	case p.Cluster != "":
-		if c, err := topology.Resolve(p.Cluster); err == nil {
-			model.Comm = cost.NewComm(c)
+		c, err := topology.Resolve(p.Cluster)
+		if err != nil && len(p.Devices) > 1 {
+			// A plan compiled for a cluster file records the file's
+			// cluster name, not its path.
+			fmt.Fprintf(os.Stderr, "flowsim: note: the plan's cluster %s is not a preset (%v): its transfers and collectives are priced as in-process copies; give --cluster FILE to price them over its routes\n", p.Cluster, err)
+		}
+		if err != nil {
+			break
+		}
+		model.Comm = cost.NewComm(c)
+		if err := model.CheckCluster(p); err != nil {
+			return fmt.Errorf("the plan's cluster: %w (give --cluster FILE)", err)
 		}
 	}
 	tr, err := sim.Simulate(p, model, f.iters)
