@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
+	"reflect"
 	"runtime"
 	"strconv"
 	"strings"
@@ -473,8 +475,8 @@ func runMerge(w io.Writer, f mergeFlags, paths []string) error {
 		// Another sweep's shard (or another division of this sweep) is not
 		// this sweep's shard again, even where its number is taken.
 		if merged != nil && merged.sweepSettings != file.sweepSettings {
-			return fmt.Errorf("%s (shard %d/%d) is a shard of another sweep than %s (shard %d/%d): model, cluster, batch, shard count or settings differ",
-				path, file.Shard, file.Shards, paths[0], merged.Shard, merged.Shards)
+			return fmt.Errorf("%s (shard %d/%d) is a shard of another sweep than %s (shard %d/%d): %s",
+				path, file.Shard, file.Shards, paths[0], merged.Shard, merged.Shards, settingsDiff(merged.sweepSettings, file.sweepSettings))
 		}
 		if prev, ok := seen[file.Shard]; ok {
 			return fmt.Errorf("%s: shard %d/%d again (also in %s)", path, file.Shard, file.Shards, prev)
@@ -549,5 +551,36 @@ func readSweep(path string) (*sweepFile, error) {
 		return nil, fmt.Errorf("%s: %d entries, shard %d/%d of %d strategies has %d (a file cut short or edited?)",
 			path, len(file.Entries), file.Shard, file.Shards, file.Strategies, want)
 	}
+	// What merge ranks and recompiles: the model, and each priced entry's
+	// strategy and figures.
+	if _, err := zoo.InputShape(file.Model); err != nil {
+		return nil, fmt.Errorf("%s: model: %w", path, err)
+	}
+	for i, e := range file.Entries {
+		if e.Error != "" {
+			continue
+		}
+		if _, err := plans.ParseStrategy(e.Strategy, file.Batch); err != nil {
+			return nil, fmt.Errorf("%s: entries[%d] (%s): strategy: %w", path, i, e.Asked, err)
+		}
+		if e.StepNs <= 0 || e.Peak < 0 || !(e.Samples > 0) || math.IsInf(e.Samples, 0) {
+			return nil, fmt.Errorf("%s: entries[%d] (%s): step %d ns, %g samples/s, peak %d bytes: want a positive step and rate and a peak ≥ 0",
+				path, i, e.Asked, e.StepNs, e.Samples, e.Peak)
+		}
+	}
 	return &file, nil
+}
+
+// settingsDiff names the settings in which two shards differ, with both
+// values, by their JSON keys.
+func settingsDiff(a, b sweepSettings) string {
+	va, vb, ty := reflect.ValueOf(a), reflect.ValueOf(b), reflect.TypeFor[sweepSettings]()
+	var diff []string
+	for i := range ty.NumField() {
+		if x, y := va.Field(i).Interface(), vb.Field(i).Interface(); x != y {
+			key, _, _ := strings.Cut(ty.Field(i).Tag.Get("json"), ",")
+			diff = append(diff, fmt.Sprintf("%s %v, not %v", key, y, x))
+		}
+	}
+	return strings.Join(diff, "; ")
 }

@@ -257,6 +257,11 @@ func TestMergeRejectsBadShards(t *testing.T) {
 		{"cut short", func(f *sweepFile) { f.Entries = f.Entries[:len(f.Entries)-1] }, fmt.Sprintf("%d entries, shard 1/2 of %d strategies has %d", len(files[1].Entries)-1, files[1].Strategies, len(files[1].Entries))},
 		{"repeated", func(f *sweepFile) { f.Entries[0].Index = f.Entries[1].Index }, "entries[1]"},
 		{"another shard's", func(f *sweepFile) { f.Entries[0].Index = 0 }, "entries[0] (" + files[1].Entries[0].Asked + "): index 0 is not one of shard 1/2's strategies"},
+		{"model", func(f *sweepFile) { f.Model = "resnet-9000" }, `model: zoo: unknown model "resnet-9000"`},
+		{"strategy", func(f *sweepFile) { f.Entries[0].Strategy = "dp=banana" }, "entries[0] (" + files[1].Entries[0].Asked + "): strategy: "},
+		{"step", func(f *sweepFile) { f.Entries[0].StepNs = -5 }, "step -5 ns"},
+		{"zero step", func(f *sweepFile) { f.Entries[0].StepNs = 0 }, "step 0 ns"},
+		{"peak", func(f *sweepFile) { f.Entries[0].Peak = -1 }, "peak -1 bytes: want"},
 	} {
 		f := files[1]
 		f.Entries = slices.Clone(f.Entries)
@@ -269,6 +274,15 @@ func TestMergeRejectsBadShards(t *testing.T) {
 		require.ErrorContains(t, err, bad+": ", tt.name)
 		require.ErrorContains(t, err, tt.want, tt.name)
 	}
+	// Shards of two sweeps: the error says which settings differ.
+	f := files[1]
+	f.Batch, f.MaxMB = 16, 3
+	b, err := json.Marshal(f)
+	require.NoError(t, err)
+	other := filepath.Join(dir, "other.json")
+	require.NoError(t, os.WriteFile(other, b, 0o644))
+	_, err = run(t, "sweep", "merge", paths[0], other)
+	require.ErrorContains(t, err, fmt.Sprintf("is a shard of another sweep than %s (shard 0/2): batch 16, not 8; max_mb 3, not %d", paths[0], files[0].MaxMB))
 }
 
 // A sweep priced by a calibration that has no fit of some of the best
