@@ -38,6 +38,29 @@ type Checkpoint struct {
 	Weights *Store // whole tensors
 }
 
+// CheckFinite says which tensor of the checkpoint, if any, holds a value
+// that is not finite: a run that saved it had diverged (or its file was
+// damaged), and training on from it would only propagate the NaN.
+func (c *Checkpoint) CheckFinite() error {
+	for _, name := range c.Weights.Names() {
+		v, _ := c.Weights.Get(name)
+		if err := finite(name, v); err != nil {
+			return fmt.Errorf("%w: the run that saved the checkpoint (%d steps) had diverged; go on from an earlier one", err, c.Step)
+		}
+	}
+	return nil
+}
+
+// finite says whether tensor name's values v are all finite.
+func finite(name string, v []float32) error {
+	for i, x := range v {
+		if f := float64(x); math.IsNaN(f) || math.IsInf(f, 0) {
+			return fmt.Errorf("runtime: tensor %s holds %v at element %d", name, x, i)
+		}
+	}
+	return nil
+}
+
 // checkpointFormat is the metadata's "format": what wrote the file.
 const checkpointFormat = "flowkit-checkpoint"
 
@@ -378,10 +401,8 @@ func checkWeights(model string, g *graph.Graph, w *Store) error {
 		case !st.spec.Shape.Equal(t.Spec.Shape):
 			return fmt.Errorf("runtime: tensor %s is %v in the weights, %v in model %s", t.Name, st.spec.Shape, t.Spec.Shape, model)
 		}
-		for i, v := range st.buf.F {
-			if f := float64(v); math.IsNaN(f) || math.IsInf(f, 0) {
-				return fmt.Errorf("runtime: tensor %s holds %v at element %d: the run that wrote these weights diverged", t.Name, v, i)
-			}
+		if err := finite(t.Name, st.buf.F); err != nil {
+			return fmt.Errorf("%w: the run that wrote these weights diverged", err)
 		}
 	}
 	return nil

@@ -364,6 +364,15 @@ func TestCheckWeights(t *testing.T) {
 	bias[7] = float32(math.NaN())
 	require.NoError(t, w.Put(Tensor{Name: "fc3.bias", Spec: graph.Spec{Shape: graph.Shape{10}, DType: graph.F32}, F: bias}))
 	require.ErrorContains(t, CheckWeights("mlp", w), "tensor fc3.bias holds NaN at element 7: the run that wrote these weights diverged")
+	// So is a checkpoint to resume from, optimizer state too.
+	c := Checkpoint{Model: "mlp", Step: 12, Weights: NewStore(1)}
+	require.NoError(t, c.CheckFinite())
+	require.NoError(t, c.Weights.Put(Tensor{Name: "fc3.bias", Spec: graph.Spec{Shape: graph.Shape{10}, DType: graph.F32}, F: make([]float32, 10)}))
+	require.NoError(t, c.CheckFinite())
+	mom := make([]float32, 4)
+	mom[3] = float32(math.Inf(-1))
+	require.NoError(t, c.Weights.Put(Tensor{Name: "fc3.bias.momentum", Spec: graph.Spec{Shape: graph.Shape{4}, DType: graph.F32}, F: mom}))
+	require.EqualError(t, c.CheckFinite(), "runtime: tensor fc3.bias.momentum holds -Inf at element 3: the run that saved the checkpoint (12 steps) had diverged; go on from an earlier one")
 }
 
 // A run whose Stop closes ends with whole steps and saves them: resumed

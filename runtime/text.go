@@ -199,6 +199,9 @@ func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, 
 	if err != nil {
 		return nil, err
 	}
+	if err := checkWindows(p.Model, test, evalWindows); err != nil { // before training, not after
+		return nil, err
+	}
 	res, store, err := trainOn(ctx, x, p, loop, feed)
 	if err != nil {
 		return nil, err
@@ -210,6 +213,19 @@ func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, 
 	return res, nil
 }
 
+// checkWindows says whether language model model can be evaluated on
+// windows windows of text.
+func checkWindows(model string, text *data.Text, windows int) error {
+	seq, _, err := checkText(model)
+	if err != nil {
+		return err
+	}
+	if all := text.Windows(seq); windows < 1 || windows > all {
+		return fmt.Errorf("runtime: evaluating on %d windows of %d bytes, %s has %d", windows, seq, text.Name, all)
+	}
+	return nil
+}
+
 // EvaluateText runs language model model's forward pass with the weights
 // in store over windows windows of text, spread evenly over it, and
 // returns the mean loss a byte in nats: of every byte's prediction from
@@ -218,14 +234,14 @@ func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, 
 // every evaluation). batch ≤ 0 means 32. store must hold every weight of
 // the model, as for Evaluate.
 func EvaluateText(model string, store *Store, dev *CPU, text *data.Text, windows, batch int) (float64, error) {
+	if err := checkWindows(model, text, windows); err != nil {
+		return 0, err
+	}
 	seq, masked, err := checkText(model)
 	if err != nil {
 		return 0, err
 	}
 	all := text.Windows(seq)
-	if windows < 1 || windows > all {
-		return 0, fmt.Errorf("runtime: evaluating on %d windows of %d bytes, %s has %d", windows, seq, text.Name, all)
-	}
 	if batch <= 0 {
 		batch = 32
 	}

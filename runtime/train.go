@@ -457,6 +457,14 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, feed
 		if !stepwise {
 			report(n-1, run.Loss[n-1])
 		}
+		// A loss that is not finite stops the run at once: the weights it
+		// updated are lost, and the steps after it would only carry the
+		// NaN on.
+		for i, l := range run.Loss {
+			if math.IsNaN(l) || math.IsInf(l, 0) {
+				return nil, nil, fmt.Errorf("%w at step %d: loss is %g (try a smaller learning rate)", ErrDiverged, done+i, l)
+			}
+		}
 		losses = append(losses, run.Loss...)
 		res.StepTimes = append(res.StepTimes, run.Steps...)
 		done += n
@@ -474,9 +482,6 @@ func trainOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, feed
 	res.TrainTime = time.Since(start)
 	lastEpoch := (steps - 1) / feed.Steps() * feed.Steps()
 	for i := lastEpoch; i < steps; i++ {
-		if l := losses[i]; math.IsNaN(l) || math.IsInf(l, 0) {
-			return nil, nil, fmt.Errorf("%w at step %d: loss is %g (try a smaller learning rate)", ErrDiverged, i, l)
-		}
 		res.FinalLoss += losses[i] / float64(steps-lastEpoch)
 	}
 	store, err := x.Store()

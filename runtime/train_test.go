@@ -119,3 +119,23 @@ func TestTrainPlan(t *testing.T) {
 		require.InDelta(t, want.TestAccuracy, got.TestAccuracy, 0.003, strategy)
 	}
 }
+
+// A plan's run that diverges stops after the Run call whose loss went
+// NaN, and saves no checkpoint of it: before, it ran every step and saved
+// every SaveEvery steps weights of NaN, and said so only at the end.
+func TestTrainPlanDiverges(t *testing.T) {
+	train, test := realMNIST(t)
+	opt := graph.SGD{LR: 1e30}
+	st, err := plans.ParseStrategy("dp=2", 32)
+	require.NoError(t, err)
+	p, err := plans.Compile(plans.Config{Model: "mlp", Batch: 32, Strategy: st, Optimizer: opt, Seed: 3, Devices: cpuDevices(2)})
+	require.NoError(t, err)
+	var saves, steps int
+	_, err = TrainPlan(context.Background(), p, Loop{Epochs: 1, MaxSteps: 400, SaveEvery: 5,
+		Save:     func(int, *Store) error { saves++; return nil },
+		Progress: func(s StepStats) { steps = s.Step }}, train, subset(test, 100))
+	require.ErrorIs(t, err, ErrDiverged)
+	require.Regexp(t, `diverged at step [1-4]: loss is`, err.Error())
+	require.Zero(t, saves)
+	require.Less(t, steps, 400)
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"strings"
@@ -29,6 +30,13 @@ func TestTrainBadInput(t *testing.T) {
 		require.NoError(t, os.WriteFile(filepath.Join(trunc, name), buf.Bytes(), 0o644))
 	}
 	noDir := filepath.Join(t.TempDir(), "none") // its parent a directory, for --save
+	// The checkpoint of a run that diverged.
+	nan := filepath.Join(t.TempDir(), "nan.safetensors")
+	w, err := runtime.InitWeights("mlp", 1)
+	require.NoError(t, err)
+	bias, _ := w.Get("fc2.bias")
+	bias[3] = float32(math.NaN())
+	require.NoError(t, runtime.WriteCheckpoint(nan, runtime.Checkpoint{Model: "mlp", Optimizer: "sgd", Seed: 1, Step: 9, Batch: 64, Weights: w}))
 	tests := []struct {
 		args []string
 		want string
@@ -62,6 +70,8 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--procs", "0", "--strategy", "dp=2"}, "--procs must be ≥ 1"},
 		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8"}, "vocabulary of 50257: flowrun train feeds a language model text byte by byte; give it vocab=256"},
 		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=256", "--eval-windows", "0"}, "--eval-windows must be ≥ 1"},
+		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=256", "--eval-windows", "1000000000", "--max-steps", "100000"}, "runtime: evaluating on 1000000000 windows of 8 bytes"}, // before training, not after
+		{[]string{"--resume", nan}, "--resume " + nan + ": runtime: tensor fc2.bias holds NaN at element 3: the run that saved the checkpoint (9 steps) had diverged"},
 		{[]string{"--model", "bert:layers=1,hidden=32,heads=2,seq=8"}, "vocabulary of 30522: flowrun train feeds a language model text byte by byte; give it vocab=256"},
 		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=256", "--data", t.TempDir()}, "data: no text"},
 		{[]string{"--model", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=256", "--data", filepath.Join(t.TempDir(), "missing")}, "no such directory"},

@@ -181,6 +181,9 @@ checkpoint's).`,
 		if err != nil {
 			return fmt.Errorf("--resume: %w", err)
 		}
+		if err := c.CheckFinite(); err != nil {
+			return fmt.Errorf("--resume %s: %w", f.resume, err)
+		}
 		if c.Model != f.model {
 			if cmd.Flags().Changed("model") {
 				return fmt.Errorf("--resume %s: the checkpoint is of model %s, not %s (--model): drop --model to go on with its own", f.resume, c.Model, f.model)
