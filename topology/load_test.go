@@ -99,6 +99,12 @@ func TestPresetNamesAndSizing(t *testing.T) {
 			t.Errorf("Preset(%q): got %q, want it to say %q", bad.name, err, bad.want)
 		}
 	}
+	// A size the preset's file takes but the limits do not is blamed on
+	// the size, not on a line of the file.
+	_, err = Preset("dgx-a100x4096")
+	if want := "topology: cluster dgx-a100x4096 is 4096 times the nodes of dgx-a100, at about 23 devices and switches a node, and a cluster holds at most 65536: "; err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("Preset(dgx-a100x4096): got %v, want it to start %q", err, want)
+	}
 }
 
 func TestHeterogeneousRoutes(t *testing.T) {

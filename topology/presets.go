@@ -56,6 +56,11 @@ func Preset(name string) (*Cluster, error) {
 			}
 			c, err := parse("presets/"+base+".yaml", data, n)
 			if err != nil {
+				// The file is fine at its own size: say what the size does.
+				if one, err1 := parse("presets/"+base+".yaml", data, 1); err1 == nil {
+					return nil, fmt.Errorf("topology: cluster %s is %d times the nodes of %s, at about %d devices and switches a node, and a cluster holds at most %d: %w",
+						name, n, base, (len(one.Devices)+len(one.Switches)+len(one.Nodes)-1)/len(one.Nodes), maxVertices, err)
+				}
 				return nil, err
 			}
 			c.Name = name

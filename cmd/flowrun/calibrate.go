@@ -125,8 +125,8 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 			return fmt.Errorf("--models: %w", err)
 		}
 		f.models[i] = m
-		if !zoo.Known(m) {
-			return fmt.Errorf("--models: unknown model %q (known: %s)", m, strings.Join(zoo.Names(), ", "))
+		if err := zoo.Check(m); err != nil {
+			return fmt.Errorf("--models: %w", err)
 		}
 	}
 	for _, b := range f.batches {

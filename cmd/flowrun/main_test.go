@@ -41,7 +41,8 @@ func TestTrainBadInput(t *testing.T) {
 		args []string
 		want string
 	}{
-		{[]string{"--model", "resnet-50"}, `unknown model "resnet-50"`},
+		{[]string{"--model", "resnet-50"}, `--model: zoo: unknown model "resnet-50"`},
+		{[]string{"--model", "gpt:layers=0,vocab=256"}, `--model: zoo: gpt:layers=0,vocab=256: layers must be a positive integer, got "0"`},
 		{[]string{"--model", "cifar-cnn"}, "MNIST only"},
 		{[]string{"--epochs", "0"}, "--epochs must be ≥ 1"},
 		{[]string{"--batch", "-1"}, "--batch must be ≥ 1"},

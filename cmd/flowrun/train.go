@@ -217,9 +217,10 @@ func mnistModels() []string {
 }
 
 func (f trainFlags) validate() error {
+	if err := zoo.Check(f.model); err != nil {
+		return fmt.Errorf("--model: %w", err)
+	}
 	switch {
-	case !zoo.Known(f.model):
-		return fmt.Errorf("unknown model %q (known: %s)", f.model, strings.Join(zoo.Names(), ", "))
 	case f.epochs < 1:
 		return fmt.Errorf("--epochs must be ≥ 1, got %d", f.epochs)
 	case f.batch < 1:

@@ -846,6 +846,13 @@ func TPModels() []string {
 // Known reports whether name is a model of the zoo, with valid size
 // options if any.
 func Known(name string) bool {
+	return Check(name) == nil
+}
+
+// Check says what is wrong with name as a model of the zoo, if anything:
+// an unknown model (naming those it knows), or a size option it does not
+// have or a value it does not take.
+func Check(name string) error {
 	_, _, err := lookup(name)
-	return err == nil
+	return err
 }
