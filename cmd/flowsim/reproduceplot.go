@@ -69,10 +69,7 @@ func plotReproduction(path string, e *experiments.Experiment, rep *reproduction)
 	}
 	p.Add(ls)
 	p.Legend.Top, p.Legend.Left = true, true
-	if err := p.Save(7*vg.Inch, 6*vg.Inch, path); err != nil {
-		return fmt.Errorf("drawing %s: %w", path, err)
-	}
-	return nil
+	return savePlot(p, 7*vg.Inch, 6*vg.Inch, path)
 }
 
 // ticks125 marks a log axis at 1, 2 and 5 times each power of ten.

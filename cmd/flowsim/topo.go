@@ -46,6 +46,11 @@ a cluster YAML file (see topology/README.md for the schema).`,
 			if err := cliargs.Output("--png", png); err != nil {
 				return err
 			}
+			if png != "" {
+				if err := checkPlotPath("--png", png); err != nil {
+					return err
+				}
+			}
 			c, err := topology.Resolve(args[0])
 			if err != nil {
 				return err

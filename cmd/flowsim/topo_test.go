@@ -75,6 +75,14 @@ func TestTopoShowErrors(t *testing.T) {
 			t.Errorf("topo show %s --png %s: got %v, printing %q; want %s", cluster, noDir, err, out, want)
 		}
 	}
+	// So is its format, and a drawing that fails leaves no file.
+	bmp := filepath.Join(t.TempDir(), "c.bmp")
+	if out, err := run(t, "topo", "show", "dgx-a100", "--png", bmp); err == nil || !strings.Contains(err.Error(), "--png "+bmp+": want a file ending in .png, .svg") || strings.Contains(out, "cluster") {
+		t.Errorf("topo show --png %s: got %v, printing %q", bmp, err, out)
+	}
+	if _, err := os.Stat(bmp); !os.IsNotExist(err) {
+		t.Errorf("%s: got %v, want no file", bmp, err)
+	}
 	if _, err := run(t, "topo", "show"); err == nil {
 		t.Errorf("no argument: got no error")
 	}

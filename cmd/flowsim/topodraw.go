@@ -392,10 +392,7 @@ func drawCluster(c *topology.Cluster, path string) error {
 	w := vg.Length(l.xmax-l.xmin) * vg.Inch * 0.72
 	h := vg.Length(l.ymax-l.ymin)*vg.Inch*0.72 + 1.4*vg.Inch
 	w = max(w, 8*vg.Inch)
-	if err := p.Save(w, h, path); err != nil {
-		return fmt.Errorf("drawing %s: %w", path, err)
-	}
-	return nil
+	return savePlot(p, w, h, path)
 }
 
 func wrap(s string, width int) string {
