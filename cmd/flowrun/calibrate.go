@@ -113,6 +113,11 @@ func runCalibrate(cmd *cobra.Command, f calibFlags) error {
 		if w < 1 {
 			return fmt.Errorf("--workers: %d is not a positive count", w)
 		}
+		// More workers than cores would time the goroutines' contention
+		// and fit it to a device (cpu/W) this machine does not have.
+		if n := goruntime.NumCPU(); w > n {
+			return fmt.Errorf("--workers: %d workers, this machine has %d cores: a calibration times a device of W cores on W of them", w, n)
+		}
 	}
 	var models []string
 	for _, list := range f.models {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
 	"path/filepath"
 	goruntime "runtime"
@@ -79,6 +80,9 @@ func TestCalibrateCUDABadPlans(t *testing.T) {
 		{[]string{"--device", "cuda:-1", "--plans", cpu}, `--device "cuda:-1": want cpu or cuda[:N]`},
 		{[]string{"--device", "cuda:1", "--plans", cpu}, "other ordinals are not supported yet"},
 		{[]string{"--plans", cpu}, "--plans is for --device cuda"},
+		{[]string{"--models", "mlp", "--workers", "1,100000"}, fmt.Sprintf("--workers: 100000 workers, this machine has %d cores", goruntime.NumCPU())},
+		{[]string{"--models", "mlp", "--workers", "0"}, "--workers: 0 is not a positive count"},
+		{[]string{"--models", "mlp:layers=2"}, "--models: zoo: mlp:layers=2: model mlp has no size options"},
 	} {
 		out := filepath.Join(dir, "calib.json")
 		cmd := newCalibrateCmd()

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	goruntime "runtime"
 	"slices"
 	"strings"
 	"time"
@@ -210,6 +211,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		}
 		defer runner.Close()
 		run = runner.Run
+		if note := oversubscribedNote(p, goruntime.NumCPU()); note != "" {
+			fmt.Fprintln(os.Stderr, note)
+		}
 	}
 	runner.Eager = f.eager
 	runner.GEMM = policy
@@ -452,6 +456,23 @@ func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
 		}
 	}
 	return nil, nil
+}
+
+// oversubscribedNote says, if p's CPU devices take more cores than this
+// machine's cores, that they will contend: each device's worker
+// goroutines are its cores in the plan and in the cost model.
+func oversubscribedNote(p *plans.Plan, cores int) string {
+	var workers, devices int
+	for _, d := range p.Devices {
+		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.CPU {
+			workers += d.Workers
+			devices++
+		}
+	}
+	if workers <= cores {
+		return ""
+	}
+	return fmt.Sprintf("flowrun: note: the plan's %d CPU devices take %d cores, this machine has %d: they share them, and each runs slower than the plan (and --compare's prediction) takes it to", devices, workers, cores)
 }
 
 // sharedHostNote says, for a multi-process run compared with its

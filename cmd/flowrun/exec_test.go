@@ -185,3 +185,15 @@ func TestExecSpeedCheck(t *testing.T) {
 	require.Contains(t, text, "speed: cpu/1 ran the reference kernels")
 	require.Contains(t, text, "predicted times, priced at the calibration's speed, may run low")
 }
+
+// A plan whose CPU devices take more cores than the machine has runs,
+// saying that its devices share the cores; its GPUs take none.
+func TestOversubscribedNote(t *testing.T) {
+	p := &plans.Plan{Devices: []plans.Device{
+		{Name: "host/cpu0:2", Type: "cpu", Workers: 2},
+		{Name: "host/cpu2:4", Type: "cpu", Workers: 2},
+		{Name: "host/gpu0", Type: "A100-SXM4-40GB"},
+	}}
+	require.Empty(t, oversubscribedNote(p, 4))
+	require.Equal(t, "flowrun: note: the plan's 2 CPU devices take 4 cores, this machine has 3: they share them, and each runs slower than the plan (and --compare's prediction) takes it to", oversubscribedNote(p, 3))
+}
