@@ -163,6 +163,9 @@ func runPlan(w io.Writer, f planFlags) error {
 	}
 	var found *search.Result
 	var p *plans.Plan
+	if f.calib != "" && !st.AutoShares && !st.AutoLayers {
+		return fmt.Errorf("--calib %s prices the candidates of mb=auto or layers=auto, which strategy %s does not search; 'flowsim simulate --calib' prices a plan", f.calib, f.strategy)
+	}
 	if st.AutoShares || st.AutoLayers {
 		model, calib, err := costModel(f.calib, cluster)
 		if err != nil {

@@ -304,6 +304,9 @@ func TestSimulateCalibrationOfOtherDevices(t *testing.T) {
 	require.ErrorContains(t, err, "--calib "+calib+" holds none of cluster dgx-a100's device types (A100-SXM4-40GB; it holds cpu/2)")
 	_, err = run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2,mbs=2,mb=auto", "--batch", "8", "--calib", calib)
 	require.ErrorContains(t, err, "--calib "+calib+" holds none of cluster dgx-a100's device types")
+	// A plan that searches nothing has nothing for --calib to price.
+	_, err = run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "8", "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+" prices the candidates of mb=auto or layers=auto, which strategy dp=2 does not search")
 }
 
 // The full-size workloads compile; bf16 halves the memory planned.
