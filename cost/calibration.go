@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/flowkit/flowkit/internal/jsonerr"
 	"github.com/flowkit/flowkit/topology"
 )
 
@@ -172,17 +173,11 @@ func ReadCalibration(name string, r io.Reader) (*Calibration, error) {
 	dec.DisallowUnknownFields()
 	var c Calibration
 	if err := dec.Decode(&c); err != nil {
-		off := dec.InputOffset()
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
-			off = se.Offset
-		case errors.As(err, &te):
-			off = te.Offset
+		var je *jsonerr.Error
+		if err = jsonerr.Locate(data, err); errors.As(err, &je) && je.Line > 0 {
+			return nil, fmt.Errorf("%w: %s:%d:%d: %s", ErrCalibration, name, je.Line, je.Column, je.Msg)
 		}
-		line := 1 + bytes.Count(data[:min(int(off), len(data))], []byte("\n"))
-		return nil, fmt.Errorf("%w: %s:%d: %s", ErrCalibration, name, line, strings.TrimPrefix(err.Error(), "json: "))
+		return nil, fmt.Errorf("%w: %s: %w", ErrCalibration, name, err)
 	}
 	if err := c.check(); err != nil {
 		return nil, fmt.Errorf("%w: %s: %w", ErrCalibration, name, err)

@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/internal/jsonerr"
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
@@ -47,23 +48,15 @@ func Decode(r io.Reader) (*Plan, error) {
 	dec.DisallowUnknownFields()
 	f := file{header: new(header)}
 	if err := dec.Decode(&f); err != nil {
-		var se *json.SyntaxError
-		var te *json.UnmarshalTypeError
-		switch {
-		case errors.As(err, &se):
-			return nil, fmt.Errorf("plans: byte %d: %w", se.Offset, err)
-		case errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF):
-			return nil, fmt.Errorf("plans: the file ends before the plan does (truncated JSON): %w", err)
-		}
 		// A file of another version need not parse as this one's form:
 		// say which version it is.
-		if v, ok := peekVersion(data); ok && v != Version {
-			return nil, versionError(v)
+		var se *json.SyntaxError
+		if !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
+			if v, ok := peekVersion(data); ok && v != Version {
+				return nil, versionError(v)
+			}
 		}
-		if errors.As(err, &te) {
-			return nil, fmt.Errorf("plans: byte %d: field %s: %w", te.Offset, te.Field, err)
-		}
-		return nil, fmt.Errorf("plans: %w", err)
+		return nil, fmt.Errorf("plans: %w", jsonerr.Locate(data, err))
 	}
 	p, err := f.plan()
 	if err != nil {

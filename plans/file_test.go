@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -280,4 +281,27 @@ func TestEncodeRefusesOtherFirings(t *testing.T) {
 	require.ErrorContains(t, Encode(&bytes.Buffer{}, p), "firings[0] is task 0 micro-batch 1, where a plan file implies task 0 micro-batch 0")
 	p.Firings = p.Firings[1:]
 	require.ErrorContains(t, Encode(&bytes.Buffer{}, p), "the plan lists")
+}
+
+// A plan file that does not parse is located by line and column, and
+// what is wrong is said in JSON's words, not Go's.
+func TestDecodeLocatesJSONErrors(t *testing.T) {
+	var b bytes.Buffer
+	require.NoError(t, Encode(&b, mustCompile(t, "mlp", "pp=2,mb=2", 4)))
+	good := b.String()
+	line := func(key string) int { // the line of key's first occurrence
+		return 1 + strings.Count(good[:strings.Index(good, `"`+key+`"`)], "\n")
+	}
+	batch := regexp.MustCompile(`"batch": *`).FindStringIndex(good) // the value starts at batch[1]
+	require.NotNil(t, batch)
+	column := batch[1] - strings.LastIndex(good[:batch[1]], "\n") // 1-based
+	for _, tt := range []struct{ edit, want string }{
+		{good[:batch[1]] + `"four"` + good[batch[1]+1:], fmt.Sprintf(`plans: line %d, column %d: batch: a JSON string where an integer is wanted`, line("batch"), column)},
+		{strings.Replace(good, `"seed"`, `"sead"`, 1), fmt.Sprintf(`plans: line %d, column `, line("seed"))},
+		{strings.Replace(good, `"seed"`, `"sead"`, 1), `unknown field "sead"`},
+		{good[:len(good)/2], "the document ends before its value does (truncated JSON)"},
+	} {
+		_, err := Decode(strings.NewReader(tt.edit))
+		require.ErrorContains(t, err, tt.want)
+	}
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/internal/cliargs"
+	"github.com/flowkit/flowkit/internal/jsonerr"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
 	"github.com/flowkit/flowkit/topology"
@@ -530,7 +531,7 @@ func readSweep(path string) (*sweepFile, error) {
 	dec := json.NewDecoder(strings.NewReader(string(b)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&file); err != nil {
-		return nil, fmt.Errorf("%s: not the --json output of flowsim sweep: %w", path, err)
+		return nil, fmt.Errorf("%s: not the --json output of flowsim sweep: %w", path, jsonerr.Locate(b, err))
 	}
 	if file.Shards < 1 || file.Shard < 0 || file.Shard >= file.Shards || file.Batch < 1 || len(file.Entries) > file.Strategies {
 		return nil, fmt.Errorf("%s: shard %d/%d of %d strategies, batch %d, %d entries: inconsistent",
