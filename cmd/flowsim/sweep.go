@@ -150,8 +150,15 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if f.model, err = zoo.Resolve(f.model); err != nil { // a config.json: the shards record the zoo model it maps to
 		return err
 	}
-	if f.maxMB < 1 || f.top < 0 || f.devices < 0 || f.maxTP < -1 || f.maxTP == 0 {
-		return fmt.Errorf("want --max-mb ≥ 1, --top ≥ 0, --devices ≥ 0 and --max-tp -1 or ≥ 1, got %d, %d, %d and %d", f.maxMB, f.top, f.devices, f.maxTP)
+	switch {
+	case f.maxMB < 1:
+		return fmt.Errorf("--max-mb must be ≥ 1, got %d", f.maxMB)
+	case f.top < 0:
+		return fmt.Errorf("--top must be ≥ 0 (0: all), got %d", f.top)
+	case f.devices < 0:
+		return fmt.Errorf("--devices must be ≥ 0 (0: all of the cluster's), got %d", f.devices)
+	case f.maxTP < -1 || f.maxTP == 0:
+		return fmt.Errorf("--max-tp must be -1 (one machine's devices) or ≥ 1, got %d", f.maxTP)
 	}
 	// The flags are checked by making the config of single; the sweep's
 	// config is that on n devices.
@@ -164,6 +171,9 @@ func runSweep(w io.Writer, f sweepFlags) error {
 		n = len(cluster.Devices)
 	}
 	if cfg.Devices, err = plans.DevicesFromCluster(cluster, n, f.oversubscribe); err != nil {
+		if f.devices > 0 {
+			return fmt.Errorf("--devices %d: %w", f.devices, err)
+		}
 		return err
 	}
 	// With placements, pipelines choose their devices among all of the

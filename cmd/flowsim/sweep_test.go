@@ -192,8 +192,11 @@ func TestSweepBadInput(t *testing.T) {
 		{[]string{"--shard", "3/3"}, "want i/N with 0 ≤ i < N"},
 		{[]string{"--shard", "1of3"}, "want i/N"},
 		{[]string{"--uneven", "maybe"}, "want on, off or auto"},
-		{[]string{"--max-mb", "0"}, "--max-mb ≥ 1"},
-		{[]string{"--devices", "3"}, "needs 3 devices"},
+		{[]string{"--max-mb", "0"}, "--max-mb must be ≥ 1, got 0"},
+		{[]string{"--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
+		{[]string{"--devices", "-2"}, "--devices must be ≥ 0 (0: all of the cluster's), got -2"},
+		{[]string{"--max-tp", "0"}, "--max-tp must be -1 (one machine's devices) or ≥ 1, got 0"},
+		{[]string{"--devices", "3"}, "--devices 3: plans: infeasible strategy: the plan needs 3 devices"},
 		{[]string{"--model", "gpt-9"}, `unknown model "gpt-9"`},
 	} {
 		_, err := run(t, append(sweepArgs, tt.args...)...)
