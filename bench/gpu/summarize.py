@@ -120,7 +120,8 @@ def main():
     if failed:
         print("\nfailed steps: " + ", ".join(failed))
         for name in failed:
-            print(f"  {name}: {last_words(a.log, name)}")
+            rc = next(r["rc"] for r in out["steps"] if r["step"] == name)
+            print(f"  {name}: {last_words(a.log, name, rc)}")
 
 
 def variant_of(w):
@@ -143,8 +144,9 @@ def benchmarks(log):
     return out
 
 
-def last_words(log, step):
-    """The last output lines of a step in the log, before its exit line."""
+def last_words(log, step, rc):
+    """The last output lines of a step in the log, before its exit line;
+    without any, what its exit status rc says."""
     if not log:
         return ""
     lines, inside = [], False
@@ -159,7 +161,8 @@ def last_words(log, step):
     if fails:
         return " | ".join(fails[:8])[-600:]
     words = " | ".join(x for x in lines[-3:] if x)[-400:]
-    return words or "(no output; rc 124 is the step's time limit)"
+    why = {124: "it ran past its time limit", 137: "it was killed (SIGKILL; out of memory?)"}
+    return words or f"(no output; rc {rc}: {why.get(rc, 'see the log')})"
 
 
 if __name__ == "__main__":
