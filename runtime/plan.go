@@ -125,6 +125,53 @@ func newPlanRunner(p *plans.Plan, gpus []*GPU) (r *PlanRunner, err error) {
 	return newPlanRunnerOn(p, gpus, nil)
 }
 
+// CheckHostMemory says whether the arenas of p's CPU devices fit this
+// machine's memory, as NewPlanRunner allocates them: for a caller that
+// runs many plans and would check them all before it begins.
+func CheckHostMemory(p *plans.Plan) error {
+	return checkHostMemory(p, nil, widening(p))
+}
+
+// widening is what a plan's CPU arenas are widened by: 2 where bf16
+// registers are held in f32, else 1.
+func widening(p *plans.Plan) units.Bytes {
+	for _, reg := range p.Registers {
+		if reg.Spec.DType.Size() == 2 {
+			return 2
+		}
+	}
+	return 1
+}
+
+// checkHostMemory says whether the arenas of the plan's CPU devices that
+// are this process's (all, or with rk those of its rank) fit this
+// machine's memory, as widen (2: bf16 registers held in f32) makes them:
+// a plan compiled for a larger machine would otherwise end the process
+// with the Go runtime's out-of-memory crash, not an error.
+func checkHostMemory(p *plans.Plan, rk *ranked, widen units.Bytes) error {
+	have, ok := topology.HostMemory()
+	if !ok {
+		return nil
+	}
+	var need, most units.Bytes
+	largest := -1
+	for i, d := range p.Devices {
+		if isGPU(d) || !rk.local(i) {
+			continue
+		}
+		b := (p.Memory[i].Peak*widen + 3) / 4 * 4
+		need += b
+		if largest < 0 || b > most {
+			largest, most = i, b
+		}
+	}
+	if need <= have {
+		return nil
+	}
+	return fmt.Errorf("runtime: the plan's CPU devices need %v of memory (the largest, %s, %v), this machine has %v",
+		need, p.Devices[largest].Name, most, have)
+}
+
 // newPlanRunnerOn prepares the devices of p that are this process's: all,
 // or with rk those of its rank.
 func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err error) {
@@ -135,18 +182,13 @@ func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err
 	if err != nil {
 		return nil, err
 	}
-	r = &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute, widen: 1, rk: rk}
+	r = &PlanRunner{p: p, edges: make([][]plans.Edge, len(p.Firings)), Stall: time.Minute, widen: widening(p), rk: rk}
 	for _, e := range edges {
 		r.edges[e.To] = append(r.edges[e.To], e)
 	}
 	if rk != nil {
 		rk.derive(p, edges)
 		r.edges = rk.waits
-	}
-	for _, reg := range p.Registers {
-		if reg.Spec.DType.Size() == 2 {
-			r.widen = 2
-		}
 	}
 	hasGPU := false
 	for _, d := range p.Devices {
@@ -174,6 +216,9 @@ func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err
 				g.Close()
 			}
 		}()
+	}
+	if err := checkHostMemory(p, rk, widening(p)); err != nil {
+		return nil, err
 	}
 	for i, d := range p.Devices {
 		if isGPU(d) || !rk.local(i) {

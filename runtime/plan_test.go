@@ -9,6 +9,7 @@ import (
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
 	"github.com/stretchr/testify/require"
 )
@@ -184,6 +185,24 @@ func TestPlanRunCancelled(t *testing.T) {
 	cancel()
 	_, err = r.Run(ctx, 1000, NewSyntheticFeeder(p.Images, 10, 16, 1))
 	require.ErrorIs(t, err, context.Canceled)
+}
+
+// A plan whose CPU arenas this machine's memory cannot hold is refused
+// with an error saying how much it needs, before anything is allocated
+// (it crashed the process with the Go runtime's out-of-memory error).
+func TestPlanRunnerChecksHostMemory(t *testing.T) {
+	have, ok := topology.HostMemory()
+	if !ok {
+		t.Skip("no /proc/meminfo")
+	}
+	p := compile(t, "mlp", "dp=2", 8)
+	p.Memory[1].Peak = have // with device 0's arena, more than the machine has
+	_, err := NewPlanRunner(p)
+	require.ErrorContains(t, err, fmt.Sprintf("runtime: the plan's CPU devices need %v of memory (the largest, cpu1, %v), this machine has %v", have+p.Memory[0].Peak, have, have))
+	p.Memory[1].Peak = p.Memory[0].Peak
+	r, err := NewPlanRunner(p)
+	require.NoError(t, err)
+	require.NoError(t, r.Close())
 }
 
 // A feeder error stops the run with an error naming the firing.

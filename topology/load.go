@@ -400,20 +400,29 @@ func (d *yamlDecoder) device(n *yaml.Node, path string) (*deviceSpec, error) {
 
 // hostMemory is this machine's memory from /proc/meminfo, or def.
 func hostMemory(def units.Bytes) units.Bytes {
+	if m, ok := HostMemory(); ok {
+		return m
+	}
+	return def
+}
+
+// HostMemory is this machine's memory (MemTotal in /proc/meminfo); ok is
+// false where that cannot be read (not Linux).
+func HostMemory() (units.Bytes, bool) {
 	data, err := os.ReadFile("/proc/meminfo")
 	if err != nil {
-		return def
+		return 0, false
 	}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for sc.Scan() {
 		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
 			kb, err := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(rest), "kB")), 10, 64)
 			if err == nil && kb > 0 {
-				return units.Bytes(kb) * units.KiB
+				return units.Bytes(kb) * units.KiB, true
 			}
 		}
 	}
-	return def
+	return 0, false
 }
 
 func (d *yamlDecoder) switches(n *yaml.Node, path string) ([]*switchSpec, error) {

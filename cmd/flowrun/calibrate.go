@@ -328,6 +328,12 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 			}
 		}
 	}
+	// Every plan must fit this machine, checked before any is measured.
+	for _, j := range jobs {
+		if err := runtime.CheckHostMemory(j.p); err != nil {
+			return nil, fmt.Errorf("%s at batch %d (%s): %w", j.p.Model, j.p.Batch, j.p.Strategy, err)
+		}
+	}
 	// Every plan runs f.rounds times, the rounds one after the other, so
 	// that a slow spell of a shared machine does not skew one shape.
 	progress := newProgressBar(f.rounds*len(jobs), fmt.Sprintf("calibrating %d worker(s)", w))
@@ -343,7 +349,10 @@ func measure(cmd *cobra.Command, bench runtime.Microbench, f calibFlags, w int) 
 		j := jobs[i%len(jobs)]
 		got, err := bench.Measure(cmd.Context(), j.p)
 		if err != nil {
-			return nil, err
+			if cmd.Context().Err() != nil {
+				return nil, fmt.Errorf("interrupted after measuring %d of %d plans (%d rounds of %d): a calibration fits them all, so nothing is written", i, f.rounds*len(jobs), f.rounds, len(jobs))
+			}
+			return nil, fmt.Errorf("%s at batch %d (%s): %w", j.p.Model, j.p.Batch, j.p.Strategy, err)
 		}
 		if wakes := slices.Concat(got.Wakes...); j.devices > 1 && len(wakes) > 0 {
 			m.latencies = append(m.latencies, runtime.DispatchLatency(wakes))

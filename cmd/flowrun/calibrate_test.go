@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/topology"
 )
 
 // A small calibration writes the dispatch latency of the devices that ran
@@ -154,4 +156,32 @@ func TestContend(t *testing.T) {
 	require.Zero(t, m.opContention["relu"])
 	require.InDelta(t, 0.5, m.slowdownOf("pool"), 1e-12)
 	require.InDelta(t, 0.25, m.slowdownOf("matmul"), 1e-12, "a kind not measured: the median")
+}
+
+// Interrupted, calibrate says how far it got and writes nothing; a model
+// this machine cannot hold is refused before anything is measured.
+func TestCalibrateStops(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "calib.json")
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cmd := newCalibrateCmd()
+	cmd.SetArgs([]string{"--models", "mlp", "--batches", "4,8", "--workers", "1", "--rounds", "2", "--iters", "3", "-o", out})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	err := cmd.ExecuteContext(ctx)
+	require.Error(t, err)
+	require.Regexp(t, `^interrupted after measuring 0 of \d+ plans \(2 rounds of \d+\): a calibration fits them all, so nothing is written$`, err.Error())
+	require.NoFileExists(t, out)
+
+	if _, ok := topology.HostMemory(); !ok {
+		t.Skip("no /proc/meminfo")
+	}
+	cmd = newCalibrateCmd()
+	cmd.SetArgs([]string{"--models", "mlp,gpt:layers=1,hidden=8,heads=2,seq=300000,vocab=256", "--batches", "64", "--workers", "1", "--rounds", "1", "--iters", "3", "-o", out})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	printed := captureStdout(t, func() { err = cmd.Execute() })
+	require.ErrorContains(t, err, "gpt:layers=1,hidden=8,heads=2,seq=300000,vocab=256 at batch 64 (single): runtime: the plan's CPU devices need ")
+	require.Empty(t, printed, "nothing measured")
+	require.NoFileExists(t, out)
 }
