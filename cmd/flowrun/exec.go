@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -230,8 +231,13 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	for _, s := range speeds {
 		s.Probe()
 	}
+	var interrupted error // the runs stopped by an interrupt, reported as far as they got
 	for i := range f.runs {
 		res, err := run(cmd.Context(), f.iters, feed)
+		if err != nil && cmd.Context().Err() != nil && len(runs) > 0 {
+			interrupted = fmt.Errorf("interrupted after %d of %d runs: their median reported, without what needs another run", len(runs), f.runs)
+			break
+		}
 		if err != nil {
 			return err
 		}
@@ -265,7 +271,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 
 	out := map[string]any{
 		"plan": path, "model": p.Model, "strategy": p.Strategy, "batch": p.Batch,
-		"devices": len(p.Devices), "iters": f.iters, "warmup": f.warmup, "runs": f.runs,
+		"devices": len(p.Devices), "iters": f.iters, "warmup": f.warmup, "runs": len(runs),
 		"measured_step_s": med.step.Seconds(), "samples_per_s": float64(p.Batch) / med.step.Seconds(),
 	}
 	stepsS := make([]float64, len(runs))
@@ -286,6 +292,15 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		for _, t := range tunings {
 			fmt.Fprintln(os.Stderr, "flowrun: tuned:", t)
 		}
+	}
+	if interrupted != nil {
+		out["interrupted"] = true
+		if f.json {
+			return errors.Join(printJSON(out), interrupted)
+		}
+		fmt.Printf("%s %s batch %d on %d device(s): step %.3f ms (median of %d), %.0f samples/s\n",
+			p.Model, p.Strategy, p.Batch, len(p.Devices), ms(med.step), len(runs), float64(p.Batch)/med.step.Seconds())
+		return interrupted
 	}
 	measured := med.trace
 	if len(med.res.Trace.Events) == 0 && (f.compare || f.tracePath != "" || f.pprofDir != "" || f.memory) {

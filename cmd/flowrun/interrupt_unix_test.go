@@ -126,6 +126,35 @@ func TestSampleInterrupt(t *testing.T) {
 	require.Equal(t, byte('\n'), text[len(text)-1])
 }
 
+// Interrupted, flowrun exec reports the median of the runs it finished
+// and exits 1 saying so (it printed only "context canceled").
+func TestExecInterrupt(t *testing.T) {
+	plan := writeCPUPlan(t, "mlp", "single", 8, 1)
+	cmd := exec.Command(os.Args[0], "exec", plan, "--iters", "3", "--warmup", "1", "--runs", "100000")
+	cmd.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1")
+	var stdout bytes.Buffer
+	cmd.Stdout = &stdout
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	var said bytes.Buffer
+	lines := bufio.NewScanner(io.TeeReader(stderr, &said))
+	for lines.Scan() {
+		if strings.HasPrefix(lines.Text(), "run 3:") {
+			require.NoError(t, cmd.Process.Signal(os.Interrupt))
+			break
+		}
+	}
+	_, _ = io.Copy(io.Discard, io.TeeReader(stderr, &said))
+	err = cmd.Wait()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr:\n%s", said.String())
+	require.Equal(t, 1, exit.ExitCode(), said.String())
+	m := regexp.MustCompile(`flowrun: interrupted after (\d+) of 100000 runs: their median reported`).FindStringSubmatch(said.String())
+	require.NotNil(t, m, said.String())
+	require.Regexp(t, `^mlp single batch 8 on 1 device\(s\): step [0-9.]+ ms \(median of `+m[1]+`\)`, stdout.String())
+}
+
 // scanCRLF splits at newlines and at the carriage returns a progress bar
 // redraws its line with.
 func scanCRLF(data []byte, atEOF bool) (advance int, token []byte, err error) {
