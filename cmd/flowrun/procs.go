@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/gob"
@@ -324,6 +325,9 @@ func startGroup(ctx context.Context, f procFlags, check func(world int) error) (
 		if err := pg.startWorkers(o, token); err != nil {
 			return nil, err
 		}
+	}
+	if f.procs <= 1 { // ranks started by a launcher, which may take a while
+		fmt.Fprintf(os.Stderr, "flowrun: rank 0 of %d: waiting at %s for the other ranks to join (for up to %v)\n", o.World, o.Master, cmp.Or(o.JoinTimeout, remote.DefaultJoinTimeout))
 	}
 	if pg.g, err = pg.coordinate(ctx, o); err != nil {
 		return nil, err

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/spf13/cobra"
 
@@ -65,11 +67,12 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 		return err
 	}
 	o.Listen = listen
-	stop := interrupts.Graceful("asking rank 0 to stop the run on every rank")
-	g, err := remote.Join(ctx, o)
+	fmt.Fprintf(os.Stderr, "flowrun: rank %d of %d: joining the coordinator at %s (for up to %v)\n", o.Rank, o.World, o.Master, cmp.Or(o.JoinTimeout, remote.DefaultJoinTimeout))
+	g, err := remote.Join(ctx, o) // an interrupt meanwhile cancels ctx: there is no run to stop yet
 	if err != nil {
 		return err
 	}
+	stop := interrupts.Graceful("asking rank 0 to stop the run on every rank")
 	defer g.Close()
 	var (
 		p      *plans.Plan
