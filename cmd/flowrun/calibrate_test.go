@@ -185,3 +185,23 @@ func TestCalibrateStops(t *testing.T) {
 	require.Empty(t, printed, "nothing measured")
 	require.NoFileExists(t, out)
 }
+
+// fitLink fits latency + size/bandwidth; sizes that cannot give a slope
+// (all alike, or times that do not grow) are an error, never a NaN.
+func TestFitLink(t *testing.T) {
+	lat, bw, fitted, err := fitLink([]int64{1000, 2000, 4000}, []float64{11e-6, 12e-6, 14e-6})
+	require.NoError(t, err)
+	require.InDelta(t, 10e-6, lat.Seconds(), 1e-9)
+	require.InDelta(t, 1e9, bw, 1e3)
+	require.InDeltaSlice(t, []float64{11e-6, 12e-6, 14e-6}, fitted, 1e-12)
+	for _, tt := range []struct {
+		sizes []int64
+		times []float64
+	}{
+		{[]int64{4096, 4096}, []float64{1e-5, 1.1e-5}},
+		{[]int64{1000, 2000}, []float64{2e-5, 1e-5}},
+	} {
+		_, _, _, err := fitLink(tt.sizes, tt.times)
+		require.ErrorContains(t, err, "no bandwidth to fit", "%v %v", tt.sizes, tt.times)
+	}
+}

@@ -130,8 +130,8 @@ func runCalibrateLink(ctx context.Context, f linkFlags) error {
 		}
 		sizes = append(sizes, int64(b))
 	}
-	if len(sizes) < 2 {
-		return fmt.Errorf("--sizes: give at least two sizes to fit a line through")
+	if slices.Sort(sizes); len(slices.Compact(slices.Clone(sizes))) < 2 {
+		return fmt.Errorf("--sizes: give at least two different sizes to fit a line through")
 	}
 	pg, err := startGroup(ctx, f.procs, func(world int) error {
 		if world < 2 {
@@ -263,7 +263,7 @@ func fitLink(sizes []int64, times []float64) (latency time.Duration, bandwidth f
 		w[i] = 1 / (t * t)
 	}
 	alpha, beta := stat.LinearRegression(x, times, w, false)
-	if beta <= 0 {
+	if !(beta > 0) || math.IsInf(beta, 0) || math.IsNaN(alpha) {
 		return 0, 0, nil, fmt.Errorf("do not grow with the size: no bandwidth to fit (try larger --sizes)")
 	}
 	latency = time.Duration(max(alpha, 0) * 1e9)
@@ -275,7 +275,7 @@ func fitLink(sizes []int64, times []float64) (latency time.Duration, bandwidth f
 
 // writeProcsCluster writes a cluster of world nodes, each a CPU device with
 // an equal share of this machine's cores, joined by the measured fabric,
-// and checks that it loads.
+// having checked that it loads.
 func writeProcsCluster(path string, world int, fit *linkFit) error {
 	cores := max(goruntime.NumCPU()/world, 1)
 	host, _ := os.Hostname()
@@ -298,11 +298,8 @@ func writeProcsCluster(path string, world int, fit *linkFit) error {
 	// half the latency.
 	fmt.Fprintf(&b, "fabric: {kind: ethernet, ports: nic, bandwidth: %.0fB/s, latency: %dns, efficiency: 1, duplex: %.2f}\n",
 		fit.Bandwidth, (fit.Latency / 2).Nanoseconds(), fit.Duplex)
-	if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-		return err
+	if _, err := topology.Parse(path, []byte(b.String())); err != nil { // before it is written
+		return fmt.Errorf("the cluster file to write: %w", err)
 	}
-	if _, err := topology.Load(path); err != nil {
-		return fmt.Errorf("the cluster file written: %w", err)
-	}
-	return nil
+	return os.WriteFile(path, []byte(b.String()), 0o644)
 }

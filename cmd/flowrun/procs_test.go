@@ -272,7 +272,8 @@ func TestCalibrateLink(t *testing.T) {
 	}{
 		{[]string{"--reps", "2"}, "--reps must be ≥ 3"},
 		{[]string{"--sizes", "6B,64KiB"}, "want a positive multiple of 4 bytes"},
-		{[]string{"--sizes", "4KiB"}, "at least two sizes"},
+		{[]string{"--sizes", "4KiB"}, "at least two different sizes"},
+		{[]string{"--sizes", "4KiB,4096"}, "at least two different sizes"},
 		{[]string{"--sizes", "1TiB,2TiB"}, `--sizes "1TiB": want a positive multiple of 4 bytes, up to 1.00 GiB`},
 		{[]string{"--procs", "1"}, "WORLD_SIZE"},
 		{[]string{"--ranks", "0,1"}, `--ranks "0,1": calibrate link measures ranks 0 and 1 and places no plan's devices`},
