@@ -10,8 +10,10 @@ import (
 	"embed"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"maps"
+	"math"
 	"os"
 	"path"
 	"path/filepath"
@@ -132,7 +134,9 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 	}
 	var doc yaml.Node
 	dec := yaml.NewDecoder(bytes.NewReader(data))
-	if err := dec.Decode(&doc); err != nil {
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil, fmt.Errorf("%s: empty: want a mapping of title, source, cluster, columns and rows", file)
+	} else if err != nil {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	if len(doc.Content) != 1 || doc.Content[0].Kind != yaml.MappingNode {
@@ -205,11 +209,11 @@ func Parse(file, name string, data []byte) (*Experiment, error) {
 			if !cols[col] {
 				return nil, fail(r.Line, "%s: paper: %q is no column (columns: %s)", where, col, strings.Join(slices.Sorted(maps.Keys(cols)), ", "))
 			}
-			if !(p.Seconds > 0) || p.MFU < 0 || p.MFU > 1 || p.HFU < 0 || p.HFU > 1 {
-				return nil, fail(r.Line, "%s: paper: %s: want seconds > 0 and 0 ≤ mfu, hfu ≤ 1, got %g, %g and %g", where, col, p.Seconds, p.MFU, p.HFU)
+			if !(p.Seconds > 0 && p.Seconds < math.Inf(1)) || !(p.MFU >= 0 && p.MFU <= 1) || !(p.HFU >= 0 && p.HFU <= 1) {
+				return nil, fail(r.Line, "%s: paper: %s: want finite seconds > 0 and 0 ≤ mfu, hfu ≤ 1, got %g, %g and %g", where, col, p.Seconds, p.MFU, p.HFU)
 			}
-			if p.TFLOPs < 0 || p.PFLOPs < 0 {
-				return nil, fail(r.Line, "%s: paper: %s: want tflops, pflops ≥ 0, got %g and %g", where, col, p.TFLOPs, p.PFLOPs)
+			if !(p.TFLOPs >= 0 && p.TFLOPs < math.Inf(1)) || !(p.PFLOPs >= 0 && p.PFLOPs < math.Inf(1)) {
+				return nil, fail(r.Line, "%s: paper: %s: want finite tflops, pflops ≥ 0, got %g and %g", where, col, p.TFLOPs, p.PFLOPs)
 			}
 		}
 	}

@@ -126,7 +126,10 @@ rows:
 		{"strategy: dp=2", "strategy: dp=2,mbs=3", `x.yaml:12: rows[0] (r): strategy: plans: strategy "dp=2,mbs=3": batch 4 does not split into dp=2 replicas of micro-batches of 3`},
 		{`strategy: "recompute=full"`, `strategy: "sched=zigzag"`, `x.yaml:12: rows[0] (r): strategy in column "a" (line 7, strategy "sched=zigzag"): plans: strategy "dp=2,sched=zigzag": sched=zigzag: want gpipe or 1f1b`},
 		{"a: {seconds: 1.5}", "b: {seconds: 1.5}", `x.yaml:9: rows[0] (r): paper: "b" is no column (columns: a)`},
-		{"a: {seconds: 1.5}", "a: {seconds: -1}", "x.yaml:9: rows[0] (r): paper: a: want seconds > 0"},
+		{"a: {seconds: 1.5}", "a: {seconds: -1}", "x.yaml:9: rows[0] (r): paper: a: want finite seconds > 0"},
+		{"a: {seconds: 1.5}", "a: {seconds: .inf}", "x.yaml:9: rows[0] (r): paper: a: want finite seconds > 0 and 0 ≤ mfu, hfu ≤ 1, got +Inf, 0 and 0"},
+		{"a: {seconds: 1.5}", "a: {seconds: 1.5, mfu: .nan}", "x.yaml:9: rows[0] (r): paper: a: want finite seconds > 0 and 0 ≤ mfu, hfu ≤ 1, got 1.5, NaN and 0"},
+		{"a: {seconds: 1.5}", "a: {seconds: 1.5, pflops: .inf}", "x.yaml:9: rows[0] (r): paper: a: want finite tflops, pflops ≥ 0, got 0 and +Inf"},
 		{"a: {seconds: 1.5}", "a: {second: 1.5}", "x.yaml: yaml: unmarshal errors:\n  line 14: field second not found"},
 		{"cluster: dgx-a100\n", "", "x.yaml:1: cluster: missing"},
 		{"    model: mlp\n", "", "x.yaml:9: rows[0] (r): model: missing"},
@@ -135,6 +138,10 @@ rows:
 		bad := []byte(strings.Replace(good, c.from, c.to, 1))
 		_, err := Parse("x.yaml", "x", bad)
 		require.ErrorContains(t, err, c.want, "%q → %q", c.from, c.to)
+	}
+	for _, empty := range []string{"", "# nothing yet\n"} {
+		_, err = Parse("x.yaml", "x", []byte(empty))
+		require.EqualError(t, err, "x.yaml: empty: want a mapping of title, source, cluster, columns and rows")
 	}
 	_, err = Load("nosuch")
 	require.ErrorIs(t, err, ErrUnknown)
