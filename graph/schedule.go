@@ -170,6 +170,10 @@ func ParseSchedule(spec string, defaultSteps int) (Schedule, error) {
 	}
 	if s.decays() && !stepsGiven {
 		if defaultSteps <= 0 {
+			// A bad value among the options given is said first.
+			if probe := (Schedule{Decay: s.Decay, Warmup: s.Warmup, Steps: max(s.Warmup, 0) + 1, MinRatio: s.MinRatio}); probe.Validate() != nil {
+				return Schedule{}, probe.Validate()
+			}
 			return Schedule{}, fmt.Errorf("graph: learning-rate schedule %q: say at which step the decay ends (steps=N)", spec)
 		}
 		s.Steps = defaultSteps

@@ -100,6 +100,10 @@ func TestParseSchedule(t *testing.T) {
 	bad := []struct{ spec, want string }{
 		{"exponential", `unknown decay (want constant, cosine or linear)`},
 		{"cosine", "say at which step the decay ends (steps=N)"},
+		// Without steps=, a bad value among the options given is said first.
+		{"cosine:warmup=-1", "warmup=-1 steps, want ≥ 0"},
+		{"cosine:min=2", "min=2, want a fraction of the rate in [0, 1]"},
+		{"linear:warmup=5,min=NaN", "min=NaN"},
 		{"cosine:steps=10,warmup=10", "steps=10 must exceed warmup=10"},
 		{"cosine:steps=10,min=1.5", "min=1.5, want a fraction of the rate in [0, 1]"},
 		{"cosine:steps=10,min=NaN", "min=NaN"},

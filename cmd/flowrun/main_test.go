@@ -54,6 +54,7 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--weight-decay", "-1"}, "--weight-decay must be a finite number ≥ 0, got -1"},
 		{[]string{"--lr-schedule", "exponential"}, `--lr-schedule: graph: learning-rate schedule "exponential": unknown decay (want constant, cosine or linear)`},
 		{[]string{"--lr-schedule", "cosine:warmup=20", "--max-steps", "10"}, "--lr-schedule: graph: learning-rate schedule cosine: steps=10 must exceed warmup=20"},
+		{[]string{"--lr-schedule", "linear:steps=1", "--max-steps", "3"}, "--lr-schedule linear:steps=1: the decay reaches 0 at step 1, and steps 2 to 3 of this run would train at a learning rate of 0: give steps=3"},
 		{[]string{"--dtype", "f16"}, `--dtype: zoo: models are built in f32 or bf16, not "f16"`},
 		{[]string{"--model", "mlp3x4096"}, "MNIST only"},
 		{[]string{"--epochs", "two"}, `invalid argument "two"`},

@@ -467,6 +467,15 @@ func (f *trainFlags) setSchedule(steps int) (graph.Optimizer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("--lr-schedule: %w", err)
 	}
+	// A decay to 0 that ends before the run does leaves its last steps
+	// (a resumed run's every step, perhaps) to train at a rate of 0.
+	if s.Decay != "" && s.MinRatio == 0 && s.Steps < steps {
+		first := s.Steps + 1
+		if f.checkpoint != nil {
+			first = max(first, f.checkpoint.Step+1)
+		}
+		return nil, fmt.Errorf("--lr-schedule %s: the decay reaches 0 at step %d, and steps %d to %d of this run would train at a learning rate of 0: give steps=%d (this run's last step) or min=", f.schedule, s.Steps, first, steps, steps)
+	}
 	f.sched = s
 	return graph.NewOptimizer(f.optimizerSpec(s))
 }
