@@ -48,13 +48,18 @@ func Decode(r io.Reader) (*Plan, error) {
 	dec.DisallowUnknownFields()
 	f := file{header: new(header)}
 	if err := dec.Decode(&f); err != nil {
-		// A file of another version need not parse as this one's form:
-		// say which version it is.
 		var se *json.SyntaxError
-		if !errors.As(err, &se) && !errors.Is(err, io.ErrUnexpectedEOF) && !errors.Is(err, io.EOF) {
-			if v, ok := peekVersion(data); ok && v != Version {
-				return nil, versionError(v)
-			}
+		if errors.As(err, &se) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+			return nil, fmt.Errorf("plans: %w", jsonerr.Locate(data, err))
+		}
+		// JSON of another form: a plan file of another version, which
+		// need not parse as this one's (say which version it is), or
+		// no plan file at all (a calibration has a version too).
+		if !hasKey(data, "tasks") {
+			return nil, fmt.Errorf("plans: not a plan file, which lists its tasks: %w", jsonerr.Locate(data, err))
+		}
+		if v, ok := peekVersion(data); ok && v != Version {
+			return nil, versionError(v)
 		}
 		return nil, fmt.Errorf("plans: %w", jsonerr.Locate(data, err))
 	}
@@ -97,6 +102,30 @@ func peekVersion(data []byte) (int, bool) {
 		}
 	}
 	return 0, false
+}
+
+// hasKey says whether the JSON object in data has key among its
+// top-level keys: a plan file of any version has "tasks", which a
+// calibration or a sweep shard, that have a version too, do not.
+func hasKey(data []byte, key string) bool {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+		return false
+	}
+	for dec.More() {
+		k, err := dec.Token()
+		if err != nil {
+			return false
+		}
+		if k == key {
+			return true
+		}
+		var skip json.RawMessage
+		if err := dec.Decode(&skip); err != nil {
+			return false
+		}
+	}
+	return false
 }
 
 // versionError refuses a plan file of version v.

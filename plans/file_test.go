@@ -300,6 +300,8 @@ func TestDecodeLocatesJSONErrors(t *testing.T) {
 		{strings.Replace(good, `"seed"`, `"sead"`, 1), fmt.Sprintf(`plans: line %d, column `, line("seed"))},
 		{strings.Replace(good, `"seed"`, `"sead"`, 1), `unknown field "sead"`},
 		{good[:len(good)/2], "the document ends before its value does (truncated JSON)"},
+		// A calibration has a version too: it is no plan, not an old one.
+		{`{"version": 1, "devices": {"cpu/2": {}}}`, `plans: not a plan file, which lists its tasks: line 1, column 27: devices: a JSON object where an array is wanted`},
 	} {
 		_, err := Decode(strings.NewReader(tt.edit))
 		require.ErrorContains(t, err, tt.want)
