@@ -175,6 +175,9 @@ const TextVocab = 256
 // checkText refuses a model that is not a byte-level language model,
 // causal or masked (masked says which).
 func checkText(model string) (seq int, masked bool, err error) {
+	if err := zoo.Check(model); err != nil {
+		return 0, false, err
+	}
 	masked = zoo.IsMaskedLanguageModel(model)
 	if !zoo.IsLanguageModel(model) && !masked {
 		return 0, false, fmt.Errorf("runtime: model %s is not a language model: a text feeds token ids", model)

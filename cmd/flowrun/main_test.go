@@ -158,6 +158,17 @@ func TestSampleCmd(t *testing.T) {
 	require.ErrorContains(t, err, "mlp.safetensors: runtime: model mlp is not a language model")
 	_, err = sample()
 	require.ErrorContains(t, err, "give a checkpoint file of a language model")
+	// A checkpoint whose model is no model of the zoo says what is wrong
+	// with it, in sample and in train --resume alike.
+	odd := filepath.Join(dir, "odd.safetensors")
+	require.NoError(t, runtime.WriteCheckpoint(odd, runtime.Checkpoint{Model: model + ",colour=2", Optimizer: "sgd", Seed: 7, Weights: w}))
+	_, err = sample(odd)
+	require.ErrorContains(t, err, `odd.safetensors: zoo: `+model+`,colour=2: unknown size option "colour"`)
+	cmd = newTrainCmd()
+	cmd.SetArgs([]string{"--resume", odd})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	require.ErrorContains(t, cmd.Execute(), "--resume "+odd+": the checkpoint's model: zoo: "+model+`,colour=2: unknown size option "colour"`)
 }
 
 // Another process's request (Ask) takes the first step of an interrupt,

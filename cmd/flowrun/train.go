@@ -184,6 +184,9 @@ checkpoint's).`,
 		if err := c.CheckFinite(); err != nil {
 			return fmt.Errorf("--resume %s: %w", f.resume, err)
 		}
+		if err := zoo.Check(c.Model); err != nil {
+			return fmt.Errorf("--resume %s: the checkpoint's model: %w", f.resume, err)
+		}
 		if c.Model != f.model {
 			if cmd.Flags().Changed("model") {
 				return fmt.Errorf("--resume %s: the checkpoint is of model %s, not %s (--model): drop --model to go on with its own", f.resume, c.Model, f.model)
