@@ -117,6 +117,8 @@ func TestParseStrategy(t *testing.T) {
 		{"dp=2,bucket=-1MiB", Strategy{}, "bucket=-1MiB: want a size of gradients all-reduced at once"},
 		{"dp=2,bucket=2TiB", Strategy{}, "up to 1024.00 GiB"},
 		{"dp=2,bucket=big", Strategy{}, "bucket=big: want a size"},
+		{"dp=2,bucket=25", Strategy{}, "bucket=25: want a size of gradients all-reduced at once, as 25MiB"}, // not 25 bytes
+		{"dp=2,bucket=1.5B", Strategy{}, "bucket=1.5B: want a size"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

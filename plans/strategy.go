@@ -416,7 +416,7 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 				s.Bucket = 0
 				continue
 			}
-			b, err := topology.ParseBytes(v)
+			b, err := topology.ParseSize(v)
 			if err != nil || b < 1 || b > maxBucket {
 				return s, keyErr("bucket", fmt.Errorf("plans: strategy %q: bucket=%s: want a size of gradients all-reduced at once, as 25MiB (up to %v), or 0 for none", str, v, units.Bytes(maxBucket)))
 			}

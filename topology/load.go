@@ -383,9 +383,12 @@ func (d *yamlDecoder) device(n *yaml.Node, path string) (*deviceSpec, error) {
 			return nil, err
 		}
 		if s == "auto" {
+			if spec.Class != CPU {
+				return nil, d.invalid(m, join(path, "memory"), "auto (this machine's memory) is for CPU devices; %s is a GPU: give its memory, as 80GiB, or leave it to the catalog (%v)", spec.Type, spec.Memory)
+			}
 			ds.memory = hostMemory(spec.Memory)
 		} else {
-			b, err := ParseBytes(s)
+			b, err := ParseSize(s)
 			if err != nil {
 				return nil, d.errAt(m, join(path, "memory"), quantityError(err))
 			}

@@ -68,6 +68,24 @@ func ParseBytes(s string) (units.Bytes, error) {
 	return units.Bytes(math.Round(b)), nil
 }
 
+// ParseSize is ParseBytes for a size where a plain number is more likely
+// a slip than bytes (a memory of "80", a gradient bucket of "25"): the
+// unit is required, and the size must come to whole bytes.
+func ParseSize(s string) (units.Bytes, error) {
+	v, u, ok := splitNumber(s)
+	if ok && u == "" {
+		return 0, fmt.Errorf("%w: size %q: give a unit, as %sMiB or %sGiB (B for bytes)", ErrBadQuantity, s, strings.TrimSpace(s), strings.TrimSpace(s))
+	}
+	b, err := ParseBytes(s)
+	if err != nil {
+		return 0, err
+	}
+	if m := byteUnits[u]; v*m != math.Round(v*m) {
+		return 0, fmt.Errorf("%w: size %q is not a whole number of bytes", ErrBadQuantity, s)
+	}
+	return b, nil
+}
+
 // ParseBandwidth parses a rate such as "300GB/s", "100Gb/s", "25 Gbps" or
 // "12.5GiB/s". The unit is required: bits (b) and bytes (B) differ by 8.
 func ParseBandwidth(s string) (units.BytesPerSecond, error) {

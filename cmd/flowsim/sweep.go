@@ -218,7 +218,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	var buckets []units.Bytes
 	var bucketBytes []string
 	for _, s := range f.buckets {
-		b, err := topology.ParseBytes(strings.TrimSpace(s))
+		b, err := topology.ParseSize(strings.TrimSpace(s))
 		if err != nil || b < 1 {
 			return fmt.Errorf("--buckets %q: want gradient bucket sizes, as 1MiB,25MiB", s)
 		}
