@@ -126,12 +126,18 @@ func (m CostModel) CheckCluster(p *plans.Plan) error {
 // (the catalog's efficiencies would, as without c); else the calibration
 // keys of those it lacks ("T4", "cpu/8"), which the catalog prices.
 func CheckCalibration(p *plans.Plan, c *cost.Calibration) (lacking []string, err error) {
+	return CheckCalibrationOf(p.Devices, "the plan's devices", c)
+}
+
+// CheckCalibrationOf is CheckCalibration for devices devs (whose, for the
+// error), e.g. those of the plans a search compiles.
+func CheckCalibrationOf(devs []plans.Device, whose string, c *cost.Calibration) (lacking []string, err error) {
 	if c == nil {
 		return nil, nil
 	}
-	specs := make([]topology.DeviceSpec, len(p.Devices))
-	for i := range p.Devices {
-		if specs[i], err = deviceSpec(p, i); err != nil {
+	specs := make([]topology.DeviceSpec, len(devs))
+	for i, d := range devs {
+		if specs[i], err = topology.Spec(d.Type, d.Workers); err != nil {
 			return nil, err
 		}
 	}
@@ -147,8 +153,8 @@ func CheckCalibration(p *plans.Plan, c *cost.Calibration) (lacking []string, err
 		if holds == "" {
 			holds = "nothing"
 		}
-		return nil, fmt.Errorf("sim: the calibration holds none of the plan's devices (%s; it holds %s): it would price nothing",
-			strings.Join(lacking, ", "), holds)
+		return nil, fmt.Errorf("sim: the calibration holds none of %s (%s; it holds %s): it would price nothing",
+			whose, strings.Join(lacking, ", "), holds)
 	}
 	return lacking, nil
 }

@@ -171,6 +171,9 @@ func runPlan(w io.Writer, f planFlags) error {
 		if err != nil {
 			return err
 		}
+		if err := checkSearchCalib(f.calib, calib, cfg.Devices, "the search's devices"); err != nil {
+			return err
+		}
 		bar := lazyBar("simulating candidates")
 		found, err = search.Resolve(cfg, model, search.Options{Progress: bar.set})
 		bar.finish()
@@ -224,6 +227,20 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	fl.BoolVar(&f.sharedTP, "shared-tp", false, "compile tensor-parallel rank 0 only, which every rank runs alike: a plan tp times smaller for the simulator (flowrun refuses it)")
 	fl.BoolVar(&f.sharedDP, "shared-dp", false, "compile data-parallel replica 0 only, which every replica runs alike (even micro-batches, same devices): a plan dp times smaller for the simulator (flowrun refuses it)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file pricing "+what+" (from 'flowrun calibrate'; default: the catalog's efficiencies)")
+}
+
+// checkSearchCalib refuses a calibration (read from path) that holds none
+// of a search's devices devs, as simulate refuses one that holds none of
+// a plan's, and notes those it lacks.
+func checkSearchCalib(path string, calib *cost.Calibration, devs []plans.Device, whose string) error {
+	lacking, err := sim.CheckCalibrationOf(devs, whose, calib)
+	if err != nil {
+		return fmt.Errorf("--calib %s: %w", path, err)
+	}
+	if len(lacking) > 0 {
+		fmt.Fprintf(os.Stderr, "flowsim: note: --calib %s holds no calibration of %s: priced from the catalog's efficiencies\n", path, strings.Join(lacking, ", "))
+	}
+	return nil
 }
 
 // adamWDecay is AdamW's weight decay unless --weight-decay says

@@ -233,6 +233,9 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if err != nil {
 		return err
 	}
+	if err := checkSearchCalib(f.calib, calib, cfg.Devices, "the sweep's devices"); err != nil {
+		return err
+	}
 	bar := lazyBar(fmt.Sprintf("sweeping %d strategies", len(strategies)))
 	entries, err := search.Sweep(cfg, model, strategies, search.Options{Shard: shard, Shards: shards, Progress: bar.set,
 		Workers: runtime.GOMAXPROCS(0)}) // the cost model is safe for concurrent use
