@@ -582,6 +582,19 @@ func (p *Plan) checkSplit(t *Task) error {
 // reads and makes those it writes (a kernel would otherwise run past a
 // buffer); an update writes the registers it reads, in place.
 func (p *Plan) checkCompute(t *Task) error {
+	// A kernel runs on its home stream's device, on registers in that
+	// device's arena.
+	home := p.Streams[t.Streams[0]].Device
+	for _, u := range t.Reads {
+		if d := p.Registers[u.Reg].Device; d != home {
+			return fmt.Errorf("reads register %s on device %s, but runs on %s (its stream's)", p.Registers[u.Reg].Name, p.Devices[d].Name, p.Devices[home].Name)
+		}
+	}
+	for _, w := range t.Writes {
+		if d := p.Registers[w].Device; d != home {
+			return fmt.Errorf("writes register %s on device %s, but runs on %s (its stream's)", p.Registers[w].Name, p.Devices[d].Name, p.Devices[home].Name)
+		}
+	}
 	op, err := graph.DecodeOp(*t.Op)
 	if err != nil {
 		return err

@@ -659,14 +659,16 @@ func TestDecodeRejectsBadWorkers(t *testing.T) {
 }
 
 // A plan whose devices share a name, whose task lies outside the
-// pipeline's stages, or whose initializer is not one the runtime knows
-// is rejected when read: a trace or cluster would mistake one device for
+// pipeline's stages or runs on another device than its registers', or
+// whose initializer is not one the runtime knows is rejected when read: a trace or cluster would mistake one device for
 // another, and an unknown initializer would leave a weight as the
 // allocator left it.
 func TestDecodeRejectsBadLabels(t *testing.T) {
 	good := mustCompile(t, "mlp", "pp=2,vpp=2,mb=2", 8)
 	w := slices.IndexFunc(good.Registers, func(r Register) bool { return r.Persistent })
 	require.GreaterOrEqual(t, w, 0)
+	compute := slices.IndexFunc(good.Streams, func(s Stream) bool { return s.Device == 0 && s.Name == "compute" })
+	require.GreaterOrEqual(t, compute, 0)
 	requireDecodeRejectsAll(t, good, []rejection{
 		{"same name", "plans: devices[0] and devices[1] are both named cpu0", func(p *Plan) { p.Devices[1].Name = "cpu0" }},
 		{"no name", "plans: devices[1] (cpu) has no name", func(p *Plan) { p.Devices[1].Name = "" }},
@@ -674,6 +676,7 @@ func TestDecodeRejectsBadLabels(t *testing.T) {
 		{"negative stage", "stage -1: want 0 to 3", func(p *Plan) { p.Tasks[0].Stage = -1 }},
 		{"init kind", "initializer kind 7, scale", func(p *Plan) { p.Registers[w].Init.Kind = 7 }},
 		{"negative scale", "scale -1: want", func(p *Plan) { p.Registers[w].Init.Scale = -1 }},
+		{"stream's device", "on device cpu0, but runs on cpu1 (its stream's)", func(p *Plan) { p.Streams[compute].Device = 1 }},
 	})
 	// The last virtual stage is a task's to have.
 	require.Equal(t, 3, slices.MaxFunc(good.Tasks, func(a, b Task) int { return a.Stage - b.Stage }).Stage)
