@@ -130,6 +130,31 @@ func updateInfer(op string, sched Schedule, in []Spec, n int) ([]Spec, error) {
 	return nil, nil
 }
 
+// checkRates checks an update's settings as NewOptimizer checks the
+// optimizer's (a plan file's ops carry them too): a positive learning
+// rate, a weight decay ≥ 0, and each fraction (momentum, Adam's betas) in
+// [0, 1).
+func checkRates(op string, lr, wd float32, fractions ...fraction) error {
+	if !(lr > 0) || math.IsInf(float64(lr), 0) {
+		return fmt.Errorf("%s: learning rate %g: want a positive number", op, lr)
+	}
+	if !(wd >= 0) || math.IsInf(float64(wd), 0) {
+		return fmt.Errorf("%s: weight decay %g: want a number ≥ 0", op, wd)
+	}
+	for _, f := range fractions {
+		if !(f.v >= 0 && f.v < 1) {
+			return fmt.Errorf("%s: %s %g: want a number in [0, 1)", op, f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// fraction is an update's setting that checkRates wants in [0, 1).
+type fraction struct {
+	name string
+	v    float32
+}
+
 // updateSignatures: the weight, its gradient and its states laid out alike.
 func updateSignatures(in []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), len(in), 0, false)
@@ -145,6 +170,9 @@ type SGDUpdate struct {
 func (SGDUpdate) Type() string   { return "sgd_update" }
 func (SGDUpdate) Mutates() []int { return []int{0} }
 func (o SGDUpdate) Infer(in []Spec) ([]Spec, error) {
+	if err := checkRates("sgd_update", o.LR, o.WeightDecay); err != nil {
+		return nil, err
+	}
 	return updateInfer("sgd_update", o.Schedule, in, 2)
 }
 func (SGDUpdate) Cost(in, out []Spec) Cost { return elementwiseCost(in, in[:1], 3) }
@@ -162,6 +190,9 @@ type MomentumUpdate struct {
 func (MomentumUpdate) Type() string   { return "momentum_update" }
 func (MomentumUpdate) Mutates() []int { return []int{0, 2} }
 func (o MomentumUpdate) Infer(in []Spec) ([]Spec, error) {
+	if err := checkRates("momentum_update", o.LR, o.WeightDecay, fraction{"momentum", o.Momentum}); err != nil {
+		return nil, err
+	}
 	return updateInfer("momentum_update", o.Schedule, in, 3)
 }
 func (MomentumUpdate) Cost(in, out []Spec) Cost {
@@ -181,6 +212,12 @@ func (AdamUpdate) Type() string   { return "adam_update" }
 func (AdamUpdate) Mutates() []int { return []int{0, 2, 3} }
 func (AdamUpdate) PerIteration()  {}
 func (o AdamUpdate) Infer(in []Spec) ([]Spec, error) {
+	if err := checkRates("adam_update", o.LR, o.WeightDecay, fraction{"beta1", o.Beta1}, fraction{"beta2", o.Beta2}); err != nil {
+		return nil, err
+	}
+	if !(o.Eps > 0) || math.IsInf(float64(o.Eps), 0) {
+		return nil, fmt.Errorf("adam_update: eps %g: want a positive number", o.Eps)
+	}
 	return updateInfer("adam_update", o.Schedule, in, 4)
 }
 func (AdamUpdate) Cost(in, out []Spec) Cost {

@@ -121,8 +121,35 @@ func TestParseSchedule(t *testing.T) {
 	}
 	// A plan's update with a bad schedule is refused where its shapes are
 	// checked, as a decoded plan file's ops are.
-	_, err := AdamUpdate{LR: 1, Schedule: Schedule{Decay: "cosine", Steps: 2, Warmup: 5}}.Infer([]Spec{{Shape{2}, F32}, {Shape{2}, F32}, {Shape{2}, F32}, {Shape{2}, F32}})
+	_, err := AdamUpdate{LR: 1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8, Schedule: Schedule{Decay: "cosine", Steps: 2, Warmup: 5}}.Infer([]Spec{{Shape{2}, F32}, {Shape{2}, F32}, {Shape{2}, F32}, {Shape{2}, F32}})
 	require.ErrorContains(t, err, "adam_update: graph: learning-rate schedule cosine: steps=2 must exceed warmup=5")
+}
+
+// An update op's settings are checked as NewOptimizer checks the flags
+// they come from: a plan file's ops carry them too.
+func TestUpdateSettings(t *testing.T) {
+	two := []Spec{{Shape{2}, F32}, {Shape{2}, F32}}
+	three, four := append(two, two[0]), append(two, two...)
+	for _, tt := range []struct {
+		op   Op
+		in   []Spec
+		want string
+	}{
+		{SGDUpdate{LR: -5}, two, "sgd_update: learning rate -5: want a positive number"},
+		{SGDUpdate{}, two, "sgd_update: learning rate 0"},
+		{SGDUpdate{LR: 0.1, WeightDecay: -1}, two, "sgd_update: weight decay -1: want a number ≥ 0"},
+		{MomentumUpdate{LR: 0.1, Momentum: 7}, three, "momentum_update: momentum 7: want a number in [0, 1)"},
+		{AdamUpdate{LR: 0.1, Beta1: 1, Beta2: 0.999, Eps: 1e-8}, four, "adam_update: beta1 1: want a number in [0, 1)"},
+		{AdamUpdate{LR: 0.1, Beta1: 0.9, Beta2: 0.999}, four, "adam_update: eps 0: want a positive number"},
+	} {
+		_, err := tt.op.Infer(tt.in)
+		require.ErrorContains(t, err, tt.want)
+	}
+	for _, op := range []Op{SGDUpdate{LR: 0.1}, MomentumUpdate{LR: 0.1, Momentum: 0.9}, AdamUpdate{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}} {
+		in := map[string][]Spec{"sgd_update": two, "momentum_update": three, "adam_update": four}[op.Type()]
+		_, err := op.Infer(in)
+		require.NoError(t, err, op.Type())
+	}
 }
 
 // Any text either parses into a valid schedule that reads back from its

@@ -290,6 +290,11 @@ func (p *Plan) checkRest() error {
 		if t.ID != i {
 			return bad("tasks", i, "id %d", t.ID)
 		}
+		// The cost model's inputs: a task's work, bounded where a step of
+		// the largest model is far within (10^24 FLOPs, a petabyte).
+		if !(t.FLOPs >= 0 && t.FLOPs <= maxWorkFLOPs) || t.Bytes < 0 || t.Bytes > maxWorkBytes {
+			return bad("tasks", i, "%s: work of %g FLOPs and %d bytes: want 0 to %g FLOPs and 0 to %d bytes", t.Name, float64(t.FLOPs), t.Bytes, float64(maxWorkFLOPs), maxWorkBytes)
+		}
 		if stages := p.PP * max(p.VPP, 1); t.Stage < 0 || t.Stage >= stages {
 			return bad("tasks", i, "%s: stage %d: want 0 to %d (stages × virtual stages − 1)", t.Name, t.Stage, stages-1)
 		}
@@ -429,6 +434,14 @@ func (p *Plan) checkRest() error {
 	}
 	return nil
 }
+
+// The largest work a task of a plan file may have (Task.FLOPs, Bytes): a
+// step of the largest model is far within, and the durations it prices
+// stay far from time.Duration's limit.
+const (
+	maxWorkFLOPs units.FLOPs = 1e24
+	maxWorkBytes units.Bytes = 1 << 50
+)
 
 // checkPack checks that pack or unpack task t, whose registers are in
 // range, copies between registers of one float dtype on its home device,

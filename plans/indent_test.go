@@ -47,7 +47,7 @@ func TestEncodeIsEncoderIndent(t *testing.T) {
 		t.Fatal(err)
 	}
 	p, err := Compile(Config{Model: "gpt:layers=2,hidden=32,heads=2,seq=8,vocab=64", Batch: 8, Strategy: st,
-		Optimizer: graph.Adam{LR: 0.01}, Devices: devs(2, 0)})
+		Optimizer: graph.Adam{LR: 0.01, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Devices: devs(2, 0)})
 	if err != nil {
 		t.Fatal(err)
 	}

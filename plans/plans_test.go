@@ -427,18 +427,21 @@ func TestTooFewSlotsRejected(t *testing.T) {
 }
 
 // An optimizer whose attributes a plan cannot hold (a NaN learning rate,
-// which JSON cannot encode) is an error naming the update, not an
-// inconsistent plan blamed on the compiler.
+// which JSON cannot encode) is an error naming the update and the
+// setting, not an inconsistent plan blamed on the compiler.
 func TestUnencodableUpdateRejected(t *testing.T) {
-	for _, opt := range []graph.Optimizer{
-		graph.SGD{LR: float32(math.NaN())},
-		graph.SGD{LR: 0.1, Momentum: float32(math.Inf(1))},
-		graph.Adam{LR: float32(math.NaN()), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8},
+	for _, tt := range []struct {
+		opt  graph.Optimizer
+		want string
+	}{
+		{graph.SGD{LR: float32(math.NaN())}, "sgd_update: learning rate NaN"},
+		{graph.SGD{LR: 0.1, Momentum: float32(math.Inf(1))}, "momentum_update: momentum +Inf"},
+		{graph.Adam{LR: float32(math.NaN()), Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, "adam_update: learning rate NaN"},
 	} {
 		st, _ := ParseStrategy("single", 64)
-		_, err := Compile(Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: opt, Devices: devs(1, 0)})
-		require.ErrorContains(t, err, "update of fc", opt.Name())
-		require.NotContains(t, err.Error(), "compiler bug", opt.Name())
+		_, err := Compile(Config{Model: "mlp", Batch: 64, Strategy: st, Optimizer: tt.opt, Devices: devs(1, 0)})
+		require.ErrorContains(t, err, tt.want, tt.opt.Name())
+		require.NotContains(t, err.Error(), "compiler bug", tt.opt.Name())
 	}
 }
 
@@ -677,6 +680,8 @@ func TestDecodeRejectsBadLabels(t *testing.T) {
 		{"init kind", "initializer kind 7, scale", func(p *Plan) { p.Registers[w].Init.Kind = 7 }},
 		{"negative scale", "scale -1: want", func(p *Plan) { p.Registers[w].Init.Scale = -1 }},
 		{"stream's device", "on device cpu0, but runs on cpu1 (its stream's)", func(p *Plan) { p.Streams[compute].Device = 1 }},
+		{"flops", "work of 1e+300 FLOPs and", func(p *Plan) { p.Tasks[0].FLOPs = 1e300 }},
+		{"bytes", "FLOPs and -1 bytes: want", func(p *Plan) { p.Tasks[0].Bytes = -1 }},
 	})
 	// The last virtual stage is a task's to have.
 	require.Equal(t, 3, slices.MaxFunc(good.Tasks, func(a, b Task) int { return a.Stage - b.Stage }).Stage)

@@ -28,7 +28,7 @@ func benchPlan(b *testing.B, strategy string, nodes int) (*plans.Plan, *topology
 		b.Fatal(err)
 	}
 	p, err := plans.Compile(plans.Config{Model: "gpt:layers=8,hidden=512,heads=8,seq=256,vocab=1024", Batch: 64, Strategy: st,
-		Optimizer: graph.Adam{LR: 1e-4}, Cluster: c.Name, Devices: devs, DType: graph.BF16, SharedTP: true, SharedDP: true})
+		Optimizer: graph.Adam{LR: 1e-4, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}, Cluster: c.Name, Devices: devs, DType: graph.BF16, SharedTP: true, SharedDP: true})
 	if err != nil {
 		b.Fatal(err)
 	}
