@@ -185,6 +185,11 @@ func ReadCalibration(name string, r io.Reader) (*Calibration, error) {
 	return &c, nil
 }
 
+// maxContention bounds Contention and OpContention: a kernel ten times as
+// slow beside each busy neighbour is far beyond any measured (0.1 to 1),
+// and larger values price steps of hours.
+const maxContention = 10
+
 func (c *Calibration) check() error {
 	if c.Version != CalibrationVersion {
 		return fmt.Errorf("version: got %d, this flowkit reads version %d", c.Version, CalibrationVersion)
@@ -202,13 +207,19 @@ func (c *Calibration) check() error {
 		if dc == nil {
 			return fmt.Errorf("devices[%q]: null", typ)
 		}
-		if dc.Contention < 0 || math.IsNaN(dc.Contention) || math.IsInf(dc.Contention, 0) {
-			return fmt.Errorf("devices[%q].contention: must be a non-negative number, got %g", typ, dc.Contention)
+		if c := dc.Contention; !(c >= 0 && c <= maxContention) {
+			return fmt.Errorf("devices[%q].contention: must be a number in [0, %g] (the slowdown per busy neighbour), got %g", typ, float64(maxContention), c)
 		}
 		for _, kind := range sortedKeys(dc.OpContention) {
-			if k := dc.OpContention[kind]; kind == "" || k < 0 || math.IsNaN(k) || math.IsInf(k, 0) {
-				return fmt.Errorf("devices[%q].op_contention[%q]: must be a non-negative number for an op kind, got %g", typ, kind, k)
+			if k := dc.OpContention[kind]; kind == "" || !(k >= 0 && k <= maxContention) {
+				return fmt.Errorf("devices[%q].op_contention[%q]: must be a number in [0, %g] for an op kind, got %g", typ, kind, float64(maxContention), k)
 			}
+		}
+		if n, err := strconv.Atoi(cores); hasCores && err == nil && dc.Cores != 0 && dc.Cores != n {
+			return fmt.Errorf("devices[%q].cores: %d, where the key says %d", typ, dc.Cores, n)
+		}
+		if dc.Cores < 0 {
+			return fmt.Errorf("devices[%q].cores: must not be negative, got %d", typ, dc.Cores)
 		}
 		if dc.Dispatch < 0 {
 			return fmt.Errorf("devices[%q].dispatch_ns: must not be negative, got %d", typ, dc.Dispatch)

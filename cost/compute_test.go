@@ -204,8 +204,10 @@ func TestCalibrationLoaderErrors(t *testing.T) {
 		{"unknown field", strings.Replace(good, `"launch_ns"`, `"lunch_ns"`, 1), `calib.json:1:55: unknown field "lunch_ns"`},
 		{"type", strings.Replace(good, `100`, `"fast"`, 1), "calib.json:1:68: launch_ns: a JSON string where an integer is wanted"},
 		{"dispatch", strings.Replace(good, `"ops"`, `"dispatch_ns": -3, "ops"`, 1), `devices["cpu"].dispatch_ns: must not be negative, got -3`},
-		{"op contention", strings.Replace(good, `"ops"`, `"op_contention": {"max_pool2d": -0.2}, "ops"`, 1), `devices["cpu"].op_contention["max_pool2d"]: must be a non-negative number for an op kind, got -0.2`},
-		{"op contention kind", strings.Replace(good, `"ops"`, `"op_contention": {"": 0.2}, "ops"`, 1), `devices["cpu"].op_contention[""]: must be a non-negative number for an op kind, got 0.2`},
+		{"op contention", strings.Replace(good, `"ops"`, `"op_contention": {"max_pool2d": -0.2}, "ops"`, 1), `devices["cpu"].op_contention["max_pool2d"]: must be a number in [0, 10] for an op kind, got -0.2`},
+		{"op contention kind", strings.Replace(good, `"ops"`, `"op_contention": {"": 0.2}, "ops"`, 1), `devices["cpu"].op_contention[""]: must be a number in [0, 10] for an op kind, got 0.2`},
+		{"contention", strings.Replace(good, `"ops"`, `"contention": 1e6, "ops"`, 1), `devices["cpu"].contention: must be a number in [0, 10] (the slowdown per busy neighbour), got 1e+06`},
+		{"cores", strings.Replace(strings.Replace(good, `"cpu"`, `"cpu/1"`, 1), `"ops"`, `"cores": 2, "ops"`, 1), `devices["cpu/1"].cores: 2, where the key says 1`},
 		{"probe", strings.Replace(good, `"ops"`, `"probe": {"gemm_ns": 0, "stream_ns": 5}, "ops"`, 1), `devices["cpu"].probe: times must be positive, got gemm_ns 0, stream_ns 5`},
 		{"probe spread", strings.Replace(good, `"ops"`, `"probe": {"gemm_ns": 4, "stream_ns": 5, "spread": -1}, "ops"`, 1), `devices["cpu"].probe.spread: must be a non-negative number, got -1`},
 	}
