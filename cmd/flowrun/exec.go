@@ -114,12 +114,7 @@ at once, by category, and the largest registers then. See 'flowsim simulate
 
 // checkDevice checks a plan against --device.
 func checkDevice(p *plans.Plan, device string) error {
-	gpus := 0
-	for _, d := range p.Devices {
-		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.GPU {
-			gpus++
-		}
-	}
+	gpus := gpuCount(p)
 	switch device {
 	case "":
 	case "cpu":
@@ -135,6 +130,20 @@ func checkDevice(p *plans.Plan, device string) error {
 	}
 	return nil
 }
+
+// gpuCount is the number of p's GPU devices.
+func gpuCount(p *plans.Plan) int {
+	gpus := 0
+	for _, d := range p.Devices {
+		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.GPU {
+			gpus++
+		}
+	}
+	return gpus
+}
+
+// hasGPU says whether p places work on a GPU.
+func hasGPU(p *plans.Plan) bool { return gpuCount(p) > 0 }
 
 func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	if err := cliargs.Output("--trace", f.tracePath); err != nil { // before the runs
@@ -165,6 +174,9 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	}
 	if err := checkDevice(p, f.device); err != nil {
 		return err
+	}
+	if !hasGPU(p) && (f.eager || cmd.Flags().Changed("gemm")) {
+		return fmt.Errorf("--eager and --gemm are for plans with GPU devices; %s has none", path)
 	}
 	var (
 		model  *cost.ComputeModel

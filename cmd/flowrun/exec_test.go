@@ -103,6 +103,7 @@ func TestExecBadInput(t *testing.T) {
 	cpuCalib := filepath.Join(t.TempDir(), "calib.json")
 	require.NoError(t, cal.WriteFile(cpuCalib))
 	gpus := savePlan(t, p)
+	cpus := writeCPUPlan(t, "mlp", "single", 8, 1)
 	for _, tt := range []struct {
 		args []string
 		want string
@@ -119,6 +120,8 @@ func TestExecBadInput(t *testing.T) {
 		{[]string{bad, "--cluster", "dgx-a100"}, "--cluster dgx-a100 prices the simulator's prediction, which only --compare makes"},
 		{[]string{gpus, "--compare", "--cluster", "p3.8xlarge"}, "--cluster p3.8xlarge: sim: cluster p3.8xlarge has no device dgx/gpu0"},
 		{[]string{gpus, "--compare", "--cluster", "atlantis"}, `--cluster: topology: unknown cluster "atlantis"`},
+		{[]string{cpus, "--eager"}, "--eager and --gemm are for plans with GPU devices; " + cpus + " has none"},
+		{[]string{cpus, "--gemm", "fused"}, "--eager and --gemm are for plans with GPU devices"},
 		{[]string{gpus, "--compare", "--calib", cpuCalib}, "--calib " + cpuCalib + ": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)"},
 	} {
 		cmd := newExecCmd()

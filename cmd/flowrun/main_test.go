@@ -63,6 +63,10 @@ func TestTrainBadInput(t *testing.T) {
 		{[]string{"--data", trunc}, "truncated"},
 		{[]string{"--device", "cuda", "--gemm", "fastest"}, `--gemm: unknown GEMM policy "fastest" (want one of tuned, fused, unfused)`},
 		{[]string{"--device", "tpu"}, `--device "tpu": want cpu or cuda`},
+		// Flags the rest of the line leaves without effect are refused.
+		{[]string{"--cluster", "dgx-a100"}, "--cluster dgx-a100 places the devices of a --strategy plan: give --strategy"},
+		{[]string{"--gemm", "fused"}, "--gemm is for --device cuda"},
+		{[]string{"--model", "mlp", "--eval-windows", "5"}, "--eval-windows and --ext are for language models; mlp trains on MNIST"},
 		{[]string{"--procs", "2"}, "a multi-process run trains through a plan: give --strategy"},
 		{[]string{"--save-every", "2"}, "--save-every 2: give --save FILE"},
 		{[]string{"--save-every", "-1", "--save", "x"}, "--save-every must be ≥ 0"},
@@ -143,6 +147,8 @@ func TestSampleCmd(t *testing.T) {
 	require.ErrorContains(t, err, "--bytes must be ≥ 0")
 	_, err = sample(lm, "--bytes", "99999999999", "--json")
 	require.ErrorContains(t, err, "--bytes 99999999999 with --json: at most 16777216")
+	_, err = sample(lm, "--temperature", "0", "--top-k", "5")
+	require.ErrorContains(t, err, "--top-k 5 draws among the likeliest bytes, --temperature 0 always takes the likeliest")
 	_, err = sample(lm, "--workers", "-1")
 	require.ErrorContains(t, err, "--workers must be ≥ 0, got -1")
 	cmd := newEvalCmd()

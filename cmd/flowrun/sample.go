@@ -64,6 +64,9 @@ func runSample(ctx context.Context, path string, f sampleFlags) error {
 	if f.workers < 0 {
 		return fmt.Errorf("--workers must be ≥ 0, got %d", f.workers)
 	}
+	if f.temperature == 0 && f.topK > 1 {
+		return fmt.Errorf("--top-k %d draws among the likeliest bytes, --temperature 0 always takes the likeliest: give a temperature above 0, or drop --top-k", f.topK)
+	}
 	c, err := runtime.ReadCheckpoint(path)
 	if err != nil {
 		return err

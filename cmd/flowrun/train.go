@@ -54,6 +54,7 @@ type trainFlags struct {
 	saveEvery   int    // and every so many steps
 	saved       *int   // the steps of the last checkpoint written (0: none)
 	resume      string // checkpoint to start from
+	textFlags   bool   // --eval-windows or --ext given
 	// checkpoint is --resume's, read by PreRunE.
 	checkpoint *runtime.Checkpoint
 }
@@ -159,6 +160,16 @@ checkpoint's).`,
 		if f.optimizer == "adamw" && !cmd.Flags().Changed("weight-decay") {
 			f.weightDecay = 0.01 // PyTorch's AdamW's
 		}
+		// Flags that the rest of the command line leaves without effect are
+		// refused, not ignored.
+		changed := cmd.Flags().Changed
+		switch {
+		case f.device == "cpu" && f.strategy == "" && changed("cluster"):
+			return fmt.Errorf("--cluster %s places the devices of a --strategy plan: give --strategy (e.g. single), or drop --cluster", f.cluster)
+		case f.device == "cpu" && changed("gemm"):
+			return fmt.Errorf("--gemm is for --device cuda")
+		}
+		f.textFlags = changed("eval-windows") || changed("ext") // checked against the model, which --resume may set
 		switch f.device {
 		case "cpu":
 		case "cuda", "gpu":
@@ -260,6 +271,9 @@ func (f trainFlags) validate() error {
 			return fmt.Errorf("--eval-windows must be ≥ 1, got %d", f.evalWins)
 		}
 		return nil
+	}
+	if f.textFlags {
+		return fmt.Errorf("--eval-windows and --ext are for language models; %s trains on MNIST", f.model)
 	}
 	if s, _ := zoo.InputShape(f.model); !s.Equal(graph.Shape{1, 28, 28}) {
 		return fmt.Errorf("model %s takes inputs of shape %v, not MNIST's images; flowrun train feeds classifiers MNIST only, and language models of vocab=%d text (models: %s; gpt, llama, bert); 'flowrun exec' runs any model's plan on synthetic inputs", f.model, s, runtime.TextVocab, strings.Join(mnistModels(), ", "))
