@@ -223,7 +223,9 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"sweep", "--model", "nowhere/config.json"}, "nowhere/config.json"},
 		{[]string{"sweep", "--model", "mlp", "--buckets", "1MiB,lots"}, `--buckets "lots": want gradient bucket sizes, as 1MiB,25MiB`},
 		{[]string{"sweep", "--model", "mlp", "--buckets", "0"}, `--buckets "0": want gradient bucket sizes`},
-		{[]string{"simulate"}, `"plan" not set`},
+		{[]string{"simulate"}, "give a plan file (from 'flowsim plan -o'): flowsim simulate PLAN"},
+		{[]string{"simulate", "a.json", "--plan", "b.json"}, "give the plan once: a.json or --plan b.json"},
+		{[]string{"simulate", filepath.Join(t.TempDir(), "none.json")}, "no such file"}, // the plan as an argument, as flowrun exec takes it
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json")}, "no such file"},
 		{[]string{"simulate", "--plan", filepath.Join(t.TempDir(), "none.json"), "--top", "-1"}, "--top must be ≥ 0 (0: all), got -1"},
 		// Outputs that cannot be written fail before the work, not after.

@@ -26,7 +26,7 @@ type simFlags struct {
 func newSimulateCmd() *cobra.Command {
 	var f simFlags
 	cmd := &cobra.Command{
-		Use:   "simulate",
+		Use:   "simulate [PLAN]",
 		Short: "Simulate a plan file with the cost model and print its step time",
 		Long: `Simulate a plan with the discrete-event simulator: every firing starts as soon
 as its dependency edges allow and lasts what the cost model says (from
@@ -61,16 +61,25 @@ that write; persistent registers always. The arena is never smaller than the
 live peak: it holds every execution the plan's edges allow, not only the
 simulated one, and what does not pack tightly.`,
 		Example: `  flowsim simulate --plan plan.json --calib calib.json --trace sim.json`,
-		Args:    cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error {
+		Args:    cobra.MaximumNArgs(1),
+		RunE: func(cmd *cobra.Command, args []string) error {
 			if !cmd.Flags().Changed("memory") {
 				f.memory = f.breakdown
+			}
+			// The plan as flowrun exec takes it, or by --plan.
+			switch {
+			case len(args) == 1 && f.plan != "":
+				return fmt.Errorf("give the plan once: %s or --plan %s", args[0], f.plan)
+			case len(args) == 1:
+				f.plan = args[0]
+			case f.plan == "":
+				return fmt.Errorf("give a plan file (from 'flowsim plan -o'): flowsim simulate PLAN")
 			}
 			return runSimulate(cmd.OutOrStdout(), f)
 		},
 	}
 	fl := cmd.Flags()
-	fl.StringVar(&f.plan, "plan", "", "plan file (from 'flowsim plan'; required)")
+	fl.StringVar(&f.plan, "plan", "", "plan file (from 'flowsim plan'), as the argument PLAN")
 	fl.StringVar(&f.calib, "calib", "", "calibration file")
 	fl.StringVar(&f.cluster, "cluster", "", "cluster whose routes price communication between accelerators, holding the plan's devices by name (default: the plan's, if it is a preset)")
 	fl.IntVar(&f.iters, "iters", 10, "iterations to simulate")
@@ -80,7 +89,6 @@ simulated one, and what does not pack tightly.`,
 	fl.BoolVar(&f.breakdown, "breakdown", true, "print where the step goes per device and the critical path (in JSON: breakdown and critical_path)")
 	fl.BoolVar(&f.memory, "memory", false, "print what fills each device's memory at its live peak (default: as --breakdown; in JSON: memory)")
 	fl.IntVar(&f.top, "top", 3, "streams, ops and tasks of the critical path, and registers at the fullest device's memory peak, shown (0: all)")
-	_ = cmd.MarkFlagRequired("plan")
 	return cmd
 }
 
