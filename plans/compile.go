@@ -91,6 +91,12 @@ func newCompiler(cfg Config) (*compiler, error) {
 	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
 		return nil, err
 	}
+	if st.Recompute == RecomputeSelective && !slices.ContainsFunc(m.Graph.Nodes, func(n *graph.Node) bool {
+		_, ok := n.Op.(graph.Attention)
+		return ok
+	}) {
+		return nil, fmt.Errorf("%w: recompute=selective recomputes attention, which %s has none of (recompute=full recomputes every layer)", ErrInfeasible, cfg.Model)
+	}
 	stagesName := fmt.Sprintf("pp=%d", st.PP)
 	if st.VirtualStages() > 1 {
 		stagesName = fmt.Sprintf("pp=%d × vpp=%d (%d stages)", st.PP, st.VirtualStages(), st.ModelStages())
