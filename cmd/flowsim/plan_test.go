@@ -223,6 +223,7 @@ func TestPlanBadInput(t *testing.T) {
 		{[]string{"sweep", "--model", "nowhere/config.json"}, "nowhere/config.json"},
 		{[]string{"sweep", "--model", "mlp", "--buckets", "1MiB,lots"}, `--buckets "lots": want gradient bucket sizes, as 1MiB,25MiB`},
 		{[]string{"sweep", "--model", "mlp", "--buckets", "0"}, `--buckets "0": want gradient bucket sizes`},
+		{[]string{"sweep", "--model", "mlp", "--buckets", "25MiB,26214400B"}, `--buckets "25MiB,26214400B": 25.00 MiB is given twice`},
 		{[]string{"simulate"}, "give a plan file (from 'flowsim plan -o'): flowsim simulate PLAN"},
 		{[]string{"simulate", "a.json", "--plan", "b.json"}, "give the plan once: a.json or --plan b.json"},
 		{[]string{"simulate", filepath.Join(t.TempDir(), "none.json")}, "no such file"}, // the plan as an argument, as flowrun exec takes it

@@ -9,6 +9,7 @@ import (
 	"os"
 	"reflect"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -221,6 +222,9 @@ func runSweep(w io.Writer, f sweepFlags) error {
 		b, err := topology.ParseSize(strings.TrimSpace(s))
 		if err != nil || b < 1 {
 			return fmt.Errorf("--buckets %q: want gradient bucket sizes, as 1MiB,25MiB", s)
+		}
+		if slices.Contains(buckets, b) {
+			return fmt.Errorf("--buckets %q: %v is given twice", strings.Join(f.buckets, ","), b)
 		}
 		buckets, bucketBytes = append(buckets, b), append(bucketBytes, strconv.FormatInt(int64(b), 10))
 	}
