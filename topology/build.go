@@ -135,6 +135,9 @@ func (d *yamlDecoder) build(fs *fileSpec, scale int) (*Cluster, error) {
 	}
 	b.finishLinks()
 	if err := b.checkConnected(); err != nil {
+		if fs.fabric == nil && len(c.Nodes) > 1 {
+			return nil, fmt.Errorf("%w; the cluster has %d nodes and no fabric to join them (fabric: {kind: ib-hdr, ports: nic})", err, len(c.Nodes))
+		}
 		return nil, err
 	}
 	c.buildIndexes()

@@ -204,6 +204,8 @@ func TestBadClusterFiles(t *testing.T) {
 			`topology: bad.yaml:9: nodes[0].links[0].to: unknown endpoint "sw9" in node "n"`},
 		{"disconnected device", goodCluster + "      - {from: gpu0, to: gpu1, kind: nvlink3}\n" + "  - name: m\n    devices:\n      - {name: gpu, type: T4}\n", ErrDisconnected,
 			`topology: bad.yaml:13: nodes[1].devices[0].name: device "m/gpu" is connected to nothing`},
+		{"nodes without a fabric", strings.Replace(goodCluster, "  - name: n\n", "  - name: n\n    count: 2\n", 1), ErrDisconnected,
+			`topology: bad.yaml:6: nodes[0].devices[0].name: device "n1/gpu0" has no route to "n0/gpu0" (devices do not forward traffic: join them through a switch); the cluster has 2 nodes and no fabric to join them (fabric: {kind: ib-hdr, ports: nic})`},
 		{"memory without a unit", strings.Replace(goodCluster, "type: A100-SXM4-80GB}", "type: A100-SXM4-80GB, memory: 80}", 1), ErrBadQuantity,
 			`topology: bad.yaml:5: nodes[0].devices[0].memory: size "80": give a unit, as 80MiB or 80GiB (B for bytes)`},
 		{"memory auto on a GPU", strings.Replace(goodCluster, "type: A100-SXM4-80GB}", "type: A100-SXM4-80GB, memory: auto}", 1), ErrInvalid,
