@@ -62,8 +62,7 @@ func TestTrainProcsInterrupt(t *testing.T) {
 // of the steps it names. It returns its stderr and that step.
 func interruptTrain(t *testing.T, ckpt string, interrupt func(*exec.Cmd) error, args ...string) (out string, step int) {
 	t.Helper()
-	cmd := exec.Command(os.Args[0], append([]string{"train", "--save", ckpt}, args...)...)
-	cmd.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1")
+	cmd := asFlowrun(append([]string{"train", "--save", ckpt}, args...)...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
@@ -78,11 +77,8 @@ func interruptTrain(t *testing.T, ckpt string, interrupt func(*exec.Cmd) error, 
 		}
 	}
 	_, _ = io.Copy(io.Discard, io.TeeReader(stderr, &said))
-	err = cmd.Wait()
 	out = said.String()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "stderr:\n%s", out)
-	require.Equal(t, 1, exit.ExitCode(), out)
+	requireExit1(t, cmd.Wait(), out)
 	m := regexp.MustCompile(`training stopped after (\d+) of 18740 steps\n` + regexp.QuoteMeta(ckpt) + ` holds the weights after step (\d+): go on with --resume ` + regexp.QuoteMeta(ckpt)).FindStringSubmatch(out)
 	require.NotNil(t, m, out)
 	require.Equal(t, m[1], m[2])
@@ -102,8 +98,7 @@ func TestSampleInterrupt(t *testing.T) {
 	require.NoError(t, err)
 	lm := filepath.Join(t.TempDir(), "lm.safetensors")
 	require.NoError(t, runtime.WriteCheckpoint(lm, runtime.Checkpoint{Model: model, Optimizer: "sgd", Seed: 7, Weights: w}))
-	cmd := exec.Command(os.Args[0], "sample", lm, "--prompt", "x", "--bytes", "99999999999", "--workers", "1")
-	cmd.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1")
+	cmd := asFlowrun("sample", lm, "--prompt", "x", "--bytes", "99999999999", "--workers", "1")
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	stdout, err := cmd.StdoutPipe()
@@ -115,10 +110,7 @@ func TestSampleInterrupt(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
 	rest, err := io.ReadAll(stdout)
 	require.NoError(t, err)
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "stderr:\n%s", stderr.String())
-	require.Equal(t, 1, exit.ExitCode(), stderr.String())
+	requireExit1(t, cmd.Wait(), stderr.String())
 	m := regexp.MustCompile(`flowrun: interrupted after (\d+) of 99999999999 bytes\n$`).FindStringSubmatch(stderr.String())
 	require.NotNil(t, m, stderr.String())
 	text := append(first, rest...)
@@ -130,8 +122,7 @@ func TestSampleInterrupt(t *testing.T) {
 // and exits 1 saying so (it printed only "context canceled").
 func TestExecInterrupt(t *testing.T) {
 	plan := writeCPUPlan(t, "mlp", "single", 8, 1)
-	cmd := exec.Command(os.Args[0], "exec", plan, "--iters", "3", "--warmup", "1", "--runs", "100000")
-	cmd.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1")
+	cmd := asFlowrun("exec", plan, "--iters", "3", "--warmup", "1", "--runs", "100000")
 	var stdout bytes.Buffer
 	cmd.Stdout = &stdout
 	stderr, err := cmd.StderrPipe()
@@ -146,13 +137,27 @@ func TestExecInterrupt(t *testing.T) {
 		}
 	}
 	_, _ = io.Copy(io.Discard, io.TeeReader(stderr, &said))
-	err = cmd.Wait()
-	var exit *exec.ExitError
-	require.ErrorAs(t, err, &exit, "stderr:\n%s", said.String())
-	require.Equal(t, 1, exit.ExitCode(), said.String())
+	requireExit1(t, cmd.Wait(), said.String())
 	m := regexp.MustCompile(`flowrun: interrupted after (\d+) of 100000 runs: their median reported`).FindStringSubmatch(said.String())
 	require.NotNil(t, m, said.String())
 	require.Regexp(t, `^mlp single batch 8 on 1 device\(s\): step [0-9.]+ ms \(median of `+m[1]+`\)`, stdout.String())
+}
+
+// asFlowrun is a command running this test binary as flowrun with args.
+func asFlowrun(args ...string) *exec.Cmd {
+	cmd := exec.Command(os.Args[0], args...)
+	cmd.Env = append(os.Environ(), "FLOWRUN_TEST_AS_MAIN=1")
+	return cmd
+}
+
+// requireExit1 checks that a flowrun process ended (err, from Wait) with
+// status 1, as a command stopped by an interrupt does; out is what it
+// said.
+func requireExit1(t *testing.T, err error, out string) {
+	t.Helper()
+	var exit *exec.ExitError
+	require.ErrorAs(t, err, &exit, "stderr:\n%s", out)
+	require.Equal(t, 1, exit.ExitCode(), out)
 }
 
 // scanCRLF splits at newlines and at the carriage returns a progress bar

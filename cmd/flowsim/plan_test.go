@@ -296,10 +296,7 @@ func TestSimulateCalibrationOfOtherDevices(t *testing.T) {
 	path := filepath.Join(dir, "plan.json")
 	_, err := run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "8", "-o", path)
 	require.NoError(t, err)
-	cal := cost.NewCalibration()
-	cal.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
-	calib := filepath.Join(dir, "calib.json")
-	require.NoError(t, cal.WriteFile(calib))
+	calib := writeEmptyCalib(t, dir, "cpu/2")
 	_, err = run(t, "simulate", "--plan", path, "--calib", calib)
 	require.ErrorContains(t, err, "--calib "+calib+": sim: the calibration holds none of the plan's devices (A100-SXM4-40GB; it holds cpu/2)")
 	// The searches too: sweep, and plan's mb=auto.
@@ -309,21 +306,25 @@ func TestSimulateCalibrationOfOtherDevices(t *testing.T) {
 	require.ErrorContains(t, err, "--calib "+calib+" holds none of cluster dgx-a100's device types")
 	// A calibration of the cluster's device type but not of the devices a
 	// search compiles for (a CPU of 1 core, not 2) prices nothing either.
-	one := cost.NewCalibration()
-	one.Devices["cpu/1"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
-	cpu1 := filepath.Join(dir, "cpu1.json")
-	require.NoError(t, one.WriteFile(cpu1))
+	cpu1 := writeEmptyCalib(t, dir, "cpu/1")
 	_, err = run(t, "sweep", "--model", "mlp", "--cluster", "local", "--devices", "1", "--batch", "8", "--calib", cpu1)
 	require.ErrorContains(t, err, "--calib "+cpu1+": sim: the calibration holds none of the sweep's devices (cpu/2; it holds cpu/1): it would price nothing")
-	two := cost.NewCalibration()
-	two.Devices["cpu/2"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
-	cpu2 := filepath.Join(dir, "cpu2.json")
-	require.NoError(t, two.WriteFile(cpu2))
-	_, err = run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "dp=2,mbs=2,mb=auto", "--batch", "8", "--calib", cpu2)
-	require.ErrorContains(t, err, "--calib "+cpu2+": sim: the calibration holds none of the search's devices (cpu/1; it holds cpu/2)")
+	_, err = run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "dp=2,mbs=2,mb=auto", "--batch", "8", "--calib", calib)
+	require.ErrorContains(t, err, "--calib "+calib+": sim: the calibration holds none of the search's devices (cpu/1; it holds cpu/2)")
 	// A plan that searches nothing has nothing for --calib to price.
 	_, err = run(t, "plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "8", "--calib", calib)
 	require.ErrorContains(t, err, "--calib "+calib+" prices the candidates of mb=auto or layers=auto, which strategy dp=2 does not search")
+}
+
+// writeEmptyCalib writes into dir a calibration of the device key
+// ("cpu/2") that fits no kernel, and returns its path.
+func writeEmptyCalib(t *testing.T, dir, key string) string {
+	t.Helper()
+	cal := cost.NewCalibration()
+	cal.Devices[key] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{}}
+	path := filepath.Join(dir, strings.ReplaceAll(key, "/", "-")+".json")
+	require.NoError(t, cal.WriteFile(path))
+	return path
 }
 
 // The full-size workloads compile; bf16 halves the memory planned.
