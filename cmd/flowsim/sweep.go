@@ -17,7 +17,6 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/flowkit/flowkit/cost"
-	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/internal/cliargs"
 	"github.com/flowkit/flowkit/internal/jsonerr"
@@ -283,14 +282,11 @@ func differ(devs []plans.Device) bool {
 // selective where it has attention (elsewhere it recomputes nothing), and
 // full.
 func recomputeModes(model string) ([]plans.Recompute, error) {
-	m, err := zoo.Build(model, zoo.Config{Batch: 1})
-	if err != nil {
+	if err := zoo.Check(model); err != nil {
 		return nil, err
 	}
-	for _, n := range m.Graph.Nodes {
-		if _, ok := n.Op.(graph.Attention); ok {
-			return []plans.Recompute{plans.RecomputeSelective, plans.RecomputeFull}, nil
-		}
+	if zoo.HasAttention(model) {
+		return []plans.Recompute{plans.RecomputeSelective, plans.RecomputeFull}, nil
 	}
 	return []plans.Recompute{plans.RecomputeFull}, nil
 }

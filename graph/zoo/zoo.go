@@ -815,6 +815,19 @@ func IsMaskedLanguageModel(name string) bool {
 	return err == nil && b.masked
 }
 
+// HasAttention reports whether the named model has attention ops: what
+// selective recomputation recomputes. It builds the model at batch 1.
+func HasAttention(name string) bool {
+	m, err := Build(name, Config{Batch: 1})
+	if err != nil {
+		return false
+	}
+	return slices.ContainsFunc(m.Graph.Nodes, func(n *graph.Node) bool {
+		_, ok := n.Op.(graph.Attention)
+		return ok
+	})
+}
+
 // HasSP reports whether the named model has a sequence-parallel layout.
 func HasSP(name string) bool {
 	b, _, err := lookup(name)
