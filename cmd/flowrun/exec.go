@@ -246,7 +246,10 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	var interrupted error // the runs stopped by an interrupt, reported as far as they got
 	for i := range f.runs {
 		res, err := run(cmd.Context(), f.iters, feed)
-		if err != nil && cmd.Context().Err() != nil && len(runs) > 0 {
+		if err != nil && cmd.Context().Err() != nil {
+			if len(runs) == 0 {
+				return fmt.Errorf("interrupted before the first of %d runs finished: nothing measured", f.runs)
+			}
 			interrupted = fmt.Errorf("interrupted after %d of %d runs: their median reported, without what needs another run", len(runs), f.runs)
 			break
 		}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"os"
@@ -199,4 +200,17 @@ func TestOversubscribedNote(t *testing.T) {
 	}}
 	require.Empty(t, oversubscribedNote(p, 4))
 	require.Equal(t, "flowrun: note: the plan's 2 CPU devices take 4 cores, this machine has 3: they share them, and each runs slower than the plan (and --compare's prediction) takes it to", oversubscribedNote(p, 3))
+}
+
+// Interrupted before any run finished, exec says so, not "context
+// canceled".
+func TestExecInterruptedAtOnce(t *testing.T) {
+	plan := writeCPUPlan(t, "mlp", "single", 8, 1)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	cmd := newExecCmd()
+	cmd.SetArgs([]string{plan, "--iters", "3", "--warmup", "1", "--runs", "3"})
+	cmd.SetOut(io.Discard)
+	cmd.SetErr(io.Discard)
+	require.EqualError(t, cmd.ExecuteContext(ctx), "interrupted before the first of 3 runs finished: nothing measured")
 }
