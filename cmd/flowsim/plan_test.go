@@ -7,6 +7,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"regexp"
 	goruntime "runtime"
 	"slices"
 	"strings"
@@ -83,6 +84,23 @@ func TestSimulatePlanCluster(t *testing.T) {
 			require.Contains(t, note, "give --cluster FILE to price them over its routes")
 		}
 	}
+}
+
+// A plan whose CPU devices take more cores than its cluster's host has
+// (edited, or compiled with --oversubscribe) is simulated with a note.
+func TestSimulateNotesOversubscribedCores(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "plan.json")
+	_, err := run(t, "plan", "--model", "mlp", "--cluster", "local", "--strategy", "dp=2", "--batch", "8", "--oversubscribe", "-o", path)
+	require.NoError(t, err)
+	data, err := os.ReadFile(path)
+	require.NoError(t, err)
+	edited := filepath.Join(t.TempDir(), "plan.json")
+	require.NoError(t, os.WriteFile(edited, regexp.MustCompile(`"workers": \d+`).ReplaceAll(data, []byte(`"workers": 5000`)), 0o644))
+	note := stderrOf(t, func() {
+		_, err = run(t, "simulate", edited, "--breakdown=false")
+		require.NoError(t, err)
+	})
+	require.Regexp(t, `flowsim: note: the plan's CPU devices on local take 10000 cores, cluster local's have \d+: each is priced with its cores`, note)
 }
 
 // simulate prints where the step goes after what it printed before, which

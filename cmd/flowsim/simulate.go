@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/spf13/cobra"
@@ -150,6 +152,9 @@ func runSimulate(w io.Writer, f simFlags) error {
 			return fmt.Errorf("the plan's cluster: %w (give --cluster FILE)", err)
 		}
 	}
+	if model.Comm != nil {
+		fmt.Fprint(os.Stderr, coresNote(p, model.Comm.Cluster()))
+	}
 	tr, err := sim.Simulate(p, model, f.iters)
 	if err != nil {
 		return err
@@ -259,4 +264,30 @@ func uncalibratedNote(path string, calib *cost.Calibration, p *plans.Plan, whose
 	}
 	return fmt.Sprintf("flowsim: note: --calib %s has no fit of some of %s kernels (%s): priced from the catalog's efficiencies\n",
 		path, whose, strings.Join(ops, "; ")), nil
+}
+
+// coresNote says, for each host of cluster c whose CPU cores p's CPU
+// devices there take more of than it has, that the simulation prices them
+// as if it had them (a plan compiled with --oversubscribe, or for a larger
+// machine of the same name).
+func coresNote(p *plans.Plan, c *topology.Cluster) string {
+	has := map[string]int{}
+	for _, d := range c.Devices {
+		if d.Spec.Class == topology.CPU {
+			has[c.Nodes[d.Node].Name] += d.Spec.Cores
+		}
+	}
+	take := map[string]int{}
+	for _, d := range p.Devices {
+		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.CPU {
+			take[d.Host] += d.Workers
+		}
+	}
+	var b strings.Builder
+	for _, host := range slices.Sorted(maps.Keys(take)) {
+		if n, ok := has[host]; ok && take[host] > n {
+			fmt.Fprintf(&b, "flowsim: note: the plan's CPU devices on %s take %d cores, cluster %s's have %d: each is priced with its cores, as if they were there\n", host, take[host], c.Name, n)
+		}
+	}
+	return b.String()
 }
