@@ -119,6 +119,9 @@ func TestParseStrategy(t *testing.T) {
 		{"dp=2,bucket=big", Strategy{}, "bucket=big: want a size"},
 		{"dp=2,bucket=25", Strategy{}, "bucket=25: want a size of gradients all-reduced at once, as 25MiB"}, // not 25 bytes
 		{"dp=2,bucket=1.5B", Strategy{}, "bucket=1.5B: want a size"},
+		{"sched=gpipe", Strategy{}, "sched orders a pipeline's or a replica's micro-batches: it needs pp ≥ 2 or mb ≥ 2"},
+		{"dp=2,sched=1f1b", Strategy{}, "it needs pp ≥ 2 or mb ≥ 2"},
+		{"dp=2,mb=2,sched=gpipe", Strategy{DP: 2, PP: 1, MB: 2, Sched: GPipe}, ""},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {

@@ -525,6 +525,8 @@ func ParseStrategy(str string, batch int) (Strategy, error) {
 		return s, keyErr("vpp", fmt.Errorf("plans: strategy %q: vpp interleaves the stages of a pipeline: it needs pp ≥ 2, sched=1f1b, stages cut evenly and the same micro-batches per replica", str))
 	case (s.Layers != nil || s.AutoLayers) && s.PP < 2:
 		return s, keyErr("layers", fmt.Errorf("plans: strategy %q: layers cuts a pipeline: it needs pp ≥ 2", str))
+	case seen["sched"] && s.PP < 2 && !seen["mb"] && !seen["mbs"]:
+		return s, keyErr("sched", fmt.Errorf("plans: strategy %q: sched orders a pipeline's or a replica's micro-batches: it needs pp ≥ 2 or mb ≥ 2", str))
 	case s.Layers != nil && len(s.Layers) != s.PP:
 		return s, keyErr("layers", fmt.Errorf("plans: strategy %q: layers gives %d counts for pp=%d stages", str, len(s.Layers), s.PP))
 	case s.Place != nil && len(s.Place) != s.PP:
