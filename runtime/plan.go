@@ -190,6 +190,9 @@ func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err
 		rk.derive(p, edges)
 		r.edges = rk.waits
 	}
+	if err := checkHostMemory(p, rk, r.widen); err != nil { // before anything is allocated
+		return nil, err
+	}
 	hasGPU := false
 	for _, d := range p.Devices {
 		spec, ok := topology.Lookup(d.Type)
@@ -216,9 +219,6 @@ func newPlanRunnerOn(p *plans.Plan, gpus []*GPU, rk *ranked) (r *PlanRunner, err
 				g.Close()
 			}
 		}()
-	}
-	if err := checkHostMemory(p, rk, widening(p)); err != nil {
-		return nil, err
 	}
 	for i, d := range p.Devices {
 		if isGPU(d) || !rk.local(i) {

@@ -202,7 +202,7 @@ func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, 
 	if err != nil {
 		return nil, err
 	}
-	if err := checkWindows(p.Model, test, evalWindows); err != nil { // before training, not after
+	if _, _, _, err := textWindows(p.Model, test, evalWindows); err != nil { // before training, not after
 		return nil, err
 	}
 	res, store, err := trainOn(ctx, x, p, loop, feed)
@@ -216,17 +216,17 @@ func TrainTextOn(ctx context.Context, x PlanExecutor, p *plans.Plan, loop Loop, 
 	return res, nil
 }
 
-// checkWindows says whether language model model can be evaluated on
-// windows windows of text.
-func checkWindows(model string, text *data.Text, windows int) error {
-	seq, _, err := checkText(model)
-	if err != nil {
-		return err
+// textWindows checks that language model model can be evaluated on
+// windows windows of text, and returns its window (seq), whether it is
+// masked, and the windows text has.
+func textWindows(model string, text *data.Text, windows int) (seq int, masked bool, all int, err error) {
+	if seq, masked, err = checkText(model); err != nil {
+		return 0, false, 0, err
 	}
-	if all := text.Windows(seq); windows < 1 || windows > all {
-		return fmt.Errorf("runtime: evaluating on %d windows of %d bytes, %s has %d", windows, seq, text.Name, all)
+	if all = text.Windows(seq); windows < 1 || windows > all {
+		return 0, false, 0, fmt.Errorf("runtime: evaluating on %d windows of %d bytes, %s has %d", windows, seq, text.Name, all)
 	}
-	return nil
+	return seq, masked, all, nil
 }
 
 // EvaluateText runs language model model's forward pass with the weights
@@ -237,14 +237,10 @@ func checkWindows(model string, text *data.Text, windows int) error {
 // every evaluation). batch ≤ 0 means 32. store must hold every weight of
 // the model, as for Evaluate.
 func EvaluateText(model string, store *Store, dev *CPU, text *data.Text, windows, batch int) (float64, error) {
-	if err := checkWindows(model, text, windows); err != nil {
-		return 0, err
-	}
-	seq, masked, err := checkText(model)
+	seq, masked, all, err := textWindows(model, text, windows)
 	if err != nil {
 		return 0, err
 	}
-	all := text.Windows(seq)
 	if batch <= 0 {
 		batch = 32
 	}
