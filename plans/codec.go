@@ -12,6 +12,7 @@ import (
 	"strings"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/graph/zoo"
 	"github.com/flowkit/flowkit/internal/jsonerr"
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
@@ -179,6 +180,11 @@ func (p *Plan) check() error {
 func (p *Plan) checkHeader() error {
 	if p.Version != Version {
 		return versionError(p.Version)
+	}
+	// The model names what reports print and what feeders build inputs
+	// for (a language model's text, a classifier's images).
+	if err := zoo.Check(p.Model); err != nil {
+		return fmt.Errorf("plans: model: %w", err)
 	}
 	if p.MB < 1 || p.MicroBatch < 1 || p.DP < 1 || p.PP < 1 || p.TP < 0 || max(p.DP, p.PP, p.TP) > maxCount ||
 		len(p.Devices) != p.DP*p.PP*p.TPDegree() {

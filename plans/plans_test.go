@@ -676,6 +676,7 @@ func TestDecodeRejectsBadLabels(t *testing.T) {
 	compute := slices.IndexFunc(good.Streams, func(s Stream) bool { return s.Device == 0 && s.Name == "compute" })
 	require.GreaterOrEqual(t, compute, 0)
 	requireDecodeRejectsAll(t, good, []rejection{
+		{"model", `plans: model: zoo: unknown model "resnet-9000"`, func(p *Plan) { p.Model = "resnet-9000" }},
 		{"same name", "plans: devices[0] and devices[1] are both named cpu0", func(p *Plan) { p.Devices[1].Name = "cpu0" }},
 		{"no name", "plans: devices[1] (cpu) has no name", func(p *Plan) { p.Devices[1].Name = "" }},
 		{"stage", "stage 99: want 0 to 3 (stages × virtual stages − 1)", func(p *Plan) { p.Tasks[0].Stage = 99 }},
