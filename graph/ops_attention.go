@@ -2,6 +2,7 @@ package graph
 
 import (
 	"fmt"
+	"slices"
 
 	"github.com/flowkit/flowkit/units"
 )
@@ -185,4 +186,13 @@ func (AttentionGrad) Cost(in, out []Spec) Cost {
 
 func (AttentionGrad) Signatures(in, out []Spec) []Signature {
 	return []Signature{sig(1, S(0), S(0), S(0), S(0)), sig(1, B, B, B, B)}
+}
+
+// HasAttention reports whether g has attention ops: what selective
+// recomputation recomputes.
+func (g *Graph) HasAttention() bool {
+	return slices.ContainsFunc(g.Nodes, func(n *Node) bool {
+		_, ok := n.Op.(Attention)
+		return ok
+	})
 }

@@ -78,55 +78,45 @@ func Decode(r io.Reader) (*Plan, error) {
 }
 
 // peekVersion reads the version of the plan in data, if the JSON object
-// has one among its first keys (Encode writes it first), without reading
-// the rest.
+// has one among its top-level keys (Encode writes it first).
 func peekVersion(data []byte) (int, bool) {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
+	raw, ok := topLevel(data, "version")
+	var v int
+	if !ok || json.Unmarshal(raw, &v) != nil {
 		return 0, false
 	}
-	for dec.More() {
-		key, err := dec.Token()
-		if err != nil {
-			return 0, false
-		}
-		if key == "version" {
-			var v int
-			if err := dec.Decode(&v); err != nil {
-				return 0, false
-			}
-			return v, true
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return 0, false
-		}
-	}
-	return 0, false
+	return v, true
 }
 
 // hasKey says whether the JSON object in data has key among its
 // top-level keys: a plan file of any version has "tasks", which a
 // calibration or a sweep shard, that have a version too, do not.
 func hasKey(data []byte, key string) bool {
+	_, ok := topLevel(data, key)
+	return ok
+}
+
+// topLevel returns the value of key among the top-level keys of the JSON
+// object in data, reading no further than it.
+func topLevel(data []byte, key string) (json.RawMessage, bool) {
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if t, err := dec.Token(); err != nil || t != json.Delim('{') {
-		return false
+		return nil, false
 	}
 	for dec.More() {
 		k, err := dec.Token()
 		if err != nil {
-			return false
+			return nil, false
+		}
+		var v json.RawMessage
+		if err := dec.Decode(&v); err != nil {
+			return nil, false
 		}
 		if k == key {
-			return true
-		}
-		var skip json.RawMessage
-		if err := dec.Decode(&skip); err != nil {
-			return false
+			return v, true
 		}
 	}
-	return false
+	return nil, false
 }
 
 // versionError refuses a plan file of version v.

@@ -91,10 +91,7 @@ func newCompiler(cfg Config) (*compiler, error) {
 	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
 		return nil, err
 	}
-	if st.Recompute == RecomputeSelective && !slices.ContainsFunc(m.Graph.Nodes, func(n *graph.Node) bool {
-		_, ok := n.Op.(graph.Attention)
-		return ok
-	}) {
+	if st.Recompute == RecomputeSelective && !m.Graph.HasAttention() {
 		return nil, fmt.Errorf("%w: recompute=selective recomputes attention, which %s has none of (recompute=full recomputes every layer)", ErrInfeasible, cfg.Model)
 	}
 	stagesName := fmt.Sprintf("pp=%d", st.PP)

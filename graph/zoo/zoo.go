@@ -822,10 +822,7 @@ func HasAttention(name string) bool {
 	if err != nil {
 		return false
 	}
-	return slices.ContainsFunc(m.Graph.Nodes, func(n *graph.Node) bool {
-		_, ok := n.Op.(graph.Attention)
-		return ok
-	})
+	return m.Graph.HasAttention()
 }
 
 // HasSP reports whether the named model has a sequence-parallel layout.
