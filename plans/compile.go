@@ -360,6 +360,9 @@ func (c *compiler) build() error {
 		c.layerOf, c.gatherLayer = map[int]int{}, map[int]int{}
 		fwd := forwardNodes(c.g)
 		starts := layerStarts(fwd)
+		if layers := len(starts) + 1; c.st.Prefetch >= layers {
+			return fmt.Errorf("%w: %s: prefetch=%d: the model has %d layers, so at most %d can be gathered ahead of the one running", ErrInfeasible, c.st, c.st.Prefetch, layers, layers-1)
+		}
 		for i, n := range fwd {
 			c.layerOf[n.ID], _ = slices.BinarySearch(starts, i+1)
 		}

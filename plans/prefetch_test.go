@@ -3,6 +3,7 @@ package plans
 import (
 	"bytes"
 	"slices"
+	"strconv"
 	"testing"
 
 	"github.com/flowkit/flowkit/topology"
@@ -165,4 +166,22 @@ func TestZeroPrefetchOnCPU(t *testing.T) {
 		}
 		require.Equal(t, prefetch != "", ahead, "prefetch %q", prefetch)
 	}
+}
+
+// Prefetch reaches at most the model's other layers: deeper would only
+// say "all of them", which the strategy should say plainly.
+func TestZeroPrefetchBeyondLayers(t *testing.T) {
+	const model = "gpt2s-blocks:layers=4,hidden=64,heads=4,seq=16"
+	layers, err := Layers(model)
+	require.NoError(t, err)
+	compileOnGPUs(t, model, "dp=2,zero=3,prefetch="+strconv.Itoa(layers-1), 8)
+	st, err := ParseStrategy("dp=2,zero=3,prefetch="+strconv.Itoa(layers), 8)
+	require.NoError(t, err)
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	d, err := DevicesFromCluster(c, st.Devices(), false)
+	require.NoError(t, err)
+	_, err = Compile(Config{Model: model, Batch: 8, Strategy: st, Optimizer: adam, Cluster: c.Name, Devices: d})
+	require.ErrorIs(t, err, ErrInfeasible)
+	require.ErrorContains(t, err, "prefetch="+strconv.Itoa(layers)+": the model has "+strconv.Itoa(layers)+" layers, so at most "+strconv.Itoa(layers-1))
 }

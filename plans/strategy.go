@@ -63,8 +63,9 @@ type Strategy struct {
 	// gathered): the gathers run on the device's communication stream
 	// ("gather"), beside the compute, and a layer's wait until the
 	// layer N+1 before it in the device's order has released its gathered
-	// weights, so that at most N+1 layers are whole at once. 0: each
-	// gather in line on the compute stream, just before its first reader.
+	// weights, so that at most N+1 layers are whole at once; the compiler
+	// refuses N beyond the model's layers less one. 0: each gather in
+	// line on the compute stream, just before its first reader.
 	Prefetch int
 	// Place, when set (one device type per pipeline stage; pp=1: one;
 	// written place=v100:a100, a run of stages as v100*2:a100*6), says
