@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,12 +85,22 @@ func wakes(k plans.TaskKind) int {
 // CheckCluster says whether m.Comm's cluster knows, by name, every device
 // of p that a transfer or collective it prices involves: where it does not,
 // the task is priced as an in-process copy instead, as if no cluster had
-// been given. The error names the first device missing and its task.
+// been given. The error names the first device missing and its task. A
+// cluster that holds none of p's devices, by name or as the one a CPU
+// device was split from ("local/cpu" of "local/cpu:1"), is refused too,
+// though p may communicate not at all: it is the wrong cluster.
 func (m CostModel) CheckCluster(p *plans.Plan) error {
 	if m.Comm == nil {
 		return nil
 	}
 	c := m.Comm.Cluster()
+	if !slices.ContainsFunc(p.Devices, func(d plans.Device) bool { return holds(c, d.Name) }) {
+		others := fmt.Sprintf(", nor any other of the plan's %d", len(p.Devices))
+		if len(p.Devices) == 1 {
+			others = ", the plan's one device"
+		}
+		return fmt.Errorf("sim: cluster %s has no device %s%s (compiled for %s): it is not the plan's cluster", c.Name, p.Devices[0].Name, others, p.Cluster)
+	}
 	for t := range p.Tasks {
 		task := &p.Tasks[t]
 		spec, err := deviceSpec(p, p.Streams[task.Streams[0]].Device)
@@ -355,4 +366,22 @@ func oneHost(p *plans.Plan, task *plans.Task) bool {
 		}
 	}
 	return true
+}
+
+// holds says whether cluster c has the device named name, or the CPU
+// device it was split from (plans.DevicesFromCluster names the parts
+// NAME:k).
+func holds(c *topology.Cluster, name string) bool {
+	if _, ok := c.DeviceByName(name); ok {
+		return true
+	}
+	i := strings.LastIndexByte(name, ':')
+	if i < 0 {
+		return false
+	}
+	if _, err := strconv.Atoi(name[i+1:]); err != nil {
+		return false
+	}
+	id, ok := c.DeviceByName(name[:i])
+	return ok && c.Devices[id].Spec.Cores > 0
 }

@@ -306,16 +306,23 @@ func TestCommOnGPUCluster(t *testing.T) {
 func TestCheckCluster(t *testing.T) {
 	gpus, _ := compileOnCluster(t, "dgx-a100", "dp=2", 64, 2)
 	cpus, _ := compileOnCluster(t, "local", "single", 64, 1)
+	split, _ := compileOnCluster(t, "local", "dp=2", 64, 2)
+	moved, _ := compileOnCluster(t, "dgx-a100", "dp=2", 64, 2)
+	moved.Devices[1].Name = "elsewhere/gpu1"
 	for _, tc := range []struct {
 		plan    *plans.Plan
 		cluster string
 		err     string // "" for none
 	}{
 		{gpus, "dgx-a100", ""},
-		{gpus, "dgx-a100x2", "sim: cluster dgx-a100x2 has no device dgx/gpu0, which task"},
+		{gpus, "dgx-a100x2", "sim: cluster dgx-a100x2 has no device dgx/gpu0, nor any other of the plan's 2 (compiled for dgx-a100)"},
+		{moved, "dgx-a100", "sim: cluster dgx-a100 has no device elsewhere/gpu1, which task"},
 		{gpus, "p3.8xlarge", "sim: cluster p3.8xlarge has no device dgx/gpu0"},
 		{gpus, "local", "has no device dgx/gpu0"},
-		{cpus, "dgx-a100", ""},
+		{cpus, "dgx-a100", "sim: cluster dgx-a100 has no device local/cpu, the plan's one device (compiled for local): it is not the plan's cluster"},
+		{cpus, "local", ""},
+		{split, "local", ""}, // local/cpu:0 and :1, parts of local/cpu
+		{split, "dgx-a100", "sim: cluster dgx-a100 has no device local/cpu:0, nor any other of the plan's 2 (compiled for local)"},
 	} {
 		c, err := topology.Resolve(tc.cluster)
 		require.NoError(t, err)

@@ -65,7 +65,7 @@ func TestSimulatePlanCluster(t *testing.T) {
 	for _, tc := range []struct{ cluster, note, err string }{
 		{"dgx-a100", "", ""},
 		{"my-lab", "flowsim: note: the plan's cluster my-lab is not a preset (topology: unknown cluster", ""},
-		{"dlperf-v100x32", "", "the plan's cluster: sim: cluster dlperf-v100x32 has no device dgx/gpu0, which task"},
+		{"dlperf-v100x32", "", "the plan's cluster: sim: cluster dlperf-v100x32 has no device dgx/gpu0, nor any other of the plan's 2"},
 	} {
 		renamed := filepath.Join(t.TempDir(), "plan.json")
 		require.NoError(t, os.WriteFile(renamed, bytes.Replace(data, []byte(`"cluster": "dgx-a100"`), []byte(`"cluster": "`+tc.cluster+`"`), 1), 0o644))
