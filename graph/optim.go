@@ -160,6 +160,22 @@ func updateSignatures(in []Spec) []Signature {
 	return elementwiseSignatures(len(in[0].Shape), len(in), 0, false)
 }
 
+// OptimizerOf returns the optimizer whose update op is op, and false for
+// an op that updates nothing: what a plan's label of its optimizer must
+// name (plans check it, so that a report or a checkpoint never names
+// another optimizer than the one that ran).
+func OptimizerOf(op Op) (Optimizer, bool) {
+	switch o := op.(type) {
+	case SGDUpdate:
+		return SGD{LR: o.LR, WeightDecay: o.WeightDecay, Schedule: o.Schedule}, true
+	case MomentumUpdate:
+		return SGD(o), true
+	case AdamUpdate:
+		return Adam(o), true
+	}
+	return nil, false
+}
+
 // SGDUpdate is w −= lr·(g + wd·w): (w, g), updating w. The update ops'
 // rate at a step is Schedule.Rate(LR, step).
 type SGDUpdate struct {

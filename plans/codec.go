@@ -190,6 +190,16 @@ func (p *Plan) checkHeader() error {
 	if p.Zero < 0 || p.Zero > 3 || (p.Zero > 0 && p.DP < 2) || p.VPP < 0 || p.VPP > maxCount {
 		return fmt.Errorf("plans: zero %d and virtual_stages %d: want zero 0, or 1 to 3 with replicas ≥ 2, and virtual_stages ≥ 0", p.Zero, p.VPP)
 	}
+	// The strategy is what reports print and checkpoints record: it must
+	// be the one whose counts the plan has.
+	st, err := ParseStrategy(p.Strategy, p.Batch)
+	if err != nil {
+		return fmt.Errorf("plans: strategy: %w", err)
+	}
+	if st.DP != p.DP || st.TPDegree() != p.TPDegree() || st.PP != p.PP || st.VirtualStages() != max(p.VPP, 1) || st.Zero != p.Zero {
+		return fmt.Errorf("plans: strategy %q is not the plan's: replicas %d, tensor_parallel %d, stages %d, virtual_stages %d, zero %d",
+			p.Strategy, p.DP, p.TPDegree(), p.PP, max(p.VPP, 1), p.Zero)
+	}
 	if p.Shares != nil {
 		if len(p.Shares) != p.DP || slices.Min(p.Shares) < 1 || slices.Max(p.Shares) > maxCount || slices.Max(p.Shares) != p.MB {
 			return fmt.Errorf("plans: replica_micro_batches %v: want one count in [1, %d] per replica (%d), the largest micro_batches (%d)",
@@ -339,8 +349,12 @@ func (p *Plan) checkRest() error {
 			if t.Op == nil {
 				return bad("tasks", i, "compute task %s has no op", t.Name)
 			}
-			if err := p.checkCompute(&t); err != nil {
+			op, err := p.checkCompute(&t)
+			if err != nil {
 				return bad("tasks", i, "%s: %v", t.Name, err)
+			}
+			if o, ok := graph.OptimizerOf(op); ok && o.Name() != p.Optimizer {
+				return bad("tasks", i, "%s: its update is %s's, not the plan's optimizer %s", t.Name, o.Name(), p.Optimizer)
 			}
 		}
 	}
@@ -589,24 +603,25 @@ func (p *Plan) checkSplit(t *Task) error {
 
 // checkCompute checks that compute task t's op takes the registers it
 // reads and makes those it writes (a kernel would otherwise run past a
-// buffer); an update writes the registers it reads, in place.
-func (p *Plan) checkCompute(t *Task) error {
+// buffer); an update writes the registers it reads, in place. It returns
+// the op.
+func (p *Plan) checkCompute(t *Task) (graph.Op, error) {
 	// A kernel runs on its home stream's device, on registers in that
 	// device's arena.
 	home := p.Streams[t.Streams[0]].Device
 	for _, u := range t.Reads {
 		if d := p.Registers[u.Reg].Device; d != home {
-			return fmt.Errorf("reads register %s on device %s, but runs on %s (its stream's)", p.Registers[u.Reg].Name, p.Devices[d].Name, p.Devices[home].Name)
+			return nil, fmt.Errorf("reads register %s on device %s, but runs on %s (its stream's)", p.Registers[u.Reg].Name, p.Devices[d].Name, p.Devices[home].Name)
 		}
 	}
 	for _, w := range t.Writes {
 		if d := p.Registers[w].Device; d != home {
-			return fmt.Errorf("writes register %s on device %s, but runs on %s (its stream's)", p.Registers[w].Name, p.Devices[d].Name, p.Devices[home].Name)
+			return nil, fmt.Errorf("writes register %s on device %s, but runs on %s (its stream's)", p.Registers[w].Name, p.Devices[d].Name, p.Devices[home].Name)
 		}
 	}
 	op, err := graph.DecodeOp(*t.Op)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	in := make([]graph.Spec, len(t.Reads))
 	for j, u := range t.Reads {
@@ -614,21 +629,21 @@ func (p *Plan) checkCompute(t *Task) error {
 	}
 	out, err := op.Infer(in)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if _, ok := op.(graph.Mutator); ok {
-		return nil
+		return op, nil
 	}
 	if len(out) != len(t.Writes) {
-		return fmt.Errorf("writes %d registers, its op makes %d", len(t.Writes), len(out))
+		return nil, fmt.Errorf("writes %d registers, its op makes %d", len(t.Writes), len(out))
 	}
 	for j, w := range t.Writes {
 		got := p.Registers[w].Spec
 		if got.DType != out[j].DType || !slices.Equal(got.Shape, out[j].Shape) {
-			return fmt.Errorf("writes %v into register %s, which holds %v", out[j], p.Registers[w].Name, got)
+			return nil, fmt.Errorf("writes %v into register %s, which holds %v", out[j], p.Registers[w].Name, got)
 		}
 	}
-	return nil
+	return op, nil
 }
 
 // checkInput checks that input task t, whose registers are in range, writes

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -589,6 +590,26 @@ func TestDecodeRejectsInconsistentInputs(t *testing.T) {
 	})
 }
 
+// A plan's labels, which reports print and checkpoints record, are the
+// strategy and optimizer it runs: a file whose strategy or optimizer
+// says otherwise is refused when read.
+func TestDecodeRejectsWrongLabels(t *testing.T) {
+	st, err := ParseStrategy("dp=2,pp=2,mb=2", 8)
+	require.NoError(t, err)
+	good, err := Compile(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1, Momentum: 0.9}, Devices: devs(4, 0)})
+	require.NoError(t, err)
+	requireDecodeRejectsAll(t, good, []rejection{
+		{"unparsable", `plans: strategy: plans: strategy "dp=banana"`, func(p *Plan) { p.Strategy = "dp=banana" }},
+		{"other degrees", `plans: strategy "dp=4,mb=2" is not the plan's: replicas 2, tensor_parallel 1, stages 2, virtual_stages 1, zero 0`, func(p *Plan) { p.Strategy = "dp=4,mb=2" }},
+		{"single", `plans: strategy "single" is not the plan's`, func(p *Plan) { p.Strategy = "single" }},
+		{"zero", `plans: strategy "dp=2,pp=2,zero=1,mb=2" is not the plan's`, func(p *Plan) { p.Strategy = "dp=2,pp=2,zero=1,mb=2" }},
+		{"optimizer", "its update is sgd(lr=0.1, momentum=0.9, weight_decay=0)'s, not the plan's optimizer adam(lr=0.1", func(p *Plan) {
+			p.Optimizer = graph.Adam{LR: 0.1, Beta1: 0.9, Beta2: 0.999, Eps: 1e-8}.Name()
+		}},
+		{"learning rate", "not the plan's optimizer sgd(lr=0.5, momentum=0.9", func(p *Plan) { p.Optimizer = graph.SGD{LR: 0.5, Momentum: 0.9}.Name() }},
+	})
+}
+
 // A plan whose registers do not fit its arenas, or whose arenas do not
 // fit its devices, is rejected when read: the runtime would slice past an
 // arena (a panic), or allocate what the device does not have.
@@ -1012,7 +1033,8 @@ func TestZeroSplitsOptimizerState(t *testing.T) {
 	master := slices.IndexFunc(zero.Registers, func(r Register) bool { return r.Master })
 	requireDecodeRejectsAll(t, zero, []rejection{
 		{"stage", "zero 4 and virtual_stages 0: want zero 0, or 1 to 3", func(p *Plan) { p.Zero = 4 }},
-		{"no zero", "is ZeRO's: the plan has zero=0", func(p *Plan) { p.Zero = 0 }},
+		{"no zero", "is ZeRO's: the plan has zero=0", func(p *Plan) { p.Zero, p.Strategy = 0, "dp=2" }},
+		{"no zero in the strategy", `strategy "dp=2" is not the plan's`, func(p *Plan) { p.Strategy = "dp=2" }},
 		{"members", "one read, write and stream per member of dp=2", func(p *Plan) { p.Tasks[gather].Reads = p.Tasks[gather].Reads[:1] }},
 		{"part", "is not part 1 of 2", func(p *Plan) { p.Registers[master].Init.Shard.Part = 1 }},
 	})
@@ -1106,7 +1128,10 @@ func TestZeroStages(t *testing.T) {
 			require.NoError(t, err, "a zero=%d plan reads back", stage)
 			part := slices.IndexFunc(p.Registers, func(r Register) bool { return r.Persistent && r.Init.Shard != nil })
 			requireDecodeRejectsAll(t, p, []rejection{
-				{"master", "under 3 a part is a weight's only copy", func(p *Plan) { p.Zero, p.Registers[part].Master = 3, true }},
+				{"master", "under 3 a part is a weight's only copy", func(p *Plan) {
+					p.Zero, p.Registers[part].Master = 3, true
+					p.Strategy = strings.Replace(p.Strategy, "zero="+strconv.Itoa(stage), "zero=3", 1)
+				}},
 			})
 			// Uneven shares change the firings: the file says them.
 			requireFileRejects(t, p, func(f *file) { f.Shares = []int{2, 1} }, "is not micro_batch × the replicas' micro-batches")
