@@ -85,7 +85,7 @@ the one table the whole sweep would print.`,
 	f.register(fl, "the strategies")
 	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
-	fl.IntVar(&f.maxTP, "max-tp", -1, "the largest tensor-parallel degree tried (-1: the devices of one machine, for models with a tensor-parallel layout; 1: none)")
+	fl.IntVar(&f.maxTP, "max-tp", -1, "tensor-parallel degrees tried: the powers of two up to this (-1: the devices of one machine, for models with a tensor-parallel layout; 1: none)")
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
 	fl.StringVar(&f.place, "place", "auto", "also try each pipeline with its stages placed on the cluster's device types (place=…): on, off, or auto (on when the cluster's devices differ)")
 	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models with attention (slower; may fit where it does not)")
