@@ -233,7 +233,7 @@ func (p *Plan) checkDevices() error {
 			return fmt.Errorf("plans: devices[%d] and devices[%d] are both named %s: a trace and a cluster tell devices by name", j, i, d.Name)
 		}
 		seen[d.Name] = i
-		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.CPU && (d.Workers < 1 || d.Workers > topology.MaxCores) {
+		if d.IsCPU() && (d.Workers < 1 || d.Workers > topology.MaxCores) {
 			return fmt.Errorf("plans: devices[%d]: CPU device %s (%s) has %d workers: want 1 to %d (its cores; a CPU device has at most %d)",
 				i, d.Name, d.Type, d.Workers, topology.MaxCores, topology.MaxCores)
 		}

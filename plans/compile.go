@@ -9,7 +9,6 @@ import (
 
 	"github.com/flowkit/flowkit/graph"
 	"github.com/flowkit/flowkit/graph/zoo"
-	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -305,7 +304,7 @@ func (c *compiler) stream(dev int, name string) int {
 // compute units, but the compute stream on a CPU, where a copy or a
 // reduction takes a core the kernels would otherwise use.
 func (c *compiler) commStream(dev int, name string) int {
-	if spec, ok := topology.Lookup(c.p.Devices[dev].Type); ok && spec.Class == topology.CPU {
+	if c.p.Devices[dev].IsCPU() {
 		return c.stream(dev, "compute")
 	}
 	return c.stream(dev, name)

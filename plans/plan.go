@@ -4,6 +4,7 @@ import (
 	"sync"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -197,6 +198,26 @@ type Device struct {
 	// Host names the machine whose memory system the device shares with
 	// the plan's other devices of that host ("" if unknown).
 	Host string `json:"host,omitempty"`
+}
+
+// IsCPU says whether d is of a CPU type of the catalog: a device whose
+// Workers are the cores it takes.
+func (d Device) IsCPU() bool {
+	spec, ok := topology.Lookup(d.Type)
+	return ok && spec.Class == topology.CPU
+}
+
+// CPUCores returns the cores p's CPU devices take, by host, and how many
+// CPU devices there are.
+func (p *Plan) CPUCores() (byHost map[string]int, devices int) {
+	byHost = map[string]int{}
+	for _, d := range p.Devices {
+		if d.IsCPU() {
+			byHost[d.Host] += d.Workers
+			devices++
+		}
+	}
+	return byHost, devices
 }
 
 // Stream is an in-order queue of work on one device.

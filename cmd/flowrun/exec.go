@@ -492,12 +492,10 @@ func planComm(p *plans.Plan, cluster string) (*cost.Comm, error) {
 // machine's cores, that they will contend: each device's worker
 // goroutines are its cores in the plan and in the cost model.
 func oversubscribedNote(p *plans.Plan, cores int) string {
-	var workers, devices int
-	for _, d := range p.Devices {
-		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.CPU {
-			workers += d.Workers
-			devices++
-		}
+	byHost, devices := p.CPUCores()
+	workers := 0
+	for _, n := range byHost {
+		workers += n
 	}
 	if workers <= cores {
 		return ""

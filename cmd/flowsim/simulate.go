@@ -277,12 +277,7 @@ func coresNote(p *plans.Plan, c *topology.Cluster) string {
 			has[c.Nodes[d.Node].Name] += d.Spec.Cores
 		}
 	}
-	take := map[string]int{}
-	for _, d := range p.Devices {
-		if spec, ok := topology.Lookup(d.Type); ok && spec.Class == topology.CPU {
-			take[d.Host] += d.Workers
-		}
-	}
+	take, _ := p.CPUCores()
 	var b strings.Builder
 	for _, host := range slices.Sorted(maps.Keys(take)) {
 		if n, ok := has[host]; ok && take[host] > n {
