@@ -112,6 +112,25 @@ func SpeedChecks(c *cost.Calibration, devs []plans.Device) ([]*SpeedCheck, error
 	return checks, nil
 }
 
+// Unprobed returns the calibration keys of devs' CPU devices that c
+// calibrates without a probe (files of before probes were taken): for
+// them no SpeedCheck can say whether the machine still runs at the
+// calibration's speed, or is the machine calibrated at all.
+func Unprobed(c *cost.Calibration, devs []plans.Device) ([]string, error) {
+	var keys []string
+	for _, d := range devs {
+		spec, err := topology.Spec(d.Type, d.Workers)
+		if err != nil {
+			return nil, err
+		}
+		if dc := c.For(spec); spec.Class == topology.CPU && dc != nil && dc.Probe == nil {
+			keys = append(keys, cost.CalibrationKey(spec))
+		}
+	}
+	slices.Sort(keys)
+	return slices.Compact(keys), nil
+}
+
 // Probe probes the device kind's speed once more: call it before the
 // runs, between them and after them.
 func (s *SpeedCheck) Probe() { s.probes = append(s.probes, ProbeCPU(s.workers)) }

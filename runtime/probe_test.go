@@ -41,4 +41,13 @@ func TestSpeedChecks(t *testing.T) {
 	none, err := SpeedChecks(nil, devs)
 	require.NoError(t, err)
 	require.Empty(t, none)
+
+	// The CPU kind calibrated without a probe is named, once, for a note:
+	// its speed goes unchecked.
+	unprobed, err := Unprobed(cal, append(devs, plans.Device{Name: "d", Type: "cpu", Workers: 2}))
+	require.NoError(t, err)
+	require.Equal(t, []string{"cpu/2"}, unprobed)
+	unprobed, err = Unprobed(nil, devs)
+	require.NoError(t, err)
+	require.Empty(t, unprobed)
 }

@@ -191,6 +191,13 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 		if speeds, err = runtime.SpeedChecks(calib, p.Devices); err != nil {
 			return err
 		}
+		unprobed, err := runtime.Unprobed(calib, p.Devices)
+		if err != nil {
+			return err
+		}
+		if len(unprobed) > 0 {
+			fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s calibrates %s without a probe of the machine's speed (a file of before probes were taken): whether this machine runs as fast as the one calibrated is not checked; `flowrun calibrate` here to check it\n", f.calib, strings.Join(unprobed, ", "))
+		}
 		if comm, err = planComm(p, f.cluster); err != nil {
 			return err
 		}
