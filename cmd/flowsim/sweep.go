@@ -34,6 +34,7 @@ type sweepFlags struct {
 	recompute           bool
 	buckets             []string
 	shard               string
+	plot                string
 }
 
 func newSweepCmd() *cobra.Command {
@@ -69,13 +70,17 @@ plan --help'). Every
 strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
 cost model (--calib, else the catalog's efficiencies); the table ranks them
-by step time, then peak memory, and -o writes the best plan.
+by step time, then peak memory, and -o writes the best plan. Under the
+table, the memory–time front: the strategies no other beats on both, each
+the fastest within its memory (in --json, "front", by index); --plot draws
+them all.
 
 --shard i/N sweeps every N-th strategy from the i-th (a job array's task i
 of N); run each with --json into a file and 'flowsim sweep merge' them into
 the one table the whole sweep would print.`,
 		Example: `  flowsim sweep --model mnist-cnn --cluster mixed-t4-cpu --batch 64 -o best.json
   flowsim sweep --model gpt2s-blocks:layers=4 --cluster dgx-a100 --batch 32 --devices 8 --top 5
+  flowsim sweep --model gpt3-1.3b --dtype bf16 --cluster dgx-a100-80gx2 --batch 64 --shared-tp --shared-dp --plot sweep.svg
   for i in 0 1 2 3; do flowsim sweep --model mnist-cnn --cluster dgx-a100 --shard $i/4 --json > s$i.json; done
   flowsim sweep merge s0.json s1.json s2.json s3.json -o best.json`,
 		Args: cobra.NoArgs,
@@ -94,6 +99,7 @@ the one table the whole sweep would print.`,
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
 	fl.BoolVar(&f.json, "json", false, "print every entry as one JSON object (the input of 'flowsim sweep merge')")
+	fl.StringVar(&f.plot, "plot", "", "draw every feasible strategy's peak memory against its step time, with the memory–time front, into this image (.svg, .png, .pdf …)")
 	cmd.AddCommand(newSweepMergeCmd())
 	return cmd
 }
@@ -104,6 +110,10 @@ type sweepFile struct {
 	sweepSettings
 	Shard   int          `json:"shard"`
 	Entries []sweepEntry `json:"entries"`
+	// Front is the enumeration indices of the entries on the memory–time
+	// front, fastest first (see sweepFront): of the shard's entries in a
+	// shard's file; a merge finds the whole sweep's.
+	Front []int `json:"front,omitempty"`
 }
 
 // sweepSettings are what the shards of one sweep share.
@@ -140,7 +150,7 @@ type sweepEntry struct {
 }
 
 func runSweep(w io.Writer, f sweepFlags) error {
-	if err := cliargs.Output("-o", f.out); err != nil { // before the sweep
+	if err := checkSweepOutputs(f.out, f.plot); err != nil { // before the sweep
 		return err
 	}
 	shard, shards, err := parseShard(f.shard)
@@ -252,7 +262,21 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}
-	return finishSweep(w, &file, calib, f.top, f.out, f.json)
+	return finishSweep(w, &file, calib, sweepOutputs{top: f.top, out: f.out, plot: f.plot, json: f.json})
+}
+
+// checkSweepOutputs checks a sweep's -o and --plot paths.
+func checkSweepOutputs(out, plot string) error {
+	if err := cliargs.Output("-o", out); err != nil {
+		return err
+	}
+	if plot == "" {
+		return nil
+	}
+	if err := checkPlotPath("--plot", plot); err != nil {
+		return err
+	}
+	return cliargs.Output("--plot", plot)
 }
 
 // onOffAuto reads a flag of on, off or auto; auto is def.
@@ -291,9 +315,18 @@ func recomputeModes(model string) ([]plans.Recompute, error) {
 	return []plans.Recompute{plans.RecomputeFull}, nil
 }
 
+// sweepOutputs are what a sweep, or a merge, prints and writes.
+type sweepOutputs struct {
+	top       int
+	out, plot string // the best plan, the image of the front
+	json      bool
+}
+
 // finishSweep prints a sweep's (or merged shards') ranked entries, as a
-// table or JSON, and writes the best plan.
-func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, top int, out string, asJSON bool) error {
+// table or JSON, with their memory–time front, writes the best plan and
+// draws the front.
+func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, o sweepOutputs) error {
+	top, out, asJSON := o.top, o.out, o.json
 	var best *plans.Plan
 	feasible := len(file.Entries) > 0 && file.Entries[0].Error == ""
 	if out != "" && !feasible {
@@ -320,12 +353,29 @@ func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, top int,
 		}
 		fmt.Fprint(os.Stderr, note)
 	}
+	// The ranking is printed before the image is drawn, which fails
+	// where nothing is feasible: the ranking says why.
+	front := sweepFront(dropFoundAgain(file.Entries, file.Batch))
 	if asJSON {
+		file.Front = frontIndices(front)
 		enc := json.NewEncoder(w)
 		enc.SetIndent("", "  ")
-		return enc.Encode(file)
+		if err := enc.Encode(file); err != nil {
+			return err
+		}
+		if o.plot != "" {
+			return plotSweep(o.plot, file, front)
+		}
+		return nil
 	}
 	printSweep(w, file, top)
+	printFront(w, front)
+	if o.plot != "" {
+		if err := plotSweep(o.plot, file, front); err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "wrote %s\n", o.plot)
+	}
 	if out != "" {
 		fmt.Fprintf(w, "wrote %s (%s)\n", out, best.Strategy)
 	}
@@ -369,8 +419,13 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 	if dropped > 0 {
 		fmt.Fprintf(w, "(not shown: %d found by mb=auto or layers=auto that repeat the plan of a strategy above them)\n", dropped)
 	}
+	shown := entries[:feasible-dropped]
+	if top > 0 && len(shown) > top {
+		shown = shown[:top]
+	}
+	width := nameWidth(shown)
 	if feasible > 0 {
-		fmt.Fprintf(w, "%5s  %-40s %10s %11s %12s\n", "rank", "strategy", "step ms", "samples/s", "peak memory")
+		fmt.Fprintf(w, "%5s  %-*s %10s %11s %12s\n", "rank", width, "strategy", "step ms", "samples/s", "peak memory")
 	}
 	for i, e := range entries[:feasible-dropped] {
 		if top > 0 && i == top {
@@ -381,7 +436,7 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 		if strings.Contains(e.Asked, "=auto") {
 			name += " (auto)"
 		}
-		fmt.Fprintf(w, "%5d  %-40s %10.3f %11.0f %12v\n", i+1, name, float64(e.StepNs)/1e6, e.Samples, units.Bytes(e.Peak))
+		fmt.Fprintf(w, "%5d  %-*s %10.3f %11.0f %12v\n", i+1, width, name, float64(e.StepNs)/1e6, e.Samples, units.Bytes(e.Peak))
 	}
 	if rejected := entries[feasible-dropped:]; len(rejected) > 0 {
 		fmt.Fprintf(w, "%d infeasible:\n", len(rejected))
@@ -447,9 +502,9 @@ func parseShard(s string) (shard, shards int, err error) {
 }
 
 type mergeFlags struct {
-	top  int
-	out  string
-	json bool
+	top       int
+	out, plot string
+	json      bool
 }
 
 func newSweepMergeCmd() *cobra.Command {
@@ -469,11 +524,12 @@ recompiles the best strategy's plan.`,
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
 	fl.BoolVar(&f.json, "json", false, "print the merged sweep as one JSON object")
+	fl.StringVar(&f.plot, "plot", "", "draw every feasible strategy's peak memory against its step time, with the memory–time front, into this image (.svg, .png, .pdf …)")
 	return cmd
 }
 
 func runMerge(w io.Writer, f mergeFlags, paths []string) error {
-	if err := cliargs.Output("-o", f.out); err != nil {
+	if err := checkSweepOutputs(f.out, f.plot); err != nil {
 		return err
 	}
 	if f.top < 0 {
@@ -532,7 +588,7 @@ func runMerge(w io.Writer, f mergeFlags, paths []string) error {
 	if merged.Calib != "" {
 		calib, _ = cost.LoadCalibration(merged.Calib)
 	}
-	return finishSweep(w, merged, calib, f.top, f.out, f.json)
+	return finishSweep(w, merged, calib, sweepOutputs{top: f.top, out: f.out, plot: f.plot, json: f.json})
 }
 
 func readSweep(path string) (*sweepFile, error) {
