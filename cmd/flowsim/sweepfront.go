@@ -146,7 +146,15 @@ func plotSweep(path string, file *sweepFile, front []sweepEntry) error {
 	lines := float64(len(front) + 2)
 	height := 5*vg.Inch + vg.Length(lines)*0.2*vg.Inch
 	share := min(0.8, lines*0.2*float64(vg.Inch)/float64(height-vg.Inch)) // of the data area, roughly
-	span := max(hi-lo, hi*0.05)
-	p.Y.Min, p.Y.Max = max(0, lo-span*0.05), hi+span*share/(1-share)
+	if hi > 4*lo {
+		// Times spread over more than a factor of four (a sweep's slowest
+		// pipelines): a log axis keeps the front, near the fastest, apart.
+		p.Y.Scale, p.Y.Tick.Marker = plot.LogScale{}, ticks125{}
+		p.Y.Min = lo / 1.05
+		p.Y.Max = hi * math.Pow(hi/p.Y.Min, share/(1-share))
+	} else {
+		span := max(hi-lo, hi*0.05)
+		p.Y.Min, p.Y.Max = max(0, lo-span*0.05), hi+span*share/(1-share)
+	}
 	return savePlot(p, 8*vg.Inch, height, path)
 }
