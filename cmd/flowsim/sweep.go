@@ -127,16 +127,21 @@ type sweepSettings struct {
 	Momentum      float64 `json:"momentum"`
 	Seed          uint64  `json:"seed"`
 	Oversubscribe bool    `json:"oversubscribe,omitempty"`
-	Calib         string  `json:"calib,omitempty"`
-	Devices       int     `json:"devices"`
-	MaxMB         int     `json:"max_mb"`
-	MaxTP         int     `json:"max_tp,omitempty"`
-	Uneven        bool    `json:"uneven"`
-	Place         bool    `json:"place,omitempty"`
-	Recompute     bool    `json:"recompute,omitempty"`
-	Buckets       string  `json:"buckets,omitempty"` // bytes, comma-separated
-	Strategies    int     `json:"strategies"`        // in the whole sweep, over all shards
-	Shards        int     `json:"shards"`
+	// SharedTP and SharedDP are the sweep's --shared-tp and --shared-dp:
+	// its plans list one rank of a group and one replica (plans.Config),
+	// and so does the best plan, recompiled.
+	SharedTP   bool   `json:"shared_tp,omitempty"`
+	SharedDP   bool   `json:"shared_dp,omitempty"`
+	Calib      string `json:"calib,omitempty"`
+	Devices    int    `json:"devices"`
+	MaxMB      int    `json:"max_mb"`
+	MaxTP      int    `json:"max_tp,omitempty"`
+	Uneven     bool   `json:"uneven"`
+	Place      bool   `json:"place,omitempty"`
+	Recompute  bool   `json:"recompute,omitempty"`
+	Buckets    string `json:"buckets,omitempty"` // bytes, comma-separated
+	Strategies int    `json:"strategies"`        // in the whole sweep, over all shards
+	Shards     int    `json:"shards"`
 }
 
 type sweepEntry struct {
@@ -258,7 +263,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	}
 	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
 		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
-		Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Buckets: strings.Join(bucketBytes, ","), Strategies: len(strategies), Shards: shards}}
+		SharedTP: f.sharedTP, SharedDP: f.sharedDP, Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Buckets: strings.Join(bucketBytes, ","), Strategies: len(strategies), Shards: shards}}
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}
@@ -477,7 +482,8 @@ func dropFoundAgain(entries []sweepEntry, batch int) []sweepEntry {
 // compile recompiles a strategy of the sweep the file records.
 func (file *sweepFile) compile(strategy string) (*plans.Plan, error) {
 	f := planFlags{model: file.Model, dtype: file.DType, cluster: file.Cluster, batch: file.Batch,
-		optimizer: file.Optimizer, lr: file.LR, momentum: file.Momentum, seed: file.Seed, oversubscribe: file.Oversubscribe}
+		optimizer: file.Optimizer, lr: file.LR, momentum: file.Momentum, seed: file.Seed, oversubscribe: file.Oversubscribe,
+		sharedTP: file.SharedTP, sharedDP: file.SharedDP}
 	st, err := plans.ParseStrategy(strategy, file.Batch)
 	if err != nil {
 		return nil, err

@@ -327,3 +327,29 @@ func stderrOf(t *testing.T, f func()) string {
 	require.NoError(t, w.Close())
 	return string(<-done)
 }
+
+// A sweep of shared plans (--shared-tp, --shared-dp) writes the best plan
+// shared, as it simulated it, and its shards are not those of the same
+// sweep unshared.
+func TestSweepShared(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"}
+	best := filepath.Join(dir, "best.json")
+	_, err := run(t, append(args, "--shared-tp", "--shared-dp", "-o", best)...)
+	require.NoError(t, err)
+	p, err := plans.ReadFile(best)
+	require.NoError(t, err)
+	require.Equal(t, p.DP > 1, p.SharedDP, p.Strategy)
+	require.Equal(t, p.TP > 1, p.SharedTP, p.Strategy)
+	require.True(t, p.SharedDP || p.SharedTP, "the best of this sweep has replicas or a tensor-parallel group: %s", p.Strategy)
+
+	var paths []string
+	for i, extra := range [][]string{{"--shared-dp"}, nil} {
+		out, err := run(t, append(append(args, extra...), "--json", "--shard", fmt.Sprintf("%d/2", i))...)
+		require.NoError(t, err)
+		paths = append(paths, filepath.Join(dir, fmt.Sprintf("s%d.json", i)))
+		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
+	}
+	_, err = run(t, "sweep", "merge", paths[0], paths[1])
+	require.ErrorContains(t, err, "shared_dp")
+}
