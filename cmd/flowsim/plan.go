@@ -23,11 +23,13 @@ import (
 	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/trace"
+	"github.com/flowkit/flowkit/units"
 )
 
 type planFlags struct {
 	model, cluster, strategy, optimizer, out string
 	dtype, calib, schedule                   string
+	maxMemory                                string // --max-memory, as given
 	batch                                    int
 	lr, momentum, weightDecay                float64
 	seed                                     uint64
@@ -178,7 +180,7 @@ func runPlan(w io.Writer, f planFlags) error {
 		found, err = search.Resolve(cfg, model, search.Options{Progress: bar.set})
 		bar.finish()
 		if err != nil {
-			return sharedHint(err, cfg)
+			return capHint(sharedHint(err, cfg), f.maxMemory)
 		}
 		p = found.Plan
 		if calib != nil {
@@ -189,7 +191,7 @@ func runPlan(w io.Writer, f planFlags) error {
 			fmt.Fprint(os.Stderr, note)
 		}
 	} else if p, err = plans.Compile(cfg); err != nil {
-		return sharedHint(err, cfg)
+		return capHint(sharedHint(err, cfg), f.maxMemory)
 	}
 	if f.out != "" {
 		if err := writePlan(f.out, p); err != nil {
@@ -227,6 +229,30 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	fl.BoolVar(&f.sharedTP, "shared-tp", false, "compile tensor-parallel rank 0 only, which every rank runs alike: a plan tp times smaller for the simulator (flowrun refuses it)")
 	fl.BoolVar(&f.sharedDP, "shared-dp", false, "compile data-parallel replica 0 only, which every replica runs alike (even micro-batches, same devices): a plan dp times smaller for the simulator (flowrun refuses it)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file pricing "+what+" (from 'flowrun calibrate'; default: the catalog's efficiencies)")
+	fl.StringVar(&f.maxMemory, "max-memory", "", "plan for at most this much memory on each device, as 70GiB (room for a framework's context and fragmentation; default: each device's own)")
+}
+
+// memoryCap is --max-memory in bytes: 0 if not given.
+func (f planFlags) memoryCap() (units.Bytes, error) {
+	if f.maxMemory == "" {
+		return 0, nil
+	}
+	b, err := topology.ParseSize(strings.TrimSpace(f.maxMemory))
+	if err != nil || b < 1 {
+		return 0, fmt.Errorf("--max-memory %q: want a size per device, as 70GiB", f.maxMemory)
+	}
+	return b, nil
+}
+
+// capMemory returns devs with their memory at most limit (0: as they are):
+// the compiler then refuses a plan that needs more, naming the limit.
+func capMemory(devs []plans.Device, limit units.Bytes) []plans.Device {
+	if limit > 0 {
+		for i := range devs {
+			devs[i].Memory = min(devs[i].Memory, limit)
+		}
+	}
+	return devs
 }
 
 // checkSearchCalib refuses a calibration (read from path) that holds none
@@ -273,6 +299,10 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 	if err != nil {
 		return plans.Config{}, nil, err
 	}
+	limit, err := f.memoryCap()
+	if err != nil {
+		return plans.Config{}, nil, err
+	}
 	devs, err := plans.DevicesFor(cluster, st, f.oversubscribe)
 	if errors.Is(err, plans.ErrFewerCores) {
 		err = fmt.Errorf("%w (--oversubscribe runs more devices than cores)", err)
@@ -280,6 +310,7 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 	if err != nil {
 		return plans.Config{}, nil, err
 	}
+	devs = capMemory(devs, limit)
 	return plans.Config{Model: f.model, Batch: f.batch, Strategy: st, Optimizer: opt,
 		Seed: f.seed, DType: dtype, Cluster: cluster.Name, Devices: devs, SharedTP: f.sharedTP, SharedDP: f.sharedDP}, cluster, nil
 }
@@ -456,6 +487,15 @@ func summarizePlan(w io.Writer, p *plans.Plan) {
 
 // sharedHint adds to a plan too large to compile the flags that would
 // make it smaller, where they apply and are not given.
+// capHint says, of an out-of-memory error under --max-memory, that the
+// capacity it names is the cap.
+func capHint(err error, maxMemory string) error {
+	if maxMemory == "" || !errors.Is(err, plans.ErrOutOfMemory) {
+		return err
+	}
+	return fmt.Errorf("%w (each device's memory capped by --max-memory %s)", err, maxMemory)
+}
+
 func sharedHint(err error, cfg plans.Config) error {
 	var fe *plans.FiringsError
 	if !errors.As(err, &fe) {

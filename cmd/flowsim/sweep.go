@@ -130,8 +130,11 @@ type sweepSettings struct {
 	// SharedTP and SharedDP are the sweep's --shared-tp and --shared-dp:
 	// its plans list one rank of a group and one replica (plans.Config),
 	// and so does the best plan, recompiled.
-	SharedTP   bool   `json:"shared_tp,omitempty"`
-	SharedDP   bool   `json:"shared_dp,omitempty"`
+	SharedTP bool `json:"shared_tp,omitempty"`
+	SharedDP bool `json:"shared_dp,omitempty"`
+	// MaxMemory is --max-memory as given ("" for none): every device's
+	// memory capped at it.
+	MaxMemory  string `json:"max_memory,omitempty"`
 	Calib      string `json:"calib,omitempty"`
 	Devices    int    `json:"devices"`
 	MaxMB      int    `json:"max_mb"`
@@ -185,18 +188,24 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if n == 0 {
 		n = len(cluster.Devices)
 	}
+	limit, err := f.memoryCap()
+	if err != nil {
+		return err
+	}
 	if cfg.Devices, err = plans.DevicesFromCluster(cluster, n, f.oversubscribe); err != nil {
 		if f.devices > 0 {
 			return fmt.Errorf("--devices %d: %w", f.devices, err)
 		}
 		return err
 	}
+	cfg.Devices = capMemory(cfg.Devices, limit)
 	// With placements, pipelines choose their devices among all of the
 	// cluster's (plans.DevicesFor), which come after the first n.
 	all, err := plans.DevicesFromCluster(cluster, max(n, len(cluster.Devices)), f.oversubscribe)
 	if err != nil {
 		return err
 	}
+	all = capMemory(all, limit)
 	place, err := onOffAuto("--place", f.place, differ(all))
 	if err != nil {
 		return err
@@ -263,7 +272,7 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	}
 	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
 		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
-		SharedTP: f.sharedTP, SharedDP: f.sharedDP, Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Buckets: strings.Join(bucketBytes, ","), Strategies: len(strategies), Shards: shards}}
+		SharedTP: f.sharedTP, SharedDP: f.sharedDP, MaxMemory: f.maxMemory, Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Buckets: strings.Join(bucketBytes, ","), Strategies: len(strategies), Shards: shards}}
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}
@@ -419,8 +428,12 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 	if file.Shards > 1 {
 		of = fmt.Sprintf(" (shard %d/%d of %d)", file.Shard, file.Shards, file.Strategies)
 	}
-	fmt.Fprintf(w, "sweep: %s (%s), batch %d, %d device(s) of %s: %d strategies simulated%s, %d feasible\n",
-		file.Model, file.DType, file.Batch, file.Devices, file.Cluster, len(file.Entries), of, feasible)
+	capped := ""
+	if file.MaxMemory != "" {
+		capped = " (their memory capped by --max-memory " + file.MaxMemory + ")"
+	}
+	fmt.Fprintf(w, "sweep: %s (%s), batch %d, %d device(s) of %s%s: %d strategies simulated%s, %d feasible\n",
+		file.Model, file.DType, file.Batch, file.Devices, file.Cluster, capped, len(file.Entries), of, feasible)
 	if dropped > 0 {
 		fmt.Fprintf(w, "(not shown: %d found by mb=auto or layers=auto that repeat the plan of a strategy above them)\n", dropped)
 	}
@@ -483,7 +496,7 @@ func dropFoundAgain(entries []sweepEntry, batch int) []sweepEntry {
 func (file *sweepFile) compile(strategy string) (*plans.Plan, error) {
 	f := planFlags{model: file.Model, dtype: file.DType, cluster: file.Cluster, batch: file.Batch,
 		optimizer: file.Optimizer, lr: file.LR, momentum: file.Momentum, seed: file.Seed, oversubscribe: file.Oversubscribe,
-		sharedTP: file.SharedTP, sharedDP: file.SharedDP}
+		sharedTP: file.SharedTP, sharedDP: file.SharedDP, maxMemory: file.MaxMemory}
 	st, err := plans.ParseStrategy(strategy, file.Batch)
 	if err != nil {
 		return nil, err

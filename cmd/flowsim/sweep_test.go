@@ -353,3 +353,69 @@ func TestSweepShared(t *testing.T) {
 	_, err = run(t, "sweep", "merge", paths[0], paths[1])
 	require.ErrorContains(t, err, "shared_dp")
 }
+
+// --max-memory caps every device's memory: plan refuses what needs more,
+// saying so; a sweep ranks only what fits, writes the best plan with its
+// devices capped, and records the cap, so that shards under another cap
+// do not merge.
+func TestMaxMemory(t *testing.T) {
+	dir := t.TempDir()
+	planArgs := []string{"plan", "--model", "mlp", "--cluster", "dgx-a100", "--strategy", "dp=2", "--batch", "64"}
+	_, err := run(t, append(planArgs, "--max-memory", "1MiB")...)
+	require.ErrorContains(t, err, "out of memory")
+	require.ErrorContains(t, err, "has 1.00 MiB")
+	require.ErrorContains(t, err, "(each device's memory capped by --max-memory 1MiB)")
+	path := filepath.Join(dir, "plan.json")
+	_, err = run(t, append(planArgs, "--max-memory", "1GiB", "-o", path)...)
+	require.NoError(t, err)
+	p, err := plans.ReadFile(path)
+	require.NoError(t, err)
+	for _, d := range p.Devices {
+		require.EqualValues(t, 1<<30, d.Memory, d.Name)
+	}
+	for _, bad := range []string{"20", "-1GiB", "lots"} {
+		_, err = run(t, append(planArgs, "--max-memory", bad)...)
+		require.ErrorContains(t, err, "--max-memory \""+bad+"\": want a size per device, as 70GiB")
+	}
+
+	args := []string{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "4"}
+	out, err := run(t, append(args, "--json")...)
+	require.NoError(t, err)
+	var whole sweepFile
+	require.NoError(t, json.Unmarshal([]byte(out), &whole))
+	front := sweepFront(whole.Entries)
+	require.GreaterOrEqual(t, len(front), 2)
+	limit := front[1].Peak // the second-fastest strategy of the front fits; the fastest does not
+	best := filepath.Join(dir, "best.json")
+	out, err = run(t, append(args, "--json", "--max-memory", fmt.Sprintf("%dB", limit), "-o", best)...)
+	require.NoError(t, err)
+	var capped sweepFile
+	require.NoError(t, json.Unmarshal([]byte(out), &capped))
+	require.Equal(t, fmt.Sprintf("%dB", limit), capped.MaxMemory)
+	require.Equal(t, front[1].Index, capped.Entries[0].Index, "the fastest that fits ranks first")
+	for _, e := range capped.Entries {
+		if e.Error == "" {
+			require.LessOrEqual(t, e.Peak, limit, e.Strategy)
+		}
+	}
+	require.Contains(t, capped.Entries[len(capped.Entries)-1].Error, "out of memory")
+	p, err = plans.ReadFile(best)
+	require.NoError(t, err)
+	require.Equal(t, front[1].Strategy, p.Strategy)
+	for _, d := range p.Devices {
+		require.EqualValues(t, limit, d.Memory, d.Name)
+	}
+	text, err := run(t, append(args, "--max-memory", fmt.Sprintf("%dB", limit))...)
+	require.NoError(t, err)
+	require.Contains(t, text, fmt.Sprintf("(their memory capped by --max-memory %dB)", limit))
+
+	var paths []string
+	for i, cap := range []string{"1GiB", "2GiB"} {
+		out, err := run(t, append(args, "--json", "--max-memory", cap, "--shard", fmt.Sprintf("%d/2", i))...)
+		require.NoError(t, err)
+		paths = append(paths, filepath.Join(dir, fmt.Sprintf("s%d.json", i)))
+		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
+	}
+	_, err = run(t, "sweep", "merge", paths[0], paths[1])
+	require.ErrorContains(t, err, "max_memory")
+}
