@@ -148,7 +148,7 @@ checkpoint's).`,
 	fl.IntVar(&f.maxSteps, "max-steps", 0, "stop after this many steps (0: train the full epochs; a language model: 300)")
 	fl.BoolVar(&f.json, "json", false, "print the result as one JSON object on stdout")
 	fl.StringVar(&f.strategy, "strategy", "", "train through a compiled plan with this strategy (e.g. single, dp=2, pp=2,mb=4, or a strategy file, *.yaml: see 'flowsim plan --help'), executed by the plan runtime")
-	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file of CPU devices")
+	fl.StringVar(&f.cluster, "cluster", "local", "cluster of the --strategy plan: a preset or YAML file (with --device cuda, h200-host by default: the GPU beside the host's cores)")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16 (the CPU computes both in f32)")
 	fl.StringVar(&f.device, "device", "cpu", "cpu, or cuda: train through a plan on the GPU (see above)")
 	f.procs.register(fl, 1)

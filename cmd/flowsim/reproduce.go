@@ -48,8 +48,9 @@ reason, and the command then exits non-zero; --rows and --columns choose
 the cells.
 
 Each cell is compiled with one rank of every tensor-parallel group standing
-for all (see 'flowsim plan --shared-tp'): the ranks run alike, so the plan
-is tp times smaller and simulates to the same step.
+for all, and one replica for even replicas (see 'flowsim plan --shared-tp'
+and '--shared-dp'): the ranks run alike, so the plan is tp·dp times smaller
+and simulates to the same step.
 
 Experiments (folders under experiments/, built in): ` + strings.Join(experiments.Names(), ", ") + `;
 or a YAML file of one's own in their format (experiments/*/experiment.yaml).`,
