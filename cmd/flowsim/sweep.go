@@ -607,7 +607,7 @@ func runMerge(w io.Writer, f mergeFlags, paths []string) error {
 	if merged.Calib != "" {
 		calib, _ = cost.LoadCalibration(merged.Calib)
 	}
-	return finishSweep(w, merged, calib, sweepOutputs{top: f.top, out: f.out, plot: f.plot, json: f.json})
+	return finishSweep(w, merged, calib, sweepOutputs(f))
 }
 
 func readSweep(path string) (*sweepFile, error) {
