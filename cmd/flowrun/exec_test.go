@@ -136,10 +136,22 @@ func TestExecBadInput(t *testing.T) {
 // captureStdout returns what f prints on os.Stdout.
 func captureStdout(t *testing.T, f func()) []byte {
 	t.Helper()
+	return capture(t, &os.Stdout, f)
+}
+
+// captureStderr returns what f prints on os.Stderr.
+func captureStderr(t *testing.T, f func()) []byte {
+	t.Helper()
+	return capture(t, &os.Stderr, f)
+}
+
+// capture returns what f writes to *file, which it stands in for.
+func capture(t *testing.T, file **os.File, f func()) []byte {
+	t.Helper()
 	r, w, err := os.Pipe()
 	require.NoError(t, err)
-	old := os.Stdout
-	os.Stdout = w
+	old := *file
+	*file = w
 	done := make(chan []byte)
 	go func() {
 		var b bytes.Buffer
@@ -147,7 +159,7 @@ func captureStdout(t *testing.T, f func()) []byte {
 		done <- b.Bytes()
 	}()
 	f()
-	os.Stdout = old
+	*file = old
 	require.NoError(t, w.Close())
 	return <-done
 }

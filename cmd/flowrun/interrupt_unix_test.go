@@ -5,6 +5,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -212,4 +213,5 @@ func TestTrainLaunchedWorkerInterrupt(t *testing.T) {
 		t.Fatal("the worker goes on after rank 0 ended the run")
 	}
 	require.Contains(t, said.String(), "terminated: asking rank 0 to stop the run on every rank")
+	require.Contains(t, said.String(), fmt.Sprintf("flowrun: rank 1 of 2: joining the coordinator at 127.0.0.1:%d (for up to ", port), "a launcher's rank says where it waits")
 }

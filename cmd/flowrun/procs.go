@@ -497,7 +497,7 @@ func (pr *procGroup) startWorkers(o remote.Options, token string) error {
 	}
 	host, port, _ := net.SplitHostPort(o.Master)
 	for k := 1; k < o.World; k++ {
-		c := exec.Command(exe, "worker")
+		c := exec.Command(exe, "worker", "--"+procsFlag)
 		c.Env = append(os.Environ(), "RANK="+strconv.Itoa(k), "WORLD_SIZE="+strconv.Itoa(o.World),
 			"MASTER_ADDR="+host, "MASTER_PORT="+port, "FLOWRUN_TOKEN="+token)
 		w := &prefixWriter{prefix: fmt.Sprintf("[rank %d] ", k), w: os.Stderr}

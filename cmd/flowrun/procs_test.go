@@ -112,9 +112,11 @@ func TestExecLanguageModelTensorParallel(t *testing.T) {
 	one, err := execJSON(t, path, "--iters", "3", "--warmup", "1", "--compare")
 	require.NoError(t, err)
 	require.Greater(t, one.Pred, 0.0)
-	two, err := execJSON(t, path, "--iters", "3", "--warmup", "1", "--procs", "2")
+	var two execResult
+	said := captureStderr(t, func() { two, err = execJSON(t, path, "--iters", "3", "--warmup", "1", "--procs", "2") })
 	require.NoError(t, err)
 	require.InDeltaSlice(t, one.Loss, two.Loss, 1e-9)
+	require.NotContains(t, string(said), "joining the coordinator", "--procs says where its workers are: they do not")
 	for _, l := range one.Loss {
 		require.InDelta(t, math.Log(64), l, 1, "next-token loss near log(vocab) at the start")
 	}

@@ -19,6 +19,7 @@ import (
 
 func newWorkerCmd() *cobra.Command {
 	var listen, tokenFile string
+	var spawned bool // started by --procs, which says where the ranks are
 	cmd := &cobra.Command{
 		Use:   "worker",
 		Short: "Serve as one rank of a multi-process run that 'flowrun exec' coordinates",
@@ -48,14 +49,19 @@ worker at once.`,
   RANK=0 flowrun exec plan.json --compare
   RANK=1 flowrun worker --listen 10.0.0.2:0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd.Context(), listen, tokenFile) },
+		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd.Context(), listen, tokenFile, spawned) },
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address this worker serves its peers on (port 0: any free port)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the run's shared secret (default: $FLOWRUN_TOKEN)")
+	cmd.Flags().BoolVar(&spawned, procsFlag, false, "started by --procs: no word of joining")
+	_ = cmd.Flags().MarkHidden(procsFlag)
 	return cmd
 }
 
-func runWorker(ctx context.Context, listen, tokenFile string) error {
+// procsFlag is the hidden flag of the workers --procs starts.
+const procsFlag = "spawned-by-procs"
+
+func runWorker(ctx context.Context, listen, tokenFile string, spawned bool) error {
 	o, err := remote.FromEnv()
 	if err != nil {
 		return err
@@ -67,7 +73,9 @@ func runWorker(ctx context.Context, listen, tokenFile string) error {
 		return err
 	}
 	o.Listen = listen
-	fmt.Fprintf(os.Stderr, "flowrun: rank %d of %d: joining the coordinator at %s (for up to %v)\n", o.Rank, o.World, o.Master, cmp.Or(o.JoinTimeout, remote.DefaultJoinTimeout))
+	if !spawned { // a launcher's rank: say where it waits, and how long
+		fmt.Fprintf(os.Stderr, "flowrun: rank %d of %d: joining the coordinator at %s (for up to %v)\n", o.Rank, o.World, o.Master, cmp.Or(o.JoinTimeout, remote.DefaultJoinTimeout))
+	}
 	g, err := remote.Join(ctx, o) // an interrupt meanwhile cancels ctx: there is no run to stop yet
 	if err != nil {
 		return err
