@@ -152,6 +152,9 @@ func runPlan(w io.Writer, f planFlags) error {
 	if f.model, err = zoo.Resolve(f.model); err != nil { // a config.json: the plan names the zoo model it maps to
 		return err
 	}
+	if strings.TrimSpace(f.strategy) == "" { // an unset variable in a script, more likely than a wish for single
+		return errors.New("--strategy is empty: give single, a strategy such as dp=2,pp=2, or a strategy file")
+	}
 	st, err := plans.LoadStrategy(f.strategy, f.batch)
 	if err != nil {
 		if _, merr := zoo.InputShape(f.model); merr != nil { // an unknown model or bad size options, said first

@@ -226,6 +226,7 @@ func TestPlanBadInput(t *testing.T) {
 	}{
 		{[]string{"plan", "--model", "gpt-9"}, `unknown model "gpt-9"`},
 		{[]string{"plan", "--strategy", "tp=2"}, "mnist-cnn has no tensor-parallel layout"},
+		{[]string{"plan", "--strategy", " "}, "--strategy is empty: give single, a strategy such as dp=2,pp=2, or a strategy file"},
 		{[]string{"plan", "--strategy", "dp=2,zero=4"}, "zero=4: want 0, 1, 2 or 3"},
 		{[]string{"plan", "--strategy", "dp=3"}, "infeasible"},
 		{[]string{"plan", "--cluster", "atlantis"}, "unknown cluster"},
