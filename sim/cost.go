@@ -379,7 +379,7 @@ func holds(c *topology.Cluster, name string) bool {
 	if i < 0 {
 		return false
 	}
-	if _, err := strconv.Atoi(name[i+1:]); err != nil {
+	if _, err := strconv.ParseUint(name[i+1:], 10, 31); err != nil {
 		return false
 	}
 	id, ok := c.DeviceByName(name[:i])

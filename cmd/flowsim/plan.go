@@ -235,6 +235,16 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	fl.StringVar(&f.maxMemory, "max-memory", "", "plan for at most this much memory on each device, as 70GiB (room for a framework's context and fragmentation; default: each device's own)")
 }
 
+// effectiveWeightDecay is --weight-decay, or adamw's default where the
+// flag was not given on the command line (flags read from a sweep's file,
+// with no flag set, are taken as they are).
+func (f planFlags) effectiveWeightDecay() float64 {
+	if f.optimizer == "adamw" && f.flags != nil && !f.flags.Changed("weight-decay") {
+		return adamWDecay
+	}
+	return f.weightDecay
+}
+
 // memoryCap is --max-memory in bytes: 0 if not given.
 func (f planFlags) memoryCap() (units.Bytes, error) {
 	if f.maxMemory == "" {
@@ -290,11 +300,7 @@ func (f planFlags) config(st plans.Strategy) (plans.Config, *topology.Cluster, e
 	if err != nil {
 		return plans.Config{}, nil, fmt.Errorf("--lr-schedule: %w", err)
 	}
-	wd := f.weightDecay
-	if f.optimizer == "adamw" && (f.flags == nil || !f.flags.Changed("weight-decay")) {
-		wd = adamWDecay
-	}
-	opt, err := graph.NewOptimizer(graph.OptimizerSpec{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: wd, Schedule: sched})
+	opt, err := graph.NewOptimizer(graph.OptimizerSpec{Name: f.optimizer, LR: f.lr, Momentum: f.momentum, WeightDecay: f.effectiveWeightDecay(), Schedule: sched})
 	if err != nil {
 		return plans.Config{}, nil, err
 	}
@@ -488,8 +494,6 @@ func summarizePlan(w io.Writer, p *plans.Plan) {
 	}
 }
 
-// sharedHint adds to a plan too large to compile the flags that would
-// make it smaller, where they apply and are not given.
 // capHint says, of an out-of-memory error under --max-memory, that the
 // capacity it names is the cap.
 func capHint(err error, maxMemory string) error {
@@ -499,6 +503,8 @@ func capHint(err error, maxMemory string) error {
 	return fmt.Errorf("%w (each device's memory capped by --max-memory %s)", err, maxMemory)
 }
 
+// sharedHint adds to a plan too large to compile the flags that would
+// make it smaller, where they apply and are not given.
 func sharedHint(err error, cfg plans.Config) error {
 	var fe *plans.FiringsError
 	if !errors.As(err, &fe) {

@@ -1,12 +1,14 @@
 package main
 
 import (
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"math"
 	"os"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -132,9 +134,13 @@ type sweepSettings struct {
 	// and so does the best plan, recompiled.
 	SharedTP bool `json:"shared_tp,omitempty"`
 	SharedDP bool `json:"shared_dp,omitempty"`
-	// MaxMemory is --max-memory as given ("" for none): every device's
+	// WeightDecay is the weight decay the plans were compiled with (adamw's
+	// default made explicit), Schedule the --lr-schedule ("" for constant).
+	WeightDecay float64 `json:"weight_decay,omitempty"`
+	Schedule    string  `json:"lr_schedule,omitempty"`
+	// MaxMemory is --max-memory in bytes (0 for none): every device's
 	// memory capped at it.
-	MaxMemory  string `json:"max_memory,omitempty"`
+	MaxMemory  int64  `json:"max_memory_bytes,omitempty"`
 	Calib      string `json:"calib,omitempty"`
 	Devices    int    `json:"devices"`
 	MaxMB      int    `json:"max_mb"`
@@ -272,7 +278,8 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	}
 	file := sweepFile{Shard: shard, sweepSettings: sweepSettings{Model: f.model, DType: f.dtype, Cluster: f.cluster,
 		Batch: f.batch, Optimizer: f.optimizer, LR: f.lr, Momentum: f.momentum, Seed: f.seed, Oversubscribe: f.oversubscribe,
-		SharedTP: f.sharedTP, SharedDP: f.sharedDP, MaxMemory: f.maxMemory, Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Buckets: strings.Join(bucketBytes, ","), Strategies: len(strategies), Shards: shards}}
+		SharedTP: f.sharedTP, SharedDP: f.sharedDP, WeightDecay: f.effectiveWeightDecay(), Schedule: scheduleSetting(f.schedule),
+		MaxMemory: int64(limit), Calib: f.calib, Devices: n, MaxMB: f.maxMB, MaxTP: maxTP, Uneven: uneven, Place: place, Recompute: f.recompute, Buckets: strings.Join(bucketBytes, ","), Strategies: len(strategies), Shards: shards}}
 	for _, e := range entries {
 		file.Entries = append(file.Entries, toSweepEntry(e, f.batch))
 	}
@@ -287,10 +294,21 @@ func checkSweepOutputs(out, plot string) error {
 	if plot == "" {
 		return nil
 	}
+	if out != "" && filepath.Clean(out) == filepath.Clean(plot) {
+		return fmt.Errorf("-o and --plot are both %s: the plan and the image want a file each", plot)
+	}
 	if err := checkPlotPath("--plot", plot); err != nil {
 		return err
 	}
 	return cliargs.Output("--plot", plot)
+}
+
+// scheduleSetting is a sweep's record of --lr-schedule: "" for constant.
+func scheduleSetting(s string) string {
+	if strings.TrimSpace(s) == "constant" {
+		return ""
+	}
+	return s
 }
 
 // onOffAuto reads a flag of on, off or auto; auto is def.
@@ -392,6 +410,9 @@ func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, o sweepO
 	}
 	if out != "" {
 		fmt.Fprintf(w, "wrote %s (%s)\n", out, best.Strategy)
+		if best.SharedTP || best.SharedDP {
+			fmt.Fprintf(os.Stderr, "flowsim: note: %s lists one rank of each tensor-parallel group or one replica for all (--shared-tp, --shared-dp), as the sweep simulated it: flowrun refuses it; 'flowsim plan --strategy %s' without those flags compiles the plan to run\n", out, best.Strategy)
+		}
 	}
 	return nil
 }
@@ -429,8 +450,8 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 		of = fmt.Sprintf(" (shard %d/%d of %d)", file.Shard, file.Shards, file.Strategies)
 	}
 	capped := ""
-	if file.MaxMemory != "" {
-		capped = " (their memory capped by --max-memory " + file.MaxMemory + ")"
+	if file.MaxMemory > 0 {
+		capped = fmt.Sprintf(" (their memory capped by --max-memory at %v)", units.Bytes(file.MaxMemory))
 	}
 	fmt.Fprintf(w, "sweep: %s (%s), batch %d, %d device(s) of %s%s: %d strategies simulated%s, %d feasible\n",
 		file.Model, file.DType, file.Batch, file.Devices, file.Cluster, capped, len(file.Entries), of, feasible)
@@ -496,7 +517,10 @@ func dropFoundAgain(entries []sweepEntry, batch int) []sweepEntry {
 func (file *sweepFile) compile(strategy string) (*plans.Plan, error) {
 	f := planFlags{model: file.Model, dtype: file.DType, cluster: file.Cluster, batch: file.Batch,
 		optimizer: file.Optimizer, lr: file.LR, momentum: file.Momentum, seed: file.Seed, oversubscribe: file.Oversubscribe,
-		sharedTP: file.SharedTP, sharedDP: file.SharedDP, maxMemory: file.MaxMemory}
+		sharedTP: file.SharedTP, sharedDP: file.SharedDP, weightDecay: file.WeightDecay, schedule: cmp.Or(file.Schedule, "constant")}
+	if file.MaxMemory > 0 {
+		f.maxMemory = strconv.FormatInt(file.MaxMemory, 10) + "B"
+	}
 	st, err := plans.ParseStrategy(strategy, file.Batch)
 	if err != nil {
 		return nil, err
@@ -668,7 +692,7 @@ func settingsDiff(a, b sweepSettings) string {
 	for i := range ty.NumField() {
 		if x, y := va.Field(i).Interface(), vb.Field(i).Interface(); x != y {
 			key, _, _ := strings.Cut(ty.Field(i).Tag.Get("json"), ",")
-			diff = append(diff, fmt.Sprintf("%s %v, not %v", key, y, x))
+			diff = append(diff, fmt.Sprintf("%s %q, not %q", key, fmt.Sprint(y), fmt.Sprint(x)))
 		}
 	}
 	return strings.Join(diff, "; ")

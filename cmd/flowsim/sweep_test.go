@@ -14,6 +14,7 @@ import (
 
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/units"
 )
 
 var sweepArgs = []string{"sweep", "--model", "mnist-cnn", "--cluster", "mixed-t4-cpu", "--batch", "32", "--max-mb", "4"}
@@ -391,7 +392,7 @@ func TestMaxMemory(t *testing.T) {
 	require.NoError(t, err)
 	var capped sweepFile
 	require.NoError(t, json.Unmarshal([]byte(out), &capped))
-	require.Equal(t, fmt.Sprintf("%dB", limit), capped.MaxMemory)
+	require.Equal(t, limit, capped.MaxMemory)
 	require.Equal(t, front[1].Index, capped.Entries[0].Index, "the fastest that fits ranks first")
 	for _, e := range capped.Entries {
 		if e.Error == "" {
@@ -407,7 +408,7 @@ func TestMaxMemory(t *testing.T) {
 	}
 	text, err := run(t, append(args, "--max-memory", fmt.Sprintf("%dB", limit))...)
 	require.NoError(t, err)
-	require.Contains(t, text, fmt.Sprintf("(their memory capped by --max-memory %dB)", limit))
+	require.Contains(t, text, fmt.Sprintf("(their memory capped by --max-memory at %v)", units.Bytes(limit)))
 
 	var paths []string
 	for i, cap := range []string{"1GiB", "2GiB"} {
@@ -417,5 +418,27 @@ func TestMaxMemory(t *testing.T) {
 		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
 	}
 	_, err = run(t, "sweep", "merge", paths[0], paths[1])
-	require.ErrorContains(t, err, "max_memory")
+	require.ErrorContains(t, err, `max_memory_bytes "2147483648", not "1073741824"`)
+
+	// A search that finds nothing feasible under the cap says so too.
+	_, err = run(t, "plan", "--model", "mnist-cnn", "--cluster", "dgx-a100", "--strategy", "dp=2,mb=auto:4", "--max-memory", "100KiB")
+	require.ErrorContains(t, err, "no split of 4 micro-batches")
+	require.ErrorContains(t, err, "(each device's memory capped by --max-memory 100KiB)")
+}
+
+// The best plan a sweep writes has the optimizer the sweep compiled:
+// its weight decay (adamw's 0 too, not its default) and schedule. And the
+// plan and the image are two files.
+func TestSweepBestPlanOptimizer(t *testing.T) {
+	dir := t.TempDir()
+	best := filepath.Join(dir, "best.json")
+	args := []string{"sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--batch", "16", "--max-mb", "1", "--optimizer", "adamw",
+		"--weight-decay", "0", "--lr-schedule", "cosine:steps=10"}
+	_, err := run(t, append(args, "-o", best)...)
+	require.NoError(t, err)
+	p, err := plans.ReadFile(best)
+	require.NoError(t, err)
+	require.Contains(t, p.Optimizer, "weight_decay=0, schedule=cosine:steps=10")
+	_, err = run(t, append(args, "-o", best, "--plot", filepath.Join(dir, ".", "best.json"))...)
+	require.ErrorContains(t, err, "-o and --plot are both")
 }

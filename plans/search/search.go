@@ -223,10 +223,12 @@ func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result,
 	}
 	if len(ok) == 0 {
 		var why []string
+		var errs []error // unwrapped by errors.Is: plans.ErrOutOfMemory, say
 		for _, c := range bad[:min(len(bad), 3)] {
 			why = append(why, fmt.Sprintf("%s: %v", c.Strategy, c.Err))
+			errs = append(errs, c.Err)
 		}
-		return nil, fmt.Errorf("(%d tried):\n  %s", len(bad), strings.Join(why, "\n  "))
+		return nil, &noneFeasible{fmt.Sprintf("(%d tried):\n  %s", len(bad), strings.Join(why, "\n  ")), errs}
 	}
 	slices.SortStableFunc(ok, func(a, b Candidate) int { return cmp.Compare(a.Step, b.Step) })
 	res.Candidates = append(ok, bad...)
@@ -370,3 +372,13 @@ func sum(xs []int) int {
 	}
 	return n
 }
+
+// noneFeasible is a search's error when no candidate is feasible: its
+// message lists some candidates' errors, which it wraps.
+type noneFeasible struct {
+	msg  string
+	errs []error
+}
+
+func (e *noneFeasible) Error() string   { return e.msg }
+func (e *noneFeasible) Unwrap() []error { return e.errs }
