@@ -49,7 +49,9 @@ worker at once.`,
   RANK=0 flowrun exec plan.json --compare
   RANK=1 flowrun worker --listen 10.0.0.2:0`,
 		Args: cobra.NoArgs,
-		RunE: func(cmd *cobra.Command, _ []string) error { return runWorker(cmd.Context(), listen, tokenFile, spawned) },
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return runWorker(cmd.Context(), listen, tokenFile, spawned)
+		},
 	}
 	cmd.Flags().StringVar(&listen, "listen", "127.0.0.1:0", "address this worker serves its peers on (port 0: any free port)")
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", "file holding the run's shared secret (default: $FLOWRUN_TOKEN)")

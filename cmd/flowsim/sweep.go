@@ -692,7 +692,11 @@ func settingsDiff(a, b sweepSettings) string {
 	for i := range ty.NumField() {
 		if x, y := va.Field(i).Interface(), vb.Field(i).Interface(); x != y {
 			key, _, _ := strings.Cut(ty.Field(i).Tag.Get("json"), ",")
-			diff = append(diff, fmt.Sprintf("%s %q, not %q", key, fmt.Sprint(y), fmt.Sprint(x)))
+			format := "%s %v, not %v"
+			if ty.Field(i).Type.Kind() == reflect.String { // "" shows
+				format = "%s %q, not %q"
+			}
+			diff = append(diff, fmt.Sprintf(format, key, y, x))
 		}
 	}
 	return strings.Join(diff, "; ")

@@ -418,7 +418,7 @@ func TestMaxMemory(t *testing.T) {
 		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
 	}
 	_, err = run(t, "sweep", "merge", paths[0], paths[1])
-	require.ErrorContains(t, err, `max_memory_bytes "2147483648", not "1073741824"`)
+	require.ErrorContains(t, err, `max_memory_bytes 2147483648, not 1073741824`)
 
 	// A search that finds nothing feasible under the cap says so too.
 	_, err = run(t, "plan", "--model", "mnist-cnn", "--cluster", "dgx-a100", "--strategy", "dp=2,mb=auto:4", "--max-memory", "100KiB")
