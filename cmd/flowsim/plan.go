@@ -262,7 +262,9 @@ func (f planFlags) memoryCap() (units.Bytes, error) {
 func capMemory(devs []plans.Device, limit units.Bytes) []plans.Device {
 	if limit > 0 {
 		for i := range devs {
-			devs[i].Memory = min(devs[i].Memory, limit)
+			if devs[i].Memory == 0 || devs[i].Memory > limit { // 0: not known, no check
+				devs[i].Memory = limit
+			}
 		}
 	}
 	return devs

@@ -80,10 +80,12 @@ func plotSweep(path string, file *sweepFile, front []sweepEntry) error {
 	ms := func(ns int64) float64 { return float64(ns) / 1e6 }
 	var all plotter.XYs
 	lo, hi := math.Inf(1), math.Inf(-1)
+	left, right := math.Inf(1), math.Inf(-1)
 	for _, e := range file.Entries {
 		if e.Error == "" {
 			all = append(all, plotter.XY{X: gib(e.Peak), Y: ms(e.StepNs)})
 			lo, hi = min(lo, ms(e.StepNs)), max(hi, ms(e.StepNs))
+			left, right = min(left, gib(e.Peak)), max(right, gib(e.Peak))
 		}
 	}
 	if len(all) == 0 {
@@ -93,6 +95,9 @@ func plotSweep(path string, file *sweepFile, front []sweepEntry) error {
 	p.Title.Text = fmt.Sprintf("%s (%s), batch %d, %d device(s) of %s: %d feasible strategies",
 		file.Model, file.DType, file.Batch, file.Devices, file.Cluster, len(all))
 	p.X.Label.Text = "peak memory of the fullest device (GiB)"
+	if left == right { // every strategy takes the same memory: an axis around it
+		p.X.Min, p.X.Max = left*0.9, max(left*1.1, left+1.0/1024)
+	}
 	p.Y.Label.Text = "simulated step time (ms)"
 	p.Add(plotter.NewGrid())
 	s, err := plotter.NewScatter(all)
