@@ -99,14 +99,7 @@ func TestSweepBuckets(t *testing.T) {
 	for a := range asked {
 		require.False(t, (strings.Contains(a, "zero=2") || strings.Contains(a, "zero=3")) && strings.Contains(a, "bucket"), a)
 	}
-	dir := t.TempDir()
-	var shards []string
-	for i, b := range []string{"64KiB,25MiB", "1MiB"} {
-		out, err := run(t, append(args, "--buckets", b, "--shard", fmt.Sprintf("%d/2", i))...)
-		require.NoError(t, err)
-		shards = append(shards, filepath.Join(dir, fmt.Sprintf("s%d.json", i)))
-		require.NoError(t, os.WriteFile(shards[i], []byte(out), 0o644))
-	}
+	shards := writeShards(t, append(slices.Clone(args), "--buckets", "64KiB,25MiB"), append(slices.Clone(args), "--buckets", "1MiB"))
 	_, err = run(t, "sweep", "merge", shards[0], shards[1])
 	require.ErrorContains(t, err, "another sweep")
 }
@@ -344,13 +337,7 @@ func TestSweepShared(t *testing.T) {
 	require.Equal(t, p.TP > 1, p.SharedTP, p.Strategy)
 	require.True(t, p.SharedDP || p.SharedTP, "the best of this sweep has replicas or a tensor-parallel group: %s", p.Strategy)
 
-	var paths []string
-	for i, extra := range [][]string{{"--shared-dp"}, nil} {
-		out, err := run(t, append(append(args, extra...), "--json", "--shard", fmt.Sprintf("%d/2", i))...)
-		require.NoError(t, err)
-		paths = append(paths, filepath.Join(dir, fmt.Sprintf("s%d.json", i)))
-		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
-	}
+	paths := writeShards(t, append(slices.Clone(args), "--shared-dp"), args)
 	_, err = run(t, "sweep", "merge", paths[0], paths[1])
 	require.ErrorContains(t, err, "shared_dp")
 }
@@ -410,13 +397,7 @@ func TestMaxMemory(t *testing.T) {
 	require.NoError(t, err)
 	require.Contains(t, text, fmt.Sprintf("(their memory capped by --max-memory at %v)", units.Bytes(limit)))
 
-	var paths []string
-	for i, cap := range []string{"1GiB", "2GiB"} {
-		out, err := run(t, append(args, "--json", "--max-memory", cap, "--shard", fmt.Sprintf("%d/2", i))...)
-		require.NoError(t, err)
-		paths = append(paths, filepath.Join(dir, fmt.Sprintf("s%d.json", i)))
-		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
-	}
+	paths := writeShards(t, append(slices.Clone(args), "--max-memory", "1GiB"), append(slices.Clone(args), "--max-memory", "2GiB"))
 	_, err = run(t, "sweep", "merge", paths[0], paths[1])
 	require.ErrorContains(t, err, `max_memory_bytes 2147483648, not 1073741824`)
 
@@ -441,4 +422,19 @@ func TestSweepBestPlanOptimizer(t *testing.T) {
 	require.Contains(t, p.Optimizer, "weight_decay=0, schedule=cosine:steps=10")
 	_, err = run(t, append(args, "-o", best, "--plot", filepath.Join(dir, ".", "best.json"))...)
 	require.ErrorContains(t, err, "-o and --plot are both")
+}
+
+// writeShards runs shard i of len(args) of a sweep with args[i] (and
+// --json), writes each output to a file and returns their paths.
+func writeShards(t *testing.T, args ...[]string) []string {
+	t.Helper()
+	dir := t.TempDir()
+	var paths []string
+	for i, a := range args {
+		out, err := run(t, append(slices.Clone(a), "--json", "--shard", fmt.Sprintf("%d/%d", i, len(args)))...)
+		require.NoError(t, err)
+		paths = append(paths, filepath.Join(dir, fmt.Sprintf("s%d.json", i)))
+		require.NoError(t, os.WriteFile(paths[i], []byte(out), 0o644))
+	}
+	return paths
 }

@@ -91,14 +91,7 @@ func TestSweepPlot(t *testing.T) {
 	require.Contains(t, string(img), "memory–time front")
 	require.Contains(t, string(img), front[len(front)-1].Strategy)
 
-	var shards []string
-	for _, s := range []string{"0/2", "1/2"} {
-		out, err := run(t, append(args, "--json", "--shard", s)...)
-		require.NoError(t, err)
-		path := filepath.Join(dir, "shard"+s[:1]+".json")
-		require.NoError(t, os.WriteFile(path, []byte(out), 0o644))
-		shards = append(shards, path)
-	}
+	shards := writeShards(t, args, args)
 	png := filepath.Join(dir, "merged.png")
 	merged, err := run(t, "sweep", "merge", "--json", "--plot", png, shards[1], shards[0])
 	require.NoError(t, err)
