@@ -100,11 +100,7 @@ func TestSampleInterrupt(t *testing.T) {
 	lm := filepath.Join(t.TempDir(), "lm.safetensors")
 	require.NoError(t, runtime.WriteCheckpoint(lm, runtime.Checkpoint{Model: model, Optimizer: "sgd", Seed: 7, Weights: w}))
 	cmd := asFlowrun("sample", lm, "--prompt", "x", "--bytes", "99999999999", "--workers", "1")
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	stdout, err := cmd.StdoutPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	stdout, stderr := startPiped(t, cmd, true)
 	first := make([]byte, 10) // the prompt and some text: sampling is under way
 	_, err = io.ReadFull(stdout, first)
 	require.NoError(t, err)
@@ -124,11 +120,7 @@ func TestSampleInterrupt(t *testing.T) {
 func TestExecInterrupt(t *testing.T) {
 	plan := writeCPUPlan(t, "mlp", "single", 8, 1)
 	cmd := asFlowrun("exec", plan, "--iters", "3", "--warmup", "1", "--runs", "100000")
-	var stdout bytes.Buffer
-	cmd.Stdout = &stdout
-	stderr, err := cmd.StderrPipe()
-	require.NoError(t, err)
-	require.NoError(t, cmd.Start())
+	stderr, stdout := startPiped(t, cmd, false)
 	var said bytes.Buffer
 	lines := bufio.NewScanner(io.TeeReader(stderr, &said))
 	for lines.Scan() {
@@ -214,4 +206,24 @@ func TestTrainLaunchedWorkerInterrupt(t *testing.T) {
 	}
 	require.Contains(t, said.String(), "terminated: asking rank 0 to stop the run on every rank")
 	require.Contains(t, said.String(), fmt.Sprintf("flowrun: rank 1 of 2: joining the coordinator at 127.0.0.1:%d (for up to ", port), "a launcher's rank says where it waits")
+}
+
+// startPiped starts cmd with one of its outputs piped, to be read as it
+// runs (its stdout if stdout, else its stderr), and the other gathered
+// in a buffer.
+func startPiped(t *testing.T, cmd *exec.Cmd, stdout bool) (io.Reader, *bytes.Buffer) {
+	t.Helper()
+	other := new(bytes.Buffer)
+	var pipe io.Reader
+	var err error
+	if stdout {
+		cmd.Stderr = other
+		pipe, err = cmd.StdoutPipe()
+	} else {
+		cmd.Stdout = other
+		pipe, err = cmd.StderrPipe()
+	}
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	return pipe, other
 }
