@@ -25,10 +25,20 @@ import (
 // hid + KVHeads·d), V after it, and query head h reads key and value head
 // h/(Heads/KVHeads). KVHeads 0 (or Heads) is multi-head attention as
 // above; it is left out of the op's encoding.
+//
+// With Flash (Dao et al., 2022) the probabilities are not kept: the second
+// output is lse [batch, Heads, Seq], float32 whatever qkv's dtype, the log
+// of each softmax row's normalizer (its max plus the log of its sum of
+// exponentials), from which the backward pass recomputes P block by
+// block. out is the same; a step keeps one float per row of scores instead
+// of the row, and the kernels never hold more than a block of scores
+// (memory linear in Seq, not quadratic). Flash false is left out of the
+// op's encoding.
 type Attention struct {
 	Heads, Seq int
 	Causal     bool
-	KVHeads    int `json:",omitempty"`
+	KVHeads    int  `json:",omitempty"`
+	Flash      bool `json:",omitempty"`
 }
 
 // KV is the number of key and value heads.
@@ -92,23 +102,33 @@ func (a Attention) Infer(in []Spec) ([]Spec, error) {
 	}
 	s := in[0].Shape
 	out := append(s[:len(s)-1:len(s)-1], hid)
+	if a.Flash {
+		return []Spec{{out, in[0].DType}, {Shape{batch, a.Heads, a.Seq}, F32}}, nil
+	}
 	probs := Shape{batch, a.Heads, a.Seq, a.Seq}
 	return []Spec{{out, in[0].DType}, {probs, in[0].DType}}, nil
 }
 
-// attentionWork returns, for the probs spec of an attention, the number of
-// scores (batch·Heads·Seq²) and their bytes.
-func attentionWork(probs Spec) (scores float64, bytes units.Bytes) {
-	return float64(probs.Shape.NumElements()), probs.Bytes()
+// attentionWork returns the number of scores of an attention
+// (batch·Heads·Seq², from its saved probs or lse, spec s), the head width
+// d given its output out, and the bytes of its probs (0 under Flash).
+func attentionWork(flash bool, s, out Spec) (scores, d float64, probs units.Bytes) {
+	batch, heads, seq := s.Shape[0], s.Shape[1], s.Shape[2]
+	scores = float64(batch) * float64(heads) * float64(seq) * float64(seq)
+	d = float64(out.Shape[len(out.Shape)-1] / heads)
+	if !flash {
+		probs = s.Bytes()
+	}
+	return scores, d, probs
 }
 
 // Cost: Q Kᵀ and P V are 2·Seq²·d FLOPs each per sequence and head, so
 // 4·d per score (4·batch·Seq²·hid in all), and the softmax about 5 per
 // score. Besides reading qkv and writing out and probs, the softmax reads
-// and rewrites the scores in place.
-func (Attention) Cost(in, out []Spec) Cost {
-	scores, pb := attentionWork(out[1])
-	d := float64(out[0].Shape[len(out[0].Shape)-1] / out[1].Shape[1])
+// and rewrites the scores in place; under Flash the scores stay on chip
+// and only qkv, out and lse move.
+func (a Attention) Cost(in, out []Spec) Cost {
+	scores, d, pb := attentionWork(a.Flash, out[1], out[0])
 	return Cost{FLOPs: units.FLOPs(scores * (4*d + 5)), Bytes: bytesOf(in, out) + 2*pb}
 }
 
@@ -125,6 +145,9 @@ func (a Attention) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor 
 		g.fail(fmt.Errorf("graph: %s: no gradient flows through the attention probabilities, which only the backward pass reads", n.Name))
 		return []*Tensor{nil}
 	}
+	if a.Flash {
+		return []*Tensor{g.apply1(AttentionGrad(a), n.Inputs[0], n.Outputs[0], n.Outputs[1], dy[0])}
+	}
 	return []*Tensor{g.apply1(AttentionGrad(a), n.Inputs[0], n.Outputs[1], dy[0])}
 }
 
@@ -132,6 +155,16 @@ func (a Attention) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor 
 // the Attention op) and returns its output.
 func (g *Graph) Attention(qkv *Tensor, heads, seq int, causal bool) *Tensor {
 	return g.apply1(Attention{Heads: heads, Seq: seq, Causal: causal}, qkv)
+}
+
+// AttentionOf adds the attention op a over packed projections qkv (see the
+// Attention op) and returns its output: for the options Attention and
+// GQAttention do not take.
+func (g *Graph) AttentionOf(a Attention, qkv *Tensor) *Tensor {
+	if a.KVHeads == a.Heads {
+		a.KVHeads = 0
+	}
+	return g.apply1(a, qkv)
 }
 
 // GQAttention adds grouped-query attention, kvHeads key and value heads
@@ -149,26 +182,44 @@ func (g *Graph) GQAttention(qkv *Tensor, heads, kvHeads, seq int, causal bool) *
 // each written to its head's columns of dqkv; under grouped-query
 // attention a key or value head's gradient is the sum over its group's
 // query heads.
+//
+// With Flash it is (qkv, out, lse, dout) → dqkv: P = exp(Q Kᵀ/√d − lse)
+// is recomputed, and rowsum(dP ⊙ P) is taken as rowsum(dO ⊙ O), which it
+// equals (O = P V), so that no kernel needs a whole row of P at once.
 type AttentionGrad Attention
 
 func (AttentionGrad) Type() string { return "attention_grad" }
 
 func (a AttentionGrad) Infer(in []Spec) ([]Spec, error) {
-	if err := checkArity("attention_grad", in, 3); err != nil {
+	const op = "attention_grad"
+	saved := []string{"probs"}
+	if a.Flash {
+		saved = []string{"out", "lse"}
+	}
+	if err := checkArity(op, in, 2+len(saved)); err != nil {
 		return nil, err
 	}
-	batch, hid, err := Attention(a).dims("attention_grad", in)
+	batch, hid, err := Attention(a).dims(op, in)
 	if err != nil {
 		return nil, err
 	}
-	if want := (Shape{batch, a.Heads, a.Seq, a.Seq}); !in[1].Shape.Equal(want) {
-		return nil, shapeErr("attention_grad", in, "probs must be %v", want)
-	}
 	s := in[0].Shape
-	if want := append(s[:len(s)-1:len(s)-1], hid); !in[2].Shape.Equal(want) {
-		return nil, shapeErr("attention_grad", in, "dout must be %v", want)
+	outShape := append(s[:len(s)-1:len(s)-1], hid)
+	dout := len(in) - 1
+	if a.Flash {
+		if !in[1].Shape.Equal(outShape) {
+			return nil, shapeErr(op, in, "out must be %v", outShape)
+		}
+		if want := (Shape{batch, a.Heads, a.Seq}); !in[2].Shape.Equal(want) || in[2].DType != F32 {
+			return nil, shapeErr(op, in, "lse must be %v of f32", want)
+		}
+	} else if want := (Shape{batch, a.Heads, a.Seq, a.Seq}); !in[1].Shape.Equal(want) {
+		return nil, shapeErr(op, in, "probs must be %v", want)
 	}
-	if err := checkFloat("attention_grad", in, 1, 2); err != nil {
+	if !in[dout].Shape.Equal(outShape) {
+		return nil, shapeErr(op, in, "dout must be %v", outShape)
+	}
+	if err := checkFloat(op, in, 1, dout); err != nil {
 		return nil, err
 	}
 	return []Spec{in[0]}, nil
@@ -177,14 +228,22 @@ func (a AttentionGrad) Infer(in []Spec) ([]Spec, error) {
 // Cost: four products of 2·Seq²·d FLOPs per sequence and head (8·d per
 // score) and about 4 per score for dS. Besides its inputs and output, the
 // kernel writes dP (score-sized scratch), rewrites it as dS and reads it
-// twice.
-func (AttentionGrad) Cost(in, out []Spec) Cost {
-	scores, pb := attentionWork(in[1])
-	d := float64(in[2].Shape[len(in[2].Shape)-1] / in[1].Shape[1])
+// twice. Under Flash a fifth product recomputes the scores (10·d per
+// score) and the exponentials cost about 4 more per score, and no scores
+// leave the chip.
+func (a AttentionGrad) Cost(in, out []Spec) Cost {
+	if a.Flash {
+		scores, d, _ := attentionWork(true, in[2], in[1])
+		return Cost{FLOPs: units.FLOPs(scores * (10*d + 8)), Bytes: bytesOf(in, out)}
+	}
+	scores, d, pb := attentionWork(false, in[1], in[2])
 	return Cost{FLOPs: units.FLOPs(scores * (8*d + 4)), Bytes: bytesOf(in, out) + 4*pb}
 }
 
-func (AttentionGrad) Signatures(in, out []Spec) []Signature {
+func (a AttentionGrad) Signatures(in, out []Spec) []Signature {
+	if a.Flash {
+		return []Signature{sig(1, S(0), S(0), S(0), S(0), S(0)), sig(1, B, B, B, B, B)}
+	}
 	return []Signature{sig(1, S(0), S(0), S(0), S(0)), sig(1, B, B, B, B)}
 }
 

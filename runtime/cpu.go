@@ -143,9 +143,18 @@ func (d *CPU) launch(op graph.Op, inSpecs, outSpecs []graph.Spec, at step, in, o
 		cpu.MeanSquareBackward(p, x(0), x(1)[0], y(0))
 	case graph.Attention:
 		rows, hid := matrix(outSpecs[0].Shape)
+		if op.Flash {
+			cpu.FlashAttentionForward(p, x(0), y(0), y(1), rows/op.Seq, op.Seq, op.Heads, op.KV(), hid, op.Causal)
+			break
+		}
 		cpu.AttentionForward(p, x(0), y(0), y(1), rows/op.Seq, op.Seq, op.Heads, op.KV(), hid, op.Causal)
 	case graph.AttentionGrad:
-		rows, hid := matrix(shape(2))
+		dout := len(in) - 1
+		rows, hid := matrix(shape(dout))
+		if op.Flash {
+			cpu.FlashAttentionBackward(p, x(0), x(1), x(2), x(3), y(0), rows/op.Seq, op.Seq, op.Heads, graph.Attention(op).KV(), hid, op.Causal)
+			break
+		}
 		cpu.AttentionBackward(p, x(0), x(1), x(2), y(0), rows/op.Seq, op.Seq, op.Heads, graph.Attention(op).KV(), hid, op.Causal)
 	case graph.RoPE:
 		rows, cols := matrix(shape(0))

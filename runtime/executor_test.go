@@ -141,10 +141,12 @@ func TestBatchNormGradientsMatchFiniteDifferences(t *testing.T) {
 // blocks, the head and the cross-entropy over every position; with the
 // head tied to the token embedding, whose gradient then sums both uses;
 // and through a BERT: post-norm bidirectional blocks, the head's transform
-// and the decoder's bias, its loss over the masked positions only.
+// and the decoder's bias, its loss over the masked positions only; and
+// both with flash attention.
 func TestGPTGradientsMatchFiniteDifferences(t *testing.T) {
 	for _, model := range []string{"gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7", "gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7,tie=on",
-		"bert:layers=2,hidden=8,heads=2,seq=4,vocab=7", "bert:layers=1,hidden=8,heads=2,seq=4,vocab=7,tie=on"} {
+		"bert:layers=2,hidden=8,heads=2,seq=4,vocab=7", "bert:layers=1,hidden=8,heads=2,seq=4,vocab=7,tie=on",
+		"gpt:layers=2,hidden=8,heads=2,seq=4,vocab=7,attention=flash", "bert:layers=1,hidden=8,heads=2,seq=4,vocab=7,attention=flash"} {
 		t.Run(model, func(t *testing.T) {
 			m, err := zoo.Build(model, zoo.Config{Batch: 2})
 			require.NoError(t, err)
@@ -167,23 +169,28 @@ func TestGPTGradientsMatchFiniteDifferences(t *testing.T) {
 }
 
 // The same check through a small LLaMA: rotary embeddings, grouped-query
-// attention (two query heads per key/value head), SwiGLU, RMSNorms.
+// attention (two query heads per key/value head), SwiGLU, RMSNorms; with
+// flash attention too.
 func TestLLaMAGradientsMatchFiniteDifferences(t *testing.T) {
-	m, err := zoo.Build("llama:layers=2,hidden=16,heads=4,kv_heads=2,ffn=12,seq=4,vocab=7,theta=100", zoo.Config{Batch: 2})
-	require.NoError(t, err)
-	for _, p := range m.Graph.Params() {
-		if p.Init.Kind == graph.Normal {
-			p.Init = graph.Init{Kind: graph.Uniform, Scale: 0.5} // larger than LLaMA's 0.02, for the differences to show
-		}
+	for _, attn := range []string{"math", "flash"} {
+		t.Run(attn, func(t *testing.T) {
+			m, err := zoo.Build("llama:layers=2,hidden=16,heads=4,kv_heads=2,ffn=12,seq=4,vocab=7,theta=100,attention="+attn, zoo.Config{Batch: 2})
+			require.NoError(t, err)
+			for _, p := range m.Graph.Params() {
+				if p.Init.Kind == graph.Normal {
+					p.Init = graph.Init{Kind: graph.Uniform, Scale: 0.5} // larger than LLaMA's 0.02, for the differences to show
+				}
+			}
+			checkGradients(t, m.Graph, m.Loss, func(ex *Executor, rng *rand.Rand) {
+				for i := range ex.Buffer(m.Images).I {
+					ex.Buffer(m.Images).I[i] = int32(rng.IntN(7))
+				}
+				for i := range ex.Buffer(m.Labels).I {
+					ex.Buffer(m.Labels).I[i] = int32(rng.IntN(7))
+				}
+			})
+		})
 	}
-	checkGradients(t, m.Graph, m.Loss, func(ex *Executor, rng *rand.Rand) {
-		for i := range ex.Buffer(m.Images).I {
-			ex.Buffer(m.Images).I[i] = int32(rng.IntN(7))
-		}
-		for i := range ex.Buffer(m.Labels).I {
-			ex.Buffer(m.Labels).I[i] = int32(rng.IntN(7))
-		}
-	})
 }
 
 // checkGradients compares, for every parameter of g and three random

@@ -363,6 +363,10 @@ func workspace(op graph.Op, in []graph.Spec) units.Bytes {
 	case graph.Conv2DGradFilter:
 		return kcuda.ConvWorkspace(convShape(op.Window, shape(0), op.W), in[0].DType)
 	case graph.AttentionGrad:
+		if op.Flash {
+			rows, _ := matrix(shape(0))
+			return kcuda.FlashAttentionWorkspace(rows/op.Seq, op.Seq, op.Heads)
+		}
 		return kcuda.AttentionWorkspace(in[0].DType, op.Seq, op.Heads)
 	case graph.BiasGrad:
 		o, c, i := shape(0).Split3(op.Axis)
@@ -403,6 +407,26 @@ func gemmType(dt graph.DType) (cu.GemmType, error) {
 		return cu.GemmBF16, nil
 	}
 	return 0, fmt.Errorf("runtime: cuda: no GEMM for %s", dt)
+}
+
+// gpuCheck reports what of op on inputs of specs in the GPU's kernels
+// cannot do, so that a plan is refused before it runs: flash attention's
+// head widths.
+func gpuCheck(op graph.Op, in []graph.Spec) error {
+	var a graph.Attention
+	switch op := op.(type) {
+	case graph.Attention:
+		a = op
+	case graph.AttentionGrad:
+		a = graph.Attention(op)
+	default:
+		return nil
+	}
+	if !a.Flash {
+		return nil
+	}
+	_, cols := matrix(in[0].Shape)
+	return kcuda.FlashAttentionSupported(in[0].DType, cols/(a.Heads+2*a.KV()))
 }
 
 // launch enqueues op's kernels on s: inputs in (of specs inSpecs), outputs
@@ -511,9 +535,15 @@ func (g *GPU) launch(s *cu.Stream, op graph.Op, inSpecs, outSpecs []graph.Spec, 
 		return k.MeanSquareBackward(s, dt, in[0], in[1], out[0], shape(0).NumElements())
 	case graph.Attention:
 		rows, hid := matrix(outSpecs[0].Shape)
+		if op.Flash {
+			return k.FlashAttentionForward(s, dt, in[0], out[0], out[1], rows/op.Seq, op.Seq, op.Heads, op.KV(), hid, op.Causal)
+		}
 		return k.AttentionForward(s, dt, in[0], out[0], out[1], rows/op.Seq, op.Seq, op.Heads, op.KV(), hid, op.Causal)
 	case graph.AttentionGrad:
-		rows, hid := matrix(shape(2))
+		rows, hid := matrix(shape(len(in) - 1))
+		if op.Flash {
+			return k.FlashAttentionBackward(s, dt, in[0], in[1], in[2], in[3], out[0], work, rows/op.Seq, op.Seq, op.Heads, graph.Attention(op).KV(), hid, op.Causal)
+		}
 		return k.AttentionBackward(s, dt, in[0], in[1], in[2], out[0], work, rows/op.Seq, op.Seq, op.Heads, graph.Attention(op).KV(), hid, op.Causal)
 	case graph.RoPE:
 		rows, cols := matrix(shape(0))

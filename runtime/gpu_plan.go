@@ -156,6 +156,9 @@ func newGPUPlan(p *plans.Plan, edges []plans.Edge, gpus []*GPU) (_ *gpuPlan, err
 			for _, u := range p.Tasks[t].Reads {
 				in = append(in, p.Registers[u.Reg].Spec)
 			}
+			if err := gpuCheck(op, in); err != nil {
+				return nil, fmt.Errorf("runtime: task %s on %s: %w", p.Tasks[t].Name, d.Name, err)
+			}
 			ws = max(ws, workspace(op, in))
 		}
 		if ws > 0 {

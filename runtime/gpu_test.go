@@ -145,6 +145,10 @@ func TestGPUPlanMatchesCPU(t *testing.T) {
 		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16,norm=rms", "layers.1.norm2.weight", 4, 0, false},
 		// rotary embeddings, grouped-query attention, SwiGLU
 		{"llama-blocks:layers=2,hidden=64,heads=4,kv_heads=2,ffn=96,seq=16", "model.layers.0.self_attn.qkv_proj.weight", 4, 0, false},
+		// flash attention: against the CPU's flash kernels, sequences
+		// across the GPU's tiles, grouped-query attention
+		{"gpt2s-blocks:layers=2,hidden=64,heads=4,seq=40,attention=flash", "layers.0.self_attn.in_proj_weight", 4, 0, false},
+		{"llama-blocks:layers=2,hidden=64,heads=4,kv_heads=2,ffn=96,seq=16,attention=flash", "model.layers.0.self_attn.qkv_proj.weight", 4, 0, false},
 		// language models: token ids and next-token labels fed from a
 		// pool on the GPU, embeddings, the head's cross-entropy at every
 		// position
@@ -292,7 +296,7 @@ func TestGPUMaskedText(t *testing.T) {
 func TestGPUBF16Workloads(t *testing.T) {
 	openGPU(t)
 	for _, model := range []string{"mlp3x4096:width=128", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=32", "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=96",
-		"mnist-cnn", "resnet:depth=18,image=16"} {
+		"gpt2s-blocks:layers=1,hidden=64,heads=4,seq=32,attention=flash", "mnist-cnn", "resnet:depth=18,image=16"} {
 		if model == "resnet:depth=18,image=16" && raceEnabled {
 			continue // as in TestGPUPlanMatchesCPU: the run without -race covers it
 		}

@@ -12,7 +12,7 @@ import (
 func bertModel(doc string, layers, hidden, heads, seq int) builder {
 	return builder{doc: doc,
 		sizes: []sizeOption{{name: "layers", def: layers}, {name: "hidden", def: hidden}, {name: "heads", def: heads},
-			{name: "seq", def: seq}, {name: "vocab", def: bertVocab}, tieOption},
+			{name: "seq", def: seq}, {name: "vocab", def: bertVocab}, tieOption, attentionOption},
 		input:  func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} },
 		tokens: true, masked: true, build: buildBERT, loss: gptLoss, check: checkBERT,
 		tp: gptTP, sp: true,
@@ -83,7 +83,7 @@ func buildBERT(l *layers, tokens *graph.Tensor, _ Config, sz sizes) *graph.Tenso
 		}
 		p := "encoder.layer." + strconv.Itoa(i) + "."
 		a := l.colAffine(p+"attention.self.qkv.weight", p+"attention.self.qkv.bias", x, h, 3*h, init, zeros, noAct, 3)
-		a = l.g.Attention(a, heads/l.tp, seq, false)
+		a = l.attention(a, heads, heads, seq, false)
 		a = l.rowAffine(p+"attention.output.dense.weight", p+"attention.output.dense.bias", a, h, h, init, zeros, noAct)
 		x = l.bertNorm(p+"attention.output.LayerNorm", l.g.Add(x, a), h)
 		f := l.colAffine(p+"intermediate.dense.weight", p+"intermediate.dense.bias", x, h, 4*h, init, zeros, gelu, 1)

@@ -24,7 +24,7 @@ func llamaModel(doc string, d llamaSizes) builder {
 	return builder{doc: doc,
 		sizes: []sizeOption{{name: "layers", def: d.layers}, {name: "hidden", def: d.hidden}, {name: "heads", def: d.heads},
 			{name: "kv_heads", def: d.kvHeads}, {name: "ffn", def: d.ffn}, {name: "seq", def: d.seq}, {name: "vocab", def: d.vocab},
-			{name: "theta", def: d.theta}, {name: "eps", choices: llamaEps}, tieOption},
+			{name: "theta", def: d.theta}, {name: "eps", choices: llamaEps}, tieOption, attentionOption},
 		input:  func(sz sizes) graph.Shape { return graph.Shape{sz["seq"]} },
 		tokens: true, build: buildLLaMA, loss: gptLoss, derive: deriveLLaMA, check: checkLLaMA,
 		tp: llamaTP, sp: true,
@@ -140,7 +140,7 @@ func (l *layers) llamaBlocks(x *graph.Tensor, sz sizes, first bool) *graph.Tenso
 		a := l.enter(norm(p+"input_layernorm", x))
 		qkv := l.colProj(p+"self_attn.qkv_proj.weight", a, h, qkvSizes, init)
 		qkv = l.g.RoPE(qkv, heads/l.tp, kv/l.tp, seq, theta)
-		a = l.g.GQAttention(qkv, heads/l.tp, kv/l.tp, seq, true)
+		a = l.attention(qkv, heads, kv, seq, true)
 		x = l.g.Add(x, l.rowProj(p+"self_attn.o_proj.weight", a, heads*d, h, init))
 		f := l.enter(norm(p+"post_attention_layernorm", x))
 		gate := l.colProj(p+"mlp.gate_proj.weight", f, h, []int{ffn}, init)

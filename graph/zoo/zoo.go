@@ -194,13 +194,13 @@ var models = map[string]builder{
 		build: buildDeepMLP,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"width": sz["width"]} },
 	},
-	"bert":       bertModel("BERT (Devlin et al., 2019) for masked-language-model pre-training: token, position and token-type embeddings, post-norm bidirectional blocks, the prediction head; options layers, hidden, heads, seq, vocab (BERT-base's by default), tie (off: the decoder's own weight; on: the token embedding's, as BERT's)", 12, 768, 12, 512),
+	"bert":       bertModel("BERT (Devlin et al., 2019) for masked-language-model pre-training: token, position and token-type embeddings, post-norm bidirectional blocks, the prediction head; options layers, hidden, heads, seq, vocab (BERT-base's by default), tie (off: the decoder's own weight; on: the token embedding's, as BERT's), attention (math or flash)", 12, 768, 12, 512),
 	"bert-large": bertModel("BERT-large (Devlin et al., 2019): bert with 24 layers, hidden 1024, 16 heads, seq 512", 24, 1024, 16, 512),
-	"gpt": gptModel("GPT language model: token and position embeddings, causal pre-norm blocks, final norm, head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default), tie (off: the head's own weight; on: the token embedding's)",
+	"gpt": gptModel("GPT language model: token and position embeddings, causal pre-norm blocks, final norm, head; options layers, hidden, heads, seq, vocab (GPT-2 small's by default), tie (off: the head's own weight; on: the token embedding's), attention (math: probabilities kept; flash: recomputed)",
 		12, 768, 12, 1024),
 	"gpt3-1.3b": gptModel("GPT-3 XL (Brown et al., 2020): gpt with 24 layers, hidden 2048, 16 heads, seq 2048", 24, 2048, 16, 2048),
 	"gpt3-175b": gptModel("GPT-3 (Brown et al., 2020): gpt with 96 layers, hidden 12288, 96 heads, seq 2048", 96, 12288, 96, 2048),
-	"llama": llamaModel("LLaMA-style language model: token embedding, pre-RMSNorm causal blocks with rotary embeddings (grouped-query attention when kv_heads < heads) and a SwiGLU MLP without biases, final RMSNorm, head; options layers, hidden, heads, kv_heads, ffn, seq, vocab, theta, eps (LLaMA-2 7B's by default), tie (off: the head's own weight; on: the token embedding's)",
+	"llama": llamaModel("LLaMA-style language model: token embedding, pre-RMSNorm causal blocks with rotary embeddings (grouped-query attention when kv_heads < heads) and a SwiGLU MLP without biases, final RMSNorm, head; options layers, hidden, heads, kv_heads, ffn, seq, vocab, theta, eps (LLaMA-2 7B's by default), tie (off: the head's own weight; on: the token embedding's), attention (math or flash)",
 		llamaSizes{layers: 32, hidden: 4096, heads: 32, seq: 4096, vocab: 32000, theta: 10000}),
 	"llama-blocks": llamaBlocksModel(),
 	"llama2-7b": llamaModel("LLaMA-2 7B (Touvron et al., 2023): llama with 32 layers, hidden 4096, 32 heads, ffn 11008, vocab 32000, seq 4096",
@@ -208,9 +208,9 @@ var models = map[string]builder{
 	"llama3-8b": llamaModel("LLaMA-3 8B (Meta, 2024): llama with 32 layers, hidden 4096, 32 heads, 8 kv heads, ffn 14336, vocab 128256, rope theta 500000, seq 8192",
 		llamaSizes{layers: 32, hidden: 4096, heads: 32, kvHeads: 8, ffn: 14336, seq: 8192, vocab: 128256, theta: 500000}),
 	"gpt2s-blocks": {
-		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms)",
+		doc: "GPT-2 small blocks: nn.TransformerEncoder of 12 pre-norm layers (h 768, 12 heads, GELU), seq 1024, loss mean(out²); options layers, hidden, heads, seq, norm (layer or rms), attention (math or flash)",
 		sizes: []sizeOption{{name: "layers", def: 12}, {name: "hidden", def: 768}, {name: "heads", def: 12}, {name: "seq", def: 1024},
-			{name: "norm", choices: []string{"layer", "rms"}}},
+			{name: "norm", choices: []string{"layer", "rms"}}, attentionOption},
 		input: func(sz sizes) graph.Shape { return graph.Shape{sz["seq"], sz["hidden"]} },
 		build: buildTransformerBlocks,
 		tp:    func(sz sizes) map[string]int { return map[string]int{"heads": sz["heads"]} },
@@ -236,13 +236,19 @@ func gptTP(sz sizes) map[string]int {
 // vocabulary.
 func gptSizes(layers, hidden, heads, seq int) []sizeOption {
 	return []sizeOption{{name: "layers", def: layers}, {name: "hidden", def: hidden}, {name: "heads", def: heads},
-		{name: "seq", def: seq}, {name: "vocab", def: 50257}, tieOption}
+		{name: "seq", def: seq}, {name: "vocab", def: 50257}, tieOption, attentionOption}
 }
 
 // tieOption is a language model's tie=off|on: a head of its own (flowkit's
 // default, GPT-NeoX's and LLaMA's), or the token embedding's weight
 // (GPT-2's).
 var tieOption = sizeOption{name: "tie", choices: []string{"off", "on"}}
+
+// attentionOption is a transformer's attention=math|flash, named after
+// PyTorch's scaled-dot-product backends: math keeps each softmax row for
+// the backward pass (memory quadratic in seq), flash only its
+// log-normalizer and recomputes the row (Dao et al., 2022; linear in seq).
+var attentionOption = sizeOption{name: "attention", choices: []string{"math", "flash"}}
 
 // Names lists the models Build knows, sorted (without size options).
 func Names() []string {
@@ -454,7 +460,7 @@ func Build(name string, cfg Config) (*Model, error) {
 	default:
 		m.Images = g.Input("x", input, dtype)
 	}
-	l := &layers{g: g, dtype: dtype, tp: tp, sp: cfg.SP}
+	l := &layers{g: g, dtype: dtype, tp: tp, sp: cfg.SP, flash: sz["attention"] == 1}
 	out := b.build(l, m.Images, cfg, sz)
 	switch {
 	case classes > 0 && b.loss != nil:
@@ -482,6 +488,15 @@ type layers struct {
 	dtype graph.DType
 	tp    int  // the tensor-parallel group's size (1: none)
 	sp    bool // activations outside the tensor-parallel layers are split along axis 1, the sequence
+	flash bool // attention=flash: the attention ops keep each row's log-normalizer, not its probabilities
+}
+
+// attention adds causal or bidirectional attention of heads query and kv
+// key/value heads (of the whole model: a tensor-parallel device takes its
+// share of both) over qkv, flash or not as the model's attention option
+// says.
+func (l *layers) attention(qkv *graph.Tensor, heads, kv, seq int, causal bool) *graph.Tensor {
+	return l.g.AttentionOf(graph.Attention{Heads: heads / l.tp, KVHeads: kv / l.tp, Seq: seq, Causal: causal, Flash: l.flash}, qkv)
 }
 
 // seqAxis is the axis of [n, seq, hidden] activations that sequence
@@ -712,7 +727,7 @@ func (l *layers) block(p string, x *graph.Tensor, sz sizes, norm func(string, *g
 	zeros := graph.Init{Kind: graph.Zeros}
 	a := norm(p+"norm1", x, h)
 	a = l.colAffine(p+"self_attn.in_proj_weight", p+"self_attn.in_proj_bias", a, h, 3*h, xavierInit(h, 3*h), zeros, noAct, 3)
-	a = l.g.Attention(a, heads/l.tp, seq, causal)
+	a = l.attention(a, heads, heads, seq, causal)
 	a = l.rowAffine(p+"self_attn.out_proj.weight", p+"self_attn.out_proj.bias", a, h, h, pytorchInit(h), zeros, noAct)
 	x = l.g.Add(x, a)
 	f := norm(p+"norm2", x, h)

@@ -312,7 +312,7 @@ func TestSizeOptions(t *testing.T) {
 		{"mlp3x4096:depth=5000", "depth=5000 is more than the 1024"},
 		{"gpt:vocab=99999999999999", "vocab=99999999999999 is more than the 1048576"},
 		{"llama:theta=2000000000", "theta=2000000000 is more than the 1073741824"},
-		{"gpt2s-blocks:depth=2", `unknown size option "depth" (options: layers, hidden, heads, seq, norm)`},
+		{"gpt2s-blocks:depth=2", `unknown size option "depth" (options: layers, hidden, heads, seq, norm, attention)`},
 		{"gpt2s-blocks:norm=batch", `norm must be one of layer, rms, got "batch"`},
 		{"gpt2s-blocks:seq", "not key=value"},
 		{"gpt2s-blocks:seq=8,seq=16", "seq given twice"},

@@ -209,3 +209,131 @@ func softmaxScoresBackward(p *Pool, pr, ds []float32, seq int, causal bool, scal
 		}
 	})
 }
+
+// FlashAttentionForward computes what AttentionForward does without
+// keeping the probabilities (graph.Attention with Flash): out as there, and
+// lse [batch, heads, seq] the log of each softmax row's normalizer (its
+// max plus the log of its sum of exponentials), from which
+// FlashAttentionBackward recomputes the rows. The scores of one block of
+// attnBlock query rows are held at a time, so a sequence needs seq·
+// attnBlock floats of scratch, not seq². The products and the softmax are
+// AttentionForward's, element by element, so out matches it bit for bit.
+func FlashAttentionForward(p *Pool, qkv, out, lse []float32, batch, seq, heads, kvHeads, hid int, causal bool) {
+	const kernel = "FlashAttentionForward"
+	d := checkAttention(kernel, batch, seq, heads, kvHeads, hid)
+	kw := kvHeads * d
+	checkLen(kernel, "qkv", len(qkv), batch*seq*(hid+2*kw))
+	checkLen(kernel, "out", len(out), batch*seq*hid)
+	checkLen(kernel, "lse", len(lse), batch*heads*seq)
+	if batch == 0 || seq == 0 {
+		return
+	}
+	ld, group := hid+2*kw, heads/kvHeads
+	scale := float32(1 / math.Sqrt(float64(d)))
+	tiling := attnTiling{seq, causal}
+	eachItem(p, batch*heads, min(seq, attnBlock)*seq, func(q *Pool, bh int, s []float32) {
+		b, h := bh/heads, bh%heads
+		at := b*seq*ld + h*d
+		kv := b*seq*ld + hid + h/group*d
+		o := b*seq*hid + h*d
+		l := lse[bh*seq : (bh+1)*seq]
+		for i0 := 0; i0 < seq; i0 += attnBlock {
+			i1 := min(seq, i0+attnBlock)
+			keys := tiling.keys(i1)
+			Sgemm(q, false, true, i1-i0, keys, d, scale, qkv[at+i0*ld:], ld, qkv[kv:], ld, 0, s, keys)
+			q.For(i1-i0, rowGrain(keys), func(lo, hi int) {
+				for r := lo; r < hi; r++ {
+					row := s[r*keys : (r+1)*keys]
+					n := keys
+					if causal {
+						n = i0 + r + 1
+						clear(row[n:])
+					}
+					row = row[:n]
+					m := maxOf(row)
+					sum := expInto(row, row, m)
+					l[i0+r] = m + float32(math.Log(sum))
+					inv := float32(1 / sum)
+					for j := range row {
+						row[j] *= inv
+					}
+				}
+			})
+			Sgemm(q, false, false, i1-i0, d, keys, 1, s, keys, qkv[kv+kw:], ld, 0, out[o+i0*hid:], hid)
+		}
+	})
+}
+
+// FlashAttentionBackward sets dqkv to the gradient of
+// FlashAttentionForward given qkv, the out and lse it computed and the
+// gradient dout of out (graph.AttentionGrad with Flash). Block by block of
+// attnBlock query rows it recomputes P = exp(Q Kᵀ/√d − lse), takes dP =
+// dO Vᵀ and dS = P ⊙ (dP − rowsum(dO ⊙ O))/√d, sets the block's dQ = dS K
+// and adds Pᵀ dO to dV and dSᵀ Q to dK — a key or value head's gradients
+// summed over its group's query heads, in head order, as in
+// AttentionBackward.
+func FlashAttentionBackward(p *Pool, qkv, out, lse, dout, dqkv []float32, batch, seq, heads, kvHeads, hid int, causal bool) {
+	const kernel = "FlashAttentionBackward"
+	d := checkAttention(kernel, batch, seq, heads, kvHeads, hid)
+	kw := kvHeads * d
+	checkLen(kernel, "qkv", len(qkv), batch*seq*(hid+2*kw))
+	checkLen(kernel, "out", len(out), batch*seq*hid)
+	checkLen(kernel, "lse", len(lse), batch*heads*seq)
+	checkLen(kernel, "dout", len(dout), batch*seq*hid)
+	checkLen(kernel, "dqkv", len(dqkv), len(qkv))
+	if batch == 0 || seq == 0 {
+		return
+	}
+	ld, group := hid+2*kw, heads/kvHeads
+	scale := 1 / math.Sqrt(float64(d))
+	tiling := attnTiling{seq, causal}
+	block := min(seq, attnBlock) * seq
+	// An item is a key/value head of a sequence with its group of query
+	// heads, so that no two items write the same columns; its scratch is a
+	// block of P and one of dS.
+	eachItem(p, batch*kvHeads, 2*block, func(q *Pool, bk int, scratch []float32) {
+		pb, ds := scratch[:block], scratch[block:]
+		b, kh := bk/kvHeads, bk%kvHeads
+		kv := b*seq*ld + hid + kh*d
+		for i := range seq { // dK and dV are sums over the blocks
+			clear(dqkv[kv+i*ld : kv+i*ld+d])
+			clear(dqkv[kv+kw+i*ld : kv+kw+i*ld+d])
+		}
+		for j := range group {
+			h := kh*group + j
+			at := b*seq*ld + h*d
+			o := b*seq*hid + h*d
+			l := lse[(b*heads+h)*seq:]
+			for i0 := 0; i0 < seq; i0 += attnBlock {
+				i1 := min(seq, i0+attnBlock)
+				keys := tiling.keys(i1)
+				Sgemm(q, false, true, i1-i0, keys, d, float32(scale), qkv[at+i0*ld:], ld, qkv[kv:], ld, 0, pb, keys)
+				Sgemm(q, false, true, i1-i0, keys, d, 1, dout[o+i0*hid:], hid, qkv[kv+kw:], ld, 0, ds, keys)
+				q.For(i1-i0, rowGrain(keys), func(lo, hi int) {
+					for r := lo; r < hi; r++ {
+						pr, dr := pb[r*keys:(r+1)*keys], ds[r*keys:(r+1)*keys]
+						n := keys
+						if causal {
+							n = i0 + r + 1
+							clear(pr[n:])
+							clear(dr[n:])
+						}
+						var dot float64 // rowsum(dO ⊙ O)
+						for k, v := range dout[o+(i0+r)*hid : o+(i0+r)*hid+d] {
+							dot += float64(v) * float64(out[o+(i0+r)*hid+k])
+						}
+						m := l[i0+r]
+						for j, v := range pr[:n] {
+							pr[j] = float32(math.Exp(float64(v - m)))
+							dr[j] = float32(scale * float64(pr[j]) * (float64(dr[j]) - dot))
+						}
+					}
+				})
+				rows := i1 - i0
+				Sgemm(q, true, false, keys, d, rows, 1, pb, keys, dout[o+i0*hid:], hid, 1, dqkv[kv+kw:], ld)
+				Sgemm(q, false, false, rows, d, keys, 1, ds, keys, qkv[kv:], ld, 0, dqkv[at+i0*ld:], ld)
+				Sgemm(q, true, false, keys, d, rows, 1, ds, keys, qkv[at+i0*ld:], ld, 1, dqkv[kv:], ld)
+			}
+		}
+	})
+}

@@ -262,3 +262,115 @@ func TestAttentionCausalBlocks(t *testing.T) {
 		}
 	}
 }
+
+// lseRef returns, for attention over qkv, the log of each softmax row's
+// normalizer, [b, heads, seq], from the definition.
+func lseRef(qkv []float64, s attnShape) []float64 {
+	d := s.hid / s.heads
+	ld, group := s.width(), s.heads/s.kvHeads()
+	lse := make([]float64, 0, s.batch*s.heads*s.seq)
+	for b := range s.batch {
+		for h := range s.heads {
+			for i := range s.seq {
+				n := s.seq
+				if s.causal {
+					n = i + 1
+				}
+				var sum float64
+				for j := range n {
+					var dot float64
+					for k := range d {
+						dot += qkv[(b*s.seq+i)*ld+h*d+k] * qkv[(b*s.seq+j)*ld+s.hid+h/group*d+k]
+					}
+					sum += math.Exp(dot / math.Sqrt(float64(d)))
+				}
+				lse = append(lse, math.Log(sum))
+			}
+		}
+	}
+	return lse
+}
+
+// flashCases add to attentionCases sequences longer than a block of query
+// rows (attnBlock), causal and not, so that the scores are held block by
+// block and dK, dV summed over blocks.
+var flashCases = append(attentionCases[:len(attentionCases):len(attentionCases)],
+	attnShape{1, 2*attnBlock + 5, 2, 8, true, 1}, attnShape{2, attnBlock + 1, 1, 4, false, 0})
+
+func TestFlashAttentionForward(t *testing.T) {
+	for i, s := range flashCases {
+		qkv := scaledQKV(uint64(i), s)
+		x := to64(qkv)
+		wantOut, _ := attentionRef(x, s)
+		wantLSE := lseRef(x, s)
+		for _, tp := range testPools {
+			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
+				out := randSlice(newRNG(99), len(wantOut)) // garbage to overwrite
+				lse := randSlice(newRNG(98), len(wantLSE))
+				FlashAttentionForward(tp.p, qkv, out, lse, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+				checkClose(t, "out", out, wantOut, fwdTol)
+				checkClose(t, "lse", lse, wantLSE, fwdTol)
+				// The same products and softmax as AttentionForward's.
+				plain := make([]float32, len(out))
+				AttentionForward(tp.p, qkv, plain, make([]float32, s.batch*s.heads*s.seq*s.seq), s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+				for j := range out {
+					if out[j] != plain[j] {
+						t.Fatalf("out[%d] = %v, AttentionForward's %v", j, out[j], plain[j])
+					}
+				}
+			})
+		}
+	}
+}
+
+func TestFlashAttentionBackward(t *testing.T) {
+	for i, s := range flashCases {
+		if s.batch*s.seq*s.hid > 1200 { // finite differences are slow
+			continue
+		}
+		qkv := scaledQKV(uint64(i)+20, s)
+		r := randSlice(newRNG(uint64(i)+21), s.batch*s.seq*s.hid)
+		want := centralDiff(projected(r, func(x []float64) []float64 {
+			out, _ := attentionRef(x, s)
+			return out
+		}), to64(qkv), fdStep)
+		for _, tp := range testPools {
+			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
+				out := make([]float32, len(r))
+				lse := make([]float32, s.batch*s.heads*s.seq)
+				FlashAttentionForward(tp.p, qkv, out, lse, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+				dqkv := randSlice(newRNG(97), len(qkv)) // garbage to overwrite
+				FlashAttentionBackward(tp.p, qkv, out, lse, r, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+				checkClose(t, "dqkv", dqkv, want, gradTol)
+			})
+		}
+	}
+}
+
+// Flash attention's results do not depend on the number of workers either.
+func TestFlashAttentionWorkerIndependent(t *testing.T) {
+	s := attnShape{2, attnBlock + 20, 6, 18, true, 2}
+	qkv := scaledQKV(5, s)
+	dout := randSlice(newRNG(6), s.batch*s.seq*s.hid)
+	run := func(p *Pool) (out, dqkv []float32) {
+		out, dqkv = make([]float32, len(dout)), make([]float32, len(qkv))
+		lse := make([]float32, s.batch*s.heads*s.seq)
+		FlashAttentionForward(p, qkv, out, lse, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+		FlashAttentionBackward(p, qkv, out, lse, dout, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+		return out, dqkv
+	}
+	out1, d1 := run(nil)
+	for _, w := range []int{2, 3, 6} {
+		out, d := run(NewPool(w))
+		for i := range out {
+			if out[i] != out1[i] {
+				t.Fatalf("%d workers: out[%d] got %v, want %v as serially", w, i, out[i], out1[i])
+			}
+		}
+		for i := range d {
+			if d[i] != d1[i] {
+				t.Fatalf("%d workers: dqkv[%d] got %v, want %v as serially", w, i, d[i], d1[i])
+			}
+		}
+	}
+}

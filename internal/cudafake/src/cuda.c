@@ -1019,7 +1019,7 @@ CUresult cuModuleLoadDataEx(CUmodule *module, const void *image, unsigned int nu
 		if (options[i] != want[i]) return CUDA_ERROR_INVALID_VALUE;
 	if ((uintptr_t)optionValues[1] < 1024 || (uintptr_t)optionValues[3] < 1024) return CUDA_ERROR_INVALID_VALUE;
 	const char *ptx = image;
-	if (!memchr(ptx, 0, 1 << 20)) return CUDA_ERROR_INVALID_IMAGE; /* must be NUL-terminated */
+	if (!memchr(ptx, 0, 8 << 20)) return CUDA_ERROR_INVALID_IMAGE; /* must be NUL-terminated, within 8 MiB */
 	if (!strstr(ptx, ".version") || strstr(ptx, "bogus")) {
 		write_log(optionValues[0], &optionValues[1], "");
 		write_log(optionValues[2], &optionValues[3], "ptxas fake, line 6; error   : Unknown instruction 'bogus'\nptxas fatal   : Ptx assembly aborted due to errors\n");

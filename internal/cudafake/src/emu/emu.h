@@ -18,6 +18,7 @@
 #define __host__
 #define __forceinline__ inline
 #define __launch_bounds__(...)
+#define __align__(n) __attribute__((aligned(n)))
 /* One instance per kernel source and block: blocks run one at a time. */
 #define __shared__ static
 
@@ -37,6 +38,9 @@ int __syncthreads_or(int pred);
 unsigned __ballot_sync(unsigned mask, int pred);
 uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask);
 
+/* A warp barrier: every lane of the warp waits for the others. */
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu_shfl_xor(mask, 0, 0); }
+
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
 	static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");
 	uint64_t b = 0;
@@ -54,6 +58,9 @@ static inline float __int_as_float(int i) { float f; memcpy(&f, &i, 4); return f
 static inline float __uint_as_float(unsigned i) { float f; memcpy(&f, &i, 4); return f; }
 static inline float normcdff(float v) { return 0.5f * erfcf(-v * (float)M_SQRT1_2); }
 static inline float rsqrtf(float v) { return 1.0f / sqrtf(v); }
+/* CUDA's fast exp is the accurate one here (glibc declares an __expf it
+ * does not export). */
+#define __expf(v) expf(v)
 // The host compiler contracts nothing without -mfma, so the round-to-nearest
 // intrinsics, which keep nvcc from fusing, are the plain operations here.
 static inline float __fmul_rn(float a, float b) { return a * b; }

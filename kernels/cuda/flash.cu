@@ -1,0 +1,413 @@
+// Flash attention (graph.Attention with Flash; Dao et al., 2022, in
+// FlashAttention-2's loop order): attention over packed projections qkv
+// [batch·seq, hid + 2·kv·D] (see attention.go) that never writes a score
+// to memory. A block takes 16 rows a warp of one sequence and head, walks
+// over the other side's rows a tile at a time through shared memory, and
+// keeps its running results in registers; the scores of a tile live in the
+// warp's scratch in shared memory, fp32, and the probabilities computed
+// from them are written over them in the element type for the next
+// product.
+//
+// The tile products (Tile) are a warp's: on bf16 the tensor cores' 16×16×16
+// products (WMMA, fp32 accumulation), on fp32 plain fused multiply-adds.
+// Lane l of a warp owns row l/2 of the warp's 16 rows and of each row the
+// columns of l's parity, for the softmax and the accumulators alike.
+//
+// Forward, per query block: S = Q Kᵀ·scale, the running max m and sum l
+// of exp(S − m) row by row, O = O·exp(m_old − m) + P V; at the end out =
+// O/l and lse = m + log l (float32, [batch, heads, seq]). Backward, three
+// kernels: flash_prep takes Dv = rowsum(dO ⊙ O); flash_dq, per query
+// block, recomputes P = exp(S·scale − lse) and dS = P ⊙ (dO Vᵀ − Dv)·scale
+// tile by tile of keys and sums dQ = dS K; flash_dkdv, per key block and
+// key/value head, does the same by query tiles over the group's query heads
+// and sums dV = Pᵀ dO and dK = dSᵀ Q. dQ and dK, dV each have one writer:
+// no atomics, and the same numbers every run.
+//
+// Head widths D of 16, 32, 64 and 128 (bf16) or up to 64 (fp32), each an
+// instance with its own tile sizes (FlashCfg): shared memory stays under
+// the 48 KiB a static allocation may take.
+#include "common.cuh"
+
+#include <mma.h>
+
+// Tile<T, N, K> are a warp's products over shared memory into fp32 C
+// [16][N] (row stride ldc): abt is C = A Bᵀ with A [16][K] and B [N][K],
+// ab is C = A B with A [16][K] and B [K][N], all row-major. ab reads all of
+// A before it writes C, so C may be A's memory (the probabilities written
+// over the scores they came from).
+template <class T, int N, int K> struct Tile {
+	static __device__ __forceinline__ void abt(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
+		const int lane = threadIdx.x & 31, r = lane >> 1;
+		for (int c = lane & 1; c < N; c += 2) {
+			float s = 0;
+			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[c * ldb + k]), s);
+			C[r * ldc + c] = s;
+		}
+	}
+	static __device__ __forceinline__ void ab(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
+		const int lane = threadIdx.x & 31, r = lane >> 1;
+		float acc[N / 2];
+#pragma unroll
+		for (int t = 0; t < N / 2; t++) {
+			const int c = (lane & 1) + 2 * t;
+			float s = 0;
+			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[k * ldb + c]), s);
+			acc[t] = s;
+		}
+		__syncwarp();
+#pragma unroll
+		for (int t = 0; t < N / 2; t++) C[r * ldc + (lane & 1) + 2 * t] = acc[t];
+	}
+};
+
+template <int N, int K> struct Tile<bf16, N, K> {
+	typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> Acc;
+	typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, bf16, nvcuda::wmma::row_major> FragA;
+
+	static __device__ __forceinline__ void store(float *C, int ldc, Acc (&acc)[N / 16]) {
+		__syncwarp();
+#pragma unroll
+		for (int n = 0; n < N / 16; n++) nvcuda::wmma::store_matrix_sync(C + n * 16, acc[n], ldc, nvcuda::wmma::mem_row_major);
+	}
+	static __device__ __forceinline__ void abt(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
+		using namespace nvcuda;
+		Acc acc[N / 16];
+#pragma unroll
+		for (int n = 0; n < N / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+#pragma unroll
+		for (int k = 0; k < K; k += 16) {
+			FragA a;
+			wmma::load_matrix_sync(a, A + k, lda);
+#pragma unroll
+			for (int n = 0; n < N / 16; n++) {
+				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b; // Bᵀ
+				wmma::load_matrix_sync(b, B + n * 16 * ldb + k, ldb);
+				wmma::mma_sync(acc[n], a, b, acc[n]);
+			}
+		}
+		store(C, ldc, acc);
+	}
+	static __device__ __forceinline__ void ab(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
+		using namespace nvcuda;
+		Acc acc[N / 16];
+#pragma unroll
+		for (int n = 0; n < N / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
+#pragma unroll
+		for (int k = 0; k < K; k += 16) {
+			FragA a;
+			wmma::load_matrix_sync(a, A + k, lda);
+#pragma unroll
+			for (int n = 0; n < N / 16; n++) {
+				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
+				wmma::load_matrix_sync(b, B + k * ldb + n * 16, ldb);
+				wmma::mma_sync(acc[n], a, b, acc[n]);
+			}
+		}
+		store(C, ldc, acc);
+	}
+};
+
+// FlashCfg are an instance's tile sizes: W warps (16·W rows) of the side a
+// block owns, and C rows of the other side per tile, for the forward (F),
+// dQ (Q) and dK, dV (K) kernels.
+template <class T, int D> struct FlashCfg;
+template <int D> struct FlashCfg<bf16, D> {
+	static constexpr int FW = D <= 64 ? 4 : 2, FC = D <= 64 ? 64 : 32;
+	static constexpr int QW = D <= 64 ? 2 : 1, QC = D <= 64 ? 64 : 32;
+	static constexpr int KW = D <= 64 ? 2 : 1, KC = D <= 64 ? 64 : 32;
+};
+template <int D> struct FlashCfg<float, D> {
+	static_assert(D <= 64, "fp32 flash attention takes head widths up to 64");
+	static constexpr int FW = D <= 32 ? 4 : 2, FC = 32;
+	static constexpr int QW = D <= 32 ? 2 : 1, QC = 32;
+	static constexpr int KW = D <= 32 ? 2 : 1, KC = 32;
+};
+
+// Row strides in shared memory: tiles of D elements take LT (16-byte rows,
+// 32-byte aligned 16-row blocks, fewer bank conflicts); fp32 scratch for C
+// columns takes ns(C) floats.
+template <int D> struct Strides {
+	static constexpr int LT = D + 8;
+};
+__host__ __device__ constexpr int ns(int c, int d) { return (c > d ? c : d) + 4; }
+
+// loadTile copies rows [r0, r0 + rows) of a D-column view (row stride ld)
+// into dst (row stride LT), zeros past row seq.
+template <class T, int D>
+__device__ __forceinline__ void loadTile(T *dst, const T *src, int ld, int r0, int rows, int seq) {
+	constexpr int V = VW<T>::N, CV = D / V, LT = Strides<D>::LT;
+	if (aligned16(src) && ld % V == 0) {
+		for (int e = threadIdx.x; e < rows * CV; e += blockDim.x) {
+			const int r = e / CV, c = (e % CV) * V;
+			Vec<T, V> x;
+			if (r0 + r < seq) {
+				x = ldv<T, V>(src + (long long)(r0 + r) * ld + c);
+			} else {
+#pragma unroll
+				for (int i = 0; i < V; i++) x.v[i] = fromF<T>(0.f);
+			}
+			stv<T, V>(dst + r * LT + c, x);
+		}
+		return;
+	}
+	for (int e = threadIdx.x; e < rows * D; e += blockDim.x) {
+		const int r = e / D, c = e % D;
+		dst[r * LT + c] = r0 + r < seq ? src[(long long)(r0 + r) * ld + c] : fromF<T>(0.f);
+	}
+}
+
+// fexp is exp in fp32, the fast hardware one for bf16 (whose inputs carry 8
+// bits), the accurate one for fp32.
+__device__ __forceinline__ float fexp(float x, float) { return expf(x); }
+__device__ __forceinline__ float fexp(float x, bf16) { return __expf(x); }
+
+// The views of qkv a block reads: the query head h and its key/value head.
+struct Heads {
+	long long q, k, v; // offsets of column 0 of sequence b's rows
+	int ld;
+	__device__ Heads(int b, int h, int seq, int heads, int kv, int hid, int D) {
+		ld = hid + 2 * kv * D;
+		const long long row = (long long)b * seq * ld;
+		q = row + (long long)h * D;
+		k = row + hid + (long long)(h / (heads / kv)) * D;
+		v = k + (long long)kv * D;
+	}
+};
+
+template <class T, int D>
+__device__ __forceinline__ void flash_fwd_t(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {
+	constexpr int W = FlashCfg<T, D>::FW, BC = FlashCfg<T, D>::FC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D);
+	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T)); // P's row stride over the scratch
+	__shared__ __align__(32) T qs[BR * LT];
+	__shared__ __align__(32) T ks[BC * LT];
+	__shared__ __align__(32) T vs[BC * LT];
+	__shared__ __align__(32) float scratch[W * 16 * NS];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
+	const Heads at(b, h, seq, heads, kv, hid, D);
+	const int row = i0 + warp * 16 + r;
+	float *S = scratch + warp * 16 * NS;
+	T *P = reinterpret_cast<T *>(S);
+	loadTile<T, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	float m = -INFINITY, l = 0, o[D / 2];
+#pragma unroll
+	for (int t = 0; t < D / 2; t++) o[t] = 0;
+	const int kend = causal ? min(seq, i0 + BR) : seq;
+	for (int j0 = 0; j0 < kend; j0 += BC) {
+		__syncthreads(); // the last tiles are read
+		loadTile<T, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
+		loadTile<T, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+		__syncthreads();
+		Tile<T, BC, D>::abt(S, NS, qs + warp * 16 * LT, LT, ks, LT);
+		__syncwarp();
+		float sv[BC / 2], mx = -INFINITY;
+#pragma unroll
+		for (int t = 0; t < BC / 2; t++) {
+			const int j = j0 + half + 2 * t;
+			const bool keep = j < seq && !(causal && j > row);
+			sv[t] = keep ? S[r * NS + half + 2 * t] * scale : -INFINITY;
+			mx = fmaxf(mx, sv[t]);
+		}
+		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+		const float mn = fmaxf(m, mx), base = mn == -INFINITY ? 0.f : mn;
+		const float alpha = fexp(m - base, T());
+		float sum = 0;
+		__syncwarp(); // every lane has read its scores before P goes over them
+#pragma unroll
+		for (int t = 0; t < BC / 2; t++) {
+			const float p = fexp(sv[t] - base, T());
+			sum += p;
+			P[r * PS + half + 2 * t] = fromF<T>(p);
+		}
+		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+		l = l * alpha + sum;
+		m = mn;
+		__syncwarp();
+		Tile<T, D, BC>::ab(S, NS, P, PS, vs, LT);
+		__syncwarp();
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) o[t] = o[t] * alpha + S[r * NS + half + 2 * t];
+	}
+	if (row < seq) {
+		const float inv = 1 / l;
+		T *po = out + ((long long)b * seq + row) * hid + (long long)h * D;
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) po[half + 2 * t] = fromF<T>(o[t] * inv);
+		if (half == 0) lse[((long long)b * heads + h) * seq + row] = m + logf(l);
+	}
+}
+
+// flash_prep_T sets dv [batch, heads, seq] to rowsum(dO ⊙ O) of each row
+// and head, in float.
+template <class T>
+__device__ __forceinline__ void flash_prep_t(const T *out, const T *dout, float *dv, int batch, int seq, int heads, int d) {
+	const long long n = (long long)batch * heads * seq;
+	const int hid = heads * d;
+	for (long long e = gtid(); e < n; e += gstride()) {
+		const int i = (int)(e % seq), h = (int)(e / seq % heads);
+		const long long b = e / seq / heads, at = (b * seq + i) * hid + (long long)h * d;
+		float s = 0;
+		for (int k = 0; k < d; k++) s = fmaf(toF(dout[at + k]), toF(out[at + k]), s);
+		dv[e] = s;
+	}
+}
+
+template <class T, int D>
+__device__ __forceinline__ void flash_dq_t(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv,
+                                           int hid, int causal, float scale) {
+	constexpr int W = FlashCfg<T, D>::QW, BC = FlashCfg<T, D>::QC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D);
+	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T));
+	__shared__ __align__(32) T qs[BR * LT];
+	__shared__ __align__(32) T dos[BR * LT];
+	__shared__ __align__(32) T ks[BC * LT];
+	__shared__ __align__(32) T vs[BC * LT];
+	__shared__ __align__(32) float scratch[W * 2 * 16 * NS];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
+	const Heads at(b, h, seq, heads, kv, hid, D);
+	const int row = i0 + warp * 16 + r;
+	float *S = scratch + warp * 2 * 16 * NS, *dP = S + 16 * NS;
+	T *dS = reinterpret_cast<T *>(S);
+	loadTile<T, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	loadTile<T, D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
+	const long long bh = ((long long)b * heads + h) * seq;
+	const float lr = row < seq ? lse[bh + row] : 0.f, dr = row < seq ? dv[bh + row] : 0.f;
+	float dq[D / 2];
+#pragma unroll
+	for (int t = 0; t < D / 2; t++) dq[t] = 0;
+	const int kend = causal ? min(seq, i0 + BR) : seq;
+	for (int j0 = 0; j0 < kend; j0 += BC) {
+		__syncthreads();
+		loadTile<T, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
+		loadTile<T, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+		__syncthreads();
+		Tile<T, BC, D>::abt(S, NS, qs + warp * 16 * LT, LT, ks, LT);
+		Tile<T, BC, D>::abt(dP, NS, dos + warp * 16 * LT, LT, vs, LT);
+		__syncwarp();
+		float ds[BC / 2];
+#pragma unroll
+		for (int t = 0; t < BC / 2; t++) {
+			const int c = half + 2 * t, j = j0 + c;
+			const bool keep = row < seq && j < seq && !(causal && j > row);
+			const float p = keep ? fexp(S[r * NS + c] * scale - lr, T()) : 0.f;
+			ds[t] = p * (dP[r * NS + c] - dr) * scale;
+		}
+		__syncwarp();
+#pragma unroll
+		for (int t = 0; t < BC / 2; t++) dS[r * PS + half + 2 * t] = fromF<T>(ds[t]);
+		__syncwarp();
+		Tile<T, D, BC>::ab(dP, NS, dS, PS, ks, LT);
+		__syncwarp();
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) dq[t] += dP[r * NS + half + 2 * t];
+	}
+	if (row < seq) {
+		T *p = dqkv + at.q + (long long)row * at.ld;
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) p[half + 2 * t] = fromF<T>(dq[t]);
+	}
+}
+
+template <class T, int D>
+__device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads,
+                                             int kv, int hid, int causal, float scale) {
+	constexpr int W = FlashCfg<T, D>::KW, BQ = FlashCfg<T, D>::KC, BK = 16 * W, LT = Strides<D>::LT, NS = ns(BQ, D);
+	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T));
+	__shared__ __align__(32) T ks[BK * LT];
+	__shared__ __align__(32) T vs[BK * LT];
+	__shared__ __align__(32) T qs[BQ * LT];
+	__shared__ __align__(32) T dos[BQ * LT];
+	__shared__ float ls[BQ], dvs[BQ];
+	__shared__ __align__(32) float scratch[W * 2 * 16 * NS];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+	const int j0 = blockIdx.x * BK, kh = blockIdx.y, b = blockIdx.z, group = heads / kv;
+	const Heads at(b, kh * group, seq, heads, kv, hid, D); // k and v are every group head's
+	const int key = j0 + warp * 16 + r;
+	float *St = scratch + warp * 2 * 16 * NS, *dPt = St + 16 * NS;
+	T *Pt = reinterpret_cast<T *>(St), *dSt = reinterpret_cast<T *>(dPt);
+	loadTile<T, D>(ks, qkv + at.k, at.ld, j0, BK, seq);
+	loadTile<T, D>(vs, qkv + at.v, at.ld, j0, BK, seq);
+	float dk[D / 2], dvv[D / 2];
+#pragma unroll
+	for (int t = 0; t < D / 2; t++) dk[t] = dvv[t] = 0;
+	for (int g = 0; g < group; g++) {
+		const int h = kh * group + g;
+		const long long q = at.q + (long long)g * D, bh = ((long long)b * heads + h) * seq;
+		const T *dob = dout + (long long)b * seq * hid + (long long)h * D;
+		for (int i0 = causal ? j0 / BQ * BQ : 0; i0 < seq; i0 += BQ) {
+			__syncthreads();
+			loadTile<T, D>(qs, qkv + q, at.ld, i0, BQ, seq);
+			loadTile<T, D>(dos, dob, hid, i0, BQ, seq);
+			for (int c = threadIdx.x; c < BQ; c += blockDim.x) {
+				ls[c] = i0 + c < seq ? lse[bh + i0 + c] : 0.f;
+				dvs[c] = i0 + c < seq ? dv[bh + i0 + c] : 0.f;
+			}
+			__syncthreads();
+			Tile<T, BQ, D>::abt(St, NS, ks + warp * 16 * LT, LT, qs, LT);   // Sᵀ = K Qᵀ
+			Tile<T, BQ, D>::abt(dPt, NS, vs + warp * 16 * LT, LT, dos, LT); // dPᵀ = V dOᵀ
+			__syncwarp();
+			float p[BQ / 2], ds[BQ / 2];
+#pragma unroll
+			for (int t = 0; t < BQ / 2; t++) {
+				const int c = half + 2 * t, i = i0 + c;
+				const bool keep = key < seq && i < seq && !(causal && key > i);
+				p[t] = keep ? fexp(St[r * NS + c] * scale - ls[c], T()) : 0.f;
+				ds[t] = p[t] * (dPt[r * NS + c] - dvs[c]) * scale;
+			}
+			__syncwarp();
+#pragma unroll
+			for (int t = 0; t < BQ / 2; t++) {
+				Pt[r * PS + half + 2 * t] = fromF<T>(p[t]);
+				dSt[r * PS + half + 2 * t] = fromF<T>(ds[t]);
+			}
+			__syncwarp();
+			Tile<T, D, BQ>::ab(St, NS, Pt, PS, dos, LT); // dV += Pᵀ dO
+			__syncwarp();
+#pragma unroll
+			for (int t = 0; t < D / 2; t++) dvv[t] += St[r * NS + half + 2 * t];
+			Tile<T, D, BQ>::ab(dPt, NS, dSt, PS, qs, LT); // dK += dSᵀ Q
+			__syncwarp();
+#pragma unroll
+			for (int t = 0; t < D / 2; t++) dk[t] += dPt[r * NS + half + 2 * t];
+		}
+	}
+	if (key < seq) {
+		T *pk = dqkv + at.k + (long long)key * at.ld, *pv = dqkv + at.v + (long long)key * at.ld;
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) {
+			pk[half + 2 * t] = fromF<T>(dk[t]);
+			pv[half + 2 * t] = fromF<T>(dvv[t]);
+		}
+	}
+}
+
+#define FLASH(T, N, D)                                                                                                                        \
+	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::FW)                                                                                      \
+	    flash_fwd_##N##_d##D(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {             \
+		flash_fwd_t<T, D>(qkv, out, lse, seq, heads, kv, hid, causal, scale);                                                              \
+	}                                                                                                                                      \
+	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::QW) flash_dq_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, \
+	                                                                      T *dqkv, int seq, int heads, int kv, int hid, int causal,     \
+	                                                                      float scale) {                                                \
+		flash_dq_t<T, D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                                    \
+	}                                                                                                                                      \
+	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::KW)                                                                                      \
+	    flash_dkdv_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv, int hid, \
+	                          int causal, float scale) {                                                                                 \
+		flash_dkdv_t<T, D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                                  \
+	}
+
+FLASH(float, f32, 16)
+FLASH(float, f32, 32)
+FLASH(float, f32, 64)
+FLASH(bf16, bf16, 16)
+FLASH(bf16, bf16, 32)
+FLASH(bf16, bf16, 64)
+FLASH(bf16, bf16, 128)
+
+KERNEL __launch_bounds__(THREADS) flash_prep_f32(const float *out, const float *dout, float *dv, int batch, int seq, int heads, int d) {
+	flash_prep_t(out, dout, dv, batch, seq, heads, d);
+}
+KERNEL __launch_bounds__(THREADS) flash_prep_bf16(const bf16 *out, const bf16 *dout, float *dv, int batch, int seq, int heads, int d) {
+	flash_prep_t(out, dout, dv, batch, seq, heads, d);
+}
