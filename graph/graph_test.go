@@ -94,6 +94,14 @@ func TestInfer(t *testing.T) {
 		{"gqa kv heads", Attention{Heads: 4, Seq: 5, KVHeads: 3}, []Spec{f(10, 30)}, nil, "3 kv heads do not divide 4 heads"},
 		{"gqa columns", Attention{Heads: 4, Seq: 5, KVHeads: 2}, []Spec{f(10, 20)}, nil, "20 columns, not (heads + 2·kv heads)·d = 8·d"},
 		{"gqa grad", AttentionGrad{Heads: 4, Seq: 5, KVHeads: 1}, []Spec{f(10, 12), f(2, 4, 5, 5), f(10, 8)}, []Spec{f(10, 12)}, ""},
+		{"flash", Attention{Heads: 4, Seq: 5, Flash: true}, []Spec{f(10, 48)}, []Spec{f(10, 16), f(2, 4, 5)}, ""},
+		{"flash bf16 lse is f32", Attention{Heads: 1, Seq: 2, Flash: true}, []Spec{{Shape{2, 6}, BF16}}, []Spec{{Shape{2, 2}, BF16}, f(1, 1, 2)}, ""},
+		{"flash grad", AttentionGrad{Heads: 4, Seq: 5, KVHeads: 2, Flash: true}, []Spec{f(10, 32), f(10, 16), f(2, 4, 5), f(10, 16)}, []Spec{f(10, 32)}, ""},
+		{"flash grad arity", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(2, 2, 5, 5), f(10, 4)}, nil, "takes 4 inputs, got 3"},
+		{"flash grad out", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(10, 12), f(2, 2, 5), f(10, 4)}, nil, "out must be [10,4]"},
+		{"flash grad lse", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(10, 4), f(2, 2, 5, 5), f(10, 4)}, nil, "lse must be [2,2,5] of f32"},
+		{"flash grad lse dtype", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(10, 4), {Shape{2, 2, 5}, BF16}, f(10, 4)}, nil, "lse must be [2,2,5] of f32"},
+		{"flash grad dout", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(10, 4), f(2, 2, 5), f(10, 12)}, nil, "dout must be [10,4]"},
 		{"rope", RoPE{Heads: 4, KVHeads: 2, Seq: 5, Theta: 1e4}, []Spec{f(2, 5, 16)}, []Spec{f(2, 5, 16)}, ""},
 		{"rope bf16", RoPE{Heads: 2, Seq: 5, Theta: 1e4}, []Spec{{Shape{5, 12}, BF16}}, []Spec{{Shape{5, 12}, BF16}}, ""},
 		{"rope odd d", RoPE{Heads: 2, Seq: 5, Theta: 1e4}, []Spec{f(5, 18)}, nil, "not (heads + 2·kv heads)·d = 6·d for an even d"},
@@ -384,6 +392,10 @@ func TestAttentionAndMeanSquareCost(t *testing.T) {
 	}{
 		{"attention", Attention{Heads: heads, Seq: seq}, []Spec{qkv}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
 		{"attention_grad", AttentionGrad{Heads: heads, Seq: seq}, []Spec{qkv, probs, out}, 4*batch*heads*(2*seq*seq*d) + 4*scores},
+		// Flash: the same forward products; backward a fifth, which
+		// recomputes the scores, and the exponentials.
+		{"flash", Attention{Heads: heads, Seq: seq, Flash: true}, []Spec{qkv}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
+		{"flash_grad", AttentionGrad{Heads: heads, Seq: seq, Flash: true}, []Spec{qkv, out, f(batch, heads, seq), out}, 5*batch*heads*(2*seq*seq*d) + 8*scores},
 		// Grouped-query attention: the products per query head are the same.
 		{"gqa", Attention{Heads: heads, Seq: seq, KVHeads: 1}, []Spec{f(batch*seq, hid+2*d)}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
 		// RoPE: three per rotated element, queries and keys (2 + 1 heads of d).
@@ -419,6 +431,29 @@ func TestAttentionProbsTakeNoGradient(t *testing.T) {
 	require.NotNil(t, out)
 	_, err := g.Backward(g.MeanSquare(out[1]), []*Tensor{w})
 	require.ErrorContains(t, err, "probabilities")
+
+	g = New()
+	w = g.Param("w", Shape{4, 6}, Init{})
+	out = g.Apply(Attention{Heads: 1, Seq: 2, Flash: true}, w)
+	_, err = g.Backward(g.MeanSquare(out[1]), []*Tensor{w})
+	require.ErrorContains(t, err, "log-normalizers")
+}
+
+// Flash attention's backward pass reads qkv, out, lse and dout, and its
+// traffic is only theirs: no score leaves the chip.
+func TestFlashAttentionGrad(t *testing.T) {
+	g := New()
+	w := g.Param("w", Shape{8, 12}, Init{})
+	out := g.Apply(Attention{Heads: 2, Seq: 4, Causal: true, Flash: true}, w)
+	grads, err := g.Backward(g.MeanSquare(out[0]), []*Tensor{w})
+	require.NoError(t, err)
+	n := grads[0].Producer
+	require.Equal(t, AttentionGrad{Heads: 2, Seq: 4, Causal: true, Flash: true}, n.Op)
+	require.Equal(t, []*Tensor{w, out[0], out[1]}, n.Inputs[:3])
+	in := []Spec{w.Spec, out[0].Spec, out[1].Spec, out[0].Spec}
+	require.Equal(t, bytesOf(in, []Spec{w.Spec}), n.Op.Cost(in, []Spec{w.Spec}).Bytes)
+	fwd := out[0].Producer
+	require.Equal(t, bytesOf([]Spec{w.Spec}, []Spec{out[0].Spec, out[1].Spec}), fwd.Op.Cost([]Spec{w.Spec}, []Spec{out[0].Spec, out[1].Spec}).Bytes)
 }
 
 func TestTypedParams(t *testing.T) {

@@ -142,7 +142,11 @@ func (Attention) Signatures(in, out []Spec) []Signature {
 
 func (a Attention) Grad(g *Graph, n *Node, dy []*Tensor, need []bool) []*Tensor {
 	if dy[1] != nil {
-		g.fail(fmt.Errorf("graph: %s: no gradient flows through the attention probabilities, which only the backward pass reads", n.Name))
+		saved := "probabilities"
+		if a.Flash {
+			saved = "log-normalizers (lse)"
+		}
+		g.fail(fmt.Errorf("graph: %s: no gradient flows through the attention %s, which only the backward pass reads", n.Name, saved))
 		return []*Tensor{nil}
 	}
 	if a.Flash {

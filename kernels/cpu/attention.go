@@ -322,10 +322,9 @@ func FlashAttentionBackward(p *Pool, qkv, out, lse, dout, dqkv []float32, batch,
 						for k, v := range dout[o+(i0+r)*hid : o+(i0+r)*hid+d] {
 							dot += float64(v) * float64(out[o+(i0+r)*hid+k])
 						}
-						m := l[i0+r]
+						expInto(pr[:n], pr[:n], l[i0+r])
 						for j, v := range pr[:n] {
-							pr[j] = float32(math.Exp(float64(v - m)))
-							dr[j] = float32(scale * float64(pr[j]) * (float64(dr[j]) - dot))
+							dr[j] = float32(scale * float64(v) * (float64(dr[j]) - dot))
 						}
 					}
 				})
