@@ -43,6 +43,9 @@ plan cifar-cnn-f32-b128 cifar-cnn 128 f32 single
 plan mlp3x4096-f32-b4096 mlp3x4096 4096 f32 single
 plan mlp3x4096-bf16-b4096 mlp3x4096 4096 bf16 single
 plan gpt2s-blocks-bf16-b8-s1024 gpt2s-blocks 8 bf16 single
+# The same stack with flash attention (PyTorch's baseline takes its flash
+# kernels on this GPU): no score leaves the chip.
+plan gpt2s-blocks-bf16-b8-s1024-flash gpt2s-blocks:attention=flash 8 bf16 single
 # Four for the GPU and the host's CPU: pipelines (stage 0 on the GPU, cut
 # to balance FLOPs or by the simulator: fc2 alone on the CPU) and data
 # parallelism (a replica on each, the batch split evenly or by the

@@ -94,8 +94,9 @@ step torch 180 bash -c "python3 '$here/torch_baseline.py' >'$OUT/torch.jsonl'"
 # 3. Training on the GPU: one epoch of MNIST.
 json train-mnist 180 "$bin/flowrun" train --device cuda --epochs 1 --json
 
-# 4. The plans, compiled by build.sh (flowsim does not travel): six for the
-# GPU, four for the GPU and the host's CPU.
+# 4. The plans, compiled by build.sh (flowsim does not travel): seven for the
+# GPU (the GPT-2 stack twice: its scores in memory, and flash attention),
+# four for the GPU and the host's CPU.
 cp "$here"/plans/*.plan.json "$work/"
 
 # 5. Calibrate on these plans (GPU tasks in place; the CPU's for the
