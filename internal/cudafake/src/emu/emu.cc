@@ -219,6 +219,16 @@ void check_mask(unsigned mask, const char *op) {
 
 } // namespace
 
+void emu_fail(const char *fmt, ...) {
+	char msg[400];
+	va_list ap;
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof msg, fmt, ap);
+	va_end(ap);
+	fail("%s", msg);
+	abort();
+}
+
 void __syncthreads() { wait(WAIT_BLOCK); }
 
 int __syncthreads_or(int pred) {

@@ -32,6 +32,10 @@ typedef dim3 uint3;
 extern uint3 threadIdx, blockIdx;
 extern dim3 blockDim, gridDim;
 
+/* emu_fail ends the launch with an error naming the kernel, block and
+ * thread: for what a GPU would fault on or reject. */
+void emu_fail(const char *fmt, ...) __attribute__((format(printf, 1, 2), noreturn));
+
 /* Barriers and warp exchange, in emu.cc. */
 void __syncthreads();
 int __syncthreads_or(int pred);

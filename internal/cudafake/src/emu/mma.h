@@ -9,8 +9,10 @@
  * computes on a GPU; code that reads a fragment's elements as if it knew
  * the layout is wrong on a GPU and not caught here. Each operation is a warp
  * barrier, as the real ones are collective: a lane that skips one
- * deadlocks. Products are summed in fp32 in k order (a GPU's tensor cores
- * round in their own order).
+ * deadlocks. A load or store from memory that is not 256-bit aligned, or
+ * with a leading dimension that is not a multiple of 16 bytes, fails the
+ * launch, as CUDA requires both. Products are summed in fp32 in k order (a
+ * GPU's tensor cores round in their own order).
  */
 #pragma once
 
@@ -34,12 +36,20 @@ template <class Use, int M, int N, int K, class T, class Layout = void> struct f
 	T x[256]; /* row-major, the tile's element (r, c) at x[16r + c] */
 };
 
+/* check fails the launch where CUDA's requirements on a fragment's memory
+ * do not hold. */
+template <class T> inline void check(const void *p, unsigned ldm, const char *op) {
+	if ((uintptr_t)p % 32) emu_fail("wmma::%s: address %p is not 256-bit aligned", op, p);
+	if (ldm % (16 / sizeof(T))) emu_fail("wmma::%s: ldm %u is not a multiple of %d elements (16 bytes)", op, ldm, (int)(16 / sizeof(T)));
+}
+
 static inline float emu_f(float v) { return v; }
 static inline float emu_f(__nv_bfloat16 v) { return __bfloat162float(v); }
 
 template <class Use, class T, class Layout>
 inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p, unsigned ldm) {
 	__syncwarp(0xffffffffu);
+	check<T>(p, ldm, "load_matrix_sync");
 	const bool col = std::is_same<Layout, col_major>::value;
 	for (int r = 0; r < 16; r++)
 		for (int c = 0; c < 16; c++) f.x[16 * r + c] = col ? p[c * ldm + r] : p[r * ldm + c];
@@ -47,12 +57,14 @@ inline void load_matrix_sync(fragment<Use, 16, 16, 16, T, Layout> &f, const T *p
 
 template <class T> inline void load_matrix_sync(fragment<accumulator, 16, 16, 16, T> &f, const T *p, unsigned ldm, layout_t l) {
 	__syncwarp(0xffffffffu);
+	check<T>(p, ldm, "load_matrix_sync");
 	for (int r = 0; r < 16; r++)
 		for (int c = 0; c < 16; c++) f.x[16 * r + c] = l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c];
 }
 
 template <class T> inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsigned ldm, layout_t l) {
 	__syncwarp(0xffffffffu);
+	check<T>(p, ldm, "store_matrix_sync");
 	for (int r = 0; r < 16; r++)
 		for (int c = 0; c < 16; c++) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[16 * r + c];
 }
