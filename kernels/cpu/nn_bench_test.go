@@ -104,8 +104,10 @@ func BenchmarkSoftmaxCE_64x10(b *testing.B) {
 }
 
 // benchAttention times causal attention forward and backward over the
-// heads of batch sequences and reports GFLOP/s (QKᵀ and PV forward, four
-// products backward, all the dense count).
+// heads of batch sequences, with the probabilities kept and with flash
+// attention, and reports GFLOP/s (QKᵀ and PV forward, four products
+// backward, all the dense count, for both: the rates compare as times,
+// though flash's backward recomputes the scores).
 func benchAttention(b *testing.B, batch, seq, heads, hid int) {
 	p := NewPool(0)
 	rng := newRNG(1)
@@ -113,28 +115,31 @@ func benchAttention(b *testing.B, batch, seq, heads, hid int) {
 	dout := randSlice(rng, batch*seq*hid)
 	out := make([]float32, batch*seq*hid)
 	probs := make([]float32, batch*heads*seq*seq)
+	lse := make([]float32, batch*heads*seq)
 	dqkv := make([]float32, len(qkv))
 	flops := 2 * float64(batch*seq*seq*hid)
-	b.Run("Forward", func(b *testing.B) {
-		c0 := cpuTime(b)
-		for b.Loop() {
-			AttentionForward(p, qkv, out, probs, batch, seq, heads, heads, hid, true)
-		}
-		reportCPU(b, c0)
-		b.ReportMetric(2*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-	})
-	b.Run("Backward", func(b *testing.B) {
-		c0 := cpuTime(b)
-		for b.Loop() {
-			AttentionBackward(p, qkv, probs, dout, dqkv, batch, seq, heads, heads, hid, true)
-		}
-		reportCPU(b, c0)
-		b.ReportMetric(4*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-	})
+	run := func(name string, f func(), products float64) {
+		b.Run(name, func(b *testing.B) {
+			c0 := cpuTime(b)
+			for b.Loop() {
+				f()
+			}
+			reportCPU(b, c0)
+			b.ReportMetric(products*flops*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
+	}
+	run("Forward", func() { AttentionForward(p, qkv, out, probs, batch, seq, heads, heads, hid, true) }, 2)
+	run("Backward", func() { AttentionBackward(p, qkv, probs, dout, dqkv, batch, seq, heads, heads, hid, true) }, 4)
+	run("FlashForward", func() { FlashAttentionForward(p, qkv, out, lse, batch, seq, heads, heads, hid, true) }, 2)
+	run("FlashBackward", func() { FlashAttentionBackward(p, qkv, out, lse, dout, dqkv, batch, seq, heads, heads, hid, true) }, 4)
 }
 
 // BenchmarkAttention_GPTText: the GPT of results/text-gpt-cpu.
 func BenchmarkAttention_GPTText(b *testing.B) { benchAttention(b, 16, 128, 4, 128) }
+
+// BenchmarkAttention_Seq1024: one GPT-2-small sequence of 1024 positions
+// (12 heads of 64), where the probabilities are 48 MiB.
+func BenchmarkAttention_Seq1024(b *testing.B) { benchAttention(b, 1, 1024, 12, 768) }
 
 // benchBiasGELU times BiasAct and BiasActBackward with GELU on rows×cols.
 func benchBiasGELU(b *testing.B, rows, cols int) {

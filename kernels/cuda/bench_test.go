@@ -181,6 +181,34 @@ func BenchmarkAttention_BF16_B8S1024H768(b *testing.B) {
 	})
 }
 
+// BenchmarkFlashAttention_BF16_B8S1024H768 times flash attention on the
+// same sizes, forward alone and with the backward pass; the rate counts
+// the FLOPs BenchmarkAttention's does (12·batch·seq²·hid for both
+// passes, 4·… forward), so that the two compare as times: the causal
+// kernels skip the tiles above the diagonal, and the backward pass
+// recomputes scores.
+func BenchmarkFlashAttention_BF16_B8S1024H768(b *testing.B) {
+	e := gpu(b)
+	dt, tt := graph.BF16, gptBatch*gptSeq
+	qkv, out := benchBuf(b, e, dt, tt*3*gptWidth), e.alloc(b, dt, tt*gptWidth)
+	lse := e.alloc(b, graph.F32, gptBatch*gptHeads*gptSeq)
+	dout, dqkv := benchBuf(b, e, dt, tt*gptWidth), e.alloc(b, dt, tt*3*gptWidth)
+	work := e.alloc(b, graph.F32, int(FlashAttentionWorkspace(gptBatch, gptSeq, gptHeads)/4))
+	flops := 4 * float64(gptBatch) * math.Pow(gptSeq, 2) * gptWidth
+	fwd := func() error {
+		return e.k.FlashAttentionForward(e.s, dt, qkv, out, lse, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, true)
+	}
+	b.Run("fwd", func(b *testing.B) { benchGPU(b, 0, flops, fwd) })
+	b.Run("fwd+bwd", func(b *testing.B) {
+		benchGPU(b, 0, 3*flops, func() error {
+			if err := fwd(); err != nil {
+				return err
+			}
+			return e.k.FlashAttentionBackward(e.s, dt, qkv, out, lse, dout, dqkv, work, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, true)
+		})
+	})
+}
+
 // bnBenchShapes are [n, c, hw] of ResNet-50's batch norms at batch 256:
 // the stem's, the first stage's widest, and the last stage's.
 var bnBenchShapes = [][3]int{{256, 64, 112 * 112}, {256, 256, 56 * 56}, {256, 2048, 7 * 7}}
