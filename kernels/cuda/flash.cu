@@ -30,11 +30,13 @@
 
 #include <mma.h>
 
-// Tile<T, N, K> are a warp's products over shared memory into fp32 C
-// [16][N] (row stride ldc): abt is C = A Bᵀ with A [16][K] and B [N][K],
-// ab is C = A B with A [16][K] and B [K][N], all row-major. ab reads all of
-// A before it writes C, so C may be A's memory (the probabilities written
-// over the scores they came from).
+// Tile<T, N, K> are a warp's products over shared memory, all row-major:
+// abt sets fp32 C [16][N] (row stride ldc) to A Bᵀ with A [16][K] and B
+// [N][K]; abAdd adds A B, with B [K][N], to acc, the lane's elements of a
+// [16][N] accumulator (row lane/2, the columns of the lane's parity), with
+// C as scratch that may be A's memory (the probabilities written over the
+// scores they came from): the tensor cores' path reads all of A before it
+// writes C.
 template <class T, int N, int K> struct Tile {
 	static __device__ __forceinline__ void abt(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
 		const int lane = threadIdx.x & 31, r = lane >> 1;
@@ -44,19 +46,15 @@ template <class T, int N, int K> struct Tile {
 			C[r * ldc + c] = s;
 		}
 	}
-	static __device__ __forceinline__ void ab(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
+	static __device__ __forceinline__ void abAdd(float (&acc)[N / 2], float *, int, const T *A, int lda, const T *B, int ldb) {
 		const int lane = threadIdx.x & 31, r = lane >> 1;
-		float acc[N / 2];
 #pragma unroll
 		for (int t = 0; t < N / 2; t++) {
 			const int c = (lane & 1) + 2 * t;
 			float s = 0;
 			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[k * ldb + c]), s);
-			acc[t] = s;
+			acc[t] += s;
 		}
-		__syncwarp();
-#pragma unroll
-		for (int t = 0; t < N / 2; t++) C[r * ldc + (lane & 1) + 2 * t] = acc[t];
 	}
 };
 
@@ -87,7 +85,7 @@ template <int N, int K> struct Tile<bf16, N, K> {
 		}
 		store(C, ldc, acc);
 	}
-	static __device__ __forceinline__ void ab(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
+	static __device__ __forceinline__ void abAdd(float (&out)[N / 2], float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
 		using namespace nvcuda;
 		Acc acc[N / 16];
 #pragma unroll
@@ -104,23 +102,34 @@ template <int N, int K> struct Tile<bf16, N, K> {
 			}
 		}
 		store(C, ldc, acc);
+		__syncwarp();
+		const int lane = threadIdx.x & 31, r = lane >> 1;
+#pragma unroll
+		for (int t = 0; t < N / 2; t++) out[t] += C[r * ldc + (lane & 1) + 2 * t];
 	}
 };
 
 // FlashCfg are an instance's tile sizes: W warps (16·W rows) of the side a
 // block owns, and C rows of the other side per tile, for the forward (F),
-// dQ (Q) and dK, dV (K) kernels.
+// dQ (Q) and dK, dV (K) kernels; and MIN/W blocks a multiprocessor must be
+// able to hold (__launch_bounds__): for bf16, 16 warps, at most 128
+// registers a thread. The fp32 instances, there for correctness (their
+// products on FMAs, not tensor cores), may take up to 255 registers rather
+// than spill.
 template <class T, int D> struct FlashCfg;
 template <int D> struct FlashCfg<bf16, D> {
-	static constexpr int FW = D <= 64 ? 4 : 2, FC = D <= 64 ? 64 : 32;
-	static constexpr int QW = D <= 64 ? 2 : 1, QC = D <= 64 ? 64 : 32;
-	static constexpr int KW = D <= 64 ? 2 : 1, KC = D <= 64 ? 64 : 32;
+	static_assert(D <= 64, "bf16 flash attention takes head widths up to 64");
+	static constexpr int FW = 4, FC = 64;
+	static constexpr int QW = 2, QC = 32;
+	static constexpr int KW = 2, KC = 32;
+	static constexpr int MIN = 16;
 };
 template <int D> struct FlashCfg<float, D> {
 	static_assert(D <= 64, "fp32 flash attention takes head widths up to 64");
 	static constexpr int FW = D <= 32 ? 4 : 2, FC = 32;
 	static constexpr int QW = D <= 32 ? 2 : 1, QC = 32;
 	static constexpr int KW = D <= 32 ? 2 : 1, KC = 32;
+	static constexpr int MIN = 1;
 };
 
 // Row strides in shared memory: tiles of D elements take LT (16-byte rows,
@@ -155,6 +164,12 @@ __device__ __forceinline__ void loadTile(T *dst, const T *src, int ld, int r0, i
 		dst[r * LT + c] = r0 + r < seq ? src[(long long)(r0 + r) * ld + c] : fromF<T>(0.f);
 	}
 }
+
+// inplace<T>() says whether probabilities of type T go over the very scores
+// (fp32) they come from, element for element, so that each lane writes
+// only what it read; else (bf16: two to a score's four bytes) a lane
+// writes over its partner's scores, so all are read first.
+template <class T> __host__ __device__ constexpr bool inplace() { return sizeof(T) == sizeof(float); }
 
 // fexp is exp in fp32, the fast hardware one for bf16 (whose inputs carry 8
 // bits), the accurate one for fp32.
@@ -222,11 +237,10 @@ __device__ __forceinline__ void flash_fwd_t(const T *qkv, T *out, float *lse, in
 		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
 		l = l * alpha + sum;
 		m = mn;
-		__syncwarp();
-		Tile<T, D, BC>::ab(S, NS, P, PS, vs, LT);
-		__syncwarp();
 #pragma unroll
-		for (int t = 0; t < D / 2; t++) o[t] = o[t] * alpha + S[r * NS + half + 2 * t];
+		for (int t = 0; t < D / 2; t++) o[t] *= alpha;
+		__syncwarp();
+		Tile<T, D, BC>::abAdd(o, S, NS, P, PS, vs, LT);
 	}
 	if (row < seq) {
 		const float inv = 1 / l;
@@ -284,22 +298,26 @@ __device__ __forceinline__ void flash_dq_t(const T *qkv, const float *lse, const
 		Tile<T, BC, D>::abt(S, NS, qs + warp * 16 * LT, LT, ks, LT);
 		Tile<T, BC, D>::abt(dP, NS, dos + warp * 16 * LT, LT, vs, LT);
 		__syncwarp();
-		float ds[BC / 2];
+		float ds[inplace<T>() ? 1 : BC / 2];
 #pragma unroll
 		for (int t = 0; t < BC / 2; t++) {
 			const int c = half + 2 * t, j = j0 + c;
 			const bool keep = row < seq && j < seq && !(causal && j > row);
 			const float p = keep ? fexp(S[r * NS + c] * scale - lr, T()) : 0.f;
-			ds[t] = p * (dP[r * NS + c] - dr) * scale;
+			const float v = p * (dP[r * NS + c] - dr) * scale;
+			if constexpr (inplace<T>()) {
+				dS[r * PS + c] = v;
+			} else {
+				ds[t] = v;
+			}
+		}
+		if constexpr (!inplace<T>()) {
+			__syncwarp();
+#pragma unroll
+			for (int t = 0; t < BC / 2; t++) dS[r * PS + half + 2 * t] = fromF<T>(ds[t]);
 		}
 		__syncwarp();
-#pragma unroll
-		for (int t = 0; t < BC / 2; t++) dS[r * PS + half + 2 * t] = fromF<T>(ds[t]);
-		__syncwarp();
-		Tile<T, D, BC>::ab(dP, NS, dS, PS, ks, LT);
-		__syncwarp();
-#pragma unroll
-		for (int t = 0; t < D / 2; t++) dq[t] += dP[r * NS + half + 2 * t];
+		Tile<T, D, BC>::abAdd(dq, dP, NS, dS, PS, ks, LT);
 	}
 	if (row < seq) {
 		T *p = dqkv + at.q + (long long)row * at.ld;
@@ -346,29 +364,32 @@ __device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, con
 			Tile<T, BQ, D>::abt(St, NS, ks + warp * 16 * LT, LT, qs, LT);   // Sᵀ = K Qᵀ
 			Tile<T, BQ, D>::abt(dPt, NS, vs + warp * 16 * LT, LT, dos, LT); // dPᵀ = V dOᵀ
 			__syncwarp();
-			float p[BQ / 2], ds[BQ / 2];
+			float p[inplace<T>() ? 1 : BQ / 2], ds[inplace<T>() ? 1 : BQ / 2];
 #pragma unroll
 			for (int t = 0; t < BQ / 2; t++) {
 				const int c = half + 2 * t, i = i0 + c;
 				const bool keep = key < seq && i < seq && !(causal && key > i);
-				p[t] = keep ? fexp(St[r * NS + c] * scale - ls[c], T()) : 0.f;
-				ds[t] = p[t] * (dPt[r * NS + c] - dvs[c]) * scale;
+				const float pv = keep ? fexp(St[r * NS + c] * scale - ls[c], T()) : 0.f;
+				const float dv = pv * (dPt[r * NS + c] - dvs[c]) * scale;
+				if constexpr (inplace<T>()) {
+					Pt[r * PS + c] = pv;
+					dSt[r * PS + c] = dv;
+				} else {
+					p[t] = pv;
+					ds[t] = dv;
+				}
+			}
+			if constexpr (!inplace<T>()) {
+				__syncwarp();
+#pragma unroll
+				for (int t = 0; t < BQ / 2; t++) {
+					Pt[r * PS + half + 2 * t] = fromF<T>(p[t]);
+					dSt[r * PS + half + 2 * t] = fromF<T>(ds[t]);
+				}
 			}
 			__syncwarp();
-#pragma unroll
-			for (int t = 0; t < BQ / 2; t++) {
-				Pt[r * PS + half + 2 * t] = fromF<T>(p[t]);
-				dSt[r * PS + half + 2 * t] = fromF<T>(ds[t]);
-			}
-			__syncwarp();
-			Tile<T, D, BQ>::ab(St, NS, Pt, PS, dos, LT); // dV += Pᵀ dO
-			__syncwarp();
-#pragma unroll
-			for (int t = 0; t < D / 2; t++) dvv[t] += St[r * NS + half + 2 * t];
-			Tile<T, D, BQ>::ab(dPt, NS, dSt, PS, qs, LT); // dK += dSᵀ Q
-			__syncwarp();
-#pragma unroll
-			for (int t = 0; t < D / 2; t++) dk[t] += dPt[r * NS + half + 2 * t];
+			Tile<T, D, BQ>::abAdd(dvv, St, NS, Pt, PS, dos, LT); // dV += Pᵀ dO
+			Tile<T, D, BQ>::abAdd(dk, dPt, NS, dSt, PS, qs, LT); // dK += dSᵀ Q
 		}
 	}
 	if (key < seq) {
@@ -382,16 +403,16 @@ __device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, con
 }
 
 #define FLASH(T, N, D)                                                                                                                        \
-	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::FW)                                                                                      \
+	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::FW, FlashCfg<T, D>::MIN / FlashCfg<T, D>::FW)                                                                                      \
 	    flash_fwd_##N##_d##D(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {             \
 		flash_fwd_t<T, D>(qkv, out, lse, seq, heads, kv, hid, causal, scale);                                                              \
 	}                                                                                                                                      \
-	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::QW) flash_dq_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, \
+	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::QW, FlashCfg<T, D>::MIN / FlashCfg<T, D>::QW) flash_dq_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, \
 	                                                                      T *dqkv, int seq, int heads, int kv, int hid, int causal,     \
 	                                                                      float scale) {                                                \
 		flash_dq_t<T, D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                                    \
 	}                                                                                                                                      \
-	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::KW)                                                                                      \
+	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::KW, FlashCfg<T, D>::MIN / FlashCfg<T, D>::KW)                                                                                      \
 	    flash_dkdv_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv, int hid, \
 	                          int causal, float scale) {                                                                                 \
 		flash_dkdv_t<T, D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                                  \
@@ -403,7 +424,6 @@ FLASH(float, f32, 64)
 FLASH(bf16, bf16, 16)
 FLASH(bf16, bf16, 32)
 FLASH(bf16, bf16, 64)
-FLASH(bf16, bf16, 128)
 
 KERNEL __launch_bounds__(THREADS) flash_prep_f32(const float *out, const float *dout, float *dv, int batch, int seq, int heads, int d) {
 	flash_prep_t(out, dout, dv, batch, seq, heads, d);

@@ -40,10 +40,10 @@ func TestFlashAttentionGPU(t *testing.T) {
 	e := gpu(t)
 	rng := newRNG(17)
 	// [batch, seq, heads, hid, kv heads]: every head width an instance
-	// takes, sequences of one row, of less than a tile, and across two and
-	// three tiles of every instance's sizes (16 to 64 rows), grouped-query
-	// attention with groups of 2 and 4.
-	shapes := [][5]int{{1, 1, 1, 16, 1}, {2, 17, 2, 32, 2}, {1, 70, 2, 128, 1}, {1, 130, 1, 64, 1}, {2, 33, 4, 64, 1}, {1, 40, 1, 128, 1}}
+	// takes (16, 32, 64), sequences of one row, of less than a tile, and
+	// across two and three tiles of every instance's sizes (16 to 64
+	// rows), grouped-query attention with groups of 2 and 4.
+	shapes := [][5]int{{1, 1, 1, 16, 1}, {2, 17, 2, 32, 2}, {1, 70, 2, 128, 1}, {1, 130, 1, 64, 1}, {2, 33, 4, 64, 1}}
 	for _, dt := range dtypes {
 		for _, sh := range shapes {
 			batch, seq, heads, hid, kv := sh[0], sh[1], sh[2], sh[3], sh[4]
@@ -81,7 +81,7 @@ func TestFlashAttentionWidths(t *testing.T) {
 		dt graph.DType
 		d  int
 		ok bool
-	}{{graph.F32, 16, true}, {graph.F32, 64, true}, {graph.F32, 128, false}, {graph.BF16, 128, true}, {graph.BF16, 96, false}, {graph.BF16, 8, false}} {
+	}{{graph.F32, 16, true}, {graph.F32, 64, true}, {graph.F32, 128, false}, {graph.BF16, 64, true}, {graph.BF16, 128, false}, {graph.BF16, 96, false}, {graph.BF16, 8, false}} {
 		err := FlashAttentionSupported(c.dt, c.d)
 		if c.ok != (err == nil) || (err != nil && !errors.Is(err, ErrArg)) {
 			t.Errorf("%v, d = %d: %v", c.dt, c.d, err)

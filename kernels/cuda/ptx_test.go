@@ -177,7 +177,10 @@ var (
 )
 
 // TestPTXAssembles runs ptxas for sm_90 (the H100 and H200) on every
-// module and fails on spills; it logs each kernel's registers.
+// module and fails on spills and on kernels of more than 128 registers a
+// thread (fewer than 16 warps a multiprocessor), but for fp32 flash
+// attention's, the correctness path (bf16 is the fast one), which may
+// take more rather than spill; it logs each kernel's registers.
 func TestPTXAssembles(t *testing.T) {
 	if _, err := exec.LookPath("ptxas"); err != nil {
 		t.Skip("ptxas not installed")
@@ -200,7 +203,7 @@ func TestPTXAssembles(t *testing.T) {
 			if m := ptxasRegsRE.FindStringSubmatch(line); m != nil {
 				regs, _ := strconv.Atoi(m[1])
 				t.Logf("%-24s %3d registers", fn, regs)
-				if regs > 128 {
+				if regs > 128 && !(strings.HasPrefix(fn, "flash_") && strings.Contains(fn, "_f32_")) {
 					t.Errorf("%s: %d registers: too few warps per multiprocessor", fn, regs)
 				}
 			}
