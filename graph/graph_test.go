@@ -396,6 +396,11 @@ func TestAttentionAndMeanSquareCost(t *testing.T) {
 		// recomputes the scores, and the exponentials.
 		{"flash", Attention{Heads: heads, Seq: seq, Flash: true}, []Spec{qkv}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
 		{"flash_grad", AttentionGrad{Heads: heads, Seq: seq, Flash: true}, []Spec{qkv, out, f(batch, heads, seq), out}, 5*batch*heads*(2*seq*seq*d) + 8*scores},
+		// Causal flash attention computes the scores on and below the
+		// diagonal only; the others compute them all.
+		{"flash causal", Attention{Heads: heads, Seq: seq, Causal: true, Flash: true}, []Spec{qkv}, (2*batch*heads*(2*seq*seq*d) + 5*scores) * (seq + 1) / (2 * seq)},
+		{"flash_grad causal", AttentionGrad{Heads: heads, Seq: seq, Causal: true, Flash: true}, []Spec{qkv, out, f(batch, heads, seq), out}, (5*batch*heads*(2*seq*seq*d) + 8*scores) * (seq + 1) / (2 * seq)},
+		{"causal", Attention{Heads: heads, Seq: seq, Causal: true}, []Spec{qkv}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
 		// Grouped-query attention: the products per query head are the same.
 		{"gqa", Attention{Heads: heads, Seq: seq, KVHeads: 1}, []Spec{f(batch*seq, hid+2*d)}, 2*batch*heads*(2*seq*seq*d) + 5*scores},
 		// RoPE: three per rotated element, queries and keys (2 + 1 heads of d).

@@ -109,14 +109,20 @@ func (a Attention) Infer(in []Spec) ([]Spec, error) {
 	return []Spec{{out, in[0].DType}, {probs, in[0].DType}}, nil
 }
 
-// attentionWork returns the number of scores of an attention
-// (batch·Heads·Seq², from its saved probs or lse, spec s), the head width
-// d given its output out, and the bytes of its probs (0 under Flash).
-func attentionWork(flash bool, s, out Spec) (scores, d float64, probs units.Bytes) {
-	batch, heads, seq := s.Shape[0], s.Shape[1], s.Shape[2]
-	scores = float64(batch) * float64(heads) * float64(seq) * float64(seq)
+// attentionWork returns the number of scores an attention computes (from
+// its saved probs or lse, spec s): batch·Heads·Seq², but under Flash with
+// Causal only those on and below the diagonal, batch·Heads·Seq(Seq+1)/2,
+// as the flash kernels skip the blocks above it (the others compute whole
+// products, as cuBLAS does); the head width d given its output out; and
+// the bytes of its probs (0 under Flash).
+func attentionWork(a Attention, s, out Spec) (scores, d float64, probs units.Bytes) {
+	batch, heads, seq := float64(s.Shape[0]), s.Shape[1], float64(s.Shape[2])
+	scores = batch * float64(heads) * seq * seq
+	if a.Flash && a.Causal {
+		scores = batch * float64(heads) * seq * (seq + 1) / 2
+	}
 	d = float64(out.Shape[len(out.Shape)-1] / heads)
-	if !flash {
+	if !a.Flash {
 		probs = s.Bytes()
 	}
 	return scores, d, probs
@@ -128,7 +134,7 @@ func attentionWork(flash bool, s, out Spec) (scores, d float64, probs units.Byte
 // and rewrites the scores in place; under Flash the scores stay on chip
 // and only qkv, out and lse move.
 func (a Attention) Cost(in, out []Spec) Cost {
-	scores, d, pb := attentionWork(a.Flash, out[1], out[0])
+	scores, d, pb := attentionWork(a, out[1], out[0])
 	return Cost{FLOPs: units.FLOPs(scores * (4*d + 5)), Bytes: bytesOf(in, out) + 2*pb}
 }
 
@@ -237,10 +243,10 @@ func (a AttentionGrad) Infer(in []Spec) ([]Spec, error) {
 // leave the chip.
 func (a AttentionGrad) Cost(in, out []Spec) Cost {
 	if a.Flash {
-		scores, d, _ := attentionWork(true, in[2], in[1])
+		scores, d, _ := attentionWork(Attention(a), in[2], in[1])
 		return Cost{FLOPs: units.FLOPs(scores * (10*d + 8)), Bytes: bytesOf(in, out)}
 	}
-	scores, d, pb := attentionWork(false, in[1], in[2])
+	scores, d, pb := attentionWork(Attention(a), in[1], in[2])
 	return Cost{FLOPs: units.FLOPs(scores * (8*d + 4)), Bytes: bytesOf(in, out) + 4*pb}
 }
 
