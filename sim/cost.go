@@ -82,6 +82,15 @@ func wakes(k plans.TaskKind) int {
 	return 0
 }
 
+// compiledFor is " (compiled for CLUSTER)" for p's cluster, or nothing for
+// a plan that names none.
+func compiledFor(p *plans.Plan) string {
+	if p.Cluster == "" {
+		return ""
+	}
+	return " (compiled for " + p.Cluster + ")"
+}
+
 // CheckCluster says whether m.Comm's cluster knows, by name, every device
 // of p that a transfer or collective it prices involves: where it does not,
 // the task is priced as an in-process copy instead, as if no cluster had
@@ -99,7 +108,7 @@ func (m CostModel) CheckCluster(p *plans.Plan) error {
 		if len(p.Devices) == 1 {
 			others = ", the plan's one device"
 		}
-		return fmt.Errorf("sim: cluster %s has no device %s%s (compiled for %s): it is not the plan's cluster", c.Name, p.Devices[0].Name, others, p.Cluster)
+		return fmt.Errorf("sim: cluster %s has no device %s%s%s: it is not the plan's cluster", c.Name, p.Devices[0].Name, others, compiledFor(p))
 	}
 	for t := range p.Tasks {
 		task := &p.Tasks[t]
@@ -120,12 +129,12 @@ func (m CostModel) CheckCluster(p *plans.Plan) error {
 		for _, d := range devs {
 			id, ok := c.DeviceByName(p.Devices[d].Name)
 			if !ok {
-				return fmt.Errorf("sim: cluster %s has no device %s, which task %s of the plan (compiled for %s) communicates from or to",
-					c.Name, p.Devices[d].Name, task.Name, p.Cluster)
+				return fmt.Errorf("sim: cluster %s has no device %s, which task %s of the plan%s communicates from or to",
+					c.Name, p.Devices[d].Name, task.Name, compiledFor(p))
 			}
 			if got, want := c.Devices[id].Type, p.Devices[d].Type; got != want {
-				return fmt.Errorf("sim: cluster %s's device %s is of type %s, the plan's (compiled for %s) of type %s",
-					c.Name, p.Devices[d].Name, got, p.Cluster, want)
+				return fmt.Errorf("sim: cluster %s's device %s is of type %s, the plan's%s of type %s",
+					c.Name, p.Devices[d].Name, got, compiledFor(p), want)
 			}
 		}
 	}

@@ -309,6 +309,8 @@ func TestCheckCluster(t *testing.T) {
 	split, _ := compileOnCluster(t, "local", "dp=2", 64, 2)
 	moved, _ := compileOnCluster(t, "dgx-a100", "dp=2", 64, 2)
 	moved.Devices[1].Name = "elsewhere/gpu1"
+	unnamed, _ := compileOnCluster(t, "local", "single", 64, 1) // a plan that names no cluster (written by hand, or by a tool of its own)
+	unnamed.Cluster = ""
 	for _, tc := range []struct {
 		plan    *plans.Plan
 		cluster string
@@ -323,6 +325,7 @@ func TestCheckCluster(t *testing.T) {
 		{cpus, "local", ""},
 		{split, "local", ""}, // local/cpu:0 and :1, parts of local/cpu
 		{split, "dgx-a100", "sim: cluster dgx-a100 has no device local/cpu:0, nor any other of the plan's 2 (compiled for local)"},
+		{unnamed, "dgx-a100", "sim: cluster dgx-a100 has no device local/cpu, the plan's one device: it is not the plan's cluster"},
 	} {
 		c, err := topology.Resolve(tc.cluster)
 		require.NoError(t, err)

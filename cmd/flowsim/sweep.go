@@ -471,11 +471,7 @@ func printSweep(w io.Writer, file *sweepFile, top int) {
 			fmt.Fprintf(w, "  … %d more (--top 0 shows all)\n", feasible-dropped-top)
 			break
 		}
-		name := e.Strategy
-		if strings.Contains(e.Asked, "=auto") {
-			name += " (auto)"
-		}
-		fmt.Fprintf(w, "%5d  %-*s %10.3f %11.0f %12v\n", i+1, width, name, float64(e.StepNs)/1e6, e.Samples, units.Bytes(e.Peak))
+		fmt.Fprintf(w, "%5d  %-*s %10.3f %11.0f %12v\n", i+1, width, shownName(e), float64(e.StepNs)/1e6, e.Samples, units.Bytes(e.Peak))
 	}
 	if rejected := entries[feasible-dropped:]; len(rejected) > 0 {
 		fmt.Fprintf(w, "%d infeasible:\n", len(rejected))

@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"io"
 	"math"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -37,12 +38,21 @@ func sweepFront(ranked []sweepEntry) []sweepEntry {
 	return front
 }
 
+// shownName is a strategy as the tables show it: marked "(auto)" where
+// the simulator chose some of its keys (mb=auto, layers=auto).
+func shownName(e sweepEntry) string {
+	if strings.Contains(e.Asked, "=auto") {
+		return e.Strategy + " (auto)"
+	}
+	return e.Strategy
+}
+
 // nameWidth is the width of a table's strategy column: 40, or the
 // longest name shown.
 func nameWidth(entries []sweepEntry) int {
 	width := 40
 	for _, e := range entries {
-		width = max(width, len(e.Strategy)+len(" (auto)"))
+		width = max(width, len(shownName(e)))
 	}
 	return width
 }
@@ -67,7 +77,7 @@ func printFront(w io.Writer, front []sweepEntry) {
 	width := nameWidth(front)
 	fmt.Fprintf(w, "%5s  %-*s %10s %12s\n", "", width, "strategy", "step ms", "peak memory")
 	for i, e := range front {
-		fmt.Fprintf(w, "%5d  %-*s %10.3f %12v\n", i+1, width, e.Strategy, float64(e.StepNs)/1e6, units.Bytes(e.Peak))
+		fmt.Fprintf(w, "%5d  %-*s %10.3f %12v\n", i+1, width, shownName(e), float64(e.StepNs)/1e6, units.Bytes(e.Peak))
 	}
 }
 
