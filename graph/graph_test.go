@@ -102,6 +102,8 @@ func TestInfer(t *testing.T) {
 		{"flash grad lse", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(10, 4), f(2, 2, 5, 5), f(10, 4)}, nil, "lse must be [2,2,5] of f32"},
 		{"flash grad lse dtype", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(10, 4), {Shape{2, 2, 5}, BF16}, f(10, 4)}, nil, "lse must be [2,2,5] of f32"},
 		{"flash grad dout", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{f(10, 12), f(10, 4), f(2, 2, 5), f(10, 12)}, nil, "dout must be [10,4]"},
+		{"flash grad out dtype", AttentionGrad{Heads: 2, Seq: 5, Flash: true}, []Spec{{Shape{10, 12}, BF16}, f(10, 4), f(2, 2, 5), {Shape{10, 4}, BF16}}, nil, "out is f32, qkv bf16: they must have one dtype"},
+		{"attention grad dout dtype", AttentionGrad{Heads: 2, Seq: 5}, []Spec{f(10, 12), f(2, 2, 5, 5), {Shape{10, 4}, BF16}}, nil, "dout is bf16, qkv f32: they must have one dtype"},
 		{"rope", RoPE{Heads: 4, KVHeads: 2, Seq: 5, Theta: 1e4}, []Spec{f(2, 5, 16)}, []Spec{f(2, 5, 16)}, ""},
 		{"rope bf16", RoPE{Heads: 2, Seq: 5, Theta: 1e4}, []Spec{{Shape{5, 12}, BF16}}, []Spec{{Shape{5, 12}, BF16}}, ""},
 		{"rope odd d", RoPE{Heads: 2, Seq: 5, Theta: 1e4}, []Spec{f(5, 18)}, nil, "not (heads + 2·kv heads)·d = 6·d for an even d"},

@@ -232,6 +232,15 @@ func (a AttentionGrad) Infer(in []Spec) ([]Spec, error) {
 	if err := checkFloat(op, in, 1, dout); err != nil {
 		return nil, err
 	}
+	// The kernels read every tensor but lse in qkv's dtype.
+	for _, c := range []struct {
+		i    int
+		name string
+	}{{1, saved[0]}, {dout, "dout"}} {
+		if in[c.i].DType != in[0].DType {
+			return nil, shapeErr(op, in, "%s is %v, qkv %v: they must have one dtype", c.name, in[c.i].DType, in[0].DType)
+		}
+	}
 	return []Spec{in[0]}, nil
 }
 

@@ -411,7 +411,7 @@ func gemmType(dt graph.DType) (cu.GemmType, error) {
 
 // gpuCheck reports what of op on inputs of specs in the GPU's kernels
 // cannot do, so that a plan is refused before it runs: flash attention's
-// head widths.
+// head widths and sizes.
 func gpuCheck(op graph.Op, in []graph.Spec) error {
 	var a graph.Attention
 	switch op := op.(type) {
@@ -425,8 +425,9 @@ func gpuCheck(op graph.Op, in []graph.Spec) error {
 	if !a.Flash {
 		return nil
 	}
-	_, cols := matrix(in[0].Shape)
-	return kcuda.FlashAttentionSupported(in[0].DType, cols/(a.Heads+2*a.KV()))
+	rows, cols := matrix(in[0].Shape)
+	d := cols / (a.Heads + 2*a.KV())
+	return kcuda.FlashAttentionSupported(in[0].DType, rows/a.Seq, a.Seq, a.Heads, a.KV(), a.Heads*d)
 }
 
 // launch enqueues op's kernels on s: inputs in (of specs inSpecs), outputs

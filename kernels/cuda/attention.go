@@ -19,9 +19,21 @@ import (
 // heads d apart): no copies. With kvHeads = heads that is one GEMM over
 // all heads per sequence.
 
-// attnDims checks the sizes of an attention and returns d and the row
-// stride ld of qkv.
+// attnDims checks the sizes of an attention that keeps its probabilities
+// and returns d and the row stride ld of qkv.
 func attnDims(op string, batch, seq, heads, kvHeads, hid int) (d, ld int, err error) {
+	if d, ld, err = attnShape(op, batch, seq, heads, kvHeads, hid); err != nil {
+		return 0, 0, err
+	}
+	if err := fits32(op, "batch heads seq seq", batch, heads, seq, seq); err != nil {
+		return 0, 0, err
+	}
+	return d, ld, nil
+}
+
+// attnShape checks the sizes every attention kernel takes and returns d
+// and the row stride ld of qkv.
+func attnShape(op string, batch, seq, heads, kvHeads, hid int) (d, ld int, err error) {
 	if heads < 1 || hid%heads != 0 {
 		return 0, 0, argErr(op, "hid = %d does not divide into heads = %d", hid, heads)
 	}
@@ -31,9 +43,6 @@ func attnDims(op string, batch, seq, heads, kvHeads, hid int) (d, ld int, err er
 	d = hid / heads
 	ld = hid + 2*kvHeads*d
 	if err := fits32(op, "batch seq ld", batch, seq, ld); err != nil {
-		return 0, 0, err
-	}
-	if err := fits32(op, "batch heads seq seq", batch, heads, seq, seq); err != nil {
 		return 0, 0, err
 	}
 	return d, ld, nil

@@ -23,9 +23,11 @@
 // and sums dV = Pᵀ dO and dK = dSᵀ Q. dQ and dK, dV each have one writer:
 // no atomics, and the same numbers every run.
 //
-// Head widths D of 16, 32, 64 and 128 (bf16) or up to 64 (fp32), each an
-// instance with its own tile sizes (FlashCfg): shared memory stays under
-// the 48 KiB a static allocation may take.
+// Head widths D of 16, 32 and 64, each an instance with its own tile sizes
+// (FlashCfg): shared memory stays under the 48 KiB a static allocation may
+// take, and bf16's registers at 128 a thread without spilling. Wider heads
+// (LLaMA's and GPT-3's 128) need more shared memory than that, or dK and
+// dV accumulated outside the registers.
 #include "common.cuh"
 
 #include <mma.h>
@@ -370,13 +372,13 @@ __device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, con
 				const int c = half + 2 * t, i = i0 + c;
 				const bool keep = key < seq && i < seq && !(causal && key > i);
 				const float pv = keep ? fexp(St[r * NS + c] * scale - ls[c], T()) : 0.f;
-				const float dv = pv * (dPt[r * NS + c] - dvs[c]) * scale;
+				const float dsv = pv * (dPt[r * NS + c] - dvs[c]) * scale;
 				if constexpr (inplace<T>()) {
 					Pt[r * PS + c] = pv;
-					dSt[r * PS + c] = dv;
+					dSt[r * PS + c] = dsv;
 				} else {
 					p[t] = pv;
-					ds[t] = dv;
+					ds[t] = dsv;
 				}
 			}
 			if constexpr (!inplace<T>()) {

@@ -63,16 +63,22 @@ func flashOf(op string, dt graph.DType, d int) (*flashKernels, error) {
 }
 
 // FlashAttentionSupported reports whether the flash attention kernels take
-// heads d wide in dt, and if not, why.
-func FlashAttentionSupported(dt graph.DType, d int) error {
-	_, err := flashOf("FlashAttention", dt, d)
+// an attention of these sizes in dt (as FlashAttentionForward takes them),
+// and if not, why: for a plan's check before it runs.
+func FlashAttentionSupported(dt graph.DType, batch, seq, heads, kvHeads, hid int) error {
+	_, err := flashArgs("FlashAttention", dt, batch, seq, heads, kvHeads, hid)
 	return err
 }
 
 // flashArgs checks the sizes of a flash attention and returns its kernels.
+// Unlike the kernels that keep the probabilities, they hold no seq² of
+// anything: seq is bounded by qkv's rows and the lse's elements alone.
 func flashArgs(op string, dt graph.DType, batch, seq, heads, kvHeads, hid int) (*flashKernels, error) {
-	d, _, err := attnDims(op, batch, seq, heads, kvHeads, hid)
+	d, _, err := attnShape(op, batch, seq, heads, kvHeads, hid)
 	if err != nil {
+		return nil, err
+	}
+	if err := fits32(op, "batch heads seq", batch, heads, seq); err != nil {
 		return nil, err
 	}
 	if batch > 65535 || heads > 65535 { // a grid's y and z

@@ -3,9 +3,11 @@ package cuda
 import (
 	"errors"
 	"math"
+	"strings"
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
+	"github.com/flowkit/flowkit/units"
 )
 
 // refLSE returns the log of each softmax row's normalizer of an attention,
@@ -40,15 +42,17 @@ func TestFlashAttentionGPU(t *testing.T) {
 	e := gpu(t)
 	rng := newRNG(17)
 	// [batch, seq, heads, hid, kv heads]: every head width an instance
-	// takes (16, 32, 64), sequences of one row, of less than a tile, and
-	// across two and three tiles of every instance's sizes (16 to 64
-	// rows), grouped-query attention with groups of 2 and 4.
-	shapes := [][5]int{{1, 1, 1, 16, 1}, {2, 17, 2, 32, 2}, {1, 70, 2, 128, 1}, {1, 130, 1, 64, 1}, {2, 33, 4, 64, 1}}
+	// takes (16, 32, 64), each over sequences of one row, of less than a
+	// tile, and across two and three tiles of every instance's sizes (16
+	// to 64 rows); grouped-query attention with groups of 2 and 4, a
+	// group's key/value head past the first.
+	shapes := [][5]int{{1, 1, 1, 16, 1}, {2, 17, 2, 32, 2}, {1, 70, 2, 128, 1}, {1, 130, 1, 64, 1}, {2, 33, 4, 64, 1},
+		{1, 65, 1, 32, 1}, {1, 70, 4, 64, 2}, {1, 130, 4, 256, 2}, {1, 3, 2, 64, 2}}
 	for _, dt := range dtypes {
 		for _, sh := range shapes {
 			batch, seq, heads, hid, kv := sh[0], sh[1], sh[2], sh[3], sh[4]
-			if FlashAttentionSupported(dt, hid/heads) != nil {
-				continue
+			if err := FlashAttentionSupported(dt, batch, seq, heads, kv, hid); err != nil {
+				t.Fatalf("%v %v: %v", dt, sh, err)
 			}
 			for _, causal := range []bool{false, true} {
 				width := hid + 2*kv*(hid/heads)
@@ -75,16 +79,22 @@ func TestFlashAttentionGPU(t *testing.T) {
 }
 
 // Head widths without an instance are refused with ErrArg, before any
-// launch.
-func TestFlashAttentionWidths(t *testing.T) {
+// launch; sequences whose scores would not fit an int32 are not (no
+// kernel holds them).
+func TestFlashAttentionSizes(t *testing.T) {
 	for _, c := range []struct {
-		dt graph.DType
-		d  int
-		ok bool
-	}{{graph.F32, 16, true}, {graph.F32, 64, true}, {graph.F32, 128, false}, {graph.BF16, 64, true}, {graph.BF16, 128, false}, {graph.BF16, 96, false}, {graph.BF16, 8, false}} {
-		err := FlashAttentionSupported(c.dt, c.d)
+		dt                     graph.DType
+		batch, seq, heads, hid int
+		ok                     bool
+	}{
+		{graph.F32, 1, 4, 1, 16, true}, {graph.F32, 1, 4, 1, 64, true}, {graph.F32, 1, 4, 1, 128, false},
+		{graph.BF16, 1, 4, 2, 128, true}, {graph.BF16, 1, 4, 1, 128, false}, {graph.BF16, 1, 4, 1, 96, false}, {graph.BF16, 1, 4, 1, 8, false},
+		{graph.BF16, 4, 8192, 12, 768, true}, // 3.2 G scores: the kernels keeping them refuse this
+		{graph.BF16, 1 << 16, 4, 1, 64, false},
+	} {
+		err := FlashAttentionSupported(c.dt, c.batch, c.seq, c.heads, c.heads, c.hid)
 		if c.ok != (err == nil) || (err != nil && !errors.Is(err, ErrArg)) {
-			t.Errorf("%v, d = %d: %v", c.dt, c.d, err)
+			t.Errorf("%+v: %v", c, err)
 		}
 	}
 	r := newRecorder(t)
@@ -93,5 +103,32 @@ func TestFlashAttentionWidths(t *testing.T) {
 	err := k.FlashAttentionForward(nil, graph.F32, p, p, p, 1, 4, 1, 128, 1, false)
 	if !errors.Is(err, ErrArg) || len(r.calls) > 0 {
 		t.Errorf("f32 d = 128: %v after %v", err, r.calls)
+	}
+}
+
+// Every instance is launched with the warps its tile sizes are compiled
+// for (__launch_bounds__ in flash.cu's FlashCfg): fewer would leave rows
+// of each block uncomputed, more fail the launch. The recorder checks the
+// grids and that every pointer lands in an allocation.
+func TestFlashAttentionLaunches(t *testing.T) {
+	for key := range kFlash {
+		r := newRecorder(t)
+		k := r.kernels()
+		const batch, seq, heads = 2, 100, 4
+		hid := heads * key.d
+		es := int(key.dt.Size())
+		qkv, out := r.alloc("qkv", units.Bytes(batch*seq*3*hid*es)), r.alloc("out", units.Bytes(batch*seq*hid*es))
+		lse, work := r.alloc("lse", units.Bytes(4*batch*heads*seq)), r.alloc("work", FlashAttentionWorkspace(batch, seq, heads))
+		dout, dqkv := r.alloc("dout", units.Bytes(batch*seq*hid*es)), r.alloc("dqkv", units.Bytes(batch*seq*3*hid*es))
+		must(t, k.FlashAttentionForward(nil, key.dt, qkv, out, lse, batch, seq, heads, heads, hid, true))
+		must(t, k.FlashAttentionBackward(nil, key.dt, qkv, out, lse, dout, dqkv, work, batch, seq, heads, heads, hid, true))
+		if len(r.blocks) != 4 {
+			t.Fatalf("%v d=%d: launches %v", key.dt, key.d, r.calls)
+		}
+		for name, threads := range r.blocks {
+			if e := r.entries["flash"][name]; e == nil || (strings.HasPrefix(name, "flash_") && !strings.HasPrefix(name, "flash_prep") && threads != e.maxThreads) {
+				t.Errorf("%s: %d threads a block, compiled for %v", name, threads, e)
+			}
+		}
 	}
 }

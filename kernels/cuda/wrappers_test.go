@@ -21,6 +21,7 @@ type recorder struct {
 	regions []region
 	written map[cu.DevicePtr]int // element address → writes, by GEMMs
 	calls   []string
+	blocks  map[string]int // kernel name → threads a block, as last launched
 }
 
 type region struct {
@@ -30,7 +31,7 @@ type region struct {
 }
 
 func newRecorder(t *testing.T) *recorder {
-	return &recorder{entries: embeddedEntries(t), written: map[cu.DevicePtr]int{}}
+	return &recorder{entries: embeddedEntries(t), written: map[cu.DevicePtr]int{}, blocks: map[string]int{}}
 }
 
 // kernels returns Kernels running on r, as on a GPU of 132 multiprocessors.
@@ -58,6 +59,7 @@ func (r *recorder) launch(_ *cu.Stream, k *kernel, grid, block cu.Dim3, args []a
 	r.calls = append(r.calls, k.name)
 	e := r.entries[k.module][k.name]
 	threads := int(block.X * block.Y * block.Z)
+	r.blocks[k.name] = threads
 	switch {
 	case e == nil:
 		return fmt.Errorf("%s: not in %s.ptx", k.name, k.module)

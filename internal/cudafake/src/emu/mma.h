@@ -7,7 +7,10 @@
  * values. Code that stays inside the API (loads, products, fills, stores,
  * and element-wise operations over x[0 … num_elements)) computes what it
  * computes on a GPU; code that reads a fragment's elements as if it knew
- * the layout is wrong on a GPU and not caught here. Each operation is a warp
+ * the layout is wrong on a GPU and not caught here. A store writes only the
+ * lane's share of the tile (elements e with e mod 32 = lane), so that a lane
+ * reading what the store wrote before its warp has passed a barrier (a
+ * __syncwarp) reads what a GPU could give it: the old values. Each operation is a warp
  * barrier, as the real ones are collective: a lane that skips one
  * deadlocks. A load or store from memory that is not 256-bit aligned, or
  * with a leading dimension that is not a multiple of 16 bytes, fails the
@@ -65,8 +68,10 @@ template <class T> inline void load_matrix_sync(fragment<accumulator, 16, 16, 16
 template <class T> inline void store_matrix_sync(T *p, const fragment<accumulator, 16, 16, 16, T> &f, unsigned ldm, layout_t l) {
 	__syncwarp(0xffffffffu);
 	check<T>(p, ldm, "store_matrix_sync");
-	for (int r = 0; r < 16; r++)
-		for (int c = 0; c < 16; c++) (l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[16 * r + c];
+	for (int e = threadIdx.x % 32; e < 256; e += 32) {
+		const int r = e / 16, c = e % 16;
+		(l == mem_col_major ? p[c * ldm + r] : p[r * ldm + c]) = f.x[e];
+	}
 }
 
 template <class Use, class T, class Layout, class V> inline void fill_fragment(fragment<Use, 16, 16, 16, T, Layout> &f, const V &v) {
