@@ -296,7 +296,8 @@ func TestGPUMaskedText(t *testing.T) {
 func TestGPUBF16Workloads(t *testing.T) {
 	openGPU(t)
 	for _, model := range []string{"mlp3x4096:width=128", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=32", "gpt:layers=2,hidden=64,heads=4,seq=32,vocab=96",
-		"gpt2s-blocks:layers=1,hidden=64,heads=4,seq=32,attention=flash", "mnist-cnn", "resnet:depth=18,image=16"} {
+		"gpt2s-blocks:layers=1,hidden=64,heads=4,seq=32,attention=flash", "llama-blocks:layers=1,hidden=256,heads=2,kv_heads=1,ffn=64,seq=16,attention=flash",
+		"mnist-cnn", "resnet:depth=18,image=16"} {
 		if model == "resnet:depth=18,image=16" && raceEnabled {
 			continue // as in TestGPUPlanMatchesCPU: the run without -race covers it
 		}

@@ -23,11 +23,12 @@
 // and sums dV = Pᵀ dO and dK = dSᵀ Q. dQ and dK, dV each have one writer:
 // no atomics, and the same numbers every run.
 //
-// Head widths D of 16, 32 and 64, each an instance with its own tile sizes
-// (FlashCfg): shared memory stays under the 48 KiB a static allocation may
-// take, and bf16's registers at 128 a thread without spilling. Wider heads
-// (LLaMA's and GPT-3's 128) need more shared memory than that, or dK and
-// dV accumulated outside the registers.
+// Head widths D of 16, 32 and 64, and 128 in bf16 (LLaMA's and GPT-3's),
+// each an instance with its own tile sizes (FlashCfg): shared memory stays
+// under the 48 KiB a static allocation may take, and bf16's registers at
+// 128 a thread without spilling. For 128, a warp's accumulators (O, dQ, dK
+// and dV) live in shared memory rather than in its lanes' registers
+// (Rows), the products added into them a 16-column tile at a time.
 #include "common.cuh"
 
 #include <mma.h>
@@ -57,6 +58,15 @@ template <class T, int N, int K> struct Tile {
 			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[k * ldb + c]), s);
 			acc[t] += s;
 		}
+	}
+	static __device__ __forceinline__ void abAcc(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
+		const int lane = threadIdx.x & 31, r = lane >> 1;
+		for (int c = lane & 1; c < N; c += 2) {
+			float s = 0;
+			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[k * ldb + c]), s);
+			C[r * ldc + c] += s;
+		}
+		__syncwarp();
 	}
 };
 
@@ -109,6 +119,27 @@ template <int N, int K> struct Tile<bf16, N, K> {
 #pragma unroll
 		for (int t = 0; t < N / 2; t++) out[t] += C[r * ldc + (lane & 1) + 2 * t];
 	}
+	// abAcc adds A B to C in shared memory a 16-column tile at a time, so
+	// that a wide C needs one accumulator fragment of registers.
+	static __device__ __forceinline__ void abAcc(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
+		using namespace nvcuda;
+		__syncwarp(); // the lanes' writes to C are in
+#pragma unroll 1
+		for (int n = 0; n < N / 16; n++) {
+			Acc acc;
+			wmma::load_matrix_sync(acc, C + n * 16, ldc, wmma::mem_row_major);
+#pragma unroll
+			for (int k = 0; k < K; k += 16) {
+				FragA a;
+				wmma::load_matrix_sync(a, A + k, lda);
+				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
+				wmma::load_matrix_sync(b, B + k * ldb + n * 16, ldb);
+				wmma::mma_sync(acc, a, b, acc);
+			}
+			wmma::store_matrix_sync(C + n * 16, acc, ldc, wmma::mem_row_major);
+		}
+		__syncwarp();
+	}
 };
 
 // FlashCfg are an instance's tile sizes: W warps (16·W rows) of the side a
@@ -120,11 +151,12 @@ template <int N, int K> struct Tile<bf16, N, K> {
 // than spill.
 template <class T, int D> struct FlashCfg;
 template <int D> struct FlashCfg<bf16, D> {
-	static_assert(D <= 64, "bf16 flash attention takes head widths up to 64");
-	static constexpr int FW = 4, FC = 64;
-	static constexpr int QW = 2, QC = 32;
-	static constexpr int KW = 2, KC = 32;
+	static_assert(D <= 128, "bf16 flash attention takes head widths up to 128");
+	static constexpr int FW = D <= 64 ? 4 : 2, FC = D <= 64 ? 64 : 32;
+	static constexpr int QW = D <= 64 ? 2 : 1, QC = 32;
+	static constexpr int KW = D <= 64 ? 2 : 1, KC = D <= 64 ? 32 : 16;
 	static constexpr int MIN = 16;
+	static constexpr bool SMEM = D > 64;
 };
 template <int D> struct FlashCfg<float, D> {
 	static_assert(D <= 64, "fp32 flash attention takes head widths up to 64");
@@ -132,6 +164,48 @@ template <int D> struct FlashCfg<float, D> {
 	static constexpr int QW = D <= 32 ? 2 : 1, QC = 32;
 	static constexpr int KW = D <= 32 ? 2 : 1, KC = 32;
 	static constexpr int MIN = 1;
+	static constexpr bool SMEM = false;
+};
+
+// Rows<T, D, C, SMEM> is a warp's [16][D] fp32 accumulator of products of
+// C-deep tiles: in the lanes' registers (lane l: row l/2, the columns of
+// l's parity), or with SMEM in shared memory (row stride D + 4), for heads
+// too wide for registers. add's scratch (fp32 [16][D], row stride ns) is
+// the register path's and may be A's memory.
+template <class T, int D, int C, bool SMEM> struct Rows;
+template <class T, int D, int C> struct Rows<T, D, C, false> {
+	static constexpr int WARP = 0; // shared floats a warp takes
+	float v[D / 2];
+	__device__ __forceinline__ void init(float *) {
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) v[t] = 0;
+	}
+	__device__ __forceinline__ void scale(float a) {
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) v[t] *= a;
+	}
+	__device__ __forceinline__ void add(float *scratch, int ns, const T *A, int lda, const T *B, int ldb) {
+		Tile<T, D, C>::abAdd(v, scratch, ns, A, lda, B, ldb);
+	}
+	__device__ __forceinline__ float get(int t) const { return v[t]; }
+};
+template <class T, int D, int C> struct Rows<T, D, C, true> {
+	static constexpr int LD = D + 4, WARP = 16 * LD;
+	float *p; // the lane's row
+	int half;
+	__device__ __forceinline__ void init(float *warpRows) {
+		const int lane = threadIdx.x & 31;
+		p = warpRows + (lane >> 1) * LD;
+		half = lane & 1;
+		for (int t = 0; t < D / 2; t++) p[half + 2 * t] = 0;
+	}
+	__device__ __forceinline__ void scale(float a) {
+		for (int t = 0; t < D / 2; t++) p[half + 2 * t] *= a;
+	}
+	__device__ __forceinline__ void add(float *, int, const T *A, int lda, const T *B, int ldb) {
+		Tile<T, D, C>::abAcc(p - (threadIdx.x & 31) / 2 * LD, LD, A, lda, B, ldb);
+	}
+	__device__ __forceinline__ float get(int t) const { return p[half + 2 * t]; }
 };
 
 // Row strides in shared memory: tiles of D elements take LT (16-byte rows,
@@ -140,7 +214,7 @@ template <int D> struct FlashCfg<float, D> {
 template <int D> struct Strides {
 	static constexpr int LT = D + 8;
 };
-__host__ __device__ constexpr int ns(int c, int d) { return (c > d ? c : d) + 4; }
+__host__ __device__ constexpr int ns(int c, int d, bool smem) { return (c > d || smem ? c : d) + 4; }
 
 // loadTile copies rows [r0, r0 + rows) of a D-column view (row stride ld)
 // into dst (row stride LT), zeros past row seq.
@@ -193,12 +267,15 @@ struct Heads {
 
 template <class T, int D>
 __device__ __forceinline__ void flash_fwd_t(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {
-	constexpr int W = FlashCfg<T, D>::FW, BC = FlashCfg<T, D>::FC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D);
+	constexpr bool SM = FlashCfg<T, D>::SMEM;
+	constexpr int W = FlashCfg<T, D>::FW, BC = FlashCfg<T, D>::FC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D, SM);
 	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T)); // P's row stride over the scratch
+	typedef Rows<T, D, BC, SM> O;
 	__shared__ __align__(32) T qs[BR * LT];
 	__shared__ __align__(32) T ks[BC * LT];
 	__shared__ __align__(32) T vs[BC * LT];
 	__shared__ __align__(32) float scratch[W * 16 * NS];
+	__shared__ __align__(32) float rows[SM ? W * O::WARP : 1];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
 	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
 	const Heads at(b, h, seq, heads, kv, hid, D);
@@ -206,9 +283,9 @@ __device__ __forceinline__ void flash_fwd_t(const T *qkv, T *out, float *lse, in
 	float *S = scratch + warp * 16 * NS;
 	T *P = reinterpret_cast<T *>(S);
 	loadTile<T, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
-	float m = -INFINITY, l = 0, o[D / 2];
-#pragma unroll
-	for (int t = 0; t < D / 2; t++) o[t] = 0;
+	float m = -INFINITY, l = 0;
+	O o;
+	o.init(rows + warp * O::WARP);
 	const int kend = causal ? min(seq, i0 + BR) : seq;
 	for (int j0 = 0; j0 < kend; j0 += BC) {
 		__syncthreads(); // the last tiles are read
@@ -239,16 +316,15 @@ __device__ __forceinline__ void flash_fwd_t(const T *qkv, T *out, float *lse, in
 		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
 		l = l * alpha + sum;
 		m = mn;
-#pragma unroll
-		for (int t = 0; t < D / 2; t++) o[t] *= alpha;
+		o.scale(alpha);
 		__syncwarp();
-		Tile<T, D, BC>::abAdd(o, S, NS, P, PS, vs, LT);
+		o.add(S, NS, P, PS, vs, LT);
 	}
 	if (row < seq) {
 		const float inv = 1 / l;
 		T *po = out + ((long long)b * seq + row) * hid + (long long)h * D;
 #pragma unroll
-		for (int t = 0; t < D / 2; t++) po[half + 2 * t] = fromF<T>(o[t] * inv);
+		for (int t = 0; t < D / 2; t++) po[half + 2 * t] = fromF<T>(o.get(t) * inv);
 		if (half == 0) lse[((long long)b * heads + h) * seq + row] = m + logf(l);
 	}
 }
@@ -271,8 +347,11 @@ __device__ __forceinline__ void flash_prep_t(const T *out, const T *dout, float 
 template <class T, int D>
 __device__ __forceinline__ void flash_dq_t(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv,
                                            int hid, int causal, float scale) {
-	constexpr int W = FlashCfg<T, D>::QW, BC = FlashCfg<T, D>::QC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D);
+	constexpr bool SM = FlashCfg<T, D>::SMEM;
+	constexpr int W = FlashCfg<T, D>::QW, BC = FlashCfg<T, D>::QC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D, SM);
 	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T));
+	typedef Rows<T, D, BC, SM> DQ;
+	__shared__ __align__(32) float rows[SM ? W * DQ::WARP : 1];
 	__shared__ __align__(32) T qs[BR * LT];
 	__shared__ __align__(32) T dos[BR * LT];
 	__shared__ __align__(32) T ks[BC * LT];
@@ -288,9 +367,8 @@ __device__ __forceinline__ void flash_dq_t(const T *qkv, const float *lse, const
 	loadTile<T, D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
 	const long long bh = ((long long)b * heads + h) * seq;
 	const float lr = row < seq ? lse[bh + row] : 0.f, dr = row < seq ? dv[bh + row] : 0.f;
-	float dq[D / 2];
-#pragma unroll
-	for (int t = 0; t < D / 2; t++) dq[t] = 0;
+	DQ dq;
+	dq.init(rows + warp * DQ::WARP);
 	const int kend = causal ? min(seq, i0 + BR) : seq;
 	for (int j0 = 0; j0 < kend; j0 += BC) {
 		__syncthreads();
@@ -319,20 +397,23 @@ __device__ __forceinline__ void flash_dq_t(const T *qkv, const float *lse, const
 			for (int t = 0; t < BC / 2; t++) dS[r * PS + half + 2 * t] = fromF<T>(ds[t]);
 		}
 		__syncwarp();
-		Tile<T, D, BC>::abAdd(dq, dP, NS, dS, PS, ks, LT);
+		dq.add(dP, NS, dS, PS, ks, LT);
 	}
 	if (row < seq) {
 		T *p = dqkv + at.q + (long long)row * at.ld;
 #pragma unroll
-		for (int t = 0; t < D / 2; t++) p[half + 2 * t] = fromF<T>(dq[t]);
+		for (int t = 0; t < D / 2; t++) p[half + 2 * t] = fromF<T>(dq.get(t));
 	}
 }
 
 template <class T, int D>
 __device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads,
                                              int kv, int hid, int causal, float scale) {
-	constexpr int W = FlashCfg<T, D>::KW, BQ = FlashCfg<T, D>::KC, BK = 16 * W, LT = Strides<D>::LT, NS = ns(BQ, D);
+	constexpr bool SM = FlashCfg<T, D>::SMEM;
+	constexpr int W = FlashCfg<T, D>::KW, BQ = FlashCfg<T, D>::KC, BK = 16 * W, LT = Strides<D>::LT, NS = ns(BQ, D, SM);
 	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T));
+	typedef Rows<T, D, BQ, SM> G;
+	__shared__ __align__(32) float rows[SM ? 2 * W * G::WARP : 1];
 	__shared__ __align__(32) T ks[BK * LT];
 	__shared__ __align__(32) T vs[BK * LT];
 	__shared__ __align__(32) T qs[BQ * LT];
@@ -347,9 +428,9 @@ __device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, con
 	T *Pt = reinterpret_cast<T *>(St), *dSt = reinterpret_cast<T *>(dPt);
 	loadTile<T, D>(ks, qkv + at.k, at.ld, j0, BK, seq);
 	loadTile<T, D>(vs, qkv + at.v, at.ld, j0, BK, seq);
-	float dk[D / 2], dvv[D / 2];
-#pragma unroll
-	for (int t = 0; t < D / 2; t++) dk[t] = dvv[t] = 0;
+	G dk, dvv;
+	dk.init(rows + warp * G::WARP);
+	dvv.init(rows + (W + warp) * G::WARP);
 	for (int g = 0; g < group; g++) {
 		const int h = kh * group + g;
 		const long long q = at.q + (long long)g * D, bh = ((long long)b * heads + h) * seq;
@@ -390,16 +471,16 @@ __device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, con
 				}
 			}
 			__syncwarp();
-			Tile<T, D, BQ>::abAdd(dvv, St, NS, Pt, PS, dos, LT); // dV += Pᵀ dO
-			Tile<T, D, BQ>::abAdd(dk, dPt, NS, dSt, PS, qs, LT); // dK += dSᵀ Q
+			dvv.add(St, NS, Pt, PS, dos, LT); // dV += Pᵀ dO
+			dk.add(dPt, NS, dSt, PS, qs, LT); // dK += dSᵀ Q
 		}
 	}
 	if (key < seq) {
 		T *pk = dqkv + at.k + (long long)key * at.ld, *pv = dqkv + at.v + (long long)key * at.ld;
 #pragma unroll
 		for (int t = 0; t < D / 2; t++) {
-			pk[half + 2 * t] = fromF<T>(dk[t]);
-			pv[half + 2 * t] = fromF<T>(dvv[t]);
+			pk[half + 2 * t] = fromF<T>(dk.get(t));
+			pv[half + 2 * t] = fromF<T>(dvv.get(t));
 		}
 	}
 }
@@ -426,6 +507,7 @@ FLASH(float, f32, 64)
 FLASH(bf16, bf16, 16)
 FLASH(bf16, bf16, 32)
 FLASH(bf16, bf16, 64)
+FLASH(bf16, bf16, 128)
 
 KERNEL __launch_bounds__(THREADS) flash_prep_f32(const float *out, const float *dout, float *dv, int batch, int seq, int heads, int d) {
 	flash_prep_t(out, dout, dv, batch, seq, heads, d);

@@ -40,6 +40,7 @@ var kFlash = func() map[flashKey]*flashKernels {
 	for _, d := range []int{16, 32, 64} {
 		add(graph.BF16, d, 4, 2, 2)
 	}
+	add(graph.BF16, 128, 2, 1, 1)
 	return m
 }()
 
@@ -59,7 +60,11 @@ func flashOf(op string, dt graph.DType, d int) (*flashKernels, error) {
 	if f, ok := kFlash[flashKey{dt, d}]; ok {
 		return f, nil
 	}
-	return nil, argErr(op, "flash attention on the GPU takes heads 16, 32 or 64 wide, not %d", d)
+	widths := "16, 32 or 64"
+	if dt == graph.BF16 {
+		widths = "16, 32, 64 or 128"
+	}
+	return nil, argErr(op, "flash attention on the GPU takes %v heads %s wide, not %d", dt, widths, d)
 }
 
 // FlashAttentionSupported reports whether the flash attention kernels take

@@ -42,15 +42,19 @@ func TestFlashAttentionGPU(t *testing.T) {
 	e := gpu(t)
 	rng := newRNG(17)
 	// [batch, seq, heads, hid, kv heads]: every head width an instance
-	// takes (16, 32, 64), each over sequences of one row, of less than a
-	// tile, and across two and three tiles of every instance's sizes (16
-	// to 64 rows); grouped-query attention with groups of 2 and 4, a
-	// group's key/value head past the first.
+	// takes (16, 32, 64, and 128 in bf16), each over sequences of one row,
+	// of less than a tile, and across two and three tiles of every
+	// instance's sizes (16 to 64 rows); grouped-query attention with
+	// groups of 2 and 4, a group's key/value head past the first.
 	shapes := [][5]int{{1, 1, 1, 16, 1}, {2, 17, 2, 32, 2}, {1, 70, 2, 128, 1}, {1, 130, 1, 64, 1}, {2, 33, 4, 64, 1},
-		{1, 65, 1, 32, 1}, {1, 70, 4, 64, 2}, {1, 130, 4, 256, 2}, {1, 3, 2, 64, 2}}
+		{1, 65, 1, 32, 1}, {1, 70, 4, 64, 2}, {1, 130, 4, 256, 2}, {1, 3, 2, 64, 2},
+		{1, 1, 1, 128, 1}, {1, 40, 2, 256, 1}, {1, 70, 4, 512, 2}}
 	for _, dt := range dtypes {
 		for _, sh := range shapes {
 			batch, seq, heads, hid, kv := sh[0], sh[1], sh[2], sh[3], sh[4]
+			if dt == graph.F32 && hid/heads > 64 {
+				continue // fp32 instances go to 64
+			}
 			if err := FlashAttentionSupported(dt, batch, seq, heads, kv, hid); err != nil {
 				t.Fatalf("%v %v: %v", dt, sh, err)
 			}
@@ -88,7 +92,7 @@ func TestFlashAttentionSizes(t *testing.T) {
 		ok                     bool
 	}{
 		{graph.F32, 1, 4, 1, 16, true}, {graph.F32, 1, 4, 1, 64, true}, {graph.F32, 1, 4, 1, 128, false},
-		{graph.BF16, 1, 4, 2, 128, true}, {graph.BF16, 1, 4, 1, 128, false}, {graph.BF16, 1, 4, 1, 96, false}, {graph.BF16, 1, 4, 1, 8, false},
+		{graph.BF16, 1, 4, 2, 128, true}, {graph.BF16, 1, 4, 1, 128, true}, {graph.BF16, 1, 4, 1, 256, false}, {graph.BF16, 1, 4, 1, 96, false}, {graph.BF16, 1, 4, 1, 8, false},
 		{graph.BF16, 4, 8192, 12, 768, true}, // 3.2 G scores: the kernels keeping them refuse this
 		{graph.BF16, 1 << 16, 4, 1, 64, false},
 	} {
