@@ -191,21 +191,21 @@ template <class T, int D, int C> struct Rows<T, D, C, false> {
 };
 template <class T, int D, int C> struct Rows<T, D, C, true> {
 	static constexpr int LD = D + 4, WARP = 16 * LD;
-	float *p; // the lane's row
-	int half;
+	float *rows; // the warp's [16][LD]
+	float *mine; // the lane's row, at its parity's first column
 	__device__ __forceinline__ void init(float *warpRows) {
 		const int lane = threadIdx.x & 31;
-		p = warpRows + (lane >> 1) * LD;
-		half = lane & 1;
-		for (int t = 0; t < D / 2; t++) p[half + 2 * t] = 0;
+		rows = warpRows;
+		mine = warpRows + (lane >> 1) * LD + (lane & 1);
+		for (int t = 0; t < D / 2; t++) mine[2 * t] = 0;
 	}
 	__device__ __forceinline__ void scale(float a) {
-		for (int t = 0; t < D / 2; t++) p[half + 2 * t] *= a;
+		for (int t = 0; t < D / 2; t++) mine[2 * t] *= a;
 	}
 	__device__ __forceinline__ void add(float *, int, const T *A, int lda, const T *B, int ldb) {
-		Tile<T, D, C>::abAcc(p - (threadIdx.x & 31) / 2 * LD, LD, A, lda, B, ldb);
+		Tile<T, D, C>::abAcc(rows, LD, A, lda, B, ldb);
 	}
-	__device__ __forceinline__ float get(int t) const { return p[half + 2 * t]; }
+	__device__ __forceinline__ float get(int t) const { return mine[2 * t]; }
 };
 
 // Row strides in shared memory: tiles of D elements take LT (16-byte rows,
