@@ -3,7 +3,8 @@
 // [batch·seq, hid + 2·kv·D] (see attention.go) that never writes a score
 // to memory. A block takes 16 rows a warp of one sequence and head, walks
 // over the other side's rows a tile at a time through shared memory, and
-// keeps its running results in registers; the scores of a tile live in the
+// keeps its running results in registers (in shared memory for 128-wide
+// heads); the scores of a tile live in the
 // warp's scratch in shared memory, fp32, and the probabilities computed
 // from them are written over them in the element type for the next
 // product.
@@ -39,7 +40,8 @@
 // [16][N] accumulator (row lane/2, the columns of the lane's parity), with
 // C as scratch that may be A's memory (the probabilities written over the
 // scores they came from): the tensor cores' path reads all of A before it
-// writes C.
+// writes C; abAcc adds A B to fp32 C [16][N] in shared memory, which must
+// not be A's. Each is called by every lane of the warp.
 template <class T, int N, int K> struct Tile {
 	static __device__ __forceinline__ void abt(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
 		const int lane = threadIdx.x & 31, r = lane >> 1;
