@@ -266,11 +266,12 @@ func (a AttentionGrad) Signatures(in, out []Spec) []Signature {
 	return []Signature{sig(1, S(0), S(0), S(0), S(0)), sig(1, B, B, B, B)}
 }
 
-// HasAttention reports whether g has attention ops: what selective
-// recomputation recomputes.
-func (g *Graph) HasAttention() bool {
+// KeepsAttentionProbs reports whether g has attention ops that keep their
+// probabilities for the backward pass (not flash attention's, which keep
+// a float a row): what selective recomputation recomputes to drop them.
+func (g *Graph) KeepsAttentionProbs() bool {
 	return slices.ContainsFunc(g.Nodes, func(n *Node) bool {
-		_, ok := n.Op.(Attention)
-		return ok
+		a, ok := n.Op.(Attention)
+		return ok && !a.Flash
 	})
 }

@@ -90,7 +90,10 @@ func newCompiler(cfg Config) (*compiler, error) {
 	if err := m.Graph.Minimize(m.Loss, cfg.Optimizer); err != nil {
 		return nil, err
 	}
-	if st.Recompute == RecomputeSelective && !m.Graph.HasAttention() {
+	if st.Recompute == RecomputeSelective && !m.Graph.KeepsAttentionProbs() {
+		if slices.ContainsFunc(m.Graph.Nodes, func(n *graph.Node) bool { a, ok := n.Op.(graph.Attention); return ok && a.Flash }) {
+			return nil, fmt.Errorf("%w: recompute=selective drops the attention's probabilities by recomputing them, and under flash attention (%s) none are kept: nothing to drop (recompute=full recomputes every layer)", ErrInfeasible, cfg.Model)
+		}
 		return nil, fmt.Errorf("%w: recompute=selective recomputes attention, which %s has none of (recompute=full recomputes every layer)", ErrInfeasible, cfg.Model)
 	}
 	stagesName := fmt.Sprintf("pp=%d", st.PP)

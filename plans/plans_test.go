@@ -1208,8 +1208,9 @@ func TestZeroUpdatesArePricedAsParts(t *testing.T) {
 	}
 }
 
-// recompute=selective recomputes attention: a model without any is told
-// so, not compiled as if nothing were asked.
+// recompute=selective recomputes attention: a model without any, or whose
+// flash attention keeps no probabilities, is told so, not compiled as if
+// nothing were asked.
 func TestSelectiveRecomputeNeedsAttention(t *testing.T) {
 	st, err := ParseStrategy("recompute=selective", 8)
 	require.NoError(t, err)
@@ -1218,4 +1219,7 @@ func TestSelectiveRecomputeNeedsAttention(t *testing.T) {
 	require.ErrorContains(t, err, "recompute=selective recomputes attention, which mlp has none of")
 	_, err = Compile(Config{Model: "gpt:layers=1,hidden=16,heads=2,seq=4,vocab=32", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(1, 0)})
 	require.NoError(t, err)
+	_, err = Compile(Config{Model: "gpt:layers=1,hidden=16,heads=2,seq=4,vocab=32,attention=flash", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: devs(1, 0)})
+	require.ErrorIs(t, err, ErrInfeasible)
+	require.ErrorContains(t, err, "under flash attention (gpt:layers=1,hidden=16,heads=2,seq=4,vocab=32,attention=flash) none are kept: nothing to drop")
 }

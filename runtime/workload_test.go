@@ -65,7 +65,7 @@ func TestWorkloadPlans(t *testing.T) {
 			}
 			want, _ := ref.Param(w.weight, 0)
 			strategies := []string{"dp=2", "pp=2,mb=2", "dp=2,pp=2,mb=2", "dp=2,mb=3:1", "pp=2,mb=2,recompute=full"}
-			if zoo.HasAttention(w.model) { // what selective recomputation recomputes
+			if zoo.KeepsAttentionProbs(w.model) { // what selective recomputation recomputes
 				strategies = append(strategies, "pp=2,mb=2,recompute=selective")
 			}
 			for _, s := range strategies {

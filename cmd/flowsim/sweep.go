@@ -65,7 +65,8 @@ stages on the cluster's device types, in blocks of neighbouring stages
 (place=v100:a100, place=a100:a100:v100 …; see 'flowsim plan --help'),
 choosing among all of the cluster's devices, not only the first
 --devices; with --recompute, each also with
-recompute=full and, for models with attention, recompute=selective; with
+recompute=full and, for models whose attention keeps its probabilities
+(not attention=flash), recompute=selective; with
 --buckets 25MiB,…, each data-parallel strategy without ZeRO or with its
 stage 1 also with each gradient bucket size (bucket=25MiB …; see 'flowsim
 plan --help'). Every
@@ -95,7 +96,7 @@ the one table the whole sweep would print.`,
 	fl.IntVar(&f.maxTP, "max-tp", -1, "tensor-parallel degrees tried: the powers of two up to this (-1: the devices of one machine, for models with a tensor-parallel layout; 1: none)")
 	fl.StringVar(&f.uneven, "uneven", "auto", "also try mb=auto and layers=auto: on, off, or auto (on when the devices differ)")
 	fl.StringVar(&f.place, "place", "auto", "also try each pipeline with its stages placed on the cluster's device types (place=…): on, off, or auto (on when the cluster's devices differ)")
-	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models with attention (slower; may fit where it does not)")
+	fl.BoolVar(&f.recompute, "recompute", false, "also try each strategy with recompute=full, and recompute=selective for models whose attention keeps its probabilities (slower; may fit where it does not)")
 	fl.StringSliceVar(&f.buckets, "buckets", nil, "also try each data-parallel strategy without ZeRO or with zero=1 with each of these gradient bucket sizes (bucket=…), as 1MiB,25MiB")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
@@ -335,13 +336,13 @@ func differ(devs []plans.Device) bool {
 }
 
 // recomputeModes are the recompute modes a sweep tries for a model:
-// selective where it has attention (elsewhere it recomputes nothing), and
-// full.
+// selective where its attention keeps probabilities (elsewhere it drops
+// nothing), and full.
 func recomputeModes(model string) ([]plans.Recompute, error) {
 	if err := zoo.Check(model); err != nil {
 		return nil, err
 	}
-	if zoo.HasAttention(model) {
+	if zoo.KeepsAttentionProbs(model) {
 		return []plans.Recompute{plans.RecomputeSelective, plans.RecomputeFull}, nil
 	}
 	return []plans.Recompute{plans.RecomputeFull}, nil

@@ -830,14 +830,15 @@ func IsMaskedLanguageModel(name string) bool {
 	return err == nil && b.masked
 }
 
-// HasAttention reports whether the named model has attention ops: what
+// KeepsAttentionProbs reports whether the named model has attention ops
+// that keep their probabilities (graph.Graph.KeepsAttentionProbs): what
 // selective recomputation recomputes. It builds the model at batch 1.
-func HasAttention(name string) bool {
+func KeepsAttentionProbs(name string) bool {
 	m, err := Build(name, Config{Batch: 1})
 	if err != nil {
 		return false
 	}
-	return m.Graph.HasAttention()
+	return m.Graph.KeepsAttentionProbs()
 }
 
 // HasSP reports whether the named model has a sequence-parallel layout.

@@ -470,16 +470,20 @@ func TestSequenceParallelBuild(t *testing.T) {
 	}
 }
 
-// HasAttention tells the models with attention ops from those without:
+// KeepsAttentionProbs tells the models whose attention keeps its
+// probabilities from those without attention or with flash attention:
 // what recompute=selective recomputes.
-func TestHasAttention(t *testing.T) {
+func TestKeepsAttentionProbs(t *testing.T) {
 	for _, name := range []string{"gpt:layers=1,hidden=16,heads=2,seq=4,vocab=32", "gpt2s-blocks:layers=1,hidden=16,heads=2,seq=4", "bert:layers=1,hidden=16,heads=2,seq=4,vocab=32", "llama:layers=1,hidden=16,heads=2,kv_heads=1,ffn=24,seq=4,vocab=32"} {
-		if !HasAttention(name) {
+		if !KeepsAttentionProbs(name) {
 			t.Errorf("%s: no attention found", name)
+		}
+		if KeepsAttentionProbs(name + ",attention=flash") {
+			t.Errorf("%s with flash attention: probabilities found", name)
 		}
 	}
 	for _, name := range []string{"mlp", "mnist-cnn", "mlp3x4096:depth=2,width=16", "resnet:depth=18,image=32", "nope"} {
-		if HasAttention(name) {
+		if KeepsAttentionProbs(name) {
 			t.Errorf("%s: attention found", name)
 		}
 	}
