@@ -121,9 +121,34 @@ func TestAttentionForward(t *testing.T) {
 	}
 }
 
+// attnImpls are the kernels' two ways of attention, each a forward and a
+// backward pass: keeping the probabilities, and flash attention.
+var attnImpls = []struct {
+	name string
+	run  func(p *Pool, s attnShape, qkv, dout []float32) (out, dqkv []float32)
+}{
+	{"math", func(p *Pool, s attnShape, qkv, dout []float32) (out, dqkv []float32) {
+		out, dqkv = make([]float32, len(dout)), randSlice(newRNG(97), len(qkv)) // garbage to overwrite
+		probs := make([]float32, s.batch*s.heads*s.seq*s.seq)
+		AttentionForward(p, qkv, out, probs, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+		AttentionBackward(p, qkv, probs, dout, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+		return out, dqkv
+	}},
+	{"flash", func(p *Pool, s attnShape, qkv, dout []float32) (out, dqkv []float32) {
+		out, dqkv = make([]float32, len(dout)), randSlice(newRNG(97), len(qkv))
+		lse := make([]float32, s.batch*s.heads*s.seq)
+		FlashAttentionForward(p, qkv, out, lse, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+		FlashAttentionBackward(p, qkv, out, lse, dout, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
+		return out, dqkv
+	}},
+}
+
+// Both ways' gradients against central differences of the reference, on
+// the cases small enough for them (finite differences are slow), those
+// longer sequences included.
 func TestAttentionBackward(t *testing.T) {
-	for i, s := range attentionCases {
-		if s.batch*s.seq*s.hid > 300 { // finite differences are slow
+	for i, s := range flashCases {
+		if s.batch*s.seq*s.hid > 1200 {
 			continue
 		}
 		qkv := scaledQKV(uint64(i)+20, s)
@@ -132,43 +157,36 @@ func TestAttentionBackward(t *testing.T) {
 			out, _ := attentionRef(x, s)
 			return out
 		}), to64(qkv), fdStep)
-		for _, tp := range testPools {
-			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
-				out := make([]float32, len(r))
-				probs := make([]float32, s.batch*s.heads*s.seq*s.seq)
-				AttentionForward(tp.p, qkv, out, probs, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-				dqkv := randSlice(newRNG(97), len(qkv)) // garbage to overwrite
-				AttentionBackward(tp.p, qkv, probs, r, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-				checkClose(t, "dqkv", dqkv, want, gradTol)
-			})
+		for _, impl := range attnImpls {
+			for _, tp := range testPools {
+				t.Run(impl.name+"/"+s.String()+"/"+tp.name, func(t *testing.T) {
+					_, dqkv := impl.run(tp.p, s, qkv, r)
+					checkClose(t, "dqkv", dqkv, want, gradTol)
+				})
+			}
 		}
 	}
 }
 
-// The results do not depend on the number of workers, bit for bit: the
-// plans' numerics must not depend on how a batch is split.
+// The results do not depend on the number of workers, bit for bit, either
+// way: the plans' numerics must not depend on how a batch is split.
 func TestAttentionWorkerIndependent(t *testing.T) {
-	s := attnShape{2, 24, 6, 18, true, 2}
+	s := attnShape{2, attnBlock + 20, 6, 18, true, 2}
 	qkv := scaledQKV(5, s)
 	dout := randSlice(newRNG(6), s.batch*s.seq*s.hid)
-	run := func(p *Pool) (out, dqkv []float32) {
-		out, dqkv = make([]float32, len(dout)), make([]float32, len(qkv))
-		probs := make([]float32, s.batch*s.heads*s.seq*s.seq)
-		AttentionForward(p, qkv, out, probs, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-		AttentionBackward(p, qkv, probs, dout, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-		return out, dqkv
-	}
-	out1, d1 := run(nil)
-	for _, w := range []int{2, 3, 6} {
-		out, d := run(NewPool(w))
-		for i := range out {
-			if out[i] != out1[i] {
-				t.Fatalf("%d workers: out[%d] got %v, want %v as serially", w, i, out[i], out1[i])
+	for _, impl := range attnImpls {
+		out1, d1 := impl.run(nil, s, qkv, dout)
+		for _, w := range []int{2, 3, 6} {
+			out, d := impl.run(NewPool(w), s, qkv, dout)
+			for i := range out {
+				if out[i] != out1[i] {
+					t.Fatalf("%s, %d workers: out[%d] got %v, want %v as serially", impl.name, w, i, out[i], out1[i])
+				}
 			}
-		}
-		for i := range d {
-			if d[i] != d1[i] {
-				t.Fatalf("%d workers: dqkv[%d] got %v, want %v as serially", w, i, d[i], d1[i])
+			for i := range d {
+				if d[i] != d1[i] {
+					t.Fatalf("%s, %d workers: dqkv[%d] got %v, want %v as serially", impl.name, w, i, d[i], d1[i])
+				}
 			}
 		}
 	}
@@ -319,58 +337,6 @@ func TestFlashAttentionForward(t *testing.T) {
 					}
 				}
 			})
-		}
-	}
-}
-
-func TestFlashAttentionBackward(t *testing.T) {
-	for i, s := range flashCases {
-		if s.batch*s.seq*s.hid > 1200 { // finite differences are slow
-			continue
-		}
-		qkv := scaledQKV(uint64(i)+20, s)
-		r := randSlice(newRNG(uint64(i)+21), s.batch*s.seq*s.hid)
-		want := centralDiff(projected(r, func(x []float64) []float64 {
-			out, _ := attentionRef(x, s)
-			return out
-		}), to64(qkv), fdStep)
-		for _, tp := range testPools {
-			t.Run(s.String()+"/"+tp.name, func(t *testing.T) {
-				out := make([]float32, len(r))
-				lse := make([]float32, s.batch*s.heads*s.seq)
-				FlashAttentionForward(tp.p, qkv, out, lse, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-				dqkv := randSlice(newRNG(97), len(qkv)) // garbage to overwrite
-				FlashAttentionBackward(tp.p, qkv, out, lse, r, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-				checkClose(t, "dqkv", dqkv, want, gradTol)
-			})
-		}
-	}
-}
-
-// Flash attention's results do not depend on the number of workers either.
-func TestFlashAttentionWorkerIndependent(t *testing.T) {
-	s := attnShape{2, attnBlock + 20, 6, 18, true, 2}
-	qkv := scaledQKV(5, s)
-	dout := randSlice(newRNG(6), s.batch*s.seq*s.hid)
-	run := func(p *Pool) (out, dqkv []float32) {
-		out, dqkv = make([]float32, len(dout)), make([]float32, len(qkv))
-		lse := make([]float32, s.batch*s.heads*s.seq)
-		FlashAttentionForward(p, qkv, out, lse, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-		FlashAttentionBackward(p, qkv, out, lse, dout, dqkv, s.batch, s.seq, s.heads, s.kvHeads(), s.hid, s.causal)
-		return out, dqkv
-	}
-	out1, d1 := run(nil)
-	for _, w := range []int{2, 3, 6} {
-		out, d := run(NewPool(w))
-		for i := range out {
-			if out[i] != out1[i] {
-				t.Fatalf("%d workers: out[%d] got %v, want %v as serially", w, i, out[i], out1[i])
-			}
-		}
-		for i := range d {
-			if d[i] != d1[i] {
-				t.Fatalf("%d workers: dqkv[%d] got %v, want %v as serially", w, i, d[i], d1[i])
-			}
 		}
 	}
 }

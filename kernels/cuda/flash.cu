@@ -33,6 +33,7 @@
 #include "common.cuh"
 
 #include <mma.h>
+#include <type_traits>
 
 // Tile<T, N, K> are a warp's products over shared memory, all row-major:
 // abt sets fp32 C [16][N] (row stride ldc) to A Bᵀ with A [16][K] and B
@@ -81,9 +82,11 @@ template <int N, int K> struct Tile<bf16, N, K> {
 #pragma unroll
 		for (int n = 0; n < N / 16; n++) nvcuda::wmma::store_matrix_sync(C + n * 16, acc[n], ldc, nvcuda::wmma::mem_row_major);
 	}
-	static __device__ __forceinline__ void abt(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
+	// product sets acc to A Bᵀ (TB) or A B, B's 16×16 tiles read in the
+	// layout that makes them Bᵀ's or B's.
+	template <bool TB> static __device__ __forceinline__ void product(Acc (&acc)[N / 16], const bf16 *A, int lda, const bf16 *B, int ldb) {
 		using namespace nvcuda;
-		Acc acc[N / 16];
+		typedef typename std::conditional<TB, wmma::col_major, wmma::row_major>::type LayoutB;
 #pragma unroll
 		for (int n = 0; n < N / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
 #pragma unroll
@@ -92,29 +95,20 @@ template <int N, int K> struct Tile<bf16, N, K> {
 			wmma::load_matrix_sync(a, A + k, lda);
 #pragma unroll
 			for (int n = 0; n < N / 16; n++) {
-				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::col_major> b; // Bᵀ
-				wmma::load_matrix_sync(b, B + n * 16 * ldb + k, ldb);
+				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> b;
+				wmma::load_matrix_sync(b, TB ? B + n * 16 * ldb + k : B + k * ldb + n * 16, ldb);
 				wmma::mma_sync(acc[n], a, b, acc[n]);
 			}
 		}
+	}
+	static __device__ __forceinline__ void abt(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
+		Acc acc[N / 16];
+		product<true>(acc, A, lda, B, ldb);
 		store(C, ldc, acc);
 	}
 	static __device__ __forceinline__ void abAdd(float (&out)[N / 2], float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
-		using namespace nvcuda;
 		Acc acc[N / 16];
-#pragma unroll
-		for (int n = 0; n < N / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
-#pragma unroll
-		for (int k = 0; k < K; k += 16) {
-			FragA a;
-			wmma::load_matrix_sync(a, A + k, lda);
-#pragma unroll
-			for (int n = 0; n < N / 16; n++) {
-				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
-				wmma::load_matrix_sync(b, B + k * ldb + n * 16, ldb);
-				wmma::mma_sync(acc[n], a, b, acc[n]);
-			}
-		}
+		product<false>(acc, A, lda, B, ldb);
 		store(C, ldc, acc);
 		__syncwarp();
 		const int lane = threadIdx.x & 31, r = lane >> 1;
