@@ -125,8 +125,10 @@ A stage's devices are its dp·tp places, replica by replica (tensor-parallel
 ranks within a replica). The plan records the strategy as a string.
 
 A model name may carry size options (see graph/zoo), e.g.
-gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16. --dtype sets the dtype of
-every float tensor of the model; memory is planned at its size.`,
+gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16; the transformers take
+attention=flash (each softmax row's log-normalizer kept for the backward
+pass instead of its probabilities: memory linear in seq). --dtype sets the
+dtype of every float tensor of the model; memory is planned at its size.`,
 		Example: `  flowsim plan --model mnist-cnn --cluster local --strategy pp=2,mb=4,sched=1f1b --batch 64 -o plan.json
   flowsim plan --model gpt2s-blocks --dtype bf16 --cluster dgx-a100 --strategy dp=2,tp=4,mb=2 --batch 16 -o plan.json
   flowsim plan --model mnist-cnn --cluster h200-host --strategy dp=2,mbs=8,mb=auto --batch 64 -o plan.json
