@@ -10,7 +10,7 @@ import (
 func FuzzLookup(f *testing.F) {
 	for _, s := range []string{"mnist-cnn", "mlp3x4096:width=64", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16,norm=rms",
 		"gpt2s-blocks:norm=layer", "mlp3x4096:", "mlp3x4096:width", "mnist-cnn:width=2", "gpt2s-blocks:layers=2,layers=3",
-		"nosuch", "mlp3x4096:width=-1", "mlp3x4096: width = 8", "gpt:vocab=7,seq=4", "gpt3-175b:layers=2"} {
+		"nosuch", "mlp3x4096:width=-1", "mlp3x4096: width = 8", "gpt:vocab=7,seq=4", "gpt3-175b:layers=2", "llama:attention=flash", "bert:attention=fast"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, name string) {
