@@ -180,10 +180,7 @@ func (g *Graph) AttentionOf(a Attention, qkv *Tensor) *Tensor {
 // GQAttention adds grouped-query attention, kvHeads key and value heads
 // shared by heads query heads; kvHeads == heads is Attention.
 func (g *Graph) GQAttention(qkv *Tensor, heads, kvHeads, seq int, causal bool) *Tensor {
-	if kvHeads == heads {
-		return g.Attention(qkv, heads, seq, causal)
-	}
-	return g.apply1(Attention{Heads: heads, Seq: seq, Causal: causal, KVHeads: kvHeads}, qkv)
+	return g.AttentionOf(Attention{Heads: heads, Seq: seq, Causal: causal, KVHeads: kvHeads}, qkv)
 }
 
 // AttentionGrad is the gradient of Attention: (qkv, probs, dout) → dqkv.
