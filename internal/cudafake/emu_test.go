@@ -1,6 +1,7 @@
 package cudafake_test
 
 import (
+	"math"
 	"os"
 	"strings"
 	"testing"
@@ -15,7 +16,8 @@ import (
 
 // TestKernelEmulator runs testdata/emu's kernels on the emulator, through
 // the fake driver and the Go bindings, in child processes: shuffles,
-// ballots, __syncthreads(_or) and shared memory compute what CUDA defines
+// ballots, __syncthreads(_or), shared memory, and ldmatrix and mma.sync's
+// stand-ins compute what CUDA and the PTX ISA define
 // (TestEmuRuns, in both schedules; the reverse one shows a race the
 // forward one hides), and a kernel that misuses a barrier fails the launch with
 // the reason and leaves the context faulted, as a GPU would, instead of
@@ -28,8 +30,9 @@ func TestKernelEmulator(t *testing.T) {
 		cudafake.RunTests(t, "TestEmuRuns$", 1, opt)
 	})
 	for kernel, want := range map[string]string{
-		"deadlock": "emulated kernel deadlock failed: deadlock: block (0, 0, 0): deadlock: 16 threads wait at __syncthreads, 16 at warp operations, 0 exited",
-		"exited":   "emulated kernel exited failed: exited: block (0, 0, 0) warp 0: a full-mask warp operation with 1 lanes exited",
+		"deadlock":            "emulated kernel deadlock failed: deadlock: block (0, 0, 0): deadlock: 16 threads wait at __syncthreads, 16 at warp operations, 0 exited",
+		"exited":              "emulated kernel exited failed: exited: block (0, 0, 0) warp 0: a full-mask warp operation with 1 lanes exited",
+		"misaligned_ldmatrix": "emulated kernel misaligned_ldmatrix failed: misaligned_ldmatrix: block (0, 0, 0) thread 0: ldmatrix: row address ",
 	} {
 		t.Run(kernel, func(t *testing.T) {
 			t.Setenv("FLOWKIT_EMU_FAULT", kernel)
@@ -126,6 +129,30 @@ func TestEmuRuns(t *testing.T) {
 	require.Equal(t, []int32{0, 1}, anyv)
 	require.Equal(t, []uint32{0, 0, 0, 1 << 5}, ballot)
 
+	// mma_tile: ldmatrix and mma.sync in the PTX ISA's fragment layouts
+	// give a·b and a·bᵀ, exactly (small integers: every sum is exact).
+	ab, bb := make([]uint16, 256), make([]uint16, 256)
+	av, bv := make([]float64, 256), make([]float64, 256)
+	for i := range 256 {
+		av[i], bv[i] = float64((i*7)%11-5), float64((i*5)%13-6)
+		ab[i], bb[i] = bf16Bits(av[i]), bf16Bits(bv[i])
+	}
+	dab, dbb, dc := upload(t, ctx, s, ab), upload(t, ctx, s, bb), upload(t, ctx, s, make([]float32, 512))
+	require.NoError(t, s.Launch(fn("mma_tile"), cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 32, Y: 1, Z: 1}, 0, dab, dbb, dc))
+	c := make([]float32, 512)
+	download(t, s, c, dc)
+	for r := range 16 {
+		for col := range 16 {
+			var p, pt float64
+			for k := range 16 {
+				p += av[16*r+k] * bv[16*k+col]
+				pt += av[16*r+k] * bv[16*col+k]
+			}
+			require.Equal(t, float32(p), c[16*r+col], "a·b [%d][%d]", r, col)
+			require.Equal(t, float32(pt), c[256+16*r+col], "a·bᵀ [%d][%d]", r, col)
+		}
+	}
+
 	// racy_broadcast is right when thread 0 runs first, and the reverse
 	// schedule shows its race: thread 63 reads v before thread 0 sets it.
 	dxb, dyb := upload(t, ctx, s, []int32{10, 20}), upload(t, ctx, s, make([]int32, 128))
@@ -140,6 +167,9 @@ func TestEmuRuns(t *testing.T) {
 		}
 	}
 }
+
+// bf16Bits is v in bfloat16 (v has at most 8 significant bits).
+func bf16Bits(v float64) uint16 { return uint16(math.Float32bits(float32(v)) >> 16) }
 
 func TestEmuFault(t *testing.T) {
 	ctx, s, m := emu(t)

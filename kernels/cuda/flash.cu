@@ -1,18 +1,9 @@
 // Flash attention (graph.Attention with Flash; Dao et al., 2022, in
 // FlashAttention-2's loop order): attention over packed projections qkv
 // [batch·seq, hid + 2·kv·D] (see attention.go) that never writes a score
-// to memory. A block takes 16 rows a warp of one sequence and head, walks
-// over the other side's rows a tile at a time through shared memory, and
-// keeps its running results in registers (in shared memory for 128-wide
-// heads); the scores of a tile live in the
-// warp's scratch in shared memory, fp32, and the probabilities computed
-// from them are written over them in the element type for the next
-// product.
-//
-// The tile products (Tile) are a warp's: on bf16 the tensor cores' 16×16×16
-// products (WMMA, fp32 accumulation), on fp32 plain fused multiply-adds.
-// Lane l of a warp owns row l/2 of the warp's 16 rows and of each row the
-// columns of l's parity, for the softmax and the accumulators alike.
+// to memory. A block takes 16 rows a warp of one sequence and head and
+// walks over the other side's rows a tile at a time through shared memory,
+// keeping its running results in registers.
 //
 // Forward, per query block: S = Q Kᵀ·scale, the running max m and sum l
 // of exp(S − m) row by row, O = O·exp(m_old − m) + P V; at the end out =
@@ -24,199 +15,26 @@
 // and sums dV = Pᵀ dO and dK = dSᵀ Q. dQ and dK, dV each have one writer:
 // no atomics, and the same numbers every run.
 //
-// Head widths D of 16, 32 and 64, and 128 in bf16 (LLaMA's and GPT-3's),
-// each an instance with its own tile sizes (FlashCfg): shared memory stays
-// under the 48 KiB a static allocation may take, and bf16's registers at
-// 128 a thread without spilling. For 128, a warp's accumulators (O, dQ, dK
-// and dV) live in shared memory rather than in its lanes' registers
-// (Rows), the products added into them a 16-column tile at a time.
+// bf16 (head widths 16, 32, 64 and 128) runs on the tensor cores with
+// mma.sync (mma.cuh), FlashAttention-2's way: a product's result stays in
+// the lanes' registers, where it is masked, exponentiated and packed into
+// the A operand of the next product; only K, V (and Q, dO) tiles go
+// through shared memory, read with ldmatrix. fp32 (widths up to 64) is the
+// correctness path: its products are fused multiply-adds over shared
+// memory (Dot), a tile's scores in the warp's scratch. Each instance has
+// its tile sizes (FlashBF16, FlashF32): static shared memory under the 48
+// KiB it may take, and bf16's registers at 128 a thread without spilling.
 #include "common.cuh"
+#include "mma.cuh"
 
-#include <mma.h>
-#include <type_traits>
-
-// Tile<T, N, K> are a warp's products over shared memory, all row-major:
-// abt sets fp32 C [16][N] (row stride ldc) to A Bᵀ with A [16][K] and B
-// [N][K]; abAdd adds A B, with B [K][N], to acc, the lane's elements of a
-// [16][N] accumulator (row lane/2, the columns of the lane's parity), with
-// C as scratch that may be A's memory (the probabilities written over the
-// scores they came from): the tensor cores' path reads all of A before it
-// writes C; abAcc adds A B to fp32 C [16][N] in shared memory, which must
-// not be A's. Each is called by every lane of the warp.
-template <class T, int N, int K> struct Tile {
-	static __device__ __forceinline__ void abt(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
-		const int lane = threadIdx.x & 31, r = lane >> 1;
-		for (int c = lane & 1; c < N; c += 2) {
-			float s = 0;
-			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[c * ldb + k]), s);
-			C[r * ldc + c] = s;
-		}
-	}
-	static __device__ __forceinline__ void abAdd(float (&acc)[N / 2], float *, int, const T *A, int lda, const T *B, int ldb) {
-		const int lane = threadIdx.x & 31, r = lane >> 1;
-#pragma unroll
-		for (int t = 0; t < N / 2; t++) {
-			const int c = (lane & 1) + 2 * t;
-			float s = 0;
-			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[k * ldb + c]), s);
-			acc[t] += s;
-		}
-	}
-	static __device__ __forceinline__ void abAcc(float *C, int ldc, const T *A, int lda, const T *B, int ldb) {
-		const int lane = threadIdx.x & 31, r = lane >> 1;
-		for (int c = lane & 1; c < N; c += 2) {
-			float s = 0;
-			for (int k = 0; k < K; k++) s = fmaf(toF(A[r * lda + k]), toF(B[k * ldb + c]), s);
-			C[r * ldc + c] += s;
-		}
-		__syncwarp();
-	}
-};
-
-template <int N, int K> struct Tile<bf16, N, K> {
-	typedef nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float> Acc;
-	typedef nvcuda::wmma::fragment<nvcuda::wmma::matrix_a, 16, 16, 16, bf16, nvcuda::wmma::row_major> FragA;
-
-	static __device__ __forceinline__ void store(float *C, int ldc, Acc (&acc)[N / 16]) {
-		__syncwarp();
-#pragma unroll
-		for (int n = 0; n < N / 16; n++) nvcuda::wmma::store_matrix_sync(C + n * 16, acc[n], ldc, nvcuda::wmma::mem_row_major);
-	}
-	// product sets acc to A Bᵀ (TB) or A B, B's 16×16 tiles read in the
-	// layout that makes them Bᵀ's or B's.
-	template <bool TB> static __device__ __forceinline__ void product(Acc (&acc)[N / 16], const bf16 *A, int lda, const bf16 *B, int ldb) {
-		using namespace nvcuda;
-		typedef typename std::conditional<TB, wmma::col_major, wmma::row_major>::type LayoutB;
-#pragma unroll
-		for (int n = 0; n < N / 16; n++) wmma::fill_fragment(acc[n], 0.0f);
-#pragma unroll
-		for (int k = 0; k < K; k += 16) {
-			FragA a;
-			wmma::load_matrix_sync(a, A + k, lda);
-#pragma unroll
-			for (int n = 0; n < N / 16; n++) {
-				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, LayoutB> b;
-				wmma::load_matrix_sync(b, TB ? B + n * 16 * ldb + k : B + k * ldb + n * 16, ldb);
-				wmma::mma_sync(acc[n], a, b, acc[n]);
-			}
-		}
-	}
-	static __device__ __forceinline__ void abt(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
-		Acc acc[N / 16];
-		product<true>(acc, A, lda, B, ldb);
-		store(C, ldc, acc);
-	}
-	static __device__ __forceinline__ void abAdd(float (&out)[N / 2], float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
-		Acc acc[N / 16];
-		product<false>(acc, A, lda, B, ldb);
-		store(C, ldc, acc);
-		__syncwarp();
-		const int lane = threadIdx.x & 31, r = lane >> 1;
-#pragma unroll
-		for (int t = 0; t < N / 2; t++) out[t] += C[r * ldc + (lane & 1) + 2 * t];
-	}
-	// abAcc adds A B to C in shared memory a 16-column tile at a time, so
-	// that a wide C needs one accumulator fragment of registers.
-	static __device__ __forceinline__ void abAcc(float *C, int ldc, const bf16 *A, int lda, const bf16 *B, int ldb) {
-		using namespace nvcuda;
-		__syncwarp(); // the lanes' writes to C are in
-#pragma unroll 1
-		for (int n = 0; n < N / 16; n++) {
-			Acc acc;
-			wmma::load_matrix_sync(acc, C + n * 16, ldc, wmma::mem_row_major);
-#pragma unroll
-			for (int k = 0; k < K; k += 16) {
-				FragA a;
-				wmma::load_matrix_sync(a, A + k, lda);
-				wmma::fragment<wmma::matrix_b, 16, 16, 16, bf16, wmma::row_major> b;
-				wmma::load_matrix_sync(b, B + k * ldb + n * 16, ldb);
-				wmma::mma_sync(acc, a, b, acc);
-			}
-			wmma::store_matrix_sync(C + n * 16, acc, ldc, wmma::mem_row_major);
-		}
-		__syncwarp();
-	}
-};
-
-// FlashCfg are an instance's tile sizes: W warps (16·W rows) of the side a
-// block owns, and C rows of the other side per tile, for the forward (F),
-// dQ (Q) and dK, dV (K) kernels; and MIN/W blocks a multiprocessor must be
-// able to hold (__launch_bounds__): for bf16, 16 warps, at most 128
-// registers a thread. The fp32 instances, there for correctness (their
-// products on FMAs, not tensor cores), may take up to 255 registers rather
-// than spill.
-template <class T, int D> struct FlashCfg;
-template <int D> struct FlashCfg<bf16, D> {
-	static_assert(D <= 128, "bf16 flash attention takes head widths up to 128");
-	static constexpr int FW = D <= 64 ? 4 : 2, FC = D <= 64 ? 64 : 32;
-	static constexpr int QW = D <= 64 ? 2 : 1, QC = 32;
-	static constexpr int KW = D <= 64 ? 2 : 1, KC = D <= 64 ? 32 : 16;
-	static constexpr int MIN = 16;
-	static constexpr bool SMEM = D > 64;
-};
-template <int D> struct FlashCfg<float, D> {
-	static_assert(D <= 64, "fp32 flash attention takes head widths up to 64");
-	static constexpr int FW = D <= 32 ? 4 : 2, FC = 32;
-	static constexpr int QW = D <= 32 ? 2 : 1, QC = 32;
-	static constexpr int KW = D <= 32 ? 2 : 1, KC = 32;
-	static constexpr int MIN = 1;
-	static constexpr bool SMEM = false;
-};
-
-// Rows<T, D, C, SMEM> is a warp's [16][D] fp32 accumulator of products of
-// C-deep tiles: in the lanes' registers (lane l: row l/2, the columns of
-// l's parity), or with SMEM in shared memory (row stride D + 4), for heads
-// too wide for registers. add's scratch (fp32 [16][D], row stride ns) is
-// the register path's and may be A's memory.
-template <class T, int D, int C, bool SMEM> struct Rows;
-template <class T, int D, int C> struct Rows<T, D, C, false> {
-	static constexpr int WARP = 0; // shared floats a warp takes
-	float v[D / 2];
-	__device__ __forceinline__ void init(float *) {
-#pragma unroll
-		for (int t = 0; t < D / 2; t++) v[t] = 0;
-	}
-	__device__ __forceinline__ void scale(float a) {
-#pragma unroll
-		for (int t = 0; t < D / 2; t++) v[t] *= a;
-	}
-	__device__ __forceinline__ void add(float *scratch, int ns, const T *A, int lda, const T *B, int ldb) {
-		Tile<T, D, C>::abAdd(v, scratch, ns, A, lda, B, ldb);
-	}
-	__device__ __forceinline__ float get(int t) const { return v[t]; }
-};
-template <class T, int D, int C> struct Rows<T, D, C, true> {
-	static constexpr int LD = D + 4, WARP = 16 * LD;
-	float *rows; // the warp's [16][LD]
-	float *mine; // the lane's row, at its parity's first column
-	__device__ __forceinline__ void init(float *warpRows) {
-		const int lane = threadIdx.x & 31;
-		rows = warpRows;
-		mine = warpRows + (lane >> 1) * LD + (lane & 1);
-		for (int t = 0; t < D / 2; t++) mine[2 * t] = 0;
-	}
-	__device__ __forceinline__ void scale(float a) {
-		for (int t = 0; t < D / 2; t++) mine[2 * t] *= a;
-	}
-	__device__ __forceinline__ void add(float *, int, const T *A, int lda, const T *B, int ldb) {
-		Tile<T, D, C>::abAcc(rows, LD, A, lda, B, ldb);
-	}
-	__device__ __forceinline__ float get(int t) const { return mine[2 * t]; }
-};
-
-// Row strides in shared memory: tiles of D elements take LT (16-byte rows,
-// 32-byte aligned 16-row blocks, fewer bank conflicts); fp32 scratch for C
-// columns takes ns(C) floats.
-template <int D> struct Strides {
-	static constexpr int LT = D + 8;
-};
-__host__ __device__ constexpr int ns(int c, int d, bool smem) { return (c > d || smem ? c : d) + 4; }
+constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
 // loadTile copies rows [r0, r0 + rows) of a D-column view (row stride ld)
-// into dst (row stride LT), zeros past row seq.
+// into dst (row stride D + 8: 16-byte rows that ldmatrix reads without
+// bank conflicts), zeros past row seq.
 template <class T, int D>
 __device__ __forceinline__ void loadTile(T *dst, const T *src, int ld, int r0, int rows, int seq) {
-	constexpr int V = VW<T>::N, CV = D / V, LT = Strides<D>::LT;
+	constexpr int V = VW<T>::N, CV = D / V, LT = D + 8;
 	if (aligned16(src) && ld % V == 0) {
 		for (int e = threadIdx.x; e < rows * CV; e += blockDim.x) {
 			const int r = e / CV, c = (e % CV) * V;
@@ -237,17 +55,6 @@ __device__ __forceinline__ void loadTile(T *dst, const T *src, int ld, int r0, i
 	}
 }
 
-// inplace<T>() says whether probabilities of type T go over the very scores
-// (fp32) they come from, element for element, so that each lane writes
-// only what it read; else (bf16: two to a score's four bytes) a lane
-// writes over its partner's scores, so all are read first.
-template <class T> __host__ __device__ constexpr bool inplace() { return sizeof(T) == sizeof(float); }
-
-// fexp is exp in fp32, the fast hardware one for bf16 (whose inputs carry 8
-// bits), the accurate one for fp32.
-__device__ __forceinline__ float fexp(float x, float) { return expf(x); }
-__device__ __forceinline__ float fexp(float x, bf16) { return __expf(x); }
-
 // The views of qkv a block reads: the query head h and its key/value head.
 struct Heads {
 	long long q, k, v; // offsets of column 0 of sequence b's rows
@@ -261,34 +68,406 @@ struct Heads {
 	}
 };
 
-template <class T, int D>
-__device__ __forceinline__ void flash_fwd_t(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {
-	constexpr bool SM = FlashCfg<T, D>::SMEM;
-	constexpr int W = FlashCfg<T, D>::FW, BC = FlashCfg<T, D>::FC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D, SM);
-	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T)); // P's row stride over the scratch
-	typedef Rows<T, D, BC, SM> O;
-	__shared__ __align__(32) T qs[BR * LT];
-	__shared__ __align__(32) T ks[BC * LT];
-	__shared__ __align__(32) T vs[BC * LT];
-	__shared__ __align__(32) float scratch[W * 16 * NS];
-	__shared__ __align__(32) float rows[SM ? W * O::WARP : 1];
+// ---- bf16: mma.sync ----
+
+// FlashBF16 are a width's tile sizes: W warps (16·W rows) of the side a
+// block owns and C rows of the other side a tile, for the forward (F), dQ
+// (Q) and dK, dV (K) kernels; blocks of at most 4 warps, 4 blocks a
+// multiprocessor (16 warps at 128 registers), and for 128-wide heads dV's
+// accumulators in shared memory (DVSMEM), as dK's and dV's together would
+// take all 128 registers.
+template <int D> struct FlashBF16 {
+	static_assert(D % 16 == 0 && D <= 128, "bf16 flash attention takes head widths of 16, 32, 64 or 128");
+	static constexpr int FW = 4, FC = D <= 64 ? 64 : 32;
+	static constexpr int QW = D <= 64 ? 4 : 2, QC = 32;
+	static constexpr int KW = D <= 64 ? 4 : 1, KC = D <= 64 ? 32 : 16;
+	static constexpr int MIN = 16; // warps a multiprocessor must hold
+	static constexpr bool DVSMEM = D > 64;
+};
+
+// Frags<N, SMEM> is a warp's fp32 accumulator [16][8N], N C tiles of
+// mma16816 (mma.cuh's layout): in the lanes' registers, or with SMEM in
+// the warp's rows of shared memory (WARP floats), each lane reading and
+// writing only its own elements.
+template <int N, bool SMEM> struct Frags;
+template <int N> struct Frags<N, false> {
+	static constexpr int WARP = 0;
+	float c[N][4];
+	__device__ __forceinline__ void init(float *) {
+#pragma unroll
+		for (int n = 0; n < N; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) c[n][i] = 0;
+	}
+	__device__ __forceinline__ float &at(int n, int i) { return c[n][i]; }
+};
+template <int N> struct Frags<N, true> {
+	static constexpr int LD = 8 * N + 4, WARP = 16 * LD;
+	float *mine; // the lane's row g at column 2t
+	__device__ __forceinline__ void init(float *warpRows) {
+		const int lane = threadIdx.x & 31;
+		mine = warpRows + (lane >> 2) * LD + 2 * (lane & 3);
+#pragma unroll
+		for (int n = 0; n < N; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) at(n, i) = 0;
+	}
+	__device__ __forceinline__ float &at(int n, int i) { return mine[(i >> 1) * 8 * LD + 8 * n + (i & 1)]; }
+};
+
+// scores sets s [16][8·NB] to A Bᵀ for the warp's 16 rows of A (row stride
+// lda) and the rows of B (row stride ldb), both D wide; only the 16-column
+// chunks [c0, c1) are computed, the others are 0.
+template <int NB, int D>
+__device__ __forceinline__ void scores(float (&s)[NB][4], const bf16 *A, int lda, const bf16 *B, int ldb, int c0, int c1) {
+#pragma unroll
+	for (int n = 0; n < NB; n++)
+#pragma unroll
+		for (int i = 0; i < 4; i++) s[n][i] = 0;
+#pragma unroll
+	for (int k = 0; k < D / 16; k++) {
+		uint32_t a[4];
+		ldA(a, A + k * 16, lda);
+#pragma unroll
+		for (int c = 0; c < NB / 2; c++) {
+			if (c < c0 || c >= c1) continue;
+			uint32_t b[4];
+			ldBt(b, B + c * 16 * ldb + k * 16, ldb);
+			mma16816(s[2 * c], a, b[0], b[1]);
+			mma16816(s[2 * c + 1], a, b[2], b[3]);
+		}
+	}
+}
+
+// pack turns C tiles into the A fragments of the 16-column chunks they
+// cover, in bf16.
+template <int NB> __device__ __forceinline__ void pack(const float (&s)[NB][4], uint32_t (&a)[NB / 2][4]) {
+#pragma unroll
+	for (int c = 0; c < NB / 2; c++) {
+		a[c][0] = pack2(s[2 * c][0], s[2 * c][1]);
+		a[c][1] = pack2(s[2 * c][2], s[2 * c][3]);
+		a[c][2] = pack2(s[2 * c + 1][0], s[2 * c + 1][1]);
+		a[c][3] = pack2(s[2 * c + 1][2], s[2 * c + 1][3]);
+	}
+}
+
+// accumulate adds A B to acc: A the packed chunks [c0, c1) of a, B's rows
+// (16 per chunk, row stride ldb) as wide as acc.
+template <int N, bool SMEM, int KC>
+__device__ __forceinline__ void accumulate(Frags<N, SMEM> &acc, const uint32_t (&a)[KC][4], int c0, int c1, const bf16 *B, int ldb) {
+#pragma unroll
+	for (int n = 0; n < N / 2; n++) {
+		float f0[4], f1[4];
+#pragma unroll
+		for (int i = 0; i < 4; i++) f0[i] = acc.at(2 * n, i), f1[i] = acc.at(2 * n + 1, i);
+#pragma unroll
+		for (int c = 0; c < KC; c++) {
+			if (c < c0 || c >= c1) continue;
+			uint32_t b[4];
+			ldB(b, B + c * 16 * ldb + n * 16, ldb);
+			mma16816(f0, a[c], b[0], b[1]);
+			mma16816(f1, a[c], b[2], b[3]);
+		}
+#pragma unroll
+		for (int i = 0; i < 4; i++) acc.at(2 * n, i) = f0[i], acc.at(2 * n + 1, i) = f1[i];
+	}
+}
+
+// quadMax and quadSum reduce over the four lanes that hold a row.
+__device__ __forceinline__ float quadMax(float v) {
+	v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 1));
+	return fmaxf(v, __shfl_xor_sync(0xffffffffu, v, 2));
+}
+__device__ __forceinline__ float quadSum(float v) {
+	v += __shfl_xor_sync(0xffffffffu, v, 1);
+	return v + __shfl_xor_sync(0xffffffffu, v, 2);
+}
+
+// upTo is how many of a tile's C/16 chunks of keys from j0 rows r0 … r0 + 15
+// see: all, or under the causal mask those at or before row r0 + 15.
+template <int C> __device__ __forceinline__ int upTo(bool causal, int j0, int r0) {
+	if (!causal) return C / 16;
+	return r0 + 15 < j0 ? 0 : min(C / 16, (r0 + 15 - j0) / 16 + 1);
+}
+
+// from is the first of a tile's chunks of queries from i0 that keys k0 …
+// k0 + 15 see: under the causal mask, those at or after key k0.
+__device__ __forceinline__ int from(bool causal, int i0, int k0) { return causal && k0 > i0 ? (k0 - i0) / 16 : 0; }
+
+template <int D>
+__device__ __forceinline__ void flash_fwd_bf16(const bf16 *qkv, bf16 *out, float *lse, int seq, int heads, int kv, int hid, int causal,
+                                               float scale) {
+	constexpr int W = FlashBF16<D>::FW, BC = FlashBF16<D>::FC, BR = 16 * W, LT = D + 8, NB = BC / 8;
+	__shared__ __align__(16) bf16 qs[BR * LT];
+	__shared__ __align__(16) bf16 ks[BC * LT];
+	__shared__ __align__(16) bf16 vs[BC * LT];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
+	const Heads at(b, h, seq, heads, kv, hid, D);
+	const int r0 = i0 + warp * 16; // the warp's first row
+	const float sl = scale * LOG2E;
+	loadTile<bf16, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	Frags<D / 8, false> o;
+	o.init(nullptr);
+	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows g and g + 8, base 2
+	const int kend = causal ? min(seq, i0 + BR) : seq;
+	for (int j0 = 0; j0 < kend; j0 += BC) {
+		__syncthreads(); // the last tiles are read
+		loadTile<bf16, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
+		loadTile<bf16, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+		__syncthreads();
+		const int nc = upTo<BC>(causal, j0, r0);
+		if (nc == 0) continue;
+		float s[NB][4];
+		scores<NB, D>(s, qs + warp * 16 * LT, LT, ks, LT, 0, nc);
+		float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+		for (int n = 0; n < NB; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int j = j0 + 8 * n + 2 * t + (i & 1), r = r0 + g + 8 * (i >> 1);
+				s[n][i] = j < seq && !(causal && j > r) ? s[n][i] * sl : -INFINITY;
+				mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
+			}
+		float base[2];
+#pragma unroll
+		for (int hh = 0; hh < 2; hh++) {
+			const float mn = fmaxf(m[hh], quadMax(mx[hh]));
+			base[hh] = mn == -INFINITY ? 0.f : mn;
+			const float alpha = exp2f(m[hh] - base[hh]);
+			m[hh] = mn;
+			l[hh] *= alpha;
+#pragma unroll
+			for (int n = 0; n < D / 8; n++) o.at(n, 2 * hh) *= alpha, o.at(n, 2 * hh + 1) *= alpha;
+		}
+#pragma unroll
+		for (int n = 0; n < NB; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				s[n][i] = exp2f(s[n][i] - base[i >> 1]);
+				l[i >> 1] += s[n][i];
+			}
+		uint32_t p[NB / 2][4];
+		pack(s, p);
+		accumulate(o, p, 0, nc, vs, LT);
+	}
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		const float sum = quadSum(l[hh]);
+		const int row = r0 + g + 8 * hh;
+		if (row >= seq) continue;
+		const float inv = 1 / sum;
+		bf16 *po = out + ((long long)b * seq + row) * hid + (long long)h * D + 2 * t;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			po[8 * n] = fromF<bf16>(o.at(n, 2 * hh) * inv);
+			po[8 * n + 1] = fromF<bf16>(o.at(n, 2 * hh + 1) * inv);
+		}
+		if (t == 0) lse[((long long)b * heads + h) * seq + row] = (m[hh] + log2f(sum)) * LN2;
+	}
+}
+
+template <int D>
+__device__ __forceinline__ void flash_dq_bf16(const bf16 *qkv, const float *lse, const float *dv, const bf16 *dout, bf16 *dqkv, int seq,
+                                              int heads, int kv, int hid, int causal, float scale) {
+	constexpr int W = FlashBF16<D>::QW, BC = FlashBF16<D>::QC, BR = 16 * W, LT = D + 8, NB = BC / 8;
+	__shared__ __align__(16) bf16 qs[BR * LT];
+	__shared__ __align__(16) bf16 dos[BR * LT];
+	__shared__ __align__(16) bf16 ks[BC * LT];
+	__shared__ __align__(16) bf16 vs[BC * LT];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
+	const Heads at(b, h, seq, heads, kv, hid, D);
+	const int r0 = i0 + warp * 16;
+	const float sl = scale * LOG2E;
+	loadTile<bf16, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	loadTile<bf16, D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
+	const long long bh = ((long long)b * heads + h) * seq;
+	float lr[2], dr[2];
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		const int row = r0 + g + 8 * hh;
+		lr[hh] = row < seq ? lse[bh + row] * LOG2E : 0.f;
+		dr[hh] = row < seq ? dv[bh + row] : 0.f;
+	}
+	Frags<D / 8, false> dq;
+	dq.init(nullptr);
+	const int kend = causal ? min(seq, i0 + BR) : seq;
+	for (int j0 = 0; j0 < kend; j0 += BC) {
+		__syncthreads();
+		loadTile<bf16, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
+		loadTile<bf16, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+		__syncthreads();
+		const int nc = upTo<BC>(causal, j0, r0);
+		if (nc == 0) continue;
+		float s[NB][4], dp[NB][4];
+		scores<NB, D>(s, qs + warp * 16 * LT, LT, ks, LT, 0, nc);   // S = Q Kᵀ
+		scores<NB, D>(dp, dos + warp * 16 * LT, LT, vs, LT, 0, nc); // dP = dO Vᵀ
+#pragma unroll
+		for (int n = 0; n < NB; n++)
+#pragma unroll
+			for (int i = 0; i < 4; i++) {
+				const int j = j0 + 8 * n + 2 * t + (i & 1), r = r0 + g + 8 * (i >> 1);
+				const bool keep = r < seq && j < seq && !(causal && j > r);
+				const float p = keep ? exp2f(s[n][i] * sl - lr[i >> 1]) : 0.f;
+				s[n][i] = p * (dp[n][i] - dr[i >> 1]) * scale; // dS
+			}
+		uint32_t ds[NB / 2][4];
+		pack(s, ds);
+		accumulate(dq, ds, 0, nc, ks, LT); // dQ += dS K
+	}
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		const int row = r0 + g + 8 * hh;
+		if (row >= seq) continue;
+		bf16 *p = dqkv + at.q + (long long)row * at.ld + 2 * t;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			p[8 * n] = fromF<bf16>(dq.at(n, 2 * hh));
+			p[8 * n + 1] = fromF<bf16>(dq.at(n, 2 * hh + 1));
+		}
+	}
+}
+
+template <int D>
+__device__ __forceinline__ void flash_dkdv_bf16(const bf16 *qkv, const float *lse, const float *dv, const bf16 *dout, bf16 *dqkv, int seq,
+                                                int heads, int kv, int hid, int causal, float scale) {
+	constexpr bool DVS = FlashBF16<D>::DVSMEM;
+	constexpr int W = FlashBF16<D>::KW, BQ = FlashBF16<D>::KC, BK = 16 * W, LT = D + 8, NB = BQ / 8;
+	typedef Frags<D / 8, DVS> DV;
+	__shared__ __align__(16) bf16 ks[BK * LT];
+	__shared__ __align__(16) bf16 vs[BK * LT];
+	__shared__ __align__(16) bf16 qs[BQ * LT];
+	__shared__ __align__(16) bf16 dos[BQ * LT];
+	__shared__ float ls[BQ], dvs[BQ];
+	__shared__ float dvRows[DVS ? W * DV::WARP : 1];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+	const int j0 = blockIdx.x * BK, kh = blockIdx.y, b = blockIdx.z, group = heads / kv;
+	const Heads at(b, kh * group, seq, heads, kv, hid, D); // k and v are every group head's
+	const int k0 = j0 + warp * 16;                          // the warp's first key
+	const float sl = scale * LOG2E;
+	loadTile<bf16, D>(ks, qkv + at.k, at.ld, j0, BK, seq);
+	loadTile<bf16, D>(vs, qkv + at.v, at.ld, j0, BK, seq);
+	Frags<D / 8, false> dk;
+	DV dvv;
+	dk.init(nullptr);
+	dvv.init(dvRows + warp * DV::WARP);
+	for (int gi = 0; gi < group; gi++) {
+		const int h = kh * group + gi;
+		const long long q = at.q + (long long)gi * D, bh = ((long long)b * heads + h) * seq;
+		const bf16 *dob = dout + (long long)b * seq * hid + (long long)h * D;
+		for (int i0 = causal ? j0 / BQ * BQ : 0; i0 < seq; i0 += BQ) {
+			__syncthreads();
+			loadTile<bf16, D>(qs, qkv + q, at.ld, i0, BQ, seq);
+			loadTile<bf16, D>(dos, dob, hid, i0, BQ, seq);
+			for (int c = threadIdx.x; c < BQ; c += blockDim.x) {
+				ls[c] = i0 + c < seq ? lse[bh + i0 + c] * LOG2E : 0.f;
+				dvs[c] = i0 + c < seq ? dv[bh + i0 + c] : 0.f;
+			}
+			__syncthreads();
+			const int c0 = from(causal, i0, k0);
+			if (c0 >= NB / 2) continue;
+			float st[NB][4], dpt[NB][4];
+			scores<NB, D>(st, ks + warp * 16 * LT, LT, qs, LT, c0, NB / 2);   // Sᵀ = K Qᵀ
+			scores<NB, D>(dpt, vs + warp * 16 * LT, LT, dos, LT, c0, NB / 2); // dPᵀ = V dOᵀ
+#pragma unroll
+			for (int n = 0; n < NB; n++)
+#pragma unroll
+				for (int i = 0; i < 4; i++) {
+					const int c = 8 * n + 2 * t + (i & 1), qi = i0 + c, key = k0 + g + 8 * (i >> 1);
+					const bool keep = key < seq && qi < seq && !(causal && key > qi);
+					const float p = keep ? exp2f(st[n][i] * sl - ls[c]) : 0.f;
+					st[n][i] = p;
+					dpt[n][i] = p * (dpt[n][i] - dvs[c]) * scale; // dSᵀ
+				}
+			uint32_t pa[NB / 2][4];
+			pack(st, pa);
+			accumulate(dvv, pa, c0, NB / 2, dos, LT); // dV += Pᵀ dO
+			pack(dpt, pa);
+			accumulate(dk, pa, c0, NB / 2, qs, LT); // dK += dSᵀ Q
+		}
+	}
+#pragma unroll
+	for (int hh = 0; hh < 2; hh++) {
+		const int key = k0 + g + 8 * hh;
+		if (key >= seq) continue;
+		bf16 *pk = dqkv + at.k + (long long)key * at.ld + 2 * t, *pv = dqkv + at.v + (long long)key * at.ld + 2 * t;
+#pragma unroll
+		for (int n = 0; n < D / 8; n++) {
+			pk[8 * n] = fromF<bf16>(dk.at(n, 2 * hh));
+			pk[8 * n + 1] = fromF<bf16>(dk.at(n, 2 * hh + 1));
+			pv[8 * n] = fromF<bf16>(dvv.at(n, 2 * hh));
+			pv[8 * n + 1] = fromF<bf16>(dvv.at(n, 2 * hh + 1));
+		}
+	}
+}
+
+// ---- fp32: fused multiply-adds ----
+
+// FlashF32 are a width's tile sizes, as FlashBF16's. The fp32 instances
+// are there for correctness: their products are not the tensor cores', and
+// they may take up to 255 registers rather than spill.
+template <int D> struct FlashF32 {
+	static_assert(D % 16 == 0 && D <= 64, "fp32 flash attention takes head widths of 16, 32 or 64");
+	static constexpr int FW = D <= 32 ? 4 : 2, FC = 32;
+	static constexpr int QW = D <= 32 ? 2 : 1, QC = 32;
+	static constexpr int KW = D <= 32 ? 2 : 1, KC = 32;
+	static constexpr int MIN = 1;
+};
+
+// Dot<N, K> are a warp's products over shared memory, all row-major, lane
+// l owning row l/2 of the warp's 16 and of each row the columns of l's
+// parity: abt sets C [16][N] (row stride ldc) to A Bᵀ with A [16][K] and B
+// [N][K]; abAdd adds A B, with B [K][N], to acc, the lane's elements of a
+// [16][N] accumulator.
+template <int N, int K> struct Dot {
+	static __device__ __forceinline__ void abt(float *C, int ldc, const float *A, int lda, const float *B, int ldb) {
+		const int lane = threadIdx.x & 31, r = lane >> 1;
+		for (int c = lane & 1; c < N; c += 2) {
+			float s = 0;
+			for (int k = 0; k < K; k++) s = fmaf(A[r * lda + k], B[c * ldb + k], s);
+			C[r * ldc + c] = s;
+		}
+	}
+	static __device__ __forceinline__ void abAdd(float (&acc)[N / 2], const float *A, int lda, const float *B, int ldb) {
+		const int lane = threadIdx.x & 31, r = lane >> 1;
+#pragma unroll
+		for (int t = 0; t < N / 2; t++) {
+			const int c = (lane & 1) + 2 * t;
+			float s = 0;
+			for (int k = 0; k < K; k++) s = fmaf(A[r * lda + k], B[k * ldb + c], s);
+			acc[t] += s;
+		}
+	}
+};
+
+// The row stride of a warp's fp32 scratch for C columns of a D-wide head.
+__host__ __device__ constexpr int ns(int c, int d) { return (c > d ? c : d) + 4; }
+
+template <int D>
+__device__ __forceinline__ void flash_fwd_f32(const float *qkv, float *out, float *lse, int seq, int heads, int kv, int hid, int causal,
+                                              float scale) {
+	constexpr int W = FlashF32<D>::FW, BC = FlashF32<D>::FC, BR = 16 * W, LT = D + 8, NS = ns(BC, D);
+	__shared__ __align__(16) float qs[BR * LT];
+	__shared__ __align__(16) float ks[BC * LT];
+	__shared__ __align__(16) float vs[BC * LT];
+	__shared__ __align__(16) float scratch[W * 16 * NS];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
 	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
 	const Heads at(b, h, seq, heads, kv, hid, D);
 	const int row = i0 + warp * 16 + r;
-	float *S = scratch + warp * 16 * NS;
-	T *P = reinterpret_cast<T *>(S);
-	loadTile<T, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
-	float m = -INFINITY, l = 0;
-	O o;
-	o.init(rows + warp * O::WARP);
+	float *S = scratch + warp * 16 * NS; // the scores, then the probabilities over them
+	loadTile<float, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	float m = -INFINITY, l = 0, o[D / 2];
+#pragma unroll
+	for (int t = 0; t < D / 2; t++) o[t] = 0;
 	const int kend = causal ? min(seq, i0 + BR) : seq;
 	for (int j0 = 0; j0 < kend; j0 += BC) {
 		__syncthreads(); // the last tiles are read
-		loadTile<T, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
-		loadTile<T, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+		loadTile<float, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
+		loadTile<float, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
 		__syncthreads();
-		Tile<T, BC, D>::abt(S, NS, qs + warp * 16 * LT, LT, ks, LT);
+		Dot<BC, D>::abt(S, NS, qs + warp * 16 * LT, LT, ks, LT);
 		__syncwarp();
 		float sv[BC / 2], mx = -INFINITY;
 #pragma unroll
@@ -300,30 +479,160 @@ __device__ __forceinline__ void flash_fwd_t(const T *qkv, T *out, float *lse, in
 		}
 		mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
 		const float mn = fmaxf(m, mx), base = mn == -INFINITY ? 0.f : mn;
-		const float alpha = fexp(m - base, T());
+		const float alpha = expf(m - base);
 		float sum = 0;
-		__syncwarp(); // every lane has read its scores before P goes over them
 #pragma unroll
 		for (int t = 0; t < BC / 2; t++) {
-			const float p = fexp(sv[t] - base, T());
+			const float p = expf(sv[t] - base);
 			sum += p;
-			P[r * PS + half + 2 * t] = fromF<T>(p);
+			S[r * NS + half + 2 * t] = p; // each lane writes what it read
 		}
 		sum += __shfl_xor_sync(0xffffffffu, sum, 1);
 		l = l * alpha + sum;
 		m = mn;
-		o.scale(alpha);
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) o[t] *= alpha;
 		__syncwarp();
-		o.add(S, NS, P, PS, vs, LT);
+		Dot<D, BC>::abAdd(o, S, NS, vs, LT);
 	}
 	if (row < seq) {
 		const float inv = 1 / l;
-		T *po = out + ((long long)b * seq + row) * hid + (long long)h * D;
+		float *po = out + ((long long)b * seq + row) * hid + (long long)h * D;
 #pragma unroll
-		for (int t = 0; t < D / 2; t++) po[half + 2 * t] = fromF<T>(o.get(t) * inv);
+		for (int t = 0; t < D / 2; t++) po[half + 2 * t] = o[t] * inv;
 		if (half == 0) lse[((long long)b * heads + h) * seq + row] = m + logf(l);
 	}
 }
+
+template <int D>
+__device__ __forceinline__ void flash_dq_f32(const float *qkv, const float *lse, const float *dv, const float *dout, float *dqkv, int seq,
+                                             int heads, int kv, int hid, int causal, float scale) {
+	constexpr int W = FlashF32<D>::QW, BC = FlashF32<D>::QC, BR = 16 * W, LT = D + 8, NS = ns(BC, D);
+	__shared__ __align__(16) float qs[BR * LT];
+	__shared__ __align__(16) float dos[BR * LT];
+	__shared__ __align__(16) float ks[BC * LT];
+	__shared__ __align__(16) float vs[BC * LT];
+	__shared__ __align__(16) float scratch[W * 2 * 16 * NS];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
+	const Heads at(b, h, seq, heads, kv, hid, D);
+	const int row = i0 + warp * 16 + r;
+	float *S = scratch + warp * 2 * 16 * NS, *dP = S + 16 * NS; // dS goes over S
+	loadTile<float, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	loadTile<float, D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
+	const long long bh = ((long long)b * heads + h) * seq;
+	const float lr = row < seq ? lse[bh + row] : 0.f, dr = row < seq ? dv[bh + row] : 0.f;
+	float dq[D / 2];
+#pragma unroll
+	for (int t = 0; t < D / 2; t++) dq[t] = 0;
+	const int kend = causal ? min(seq, i0 + BR) : seq;
+	for (int j0 = 0; j0 < kend; j0 += BC) {
+		__syncthreads();
+		loadTile<float, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
+		loadTile<float, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+		__syncthreads();
+		Dot<BC, D>::abt(S, NS, qs + warp * 16 * LT, LT, ks, LT);
+		Dot<BC, D>::abt(dP, NS, dos + warp * 16 * LT, LT, vs, LT);
+		__syncwarp();
+#pragma unroll
+		for (int t = 0; t < BC / 2; t++) {
+			const int c = half + 2 * t, j = j0 + c;
+			const bool keep = row < seq && j < seq && !(causal && j > row);
+			const float p = keep ? expf(S[r * NS + c] * scale - lr) : 0.f;
+			S[r * NS + c] = p * (dP[r * NS + c] - dr) * scale;
+		}
+		__syncwarp();
+		Dot<D, BC>::abAdd(dq, S, NS, ks, LT);
+	}
+	if (row < seq) {
+		float *p = dqkv + at.q + (long long)row * at.ld;
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) p[half + 2 * t] = dq[t];
+	}
+}
+
+template <int D>
+__device__ __forceinline__ void flash_dkdv_f32(const float *qkv, const float *lse, const float *dv, const float *dout, float *dqkv, int seq,
+                                               int heads, int kv, int hid, int causal, float scale) {
+	constexpr int W = FlashF32<D>::KW, BQ = FlashF32<D>::KC, BK = 16 * W, LT = D + 8, NS = ns(BQ, D);
+	__shared__ __align__(16) float ks[BK * LT];
+	__shared__ __align__(16) float vs[BK * LT];
+	__shared__ __align__(16) float qs[BQ * LT];
+	__shared__ __align__(16) float dos[BQ * LT];
+	__shared__ float ls[BQ], dvs[BQ];
+	__shared__ __align__(16) float scratch[W * 2 * 16 * NS];
+	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
+	const int j0 = blockIdx.x * BK, kh = blockIdx.y, b = blockIdx.z, group = heads / kv;
+	const Heads at(b, kh * group, seq, heads, kv, hid, D); // k and v are every group head's
+	const int key = j0 + warp * 16 + r;
+	float *Pt = scratch + warp * 2 * 16 * NS, *dSt = Pt + 16 * NS; // over Sᵀ and dPᵀ
+	loadTile<float, D>(ks, qkv + at.k, at.ld, j0, BK, seq);
+	loadTile<float, D>(vs, qkv + at.v, at.ld, j0, BK, seq);
+	float dk[D / 2], dvv[D / 2];
+#pragma unroll
+	for (int t = 0; t < D / 2; t++) dk[t] = dvv[t] = 0;
+	for (int g = 0; g < group; g++) {
+		const int h = kh * group + g;
+		const long long q = at.q + (long long)g * D, bh = ((long long)b * heads + h) * seq;
+		const float *dob = dout + (long long)b * seq * hid + (long long)h * D;
+		for (int i0 = causal ? j0 / BQ * BQ : 0; i0 < seq; i0 += BQ) {
+			__syncthreads();
+			loadTile<float, D>(qs, qkv + q, at.ld, i0, BQ, seq);
+			loadTile<float, D>(dos, dob, hid, i0, BQ, seq);
+			for (int c = threadIdx.x; c < BQ; c += blockDim.x) {
+				ls[c] = i0 + c < seq ? lse[bh + i0 + c] : 0.f;
+				dvs[c] = i0 + c < seq ? dv[bh + i0 + c] : 0.f;
+			}
+			__syncthreads();
+			Dot<BQ, D>::abt(Pt, NS, ks + warp * 16 * LT, LT, qs, LT);   // Sᵀ = K Qᵀ
+			Dot<BQ, D>::abt(dSt, NS, vs + warp * 16 * LT, LT, dos, LT); // dPᵀ = V dOᵀ
+			__syncwarp();
+#pragma unroll
+			for (int t = 0; t < BQ / 2; t++) {
+				const int c = half + 2 * t, i = i0 + c;
+				const bool keep = key < seq && i < seq && !(causal && key > i);
+				const float p = keep ? expf(Pt[r * NS + c] * scale - ls[c]) : 0.f;
+				Pt[r * NS + c] = p;
+				dSt[r * NS + c] = p * (dSt[r * NS + c] - dvs[c]) * scale;
+			}
+			__syncwarp();
+			Dot<D, BQ>::abAdd(dvv, Pt, NS, dos, LT); // dV += Pᵀ dO
+			Dot<D, BQ>::abAdd(dk, dSt, NS, qs, LT);  // dK += dSᵀ Q
+		}
+	}
+	if (key < seq) {
+		float *pk = dqkv + at.k + (long long)key * at.ld, *pv = dqkv + at.v + (long long)key * at.ld;
+#pragma unroll
+		for (int t = 0; t < D / 2; t++) {
+			pk[half + 2 * t] = dk[t];
+			pv[half + 2 * t] = dvv[t];
+		}
+	}
+}
+
+#define FLASH(T, N, D, CFG)                                                                                                           \
+	KERNEL __launch_bounds__(32 * CFG<D>::FW, CFG<D>::MIN / CFG<D>::FW)                                                            \
+	    flash_fwd_##N##_d##D(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {     \
+		flash_fwd_##N<D>(qkv, out, lse, seq, heads, kv, hid, causal, scale);                                                       \
+	}                                                                                                                              \
+	KERNEL __launch_bounds__(32 * CFG<D>::QW, CFG<D>::MIN / CFG<D>::QW)                                                            \
+	    flash_dq_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv,   \
+	                        int hid, int causal, float scale) {                                                                    \
+		flash_dq_##N<D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                             \
+	}                                                                                                                              \
+	KERNEL __launch_bounds__(32 * CFG<D>::KW, CFG<D>::MIN / CFG<D>::KW)                                                            \
+	    flash_dkdv_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv, \
+	                          int hid, int causal, float scale) {                                                                  \
+		flash_dkdv_##N<D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                           \
+	}
+
+FLASH(float, f32, 16, FlashF32)
+FLASH(float, f32, 32, FlashF32)
+FLASH(float, f32, 64, FlashF32)
+FLASH(bf16, bf16, 16, FlashBF16)
+FLASH(bf16, bf16, 32, FlashBF16)
+FLASH(bf16, bf16, 64, FlashBF16)
+FLASH(bf16, bf16, 128, FlashBF16)
 
 // flash_prep_T sets dv [batch, heads, seq] to rowsum(dO ⊙ O) of each row
 // and head, in float.
@@ -339,171 +648,6 @@ __device__ __forceinline__ void flash_prep_t(const T *out, const T *dout, float 
 		dv[e] = s;
 	}
 }
-
-template <class T, int D>
-__device__ __forceinline__ void flash_dq_t(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv,
-                                           int hid, int causal, float scale) {
-	constexpr bool SM = FlashCfg<T, D>::SMEM;
-	constexpr int W = FlashCfg<T, D>::QW, BC = FlashCfg<T, D>::QC, BR = 16 * W, LT = Strides<D>::LT, NS = ns(BC, D, SM);
-	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T));
-	typedef Rows<T, D, BC, SM> DQ;
-	__shared__ __align__(32) float rows[SM ? W * DQ::WARP : 1];
-	__shared__ __align__(32) T qs[BR * LT];
-	__shared__ __align__(32) T dos[BR * LT];
-	__shared__ __align__(32) T ks[BC * LT];
-	__shared__ __align__(32) T vs[BC * LT];
-	__shared__ __align__(32) float scratch[W * 2 * 16 * NS];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
-	const Heads at(b, h, seq, heads, kv, hid, D);
-	const int row = i0 + warp * 16 + r;
-	float *S = scratch + warp * 2 * 16 * NS, *dP = S + 16 * NS;
-	T *dS = reinterpret_cast<T *>(S);
-	loadTile<T, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
-	loadTile<T, D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
-	const long long bh = ((long long)b * heads + h) * seq;
-	const float lr = row < seq ? lse[bh + row] : 0.f, dr = row < seq ? dv[bh + row] : 0.f;
-	DQ dq;
-	dq.init(rows + warp * DQ::WARP);
-	const int kend = causal ? min(seq, i0 + BR) : seq;
-	for (int j0 = 0; j0 < kend; j0 += BC) {
-		__syncthreads();
-		loadTile<T, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
-		loadTile<T, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
-		__syncthreads();
-		Tile<T, BC, D>::abt(S, NS, qs + warp * 16 * LT, LT, ks, LT);
-		Tile<T, BC, D>::abt(dP, NS, dos + warp * 16 * LT, LT, vs, LT);
-		__syncwarp();
-		float ds[inplace<T>() ? 1 : BC / 2];
-#pragma unroll
-		for (int t = 0; t < BC / 2; t++) {
-			const int c = half + 2 * t, j = j0 + c;
-			const bool keep = row < seq && j < seq && !(causal && j > row);
-			const float p = keep ? fexp(S[r * NS + c] * scale - lr, T()) : 0.f;
-			const float v = p * (dP[r * NS + c] - dr) * scale;
-			if constexpr (inplace<T>()) {
-				dS[r * PS + c] = v;
-			} else {
-				ds[t] = v;
-			}
-		}
-		if constexpr (!inplace<T>()) {
-			__syncwarp();
-#pragma unroll
-			for (int t = 0; t < BC / 2; t++) dS[r * PS + half + 2 * t] = fromF<T>(ds[t]);
-		}
-		__syncwarp();
-		dq.add(dP, NS, dS, PS, ks, LT);
-	}
-	if (row < seq) {
-		T *p = dqkv + at.q + (long long)row * at.ld;
-#pragma unroll
-		for (int t = 0; t < D / 2; t++) p[half + 2 * t] = fromF<T>(dq.get(t));
-	}
-}
-
-template <class T, int D>
-__device__ __forceinline__ void flash_dkdv_t(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads,
-                                             int kv, int hid, int causal, float scale) {
-	constexpr bool SM = FlashCfg<T, D>::SMEM;
-	constexpr int W = FlashCfg<T, D>::KW, BQ = FlashCfg<T, D>::KC, BK = 16 * W, LT = Strides<D>::LT, NS = ns(BQ, D, SM);
-	constexpr int PS = NS * (int)(sizeof(float) / sizeof(T));
-	typedef Rows<T, D, BQ, SM> G;
-	__shared__ __align__(32) float rows[SM ? 2 * W * G::WARP : 1];
-	__shared__ __align__(32) T ks[BK * LT];
-	__shared__ __align__(32) T vs[BK * LT];
-	__shared__ __align__(32) T qs[BQ * LT];
-	__shared__ __align__(32) T dos[BQ * LT];
-	__shared__ float ls[BQ], dvs[BQ];
-	__shared__ __align__(32) float scratch[W * 2 * 16 * NS];
-	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, r = lane >> 1, half = lane & 1;
-	const int j0 = blockIdx.x * BK, kh = blockIdx.y, b = blockIdx.z, group = heads / kv;
-	const Heads at(b, kh * group, seq, heads, kv, hid, D); // k and v are every group head's
-	const int key = j0 + warp * 16 + r;
-	float *St = scratch + warp * 2 * 16 * NS, *dPt = St + 16 * NS;
-	T *Pt = reinterpret_cast<T *>(St), *dSt = reinterpret_cast<T *>(dPt);
-	loadTile<T, D>(ks, qkv + at.k, at.ld, j0, BK, seq);
-	loadTile<T, D>(vs, qkv + at.v, at.ld, j0, BK, seq);
-	G dk, dvv;
-	dk.init(rows + warp * G::WARP);
-	dvv.init(rows + (W + warp) * G::WARP);
-	for (int g = 0; g < group; g++) {
-		const int h = kh * group + g;
-		const long long q = at.q + (long long)g * D, bh = ((long long)b * heads + h) * seq;
-		const T *dob = dout + (long long)b * seq * hid + (long long)h * D;
-		for (int i0 = causal ? j0 / BQ * BQ : 0; i0 < seq; i0 += BQ) {
-			__syncthreads();
-			loadTile<T, D>(qs, qkv + q, at.ld, i0, BQ, seq);
-			loadTile<T, D>(dos, dob, hid, i0, BQ, seq);
-			for (int c = threadIdx.x; c < BQ; c += blockDim.x) {
-				ls[c] = i0 + c < seq ? lse[bh + i0 + c] : 0.f;
-				dvs[c] = i0 + c < seq ? dv[bh + i0 + c] : 0.f;
-			}
-			__syncthreads();
-			Tile<T, BQ, D>::abt(St, NS, ks + warp * 16 * LT, LT, qs, LT);   // Sᵀ = K Qᵀ
-			Tile<T, BQ, D>::abt(dPt, NS, vs + warp * 16 * LT, LT, dos, LT); // dPᵀ = V dOᵀ
-			__syncwarp();
-			float p[inplace<T>() ? 1 : BQ / 2], ds[inplace<T>() ? 1 : BQ / 2];
-#pragma unroll
-			for (int t = 0; t < BQ / 2; t++) {
-				const int c = half + 2 * t, i = i0 + c;
-				const bool keep = key < seq && i < seq && !(causal && key > i);
-				const float pv = keep ? fexp(St[r * NS + c] * scale - ls[c], T()) : 0.f;
-				const float dsv = pv * (dPt[r * NS + c] - dvs[c]) * scale;
-				if constexpr (inplace<T>()) {
-					Pt[r * PS + c] = pv;
-					dSt[r * PS + c] = dsv;
-				} else {
-					p[t] = pv;
-					ds[t] = dsv;
-				}
-			}
-			if constexpr (!inplace<T>()) {
-				__syncwarp();
-#pragma unroll
-				for (int t = 0; t < BQ / 2; t++) {
-					Pt[r * PS + half + 2 * t] = fromF<T>(p[t]);
-					dSt[r * PS + half + 2 * t] = fromF<T>(ds[t]);
-				}
-			}
-			__syncwarp();
-			dvv.add(St, NS, Pt, PS, dos, LT); // dV += Pᵀ dO
-			dk.add(dPt, NS, dSt, PS, qs, LT); // dK += dSᵀ Q
-		}
-	}
-	if (key < seq) {
-		T *pk = dqkv + at.k + (long long)key * at.ld, *pv = dqkv + at.v + (long long)key * at.ld;
-#pragma unroll
-		for (int t = 0; t < D / 2; t++) {
-			pk[half + 2 * t] = fromF<T>(dk.get(t));
-			pv[half + 2 * t] = fromF<T>(dvv.get(t));
-		}
-	}
-}
-
-#define FLASH(T, N, D)                                                                                                                        \
-	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::FW, FlashCfg<T, D>::MIN / FlashCfg<T, D>::FW)                                                                                      \
-	    flash_fwd_##N##_d##D(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {             \
-		flash_fwd_t<T, D>(qkv, out, lse, seq, heads, kv, hid, causal, scale);                                                              \
-	}                                                                                                                                      \
-	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::QW, FlashCfg<T, D>::MIN / FlashCfg<T, D>::QW) flash_dq_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, \
-	                                                                      T *dqkv, int seq, int heads, int kv, int hid, int causal,     \
-	                                                                      float scale) {                                                \
-		flash_dq_t<T, D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                                    \
-	}                                                                                                                                      \
-	KERNEL __launch_bounds__(32 * FlashCfg<T, D>::KW, FlashCfg<T, D>::MIN / FlashCfg<T, D>::KW)                                                                                      \
-	    flash_dkdv_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv, int hid, \
-	                          int causal, float scale) {                                                                                 \
-		flash_dkdv_t<T, D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                                  \
-	}
-
-FLASH(float, f32, 16)
-FLASH(float, f32, 32)
-FLASH(float, f32, 64)
-FLASH(bf16, bf16, 16)
-FLASH(bf16, bf16, 32)
-FLASH(bf16, bf16, 64)
-FLASH(bf16, bf16, 128)
 
 KERNEL __launch_bounds__(THREADS) flash_prep_f32(const float *out, const float *dout, float *dv, int batch, int seq, int heads, int d) {
 	flash_prep_t(out, dout, dv, batch, seq, heads, d);

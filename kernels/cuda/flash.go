@@ -11,7 +11,7 @@ import (
 
 // flashKernels are the flash attention instances of one dtype and head
 // width d (flash.cu): forward, dQ and dK/dV, each with the warps of its
-// blocks as FlashCfg in flash.cu sets them (a block takes 16 rows a warp;
+// blocks as FlashBF16 and FlashF32 in flash.cu set them (a block takes 16 rows a warp;
 // a launch of more threads than a kernel's __launch_bounds__ fails, and
 // the tests check each launch against them).
 type flashKernels struct {
@@ -38,9 +38,9 @@ var kFlash = func() map[flashKey]*flashKernels {
 	}
 	add(graph.F32, 64, 2, 1, 1)
 	for _, d := range []int{16, 32, 64} {
-		add(graph.BF16, d, 4, 2, 2)
+		add(graph.BF16, d, 4, 4, 4)
 	}
-	add(graph.BF16, 128, 2, 1, 1)
+	add(graph.BF16, 128, 4, 2, 1)
 	return m
 }()
 

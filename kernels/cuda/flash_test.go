@@ -111,7 +111,7 @@ func TestFlashAttentionSizes(t *testing.T) {
 }
 
 // Every instance is launched with the warps its tile sizes are compiled
-// for (__launch_bounds__ in flash.cu's FlashCfg): fewer would leave rows
+// for (__launch_bounds__ in flash.cu's FlashBF16 and FlashF32): fewer would leave rows
 // of each block uncomputed, more fail the launch. The recorder checks the
 // grids and that every pointer lands in an allocation.
 func TestFlashAttentionLaunches(t *testing.T) {

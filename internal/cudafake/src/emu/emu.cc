@@ -97,6 +97,8 @@ void *sched_sp;
 const emu::Entry *entry;
 void **params;
 uint64_t xchg[MAX_THREADS]; /* a warp's shuffle values, by thread */
+const int GATHER = 32;               /* bytes a lane may give emu_warp_gather */
+unsigned char gbuf[MAX_THREADS][GATHER]; /* a warp's gathered bytes, by thread */
 char error[512];
 
 void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -259,6 +261,16 @@ uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask) {
 	uint64_t r = xchg[w + ((lane ^ lane_mask) & 31)];
 	wait(WAIT_WARP);
 	return r;
+}
+
+void emu_warp_gather(const void *mine, int bytes, void *all) {
+	check_mask(0xffffffffu, "a warp-wide instruction");
+	if (bytes < 0 || bytes > GATHER) fail("emu_warp_gather of %d bytes a lane (at most %d)", bytes, GATHER);
+	int w = cur / 32 * 32;
+	memcpy(gbuf[cur], mine, (size_t)bytes);
+	wait(WAIT_WARP);
+	for (int l = 0; l < 32; l++) memcpy((unsigned char *)all + (size_t)l * bytes, gbuf[w + l], (size_t)bytes);
+	wait(WAIT_WARP); /* everyone has read gbuf */
 }
 
 extern "C" {

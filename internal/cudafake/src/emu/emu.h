@@ -41,6 +41,10 @@ void __syncthreads();
 int __syncthreads_or(int pred);
 unsigned __ballot_sync(unsigned mask, int pred);
 uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask);
+/* emu_warp_gather gives every lane of the warp the bytes (at most 32) each
+ * lane gave: lane l's at all + l·bytes. A warp barrier; ptx.h builds the
+ * warp-wide instructions on it. */
+void emu_warp_gather(const void *mine, int bytes, void *all);
 
 /* A warp barrier: every lane of the warp waits for the others. */
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu_shfl_xor(mask, 0, 0); }
@@ -72,3 +76,5 @@ static inline float __fsub_rn(float a, float b) { return a - b; }
 
 template <class T> static inline T min(T a, T b) { return b < a ? b : a; }
 template <class T> static inline T max(T a, T b) { return a < b ? b : a; }
+
+#include "ptx.h"

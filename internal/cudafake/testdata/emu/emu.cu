@@ -1,5 +1,5 @@
 // Kernels that exercise the emulator's barriers, warp operations and
-// shared memory (see emu_test.go), and two that misuse them.
+// shared memory (see emu_test.go), and three that misuse them.
 #define KERNEL extern "C" __global__ void
 
 // warp_sum: y[i] = the sum of x over i's warp, by a butterfly of shuffles.
@@ -49,4 +49,40 @@ KERNEL racy_broadcast(const int *x, int *y) {
 	__shared__ int v;
 	if (threadIdx.x == 0) v = x[blockIdx.x];
 	y[blockIdx.x * blockDim.x + threadIdx.x] = v;
+}
+
+// mma_tile: one warp; c[0:256] = a·b and c[256:512] = a·bᵀ, with a and b
+// 16×16 bf16 and c fp32, all row-major: a's A fragment and b's B fragments
+// (two 8-column halves) loaded by ldmatrix, b's with .trans for a·b (b
+// read as [k][n]) and without for a·bᵀ (b read as [n][k]), multiplied by
+// mma.sync and stored from the C layout (ptx.h).
+KERNEL mma_tile(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c) {
+	__shared__ __attribute__((aligned(16))) __nv_bfloat16 as[256], bs[256];
+	const int l = threadIdx.x, g = l / 4, t = l % 4;
+	for (int i = l; i < 256; i += 32) as[i] = a[i], bs[i] = b[i];
+	__syncwarp();
+	uint32_t fa[4], fb[4], fbt[4];
+	emu_ldmatrix_x4(fa, as + (l & 15) * 16 + (l >> 4) * 8, false);
+	emu_ldmatrix_x4(fb, bs + (l & 15) * 16 + (l >> 4) * 8, true);
+	emu_ldmatrix_x4(fbt, bs + ((l & 7) + (l >> 4) * 8) * 16 + ((l >> 3) & 1) * 8, false);
+	for (int half = 0; half < 2; half++) {
+		const float z[4] = {0, 0, 0, 0};
+		const uint32_t b0[2] = {fb[2 * half], fb[2 * half + 1]}, b1[2] = {fbt[2 * half], fbt[2 * half + 1]};
+		float d[4], e[4];
+		emu_mma_m16n8k16_bf16(d, fa, b0, z);
+		emu_mma_m16n8k16_bf16(e, fa, b1, z);
+		for (int i = 0; i < 4; i++) {
+			const int r = g + 8 * (i / 2), col = 8 * half + 2 * t + i % 2;
+			c[r * 16 + col] = d[i];
+			c[256 + r * 16 + col] = e[i];
+		}
+	}
+}
+
+// misaligned_ldmatrix: a row address 2 bytes past a 16-byte boundary.
+KERNEL misaligned_ldmatrix(float *y) {
+	__shared__ __attribute__((aligned(16))) __nv_bfloat16 m[8 * 16];
+	uint32_t r[4];
+	emu_ldmatrix_x4(r, m + (threadIdx.x % 8) * 8 + 1, false);
+	y[threadIdx.x] = (float)r[0];
 }
