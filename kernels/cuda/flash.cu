@@ -16,7 +16,7 @@
 // no atomics, and the same numbers every run.
 //
 // bf16 (head widths 16, 32, 64 and 128) runs on the tensor cores with
-// mma.sync (mma.cuh), FlashAttention-2's way: a product's result stays in
+// mma.sync (ptx.cuh), FlashAttention-2's way: a product's result stays in
 // the lanes' registers, where it is masked, exponentiated and packed into
 // the A operand of the next product; only K, V (and Q, dO) tiles go
 // through shared memory, read with ldmatrix. fp32 (widths up to 64) is the
@@ -25,7 +25,7 @@
 // its tile sizes (FlashBF16, FlashF32): static shared memory under the 48
 // KiB it may take, and bf16's registers at 128 a thread without spilling.
 #include "common.cuh"
-#include "mma.cuh"
+#include "ptx.cuh"
 
 constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
@@ -72,21 +72,22 @@ struct Heads {
 
 // FlashBF16 are a width's tile sizes: W warps (16·W rows) of the side a
 // block owns and C rows of the other side a tile, for the forward (F), dQ
-// (Q) and dK, dV (K) kernels; blocks of at most 4 warps, 4 blocks a
-// multiprocessor (16 warps at 128 registers), and for 128-wide heads dV's
-// accumulators in shared memory (DVSMEM), as dK's and dV's together would
-// take all 128 registers.
+// (Q) and dK, dV (K) kernels: blocks of at most 4 warps, 16 warps a
+// multiprocessor (at 128 registers a thread), the tiles (both stages of
+// the pipelined loops) in the 48 KiB of static shared memory, and for 128-wide heads
+// dV's accumulators in shared memory (DVSMEM), as dK's and dV's together
+// would take all 128 registers.
 template <int D> struct FlashBF16 {
 	static_assert(D % 16 == 0 && D <= 128, "bf16 flash attention takes head widths of 16, 32, 64 or 128");
-	static constexpr int FW = 4, FC = D <= 64 ? 64 : 32;
-	static constexpr int QW = D <= 64 ? 4 : 2, QC = 32;
+	static constexpr int FW = D <= 64 ? 4 : 2, FC = D <= 64 ? 64 : 32;
+	static constexpr int QW = D <= 64 ? 4 : 2, QC = D <= 64 ? 32 : 16;
 	static constexpr int KW = D <= 64 ? 4 : 1, KC = D <= 64 ? 32 : 16;
 	static constexpr int MIN = 16; // warps a multiprocessor must hold
 	static constexpr bool DVSMEM = D > 64;
 };
 
 // Frags<N, SMEM> is a warp's fp32 accumulator [16][8N], N C tiles of
-// mma16816 (mma.cuh's layout): in the lanes' registers, or with SMEM in
+// mma16816 (ptx.cuh's layout): in the lanes' registers, or with SMEM in
 // the warp's rows of shared memory (WARP floats), each lane reading and
 // writing only its own elements.
 template <int N, bool SMEM> struct Frags;
@@ -194,62 +195,95 @@ template <int C> __device__ __forceinline__ int upTo(bool causal, int j0, int r0
 // k0 + 15 see: under the causal mask, those at or after key k0.
 __device__ __forceinline__ int from(bool causal, int i0, int k0) { return causal && k0 > i0 ? (k0 - i0) / 16 : 0; }
 
+// loadTileAsync is loadTile with cp.async, into a stage the caller commits
+// and waits for, where the rows are 16-byte aligned; else it copies them
+// at once.
+template <int D> __device__ __forceinline__ void loadTileAsync(bf16 *dst, const bf16 *src, int ld, int r0, int rows, int seq) {
+	constexpr int V = VW<bf16>::N, CV = D / V, LT = D + 8;
+	if (!aligned16(src) || ld % V != 0) {
+		loadTile<bf16, D>(dst, src, ld, r0, rows, seq);
+		return;
+	}
+	for (int e = threadIdx.x; e < rows * CV; e += blockDim.x) {
+		const int r = e / CV, c = (e % CV) * V;
+		const bool in = r0 + r < seq;
+		cpAsync16(dst + r * LT + c, src + (in ? (long long)(r0 + r) * ld + c : 0), in);
+	}
+}
+
+// The forward and dQ kernels pipeline their loops over the key tiles in two
+// stages: the copies of tile i + 1 start before tile i is multiplied, and a
+// barrier after the products keeps them from going over a stage still
+// read. dK, dV's loop waits for each tile's copies: its accumulators leave
+// no registers for a second stage's addresses (it spills at 128), and its
+// 16 warps a multiprocessor hide the copies' latency.
+
 template <int D>
 __device__ __forceinline__ void flash_fwd_bf16(const bf16 *qkv, bf16 *out, float *lse, int seq, int heads, int kv, int hid, int causal,
                                                float scale) {
 	constexpr int W = FlashBF16<D>::FW, BC = FlashBF16<D>::FC, BR = 16 * W, LT = D + 8, NB = BC / 8;
 	__shared__ __align__(16) bf16 qs[BR * LT];
-	__shared__ __align__(16) bf16 ks[BC * LT];
-	__shared__ __align__(16) bf16 vs[BC * LT];
+	__shared__ __align__(16) bf16 ks[2][BC * LT];
+	__shared__ __align__(16) bf16 vs[2][BC * LT];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
 	const Heads at(b, h, seq, heads, kv, hid, D);
 	const int r0 = i0 + warp * 16; // the warp's first row
 	const float sl = scale * LOG2E;
-	loadTile<bf16, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
 	Frags<D / 8, false> o;
 	o.init(nullptr);
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows g and g + 8, base 2
-	const int kend = causal ? min(seq, i0 + BR) : seq;
-	for (int j0 = 0; j0 < kend; j0 += BC) {
-		__syncthreads(); // the last tiles are read
-		loadTile<bf16, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
-		loadTile<bf16, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+	const int kend = causal ? min(seq, i0 + BR) : seq, tiles = (kend + BC - 1) / BC;
+	loadTileAsync<D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	loadTileAsync<D>(ks[0], qkv + at.k, at.ld, 0, BC, seq);
+	loadTileAsync<D>(vs[0], qkv + at.v, at.ld, 0, BC, seq);
+	cpAsyncCommit();
+#pragma unroll 1
+	for (int it = 0; it < tiles; it++) {
+		const int j0 = it * BC, st = it & 1;
+		if (it + 1 < tiles) {
+			loadTileAsync<D>(ks[st ^ 1], qkv + at.k, at.ld, j0 + BC, BC, seq);
+			loadTileAsync<D>(vs[st ^ 1], qkv + at.v, at.ld, j0 + BC, BC, seq);
+		}
+		cpAsyncCommit();
+		cpAsyncWait<1>();
 		__syncthreads();
 		const int nc = upTo<BC>(causal, j0, r0);
-		if (nc == 0) continue;
-		float s[NB][4];
-		scores<NB, D>(s, qs + warp * 16 * LT, LT, ks, LT, 0, nc);
-		float mx[2] = {-INFINITY, -INFINITY};
+		if (nc > 0) {
+			float s[NB][4];
+			scores<NB, D>(s, qs + warp * 16 * LT, LT, ks[st], LT, 0, nc);
+			float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-		for (int n = 0; n < NB; n++)
+			for (int n = 0; n < NB; n++)
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const int j = j0 + 8 * n + 2 * t + (i & 1), r = r0 + g + 8 * (i >> 1);
-				s[n][i] = j < seq && !(causal && j > r) ? s[n][i] * sl : -INFINITY;
-				mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
+				for (int i = 0; i < 4; i++) {
+					const int j = j0 + 8 * n + 2 * t + (i & 1), r = r0 + g + 8 * (i >> 1);
+					s[n][i] = j < seq && !(causal && j > r) ? s[n][i] * sl : -INFINITY;
+					mx[i >> 1] = fmaxf(mx[i >> 1], s[n][i]);
+				}
+			float base[2];
+#pragma unroll
+			for (int hh = 0; hh < 2; hh++) {
+				const float mn = fmaxf(m[hh], quadMax(mx[hh]));
+				base[hh] = mn == -INFINITY ? 0.f : mn;
+				const float alpha = exp2f(m[hh] - base[hh]);
+				m[hh] = mn;
+				l[hh] *= alpha;
+#pragma unroll
+				for (int n = 0; n < D / 8; n++) o.at(n, 2 * hh) *= alpha, o.at(n, 2 * hh + 1) *= alpha;
 			}
-		float base[2];
 #pragma unroll
-		for (int hh = 0; hh < 2; hh++) {
-			const float mn = fmaxf(m[hh], quadMax(mx[hh]));
-			base[hh] = mn == -INFINITY ? 0.f : mn;
-			const float alpha = exp2f(m[hh] - base[hh]);
-			m[hh] = mn;
-			l[hh] *= alpha;
+			for (int n = 0; n < NB; n++)
 #pragma unroll
-			for (int n = 0; n < D / 8; n++) o.at(n, 2 * hh) *= alpha, o.at(n, 2 * hh + 1) *= alpha;
+				for (int i = 0; i < 4; i++) {
+					s[n][i] = exp2f(s[n][i] - base[i >> 1]);
+					l[i >> 1] += s[n][i];
+				}
+			uint32_t p[NB / 2][4];
+			pack(s, p);
+			accumulate(o, p, 0, nc, vs[st], LT);
 		}
-#pragma unroll
-		for (int n = 0; n < NB; n++)
-#pragma unroll
-			for (int i = 0; i < 4; i++) {
-				s[n][i] = exp2f(s[n][i] - base[i >> 1]);
-				l[i >> 1] += s[n][i];
-			}
-		uint32_t p[NB / 2][4];
-		pack(s, p);
-		accumulate(o, p, 0, nc, vs, LT);
+		__syncthreads(); // stage st is read
 	}
 #pragma unroll
 	for (int hh = 0; hh < 2; hh++) {
@@ -273,15 +307,13 @@ __device__ __forceinline__ void flash_dq_bf16(const bf16 *qkv, const float *lse,
 	constexpr int W = FlashBF16<D>::QW, BC = FlashBF16<D>::QC, BR = 16 * W, LT = D + 8, NB = BC / 8;
 	__shared__ __align__(16) bf16 qs[BR * LT];
 	__shared__ __align__(16) bf16 dos[BR * LT];
-	__shared__ __align__(16) bf16 ks[BC * LT];
-	__shared__ __align__(16) bf16 vs[BC * LT];
+	__shared__ __align__(16) bf16 ks[2][BC * LT];
+	__shared__ __align__(16) bf16 vs[2][BC * LT];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int i0 = blockIdx.x * BR, h = blockIdx.y, b = blockIdx.z;
 	const Heads at(b, h, seq, heads, kv, hid, D);
 	const int r0 = i0 + warp * 16;
 	const float sl = scale * LOG2E;
-	loadTile<bf16, D>(qs, qkv + at.q, at.ld, i0, BR, seq);
-	loadTile<bf16, D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
 	const long long bh = ((long long)b * heads + h) * seq;
 	float lr[2], dr[2];
 #pragma unroll
@@ -292,29 +324,41 @@ __device__ __forceinline__ void flash_dq_bf16(const bf16 *qkv, const float *lse,
 	}
 	Frags<D / 8, false> dq;
 	dq.init(nullptr);
-	const int kend = causal ? min(seq, i0 + BR) : seq;
-	for (int j0 = 0; j0 < kend; j0 += BC) {
-		__syncthreads();
-		loadTile<bf16, D>(ks, qkv + at.k, at.ld, j0, BC, seq);
-		loadTile<bf16, D>(vs, qkv + at.v, at.ld, j0, BC, seq);
+	const int kend = causal ? min(seq, i0 + BR) : seq, tiles = (kend + BC - 1) / BC;
+	loadTileAsync<D>(qs, qkv + at.q, at.ld, i0, BR, seq);
+	loadTileAsync<D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
+	loadTileAsync<D>(ks[0], qkv + at.k, at.ld, 0, BC, seq);
+	loadTileAsync<D>(vs[0], qkv + at.v, at.ld, 0, BC, seq);
+	cpAsyncCommit();
+#pragma unroll 1
+	for (int it = 0; it < tiles; it++) {
+		const int j0 = it * BC, st = it & 1;
+		if (it + 1 < tiles) {
+			loadTileAsync<D>(ks[st ^ 1], qkv + at.k, at.ld, j0 + BC, BC, seq);
+			loadTileAsync<D>(vs[st ^ 1], qkv + at.v, at.ld, j0 + BC, BC, seq);
+		}
+		cpAsyncCommit();
+		cpAsyncWait<1>();
 		__syncthreads();
 		const int nc = upTo<BC>(causal, j0, r0);
-		if (nc == 0) continue;
-		float s[NB][4], dp[NB][4];
-		scores<NB, D>(s, qs + warp * 16 * LT, LT, ks, LT, 0, nc);   // S = Q Kᵀ
-		scores<NB, D>(dp, dos + warp * 16 * LT, LT, vs, LT, 0, nc); // dP = dO Vᵀ
+		if (nc > 0) {
+			float s[NB][4], dp[NB][4];
+			scores<NB, D>(s, qs + warp * 16 * LT, LT, ks[st], LT, 0, nc);   // S = Q Kᵀ
+			scores<NB, D>(dp, dos + warp * 16 * LT, LT, vs[st], LT, 0, nc); // dP = dO Vᵀ
 #pragma unroll
-		for (int n = 0; n < NB; n++)
+			for (int n = 0; n < NB; n++)
 #pragma unroll
-			for (int i = 0; i < 4; i++) {
-				const int j = j0 + 8 * n + 2 * t + (i & 1), r = r0 + g + 8 * (i >> 1);
-				const bool keep = r < seq && j < seq && !(causal && j > r);
-				const float p = keep ? exp2f(s[n][i] * sl - lr[i >> 1]) : 0.f;
-				s[n][i] = p * (dp[n][i] - dr[i >> 1]) * scale; // dS
-			}
-		uint32_t ds[NB / 2][4];
-		pack(s, ds);
-		accumulate(dq, ds, 0, nc, ks, LT); // dQ += dS K
+				for (int i = 0; i < 4; i++) {
+					const int j = j0 + 8 * n + 2 * t + (i & 1), r = r0 + g + 8 * (i >> 1);
+					const bool keep = r < seq && j < seq && !(causal && j > r);
+					const float p = keep ? exp2f(s[n][i] * sl - lr[i >> 1]) : 0.f;
+					s[n][i] = p * (dp[n][i] - dr[i >> 1]) * scale; // dS
+				}
+			uint32_t ds[NB / 2][4];
+			pack(s, ds);
+			accumulate(dq, ds, 0, nc, ks[st], LT); // dQ += dS K
+		}
+		__syncthreads(); // stage st is read
 	}
 #pragma unroll
 	for (int hh = 0; hh < 2; hh++) {
@@ -346,8 +390,8 @@ __device__ __forceinline__ void flash_dkdv_bf16(const bf16 *qkv, const float *ls
 	const Heads at(b, kh * group, seq, heads, kv, hid, D); // k and v are every group head's
 	const int k0 = j0 + warp * 16;                          // the warp's first key
 	const float sl = scale * LOG2E;
-	loadTile<bf16, D>(ks, qkv + at.k, at.ld, j0, BK, seq);
-	loadTile<bf16, D>(vs, qkv + at.v, at.ld, j0, BK, seq);
+	loadTileAsync<D>(ks, qkv + at.k, at.ld, j0, BK, seq);
+	loadTileAsync<D>(vs, qkv + at.v, at.ld, j0, BK, seq);
 	Frags<D / 8, false> dk;
 	DV dvv;
 	dk.init(nullptr);
@@ -358,12 +402,14 @@ __device__ __forceinline__ void flash_dkdv_bf16(const bf16 *qkv, const float *ls
 		const bf16 *dob = dout + (long long)b * seq * hid + (long long)h * D;
 		for (int i0 = causal ? j0 / BQ * BQ : 0; i0 < seq; i0 += BQ) {
 			__syncthreads();
-			loadTile<bf16, D>(qs, qkv + q, at.ld, i0, BQ, seq);
-			loadTile<bf16, D>(dos, dob, hid, i0, BQ, seq);
+			loadTileAsync<D>(qs, qkv + q, at.ld, i0, BQ, seq);
+			loadTileAsync<D>(dos, dob, hid, i0, BQ, seq);
 			for (int c = threadIdx.x; c < BQ; c += blockDim.x) {
 				ls[c] = i0 + c < seq ? lse[bh + i0 + c] * LOG2E : 0.f;
 				dvs[c] = i0 + c < seq ? dv[bh + i0 + c] : 0.f;
 			}
+			cpAsyncCommit();
+			cpAsyncWait<0>();
 			__syncthreads();
 			const int c0 = from(causal, i0, k0);
 			if (c0 >= NB / 2) continue;

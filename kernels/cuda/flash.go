@@ -40,7 +40,7 @@ var kFlash = func() map[flashKey]*flashKernels {
 	for _, d := range []int{16, 32, 64} {
 		add(graph.BF16, d, 4, 4, 4)
 	}
-	add(graph.BF16, 128, 4, 2, 1)
+	add(graph.BF16, 128, 2, 2, 1)
 	return m
 }()
 

@@ -2,15 +2,17 @@
  * A CUDA kernel emulator for the fake driver: flowkit's .cu files compiled
  * for the host (emu.h), run one block at a time, each thread of a block on
  * its own fiber. A fiber runs until it finishes or reaches a barrier
- * (__syncthreads, a warp shuffle or ballot); when every thread of a block
- * or a warp waits, the scheduler releases them. Threads run in a fixed
- * order, so runs are deterministic; code that relies on lockstep execution
+ * (__syncthreads, a warp shuffle, ballot or other warp-wide instruction);
+ * when every thread of a block or a warp waits, the scheduler releases
+ * them. It runs one warp as far as it goes before __syncthreads, then the
+ * next. Threads run in a fixed order, so runs are deterministic; code that relies on lockstep execution
  * without a barrier (wrong on GPUs since Volta) gives wrong results here
  * too, and a barrier that not all threads reach is reported as a deadlock
  * instead of hanging. FLOWKIT_EMU_SCHEDULE=reverse runs the threads of a
- * block, and the blocks of a grid, in the opposite order: a kernel whose
- * results differ between the two orders has a race that a barrier or an
- * atomic should order.
+ * block, and the blocks of a grid, in the opposite order, and cp.async's
+ * copies as early as they may be done rather than as late: a kernel whose
+ * results differ between the two schedules has a race that a barrier, a
+ * wait or an atomic should order.
  *
  * Fibers switch with a few instructions of x86-64 assembly (no signal masks,
  * unlike swapcontext), so a launch of a million threads takes tens of
@@ -101,6 +103,22 @@ const int GATHER = 32;               /* bytes a lane may give emu_warp_gather */
 unsigned char gbuf[MAX_THREADS][GATHER]; /* a warp's gathered bytes, by thread */
 char error[512];
 
+/* A thread's cp.async copies not yet done. In the forward schedule each is
+ * done as late as CUDA allows: when a cp.async.wait_group of its thread
+ * lets no more than N committed groups stay pending, so that shared memory
+ * read before the wait (or before the barrier after it) holds the old
+ * bytes. In the reverse schedule each is done as early as it may be, when
+ * it is issued, so that a copy into memory other threads still read (with
+ * no barrier between their reads and the copy) goes over it. */
+struct Copy {
+	void *dst;
+	const void *src;
+	int bytes, size, group;
+};
+const int MAX_COPIES = 64;
+Copy copies[MAX_THREADS][MAX_COPIES];
+int ncopies[MAX_THREADS], commits[MAX_THREADS];
+
 void fail(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 
 /* fail ends the launch with an error, from a fiber. */
@@ -135,6 +153,7 @@ void start(int i) {
 	for (int r = 0; r < 6; r++) *--sp = 0;
 	fibers[i].sp = sp;
 	fibers[i].state = RUN;
+	ncopies[i] = commits[i] = 0;
 }
 
 void set_thread(int i) {
@@ -183,19 +202,38 @@ bool release() {
 	return false;
 }
 
-/* run_block runs every thread of the current block to the end. */
-bool run_block() {
-	for (int i = 0; i < nthreads; i++) start(i);
+/* run_warp runs the live lanes of the warp from thread w on, in the
+ * schedule's order, until none can go on without the other warps: each
+ * warp barrier they all reach lets them go on at once. It reports false
+ * if a lane failed. */
+bool run_warp(int w) {
+	const int end = w + 32 < nthreads ? w + 32 : nthreads;
 	for (;;) {
-		bool live = false;
-		for (int j = 0; j < nthreads; j++) {
-			const int i = reverse ? nthreads - 1 - j : j;
+		for (int j = w; j < end; j++) {
+			const int i = reverse ? end - 1 - (j - w) : j;
 			if (fibers[i].state != RUN) continue;
 			cur = i;
 			set_thread(i);
 			emu_switch(&sched_sp, fibers[i].sp);
 			if (fibers[i].state == FAILED) return false;
 		}
+		for (int i = w; i < end; i++)
+			if (fibers[i].state != WAIT_WARP) return true; /* at __syncthreads, done, or an error release() reports */
+		for (int i = w; i < end; i++) fibers[i].state = RUN;
+	}
+}
+
+/* run_block runs every thread of the current block to the end, a warp at a
+ * time (the last first in the reverse schedule), each as far as it goes
+ * before a __syncthreads: one warp may be a whole loop iteration ahead of
+ * another, as on a GPU, so that a barrier missing between them shows. */
+bool run_block() {
+	for (int i = 0; i < nthreads; i++) start(i);
+	const int warps = (nthreads + 31) / 32;
+	for (;;) {
+		for (int k = 0; k < warps; k++)
+			if (!run_warp(32 * (reverse ? warps - 1 - k : k))) return false;
+		bool live = false;
 		for (int i = 0; i < nthreads && !live; i++) live = fibers[i].state != DONE;
 		if (!live) return true;
 		if (!release()) return false;
@@ -271,6 +309,35 @@ void emu_warp_gather(const void *mine, int bytes, void *all) {
 	wait(WAIT_WARP);
 	for (int l = 0; l < 32; l++) memcpy((unsigned char *)all + (size_t)l * bytes, gbuf[w + l], (size_t)bytes);
 	wait(WAIT_WARP); /* everyone has read gbuf */
+}
+
+void emu_cp_async(void *dst, const void *src, int size, int bytes) {
+	if ((uintptr_t)dst % size || (uintptr_t)src % size)
+		fail("cp.async of %d bytes: %p or %p is not %d-byte aligned", size, dst, src, size);
+	if (bytes < 0 || bytes > size) fail("cp.async of %d bytes with a source size of %d", size, bytes);
+	if (reverse) {
+		memcpy(dst, src, (size_t)bytes);
+		memset((char *)dst + bytes, 0, (size_t)(size - bytes));
+		return;
+	}
+	if (ncopies[cur] == MAX_COPIES) fail("more than %d cp.async copies pending in one thread", MAX_COPIES);
+	copies[cur][ncopies[cur]++] = {dst, src, bytes, size, commits[cur]};
+}
+
+void emu_cp_async_commit() { commits[cur]++; }
+
+void emu_cp_async_wait(int n) {
+	int kept = 0;
+	for (int i = 0; i < ncopies[cur]; i++) {
+		Copy &c = copies[cur][i];
+		if (c.group < commits[cur] - n) {
+			memcpy(c.dst, c.src, (size_t)c.bytes);
+			memset((char *)c.dst + c.bytes, 0, (size_t)(c.size - c.bytes));
+		} else {
+			copies[cur][kept++] = c;
+		}
+	}
+	ncopies[cur] = kept;
 }
 
 extern "C" {

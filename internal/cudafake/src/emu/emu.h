@@ -45,6 +45,13 @@ uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask);
  * lane gave: lane l's at all + l·bytes. A warp barrier; ptx.h builds the
  * warp-wide instructions on it. */
 void emu_warp_gather(const void *mine, int bytes, void *all);
+/* cp.async (size 4, 8 or 16 bytes, the first `bytes` from src and zeros
+ * after them), cp.async.commit_group and cp.async.wait_group n: the
+ * calling thread's copies are done at the wait that needs them, or in the
+ * reverse schedule when issued (see emu.cc). */
+void emu_cp_async(void *dst, const void *src, int size, int bytes);
+void emu_cp_async_commit();
+void emu_cp_async_wait(int n);
 
 /* A warp barrier: every lane of the warp waits for the others. */
 static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu_shfl_xor(mask, 0, 0); }

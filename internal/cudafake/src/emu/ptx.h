@@ -1,5 +1,5 @@
 /*
- * Host stand-ins for the warp-wide PTX instructions kernels/cuda's mma.cuh
+ * Host stand-ins for the warp-wide PTX instructions kernels/cuda's ptx.cuh
  * wraps in inline assembly on a GPU: mma.sync.aligned.m16n8k16 on bf16 with
  * fp32 accumulation, and ldmatrix.sync.aligned.m8n8.x4(.trans).b16. Each
  * lane gives its registers (or row address) and gets its own, in the

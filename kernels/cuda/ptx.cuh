@@ -1,9 +1,12 @@
+// The sm_80 instructions flash.cu uses in inline PTX, each with its stand-in
+// on the kernel emulator (internal/cudafake/src/emu: ptx.h, emu.cc):
+//
 // A warp's tensor-core products in registers: mma.sync m16n8k16 on bf16
 // with fp32 accumulation, and ldmatrix to load its operands from shared
 // memory, in the fragment layouts the PTX ISA specifies. Unlike WMMA's
 // opaque fragments, the layouts are known, so a product's result can be
 // masked, exponentiated and fed to the next product without leaving the
-// registers (flash.cu). With g = lane/4 and t = lane%4, a lane holds:
+// registers. With g = lane/4 and t = lane%4, a lane holds:
 //
 //   A, 16×16 (row, k):  a[0] (g, 2t…2t+1), a[1] (g+8, 2t…), a[2] (g, 2t+8…),
 //                       a[3] (g+8, 2t+8…), two bf16 a register, the lower
@@ -13,8 +16,10 @@
 //
 // So C tiles n and n+1 of one row block are, packed two by two, the A
 // fragment of the 16 columns they cover: what lets P = softmax(S) go
-// straight into P V. The kernel emulator runs the same code on its
-// stand-ins for the instructions (internal/cudafake/src/emu/ptx.h).
+// straight into P V.
+//
+// And cp.async: copies from global to shared memory that run while the
+// thread goes on, in groups a thread commits and later waits for.
 #pragma once
 
 #include "common.cuh"
@@ -89,4 +94,35 @@ __device__ __forceinline__ void ldBt(uint32_t (&b)[4], const bf16 *p, int ld) {
 __device__ __forceinline__ void ldB(uint32_t (&b)[4], const bf16 *p, int ld) {
 	const int l = threadIdx.x & 31;
 	ldsm4<true>(b, p + (l & 15) * ld + (l >> 4) * 8);
+}
+
+// cpAsync16 starts copying 16 bytes from src (global memory) to dst (shared
+// memory), both 16-byte aligned, or zeros to dst if !valid (src is not
+// read then, but must be a valid address).
+__device__ __forceinline__ void cpAsync16(void *dst, const void *src, bool valid) {
+#if defined(__CUDA_ARCH__)
+	const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+#else
+	emu_cp_async(dst, src, 16, valid ? 16 : 0);
+#endif
+}
+
+// cpAsyncCommit closes the thread's group of copies started since the last.
+__device__ __forceinline__ void cpAsyncCommit() {
+#if defined(__CUDA_ARCH__)
+	asm volatile("cp.async.commit_group;\n" ::: "memory");
+#else
+	emu_cp_async_commit();
+#endif
+}
+
+// cpAsyncWait waits until at most N of the thread's committed groups are
+// still copying; other threads' copies need a barrier after it.
+template <int N> __device__ __forceinline__ void cpAsyncWait() {
+#if defined(__CUDA_ARCH__)
+	asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+#else
+	emu_cp_async_wait(N);
+#endif
 }
