@@ -16,8 +16,8 @@ import (
 
 // TestKernelEmulator runs testdata/emu's kernels on the emulator, through
 // the fake driver and the Go bindings, in child processes: shuffles,
-// ballots, __syncthreads(_or), shared memory, and ldmatrix and mma.sync's
-// stand-ins compute what CUDA and the PTX ISA define
+// ballots, __syncthreads(_or), shared memory, and the stand-ins for
+// ldmatrix, mma.sync and cp.async compute what CUDA and the PTX ISA define
 // (TestEmuRuns, in both schedules; the reverse one shows a race the
 // forward one hides), and a kernel that misuses a barrier fails the launch with
 // the reason and leaves the context faulted, as a GPU would, instead of
@@ -151,6 +151,33 @@ func TestEmuRuns(t *testing.T) {
 			require.Equal(t, float32(p), c[16*r+col], "a·b [%d][%d]", r, col)
 			require.Equal(t, float32(pt), c[256+16*r+col], "a·bᵀ [%d][%d]", r, col)
 		}
+	}
+
+	// cp_async: the copies land at the wait (or at once in the reverse
+	// schedule), zeros where the source size is 0.
+	xc := make([]int32, 4*64)
+	for i := range xc {
+		xc[i] = int32(i + 1)
+	}
+	dxc, dbefore, dafter := upload(t, ctx, s, xc), upload(t, ctx, s, make([]int32, 64)), upload(t, ctx, s, make([]int32, 64))
+	require.NoError(t, s.Launch(fn("cp_async"), cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, dxc, dbefore, dafter))
+	before, after := make([]int32, 64), make([]int32, 64)
+	download(t, s, before, dbefore)
+	download(t, s, after, dafter)
+	for i := range 64 {
+		want := int32(-1)
+		if os.Getenv("FLOWKIT_EMU_SCHEDULE") == "reverse" {
+			want = 0
+			if i%2 == 0 {
+				want = xc[4*i]
+			}
+		}
+		require.Equal(t, want, before[i], "before the wait, thread %d", i)
+		j, sum := (i+1)%64, int32(0)
+		if j%2 == 0 {
+			sum = xc[4*j] + xc[4*j+1] + xc[4*j+2] + xc[4*j+3]
+		}
+		require.Equal(t, sum, after[i], "after the wait, thread %d", i)
 	}
 
 	// racy_broadcast is right when thread 0 runs first, and the reverse

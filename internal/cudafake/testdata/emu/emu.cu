@@ -86,3 +86,21 @@ KERNEL misaligned_ldmatrix(float *y) {
 	emu_ldmatrix_x4(r, m + (threadIdx.x % 8) * 8 + 1, false);
 	y[threadIdx.x] = (float)r[0];
 }
+
+// cp_async: thread i copies x[4i … 4i+3] into shared memory with cp.async
+// (zeros if i is odd: a source size of 0), after setting it to -1; before
+// its wait it writes what the first word holds to before[i] (the old -1 as
+// late as CUDA allows, the new value in the reverse schedule), and after
+// the wait and a barrier the sum of its neighbour's four words to after[i].
+KERNEL cp_async(const int *x, int *before, int *after) {
+	__shared__ __attribute__((aligned(16))) int s[4 * 64];
+	const int i = threadIdx.x, n = blockDim.x;
+	for (int k = 0; k < 4; k++) s[4 * i + k] = -1;
+	emu_cp_async(s + 4 * i, x + 4 * i, 16, i % 2 ? 0 : 16);
+	emu_cp_async_commit();
+	before[i] = s[4 * i];
+	emu_cp_async_wait(0);
+	__syncthreads();
+	const int j = (i + 1) % n;
+	after[i] = s[4 * j] + s[4 * j + 1] + s[4 * j + 2] + s[4 * j + 3];
+}
