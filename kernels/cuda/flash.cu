@@ -218,6 +218,22 @@ template <int D> __device__ __forceinline__ void loadTileAsync(bf16 *dst, const 
 // no registers for a second stage's addresses (it spills at 128), and its
 // 16 warps a multiprocessor hide the copies' latency.
 
+// nextKV makes key and value tile it (BC rows from it·BC) ready in stage
+// it & 1 for the whole block, after starting the copies of tile it + 1 into
+// the other stage; tile 0's copies are started and committed before the
+// loop.
+template <int D, int BC>
+__device__ __forceinline__ void nextKV(bf16 (*ks)[BC * (D + 8)], bf16 (*vs)[BC * (D + 8)], const bf16 *k, const bf16 *v, int ld, int it,
+                                       int tiles, int seq) {
+	if (it + 1 < tiles) {
+		loadTileAsync<D>(ks[(it + 1) & 1], k, ld, (it + 1) * BC, BC, seq);
+		loadTileAsync<D>(vs[(it + 1) & 1], v, ld, (it + 1) * BC, BC, seq);
+	}
+	cpAsyncCommit();
+	cpAsyncWait<1>();
+	__syncthreads();
+}
+
 template <int D>
 __device__ __forceinline__ void flash_fwd_bf16(const bf16 *qkv, bf16 *out, float *lse, int seq, int heads, int kv, int hid, int causal,
                                                float scale) {
@@ -241,13 +257,7 @@ __device__ __forceinline__ void flash_fwd_bf16(const bf16 *qkv, bf16 *out, float
 #pragma unroll 1
 	for (int it = 0; it < tiles; it++) {
 		const int j0 = it * BC, st = it & 1;
-		if (it + 1 < tiles) {
-			loadTileAsync<D>(ks[st ^ 1], qkv + at.k, at.ld, j0 + BC, BC, seq);
-			loadTileAsync<D>(vs[st ^ 1], qkv + at.v, at.ld, j0 + BC, BC, seq);
-		}
-		cpAsyncCommit();
-		cpAsyncWait<1>();
-		__syncthreads();
+		nextKV<D, BC>(ks, vs, qkv + at.k, qkv + at.v, at.ld, it, tiles, seq);
 		const int nc = upTo<BC>(causal, j0, r0);
 		if (nc > 0) {
 			float s[NB][4];
@@ -333,13 +343,7 @@ __device__ __forceinline__ void flash_dq_bf16(const bf16 *qkv, const float *lse,
 #pragma unroll 1
 	for (int it = 0; it < tiles; it++) {
 		const int j0 = it * BC, st = it & 1;
-		if (it + 1 < tiles) {
-			loadTileAsync<D>(ks[st ^ 1], qkv + at.k, at.ld, j0 + BC, BC, seq);
-			loadTileAsync<D>(vs[st ^ 1], qkv + at.v, at.ld, j0 + BC, BC, seq);
-		}
-		cpAsyncCommit();
-		cpAsyncWait<1>();
-		__syncthreads();
+		nextKV<D, BC>(ks, vs, qkv + at.k, qkv + at.v, at.ld, it, tiles, seq);
 		const int nc = upTo<BC>(causal, j0, r0);
 		if (nc > 0) {
 			float s[NB][4], dp[NB][4];
