@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/flowkit/flowkit/graph"
+	cu "github.com/flowkit/flowkit/runtime/cuda"
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -41,44 +42,51 @@ func refLSE(qkv []float64, batch, seq, heads, kv, hid int, causal bool) []float6
 func TestFlashAttentionGPU(t *testing.T) {
 	e := gpu(t)
 	rng := newRNG(17)
+	// run checks one attention, with qkv and dout placed off elements past
+	// an allocation's start: at 1, not 16-byte aligned, the tiles are
+	// copied by plain loads rather than by cp.async or 16-byte vectors.
+	run := func(t *testing.T, dt graph.DType, sh [5]int, causal bool, off int) {
+		batch, seq, heads, hid, kv := sh[0], sh[1], sh[2], sh[3], sh[4]
+		tt, width := batch*seq, hid+2*kv*(hid/heads)
+		qkv, dout := randIn(rng, dt, tt*width, -1, 1), randIn(rng, dt, tt*hid, -1, 1)
+		at := func(p cu.DevicePtr) cu.DevicePtr { return p + cu.DevicePtr(off)*cu.DevicePtr(dt.Size()) }
+		pq := at(e.put(t, dt, append(make([]float32, off), qkv...)))
+		po, pl := e.alloc(t, dt, tt*hid), e.alloc(t, graph.F32, batch*heads*seq)
+		must(t, e.k.FlashAttentionForward(e.s, dt, pq, po, pl, batch, seq, heads, kv, hid, causal))
+		wo, wp := refAttention(to64(qkv), batch, seq, heads, kv, hid, causal)
+		check(t, "out", dt, e.get(t, dt, po, tt*hid), wo, compound)
+		check(t, "lse", dt, e.get(t, graph.F32, pl, batch*heads*seq), refLSE(to64(qkv), batch, seq, heads, kv, hid, causal), compound)
+
+		// The backward pass from the forward pass's own out and lse, as a
+		// step runs it.
+		pdo, pdq := at(e.put(t, dt, append(make([]float32, off), dout...))), e.alloc(t, dt, tt*width)
+		work := e.alloc(t, graph.F32, int(FlashAttentionWorkspace(batch, seq, heads)/4))
+		must(t, e.k.FlashAttentionBackward(e.s, dt, pq, po, pl, pdo, pdq, work, batch, seq, heads, kv, hid, causal))
+		want := refAttentionBwd(to64(qkv), wp, to64(dout), batch, seq, heads, kv, hid, causal)
+		check(t, "dqkv", dt, e.get(t, dt, pdq, len(want)), want, compound)
+	}
 	// [batch, seq, heads, hid, kv heads]: every head width an instance
 	// takes (16, 32, 64, and 128 in bf16), each over sequences of one row,
 	// of less than a tile, and across two and three tiles of every
 	// instance's sizes (16 to 64 rows); grouped-query attention with
 	// groups of 2 and 4, a group's key/value head past the first.
-	shapes := [][5]int{{1, 1, 1, 16, 1}, {2, 17, 2, 32, 2}, {1, 70, 2, 128, 1}, {1, 130, 1, 64, 1}, {2, 33, 4, 64, 1},
+	shapes := [][5]int{{1, 1, 1, 16, 1}, {2, 17, 2, 32, 2}, {1, 130, 2, 32, 1}, {1, 70, 2, 128, 1}, {1, 130, 1, 64, 1}, {2, 33, 4, 64, 1},
 		{1, 65, 1, 32, 1}, {1, 70, 4, 64, 2}, {1, 130, 4, 256, 2}, {1, 3, 2, 64, 2},
 		{1, 1, 1, 128, 1}, {1, 40, 2, 256, 1}, {1, 70, 4, 512, 2}}
 	for _, dt := range dtypes {
 		for _, sh := range shapes {
-			batch, seq, heads, hid, kv := sh[0], sh[1], sh[2], sh[3], sh[4]
-			if dt == graph.F32 && hid/heads > 64 {
+			if dt == graph.F32 && sh[3]/sh[2] > 64 {
 				continue // fp32 instances go to 64
 			}
-			if err := FlashAttentionSupported(dt, batch, seq, heads, kv, hid); err != nil {
+			if err := FlashAttentionSupported(dt, sh[0], sh[1], sh[2], sh[4], sh[3]); err != nil {
 				t.Fatalf("%v %v: %v", dt, sh, err)
 			}
 			for _, causal := range []bool{false, true} {
-				width := hid + 2*kv*(hid/heads)
-				t.Run(name(dt, "/", sh, "/causal=", causal), func(t *testing.T) {
-					tt := batch * seq
-					qkv, dout := randIn(rng, dt, tt*width, -1, 1), randIn(rng, dt, tt*hid, -1, 1)
-					pq, po, pl := e.put(t, dt, qkv), e.alloc(t, dt, tt*hid), e.alloc(t, graph.F32, batch*heads*seq)
-					must(t, e.k.FlashAttentionForward(e.s, dt, pq, po, pl, batch, seq, heads, kv, hid, causal))
-					wo, wp := refAttention(to64(qkv), batch, seq, heads, kv, hid, causal)
-					check(t, "out", dt, e.get(t, dt, po, tt*hid), wo, compound)
-					check(t, "lse", dt, e.get(t, graph.F32, pl, batch*heads*seq), refLSE(to64(qkv), batch, seq, heads, kv, hid, causal), compound)
-
-					// The backward pass from the forward pass's own out and
-					// lse, as a step runs it.
-					pdo, pdq := e.put(t, dt, dout), e.alloc(t, dt, tt*width)
-					work := e.alloc(t, graph.F32, int(FlashAttentionWorkspace(batch, seq, heads)/4))
-					must(t, e.k.FlashAttentionBackward(e.s, dt, pq, po, pl, pdo, pdq, work, batch, seq, heads, kv, hid, causal))
-					want := refAttentionBwd(to64(qkv), wp, to64(dout), batch, seq, heads, kv, hid, causal)
-					check(t, "dqkv", dt, e.get(t, dt, pdq, len(want)), want, compound)
-				})
+				t.Run(name(dt, "/", sh, "/causal=", causal), func(t *testing.T) { run(t, dt, sh, causal, 0) })
 			}
 		}
+		sh := [5]int{1, 70, 2, 128, 1}
+		t.Run(name(dt, "/", sh, "/unaligned"), func(t *testing.T) { run(t, dt, sh, true, 1) })
 	}
 }
 
