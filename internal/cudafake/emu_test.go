@@ -19,9 +19,10 @@ import (
 // ballots, __syncthreads(_or), shared memory, and the stand-ins for
 // ldmatrix, mma.sync and cp.async compute what CUDA and the PTX ISA define
 // (TestEmuRuns, in both schedules; the reverse one shows a race the
-// forward one hides), and a kernel that misuses a barrier fails the launch with
-// the reason and leaves the context faulted, as a GPU would, instead of
-// hanging (TestEmuFault, one child per kernel: a fault is sticky).
+// forward one hides), and a kernel that misuses a barrier or a warp-wide
+// operation fails the launch with the reason and leaves the context
+// faulted, as a GPU would, instead of hanging (TestEmuFault, one child per
+// kernel: a fault is sticky).
 func TestKernelEmulator(t *testing.T) {
 	opt := cudafake.EmulatedKernels("testdata/emu")
 	cudafake.RunTests(t, "TestEmuRuns$", 1, opt)
@@ -33,6 +34,7 @@ func TestKernelEmulator(t *testing.T) {
 		"deadlock":            "emulated kernel deadlock failed: deadlock: block (0, 0, 0): deadlock: 16 threads wait at __syncthreads, 16 at warp operations, 0 exited",
 		"exited":              "emulated kernel exited failed: exited: block (0, 0, 0) warp 0: a full-mask warp operation with 1 lanes exited",
 		"misaligned_ldmatrix": "emulated kernel misaligned_ldmatrix failed: misaligned_ldmatrix: block (0, 0, 0) thread 0: ldmatrix: row address ",
+		"mixed_warp_ops":      "emulated kernel mixed_warp_ops failed: mixed_warp_ops: block (0, 0, 0) warp 0: lanes at different warp-wide operations: lane 0 at __shfl_xor_sync, lane 16 at __ballot_sync",
 	} {
 		t.Run(kernel, func(t *testing.T) {
 			t.Setenv("FLOWKIT_EMU_FAULT", kernel)
@@ -137,10 +139,26 @@ func TestEmuRuns(t *testing.T) {
 		av[i], bv[i] = float64((i*7)%11-5), float64((i*5)%13-6)
 		ab[i], bb[i] = bf16Bits(av[i]), bf16Bits(bv[i])
 	}
-	dab, dbb, dc := upload(t, ctx, s, ab), upload(t, ctx, s, bb), upload(t, ctx, s, make([]float32, 512))
-	require.NoError(t, s.Launch(fn("mma_tile"), cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 32, Y: 1, Z: 1}, 0, dab, dbb, dc))
-	c := make([]float32, 512)
+	dab, dbb, dc, dregs := upload(t, ctx, s, ab), upload(t, ctx, s, bb), upload(t, ctx, s, make([]float32, 512)), upload(t, ctx, s, make([]uint32, 32*12))
+	require.NoError(t, s.Launch(fn("mma_tile"), cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 32, Y: 1, Z: 1}, 0, dab, dbb, dc, dregs))
+	c, regs := make([]float32, 512), make([]uint32, 32*12)
 	download(t, s, c, dc)
+	download(t, s, regs, dregs)
+	// The registers ldmatrix loaded, against the PTX ISA's tables for
+	// mma.m16n8k16's operands (g = lane/4, t = lane%4; two bf16 a
+	// register, the first in the low half): A's a0…a3 hold (g, 2t…),
+	// (g+8, 2t…), (g, 2t+8…), (g+8, 2t+8…); B's b0, b1 hold (k 2t…, n g)
+	// and (k 2t+8…, n g), for columns 0…7 and then 8…15.
+	pair := func(m []uint16, r0, c0, r1, c1 int) uint32 { return uint32(m[16*r0+c0]) | uint32(m[16*r1+c1])<<16 }
+	for l := range 32 {
+		g, q := l/4, 2*(l%4)
+		want := []uint32{
+			pair(ab, g, q, g, q+1), pair(ab, g+8, q, g+8, q+1), pair(ab, g, q+8, g, q+9), pair(ab, g+8, q+8, g+8, q+9),
+			pair(bb, q, g, q+1, g), pair(bb, q+8, g, q+9, g), pair(bb, q, g+8, q+1, g+8), pair(bb, q+8, g+8, q+9, g+8),
+			pair(bb, g, q, g, q+1), pair(bb, g, q+8, g, q+9), pair(bb, g+8, q, g+8, q+1), pair(bb, g+8, q+8, g+8, q+9),
+		}
+		require.Equal(t, want, regs[12*l:12*l+12], "lane %d: a's registers, b's (.trans), b's", l)
+	}
 	for r := range 16 {
 		for col := range 16 {
 			var p, pt float64
@@ -178,6 +196,24 @@ func TestEmuRuns(t *testing.T) {
 			sum = xc[4*j] + xc[4*j+1] + xc[4*j+2] + xc[4*j+3]
 		}
 		require.Equal(t, sum, after[i], "after the wait, thread %d", i)
+	}
+
+	// cp_async_groups: wait_group 1 leaves the second group pending (as late
+	// as CUDA allows) or done (at once, in the reverse schedule).
+	xg := make([]int32, 512)
+	for i := range xg {
+		xg[i] = int32(i + 1)
+	}
+	dxg, dgot := upload(t, ctx, s, xg), upload(t, ctx, s, make([]int32, 128))
+	require.NoError(t, s.Launch(fn("cp_async_groups"), cu.Dim3{X: 1, Y: 1, Z: 1}, cu.Dim3{X: 64, Y: 1, Z: 1}, 0, dxg, dgot))
+	got := make([]int32, 128)
+	download(t, s, got, dgot)
+	for i := range 64 {
+		second := int32(-1)
+		if os.Getenv("FLOWKIT_EMU_SCHEDULE") == "reverse" {
+			second = xg[256+4*i]
+		}
+		require.Equal(t, []int32{xg[4*i], second}, got[2*i:2*i+2], "thread %d: the first group's word, the second's", i)
 	}
 
 	// racy_broadcast is right when thread 0 runs first, and the reverse

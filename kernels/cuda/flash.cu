@@ -72,48 +72,33 @@ struct Heads {
 
 // FlashBF16 are a width's tile sizes: W warps (16·W rows) of the side a
 // block owns and C rows of the other side a tile, for the forward (F), dQ
-// (Q) and dK, dV (K) kernels: blocks of at most 4 warps, 16 warps a
-// multiprocessor (at 128 registers a thread), the tiles (both stages of
-// the pipelined loops) in the 48 KiB of static shared memory, and for 128-wide heads
-// dV's accumulators in shared memory (DVSMEM), as dK's and dV's together
-// would take all 128 registers.
+// (Q) and dK, dV (K) kernels, and B, the blocks a multiprocessor must be
+// able to hold (__launch_bounds__), which caps the registers: 16 warps at
+// 128 registers a thread; but dK, dV's one-warp blocks for 128-wide heads,
+// 8 of them, take up to 255 and keep both accumulators in registers (213,
+// no spills; with dV's accumulators in shared memory to stay under 128,
+// shared memory held an H200 to 8 such blocks as well). The tiles (both
+// stages of the pipelined loops) fit the 48 KiB of static shared memory,
+// which bounds the 128-wide forward (5 blocks of 2 warps a multiprocessor
+// of 228 KiB) and dQ (6 of 2) before their registers do.
 template <int D> struct FlashBF16 {
 	static_assert(D % 16 == 0 && D <= 128, "bf16 flash attention takes head widths of 16, 32, 64 or 128");
-	static constexpr int FW = D <= 64 ? 4 : 2, FC = D <= 64 ? 64 : 32;
-	static constexpr int QW = D <= 64 ? 4 : 2, QC = D <= 64 ? 32 : 16;
-	static constexpr int KW = D <= 64 ? 4 : 1, KC = D <= 64 ? 32 : 16;
-	static constexpr int MIN = 16; // warps a multiprocessor must hold
-	static constexpr bool DVSMEM = D > 64;
+	static constexpr int FW = D <= 64 ? 4 : 2, FC = D <= 64 ? 64 : 32, FB = 16 / FW;
+	static constexpr int QW = D <= 64 ? 4 : 2, QC = D <= 64 ? 32 : 16, QB = 16 / QW;
+	static constexpr int KW = D <= 64 ? 4 : 1, KC = D <= 64 ? 32 : 16, KB = D <= 64 ? 16 / KW : 8;
 };
 
-// Frags<N, SMEM> is a warp's fp32 accumulator [16][8N], N C tiles of
-// mma16816 (ptx.cuh's layout): in the lanes' registers, or with SMEM in
-// the warp's rows of shared memory (WARP floats), each lane reading and
-// writing only its own elements.
-template <int N, bool SMEM> struct Frags;
-template <int N> struct Frags<N, false> {
-	static constexpr int WARP = 0;
+// Frags<N> is a warp's fp32 accumulator [16][8N] in its lanes' registers,
+// N C tiles of mma16816 (ptx.cuh's layout).
+template <int N> struct Frags {
 	float c[N][4];
-	__device__ __forceinline__ void init(float *) {
+	__device__ __forceinline__ Frags() {
 #pragma unroll
 		for (int n = 0; n < N; n++)
 #pragma unroll
 			for (int i = 0; i < 4; i++) c[n][i] = 0;
 	}
 	__device__ __forceinline__ float &at(int n, int i) { return c[n][i]; }
-};
-template <int N> struct Frags<N, true> {
-	static constexpr int LD = 8 * N + 4, WARP = 16 * LD;
-	float *mine; // the lane's row g at column 2t
-	__device__ __forceinline__ void init(float *warpRows) {
-		const int lane = threadIdx.x & 31;
-		mine = warpRows + (lane >> 2) * LD + 2 * (lane & 3);
-#pragma unroll
-		for (int n = 0; n < N; n++)
-#pragma unroll
-			for (int i = 0; i < 4; i++) at(n, i) = 0;
-	}
-	__device__ __forceinline__ float &at(int n, int i) { return mine[(i >> 1) * 8 * LD + 8 * n + (i & 1)]; }
 };
 
 // scores sets s [16][8·NB] to A Bᵀ for the warp's 16 rows of A (row stride
@@ -154,8 +139,8 @@ template <int NB> __device__ __forceinline__ void pack(const float (&s)[NB][4], 
 
 // accumulate adds A B to acc: A the packed chunks [c0, c1) of a, B's rows
 // (16 per chunk, row stride ldb) as wide as acc.
-template <int N, bool SMEM, int KC>
-__device__ __forceinline__ void accumulate(Frags<N, SMEM> &acc, const uint32_t (&a)[KC][4], int c0, int c1, const bf16 *B, int ldb) {
+template <int N, int KC>
+__device__ __forceinline__ void accumulate(Frags<N> &acc, const uint32_t (&a)[KC][4], int c0, int c1, const bf16 *B, int ldb) {
 #pragma unroll
 	for (int n = 0; n < N / 2; n++) {
 		float f0[4], f1[4];
@@ -215,8 +200,9 @@ template <int D> __device__ __forceinline__ void loadTileAsync(bf16 *dst, const 
 // stages: the copies of tile i + 1 start before tile i is multiplied, and a
 // barrier after the products keeps them from going over a stage still
 // read. dK, dV's loop waits for each tile's copies: its accumulators leave
-// no registers for a second stage's addresses (it spills at 128), and its
-// 16 warps a multiprocessor hide the copies' latency.
+// no registers for a second stage's addresses (it spills at 128); the
+// other blocks of a multiprocessor (16 warps to width 64, 8 at 128) run
+// while one waits.
 
 // nextKV makes key and value tile it (BC rows from it·BC) ready in stage
 // it & 1 for the whole block, after starting the copies of tile it + 1 into
@@ -246,8 +232,7 @@ __device__ __forceinline__ void flash_fwd_bf16(const bf16 *qkv, bf16 *out, float
 	const Heads at(b, h, seq, heads, kv, hid, D);
 	const int r0 = i0 + warp * 16; // the warp's first row
 	const float sl = scale * LOG2E;
-	Frags<D / 8, false> o;
-	o.init(nullptr);
+	Frags<D / 8> o;
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows g and g + 8, base 2
 	const int kend = causal ? min(seq, i0 + BR) : seq, tiles = (kend + BC - 1) / BC;
 	loadTileAsync<D>(qs, qkv + at.q, at.ld, i0, BR, seq);
@@ -332,8 +317,7 @@ __device__ __forceinline__ void flash_dq_bf16(const bf16 *qkv, const float *lse,
 		lr[hh] = row < seq ? lse[bh + row] * LOG2E : 0.f;
 		dr[hh] = row < seq ? dv[bh + row] : 0.f;
 	}
-	Frags<D / 8, false> dq;
-	dq.init(nullptr);
+	Frags<D / 8> dq;
 	const int kend = causal ? min(seq, i0 + BR) : seq, tiles = (kend + BC - 1) / BC;
 	loadTileAsync<D>(qs, qkv + at.q, at.ld, i0, BR, seq);
 	loadTileAsync<D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
@@ -380,15 +364,12 @@ __device__ __forceinline__ void flash_dq_bf16(const bf16 *qkv, const float *lse,
 template <int D>
 __device__ __forceinline__ void flash_dkdv_bf16(const bf16 *qkv, const float *lse, const float *dv, const bf16 *dout, bf16 *dqkv, int seq,
                                                 int heads, int kv, int hid, int causal, float scale) {
-	constexpr bool DVS = FlashBF16<D>::DVSMEM;
 	constexpr int W = FlashBF16<D>::KW, BQ = FlashBF16<D>::KC, BK = 16 * W, LT = D + 8, NB = BQ / 8;
-	typedef Frags<D / 8, DVS> DV;
 	__shared__ __align__(16) bf16 ks[BK * LT];
 	__shared__ __align__(16) bf16 vs[BK * LT];
 	__shared__ __align__(16) bf16 qs[BQ * LT];
 	__shared__ __align__(16) bf16 dos[BQ * LT];
 	__shared__ float ls[BQ], dvs[BQ];
-	__shared__ float dvRows[DVS ? W * DV::WARP : 1];
 	const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
 	const int j0 = blockIdx.x * BK, kh = blockIdx.y, b = blockIdx.z, group = heads / kv;
 	const Heads at(b, kh * group, seq, heads, kv, hid, D); // k and v are every group head's
@@ -396,10 +377,7 @@ __device__ __forceinline__ void flash_dkdv_bf16(const bf16 *qkv, const float *ls
 	const float sl = scale * LOG2E;
 	loadTileAsync<D>(ks, qkv + at.k, at.ld, j0, BK, seq);
 	loadTileAsync<D>(vs, qkv + at.v, at.ld, j0, BK, seq);
-	Frags<D / 8, false> dk;
-	DV dvv;
-	dk.init(nullptr);
-	dvv.init(dvRows + warp * DV::WARP);
+	Frags<D / 8> dk, dvv;
 	for (int gi = 0; gi < group; gi++) {
 		const int h = kh * group + gi;
 		const long long q = at.q + (long long)gi * D, bh = ((long long)b * heads + h) * seq;
@@ -459,10 +437,9 @@ __device__ __forceinline__ void flash_dkdv_bf16(const bf16 *qkv, const float *ls
 // they may take up to 255 registers rather than spill.
 template <int D> struct FlashF32 {
 	static_assert(D % 16 == 0 && D <= 64, "fp32 flash attention takes head widths of 16, 32 or 64");
-	static constexpr int FW = D <= 32 ? 4 : 2, FC = 32;
-	static constexpr int QW = D <= 32 ? 2 : 1, QC = 32;
-	static constexpr int KW = D <= 32 ? 2 : 1, KC = 32;
-	static constexpr int MIN = 1;
+	static constexpr int FW = D <= 32 ? 4 : 2, FC = 32, FB = 1;
+	static constexpr int QW = D <= 32 ? 2 : 1, QC = 32, QB = 1;
+	static constexpr int KW = D <= 32 ? 2 : 1, KC = 32, KB = 1;
 };
 
 // Dot<N, K> are a warp's products over shared memory, all row-major, lane
@@ -661,16 +638,16 @@ __device__ __forceinline__ void flash_dkdv_f32(const float *qkv, const float *ls
 }
 
 #define FLASH(T, N, D, CFG)                                                                                                           \
-	KERNEL __launch_bounds__(32 * CFG<D>::FW, CFG<D>::MIN / CFG<D>::FW)                                                            \
+	KERNEL __launch_bounds__(32 * CFG<D>::FW, CFG<D>::FB)                                                            \
 	    flash_fwd_##N##_d##D(const T *qkv, T *out, float *lse, int seq, int heads, int kv, int hid, int causal, float scale) {     \
 		flash_fwd_##N<D>(qkv, out, lse, seq, heads, kv, hid, causal, scale);                                                       \
 	}                                                                                                                              \
-	KERNEL __launch_bounds__(32 * CFG<D>::QW, CFG<D>::MIN / CFG<D>::QW)                                                            \
+	KERNEL __launch_bounds__(32 * CFG<D>::QW, CFG<D>::QB)                                                            \
 	    flash_dq_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv,   \
 	                        int hid, int causal, float scale) {                                                                    \
 		flash_dq_##N<D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                             \
 	}                                                                                                                              \
-	KERNEL __launch_bounds__(32 * CFG<D>::KW, CFG<D>::MIN / CFG<D>::KW)                                                            \
+	KERNEL __launch_bounds__(32 * CFG<D>::KW, CFG<D>::KB)                                                            \
 	    flash_dkdv_##N##_d##D(const T *qkv, const float *lse, const float *dv, const T *dout, T *dqkv, int seq, int heads, int kv, \
 	                          int hid, int causal, float scale) {                                                                  \
 		flash_dkdv_##N<D>(qkv, lse, dv, dout, dqkv, seq, heads, kv, hid, causal, scale);                                           \

@@ -102,7 +102,8 @@ __device__ __forceinline__ void ldB(uint32_t (&b)[4], const bf16 *p, int ld) {
 __device__ __forceinline__ void cpAsync16(void *dst, const void *src, bool valid) {
 #if defined(__CUDA_ARCH__)
 	const unsigned s = (unsigned)__cvta_generic_to_shared(dst);
-	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(src), "r"(valid ? 16 : 0) : "memory");
+	asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(__cvta_generic_to_global(src)), "r"(valid ? 16 : 0)
+	             : "memory");
 #else
 	emu_cp_async(dst, src, 16, valid ? 16 : 0);
 #endif

@@ -139,6 +139,15 @@ void wait(State s) {
 	emu_switch(&fibers[cur].sp, sched_sp);
 }
 
+/* warp_op[i] is the warp-wide operation thread i waits at: the lanes of a
+ * warp released together must all be at the same kind. */
+const char *warp_op[MAX_THREADS];
+
+void wait_warp(const char *op) {
+	warp_op[cur] = op;
+	wait(WAIT_WARP);
+}
+
 void fiber_main() {
 	entry->call(params);
 	fibers[cur].state = DONE;
@@ -219,6 +228,12 @@ bool run_warp(int w) {
 		}
 		for (int i = w; i < end; i++)
 			if (fibers[i].state != WAIT_WARP) return true; /* at __syncthreads, done, or an error release() reports */
+		for (int i = w + 1; i < end; i++)
+			if (strcmp(warp_op[i], warp_op[w]) != 0) {
+				snprintf(error, sizeof error, "%s: block (%u, %u, %u) warp %d: lanes at different warp-wide operations: lane 0 at %s, lane %d at %s",
+				         entry->name, blockIdx.x, blockIdx.y, blockIdx.z, w / 32, warp_op[w], i - w, warp_op[i]);
+				return false;
+			}
 		for (int i = w; i < end; i++) fibers[i].state = RUN;
 	}
 }
@@ -284,10 +299,10 @@ unsigned __ballot_sync(unsigned mask, int pred) {
 	check_mask(mask, "__ballot_sync");
 	int w = cur / 32 * 32;
 	xchg[cur] = pred != 0;
-	wait(WAIT_WARP);
+	wait_warp("__ballot_sync");
 	unsigned r = 0;
 	for (int l = 0; l < 32; l++) r |= (unsigned)(xchg[w + l] != 0) << l;
-	wait(WAIT_WARP);
+	wait_warp("__ballot_sync");
 	return r;
 }
 
@@ -295,20 +310,27 @@ uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask) {
 	check_mask(mask, "__shfl_xor_sync");
 	int w = cur / 32 * 32, lane = cur % 32;
 	xchg[cur] = bits;
-	wait(WAIT_WARP);
+	wait_warp("__shfl_xor_sync");
 	uint64_t r = xchg[w + ((lane ^ lane_mask) & 31)];
-	wait(WAIT_WARP);
+	wait_warp("__shfl_xor_sync");
 	return r;
 }
 
-void emu_warp_gather(const void *mine, int bytes, void *all) {
-	check_mask(0xffffffffu, "a warp-wide instruction");
-	if (bytes < 0 || bytes > GATHER) fail("emu_warp_gather of %d bytes a lane (at most %d)", bytes, GATHER);
+void emu_syncwarp(unsigned mask) {
+	check_mask(mask, "__syncwarp");
+	wait_warp("__syncwarp");
+}
+
+int emu_lane() { return cur % 32; }
+
+void emu_warp_gather(const char *op, const void *mine, int bytes, void *all) {
+	check_mask(0xffffffffu, op);
+	if (bytes < 0 || bytes > GATHER) fail("%s: a gather of %d bytes a lane (at most %d)", op, bytes, GATHER);
 	int w = cur / 32 * 32;
 	memcpy(gbuf[cur], mine, (size_t)bytes);
-	wait(WAIT_WARP);
+	wait_warp(op);
 	for (int l = 0; l < 32; l++) memcpy((unsigned char *)all + (size_t)l * bytes, gbuf[w + l], (size_t)bytes);
-	wait(WAIT_WARP); /* everyone has read gbuf */
+	wait_warp(op); /* everyone has read gbuf */
 }
 
 void emu_cp_async(void *dst, const void *src, int size, int bytes) {

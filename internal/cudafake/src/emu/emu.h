@@ -41,10 +41,14 @@ void __syncthreads();
 int __syncthreads_or(int pred);
 unsigned __ballot_sync(unsigned mask, int pred);
 uint64_t emu_shfl_xor(unsigned mask, uint64_t bits, int lane_mask);
+void emu_syncwarp(unsigned mask);
 /* emu_warp_gather gives every lane of the warp the bytes (at most 32) each
- * lane gave: lane l's at all + l·bytes. A warp barrier; ptx.h builds the
- * warp-wide instructions on it. */
-void emu_warp_gather(const void *mine, int bytes, void *all);
+ * lane gave: lane l's at all + l·bytes. A warp barrier for the warp-wide
+ * operation op, which ptx.h builds on it; the lanes of a warp must all be
+ * at the same operation. */
+void emu_warp_gather(const char *op, const void *mine, int bytes, void *all);
+/* emu_lane is the calling thread's lane in its warp. */
+int emu_lane();
 /* cp.async (size 4, 8 or 16 bytes, the first `bytes` from src and zeros
  * after them), cp.async.commit_group and cp.async.wait_group n: the
  * calling thread's copies are done at the wait that needs them, or in the
@@ -54,7 +58,7 @@ void emu_cp_async_commit();
 void emu_cp_async_wait(int n);
 
 /* A warp barrier: every lane of the warp waits for the others. */
-static inline void __syncwarp(unsigned mask = 0xffffffffu) { (void)emu_shfl_xor(mask, 0, 0); }
+static inline void __syncwarp(unsigned mask = 0xffffffffu) { emu_syncwarp(mask); }
 
 template <class T> static inline T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32) {
 	static_assert(sizeof(T) <= 8, "shuffle of more than 8 bytes");

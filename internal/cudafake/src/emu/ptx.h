@@ -33,7 +33,7 @@ static inline float emu_bf16_hi(uint32_t r) { return __uint_as_float(r & 0xffff0
 static inline void emu_mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2],
                                          const float (&c)[4]) {
 	uint32_t mine[6] = {a[0], a[1], a[2], a[3], b[0], b[1]}, all[32][6];
-	emu_warp_gather(mine, sizeof mine, all);
+	emu_warp_gather("mma.sync", mine, sizeof mine, all);
 	float A[16][16], B[16][8];
 	for (int l = 0; l < 32; l++) {
 		const int g = l / 4, t = l % 4;
@@ -45,7 +45,7 @@ static inline void emu_mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], 
 		B[2 * t][g] = emu_bf16_lo(r[4]), B[2 * t + 1][g] = emu_bf16_hi(r[4]);
 		B[2 * t + 8][g] = emu_bf16_lo(r[5]), B[2 * t + 9][g] = emu_bf16_hi(r[5]);
 	}
-	const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+	const int lane = emu_lane(), g = lane / 4, t = lane % 4;
 	for (int i = 0; i < 4; i++) {
 		const int row = g + 8 * (i / 2), col = 2 * t + i % 2;
 		float s = c[i];
@@ -60,8 +60,8 @@ static inline void emu_ldmatrix_x4(uint32_t (&r)[4], const void *row, bool trans
 	if ((uintptr_t)row % 16) emu_fail("ldmatrix: row address %p is not 16-byte aligned", row);
 	uint16_t mine[8], all[32][8];
 	memcpy(mine, row, sizeof mine);
-	emu_warp_gather(mine, sizeof mine, all);
-	const int lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
+	emu_warp_gather(trans ? "ldmatrix .trans" : "ldmatrix", mine, sizeof mine, all);
+	const int lane = emu_lane(), g = lane / 4, t = lane % 4;
 	for (int i = 0; i < 4; i++) {
 		const uint16_t(*m)[8] = all + 8 * i;
 		const uint16_t lo = trans ? m[2 * t][g] : m[g][2 * t], hi = trans ? m[2 * t + 1][g] : m[g][2 * t + 1];

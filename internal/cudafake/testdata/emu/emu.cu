@@ -1,5 +1,5 @@
 // Kernels that exercise the emulator's barriers, warp operations and
-// shared memory (see emu_test.go), and three that misuse them.
+// shared memory (see emu_test.go), and four that misuse them.
 #define KERNEL extern "C" __global__ void
 
 // warp_sum: y[i] = the sum of x over i's warp, by a butterfly of shuffles.
@@ -55,8 +55,9 @@ KERNEL racy_broadcast(const int *x, int *y) {
 // 16×16 bf16 and c fp32, all row-major: a's A fragment and b's B fragments
 // (two 8-column halves) loaded by ldmatrix, b's with .trans for a·b (b
 // read as [k][n]) and without for a·bᵀ (b read as [n][k]), multiplied by
-// mma.sync and stored from the C layout (ptx.h).
-KERNEL mma_tile(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c) {
+// mma.sync and stored from the C layout (ptx.h); regs[12·lane …] are the
+// lane's registers as loaded: a's four, then b's (.trans), then b's.
+KERNEL mma_tile(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c, uint32_t *regs) {
 	__shared__ __attribute__((aligned(16))) __nv_bfloat16 as[256], bs[256];
 	const int l = threadIdx.x, g = l / 4, t = l % 4;
 	for (int i = l; i < 256; i += 32) as[i] = a[i], bs[i] = b[i];
@@ -65,6 +66,7 @@ KERNEL mma_tile(const __nv_bfloat16 *a, const __nv_bfloat16 *b, float *c) {
 	emu_ldmatrix_x4(fa, as + (l & 15) * 16 + (l >> 4) * 8, false);
 	emu_ldmatrix_x4(fb, bs + (l & 15) * 16 + (l >> 4) * 8, true);
 	emu_ldmatrix_x4(fbt, bs + ((l & 7) + (l >> 4) * 8) * 16 + ((l >> 3) & 1) * 8, false);
+	for (int i = 0; i < 4; i++) regs[12 * l + i] = fa[i], regs[12 * l + 4 + i] = fb[i], regs[12 * l + 8 + i] = fbt[i];
 	for (int half = 0; half < 2; half++) {
 		const float z[4] = {0, 0, 0, 0};
 		const uint32_t b0[2] = {fb[2 * half], fb[2 * half + 1]}, b1[2] = {fbt[2 * half], fbt[2 * half + 1]};
@@ -85,6 +87,32 @@ KERNEL misaligned_ldmatrix(float *y) {
 	uint32_t r[4];
 	emu_ldmatrix_x4(r, m + (threadIdx.x % 8) * 8 + 1, false);
 	y[threadIdx.x] = (float)r[0];
+}
+
+// mixed_warp_ops: half a warp at a shuffle, the other half at a ballot.
+KERNEL mixed_warp_ops(float *y) {
+	if (threadIdx.x < 16)
+		y[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+	else
+		y[threadIdx.x] = (float)__ballot_sync(0xffffffffu, 1);
+}
+
+// cp_async_groups: thread i starts two groups of copies, x[4i …] into a
+// and then x[256 + 4i …] into b, waits until at most one group is pending
+// and records a's and b's first words (a is there; b may not be, as late
+// as CUDA allows: the old -1), then waits for both.
+KERNEL cp_async_groups(const int *x, int *got) {
+	__shared__ __attribute__((aligned(16))) int a[4 * 64], b[4 * 64];
+	const int i = threadIdx.x;
+	a[4 * i] = b[4 * i] = -1;
+	emu_cp_async(a + 4 * i, x + 4 * i, 16, 16);
+	emu_cp_async_commit();
+	emu_cp_async(b + 4 * i, x + 256 + 4 * i, 16, 16);
+	emu_cp_async_commit();
+	emu_cp_async_wait(1);
+	got[2 * i] = a[4 * i];
+	got[2 * i + 1] = b[4 * i];
+	emu_cp_async_wait(0);
 }
 
 // cp_async: thread i copies x[4i … 4i+3] into shared memory with cp.async
