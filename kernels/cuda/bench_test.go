@@ -182,11 +182,12 @@ func BenchmarkAttention_BF16_B8S1024H768(b *testing.B) {
 }
 
 // BenchmarkFlashAttention_BF16_B8S1024H768 times flash attention on the
-// same sizes, forward alone and with the backward pass; the rate counts
-// the FLOPs BenchmarkAttention's does (12·batch·seq²·hid for both
-// passes, 4·… forward), so that the two compare as times: the causal
-// kernels skip the tiles above the diagonal, and the backward pass
-// recomputes scores.
+// same sizes, causal (a GPT's) and not (the gpt2s-blocks stack's, as
+// PyTorch's nn.TransformerEncoder runs it), forward alone and with the
+// backward pass; the rate counts the FLOPs BenchmarkAttention's does
+// (12·batch·seq²·hid for both passes, 4·… forward), so that the two
+// compare as times: the causal kernels skip the tiles above the diagonal,
+// and the backward pass recomputes scores.
 func BenchmarkFlashAttention_BF16_B8S1024H768(b *testing.B) {
 	e := gpu(b)
 	dt, tt := graph.BF16, gptBatch*gptSeq
@@ -195,18 +196,21 @@ func BenchmarkFlashAttention_BF16_B8S1024H768(b *testing.B) {
 	dout, dqkv := benchBuf(b, e, dt, tt*gptWidth), e.alloc(b, dt, tt*3*gptWidth)
 	work := e.alloc(b, graph.F32, int(FlashAttentionWorkspace(gptBatch, gptSeq, gptHeads)/4))
 	flops := 4 * float64(gptBatch) * math.Pow(gptSeq, 2) * gptWidth
-	fwd := func() error {
-		return e.k.FlashAttentionForward(e.s, dt, qkv, out, lse, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, true)
-	}
-	b.Run("fwd", func(b *testing.B) { benchGPU(b, 0, flops, fwd) })
-	b.Run("fwd+bwd", func(b *testing.B) {
-		benchGPU(b, 0, 3*flops, func() error {
-			if err := fwd(); err != nil {
-				return err
-			}
-			return e.k.FlashAttentionBackward(e.s, dt, qkv, out, lse, dout, dqkv, work, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, true)
+	for _, causal := range []bool{true, false} {
+		mask := map[bool]string{true: "causal", false: "full"}[causal]
+		fwd := func() error {
+			return e.k.FlashAttentionForward(e.s, dt, qkv, out, lse, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, causal)
+		}
+		b.Run(mask+"/fwd", func(b *testing.B) { benchGPU(b, 0, flops, fwd) })
+		b.Run(mask+"/fwd+bwd", func(b *testing.B) {
+			benchGPU(b, 0, 3*flops, func() error {
+				if err := fwd(); err != nil {
+					return err
+				}
+				return e.k.FlashAttentionBackward(e.s, dt, qkv, out, lse, dout, dqkv, work, gptBatch, gptSeq, gptHeads, gptHeads, gptWidth, causal)
+			})
 		})
-	})
+	}
 }
 
 // bnBenchShapes are [n, c, hw] of ResNet-50's batch norms at batch 256:
