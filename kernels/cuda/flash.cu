@@ -23,7 +23,8 @@
 // correctness path: its products are fused multiply-adds over shared
 // memory (Dot), a tile's scores in the warp's scratch. Each instance has
 // its tile sizes (FlashBF16, FlashF32): static shared memory under the 48
-// KiB it may take, and bf16's registers at 128 a thread without spilling.
+// KiB it may take, and no spills, bf16's registers at 128 a thread but for
+// dK, dV of 128-wide heads.
 #include "common.cuh"
 #include "ptx.cuh"
 

@@ -5,10 +5,10 @@
  * (__syncthreads, a warp shuffle, ballot or other warp-wide instruction);
  * when every thread of a block or a warp waits, the scheduler releases
  * them. It runs one warp as far as it goes before __syncthreads, then the
- * next. Threads run in a fixed order, so runs are deterministic; code that relies on lockstep execution
- * without a barrier (wrong on GPUs since Volta) gives wrong results here
- * too, and a barrier that not all threads reach is reported as a deadlock
- * instead of hanging. FLOWKIT_EMU_SCHEDULE=reverse runs the threads of a
+ * next. Threads run in a fixed order, so runs are deterministic; code
+ * that relies on lockstep execution without a barrier (wrong on GPUs since
+ * Volta) gives wrong results here too, and a barrier that not all threads
+ * reach is reported as a deadlock instead of hanging. FLOWKIT_EMU_SCHEDULE=reverse runs the threads of a
  * block, and the blocks of a grid, in the opposite order, and cp.async's
  * copies as early as they may be done rather than as late: a kernel whose
  * results differ between the two schedules has a race that a barrier, a
