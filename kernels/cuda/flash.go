@@ -11,9 +11,9 @@ import (
 
 // flashKernels are the flash attention instances of one dtype and head
 // width d (flash.cu): forward, dQ and dK/dV, each with the warps of its
-// blocks as FlashBF16 and FlashF32 in flash.cu set them (a block takes 16 rows a warp;
-// a launch of more threads than a kernel's __launch_bounds__ fails, and
-// the tests check each launch against them).
+// blocks as FlashBF16 and FlashF32 in flash.cu set them (a block takes 16
+// rows a warp; a launch of more threads than a kernel's __launch_bounds__
+// fails, and the tests check each launch against them).
 type flashKernels struct {
 	fwd, dq, dkdv *kernel
 	fwdW, qW, kW  int
