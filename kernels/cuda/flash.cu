@@ -205,17 +205,28 @@ template <int D> __device__ __forceinline__ void loadTileAsync(bf16 *dst, const 
 // other blocks of a multiprocessor (16 warps to width 64, 8 at 128) run
 // while one waits.
 
-// nextKV makes key and value tile it (BC rows from it·BC) ready in stage
-// it & 1 for the whole block, after starting the copies of tile it + 1 into
-// the other stage; tile 0's copies are started and committed before the
-// loop.
+// keyTiles is the number of BC-row key tiles the query rows from i0 (BR of
+// them) see.
+template <int BR, int BC> __device__ __forceinline__ int keyTiles(bool causal, int seq, int i0) {
+	return ((causal ? min(seq, i0 + BR) : seq) + BC - 1) / BC;
+}
+
+// kvTile starts the copies of key and value tile it (BC rows from it·BC)
+// into stage it & 1.
+template <int D, int BC>
+__device__ __forceinline__ void kvTile(bf16 (*ks)[BC * (D + 8)], bf16 (*vs)[BC * (D + 8)], const bf16 *k, const bf16 *v, int ld, int it,
+                                       int seq) {
+	loadTileAsync<D>(ks[it & 1], k, ld, it * BC, BC, seq);
+	loadTileAsync<D>(vs[it & 1], v, ld, it * BC, BC, seq);
+}
+
+// nextKV makes key and value tile it ready in stage it & 1 for the whole
+// block, after starting the copies of tile it + 1 into the other stage;
+// tile 0's copies are started (kvTile) and committed before the loop.
 template <int D, int BC>
 __device__ __forceinline__ void nextKV(bf16 (*ks)[BC * (D + 8)], bf16 (*vs)[BC * (D + 8)], const bf16 *k, const bf16 *v, int ld, int it,
                                        int tiles, int seq) {
-	if (it + 1 < tiles) {
-		loadTileAsync<D>(ks[(it + 1) & 1], k, ld, (it + 1) * BC, BC, seq);
-		loadTileAsync<D>(vs[(it + 1) & 1], v, ld, (it + 1) * BC, BC, seq);
-	}
+	if (it + 1 < tiles) kvTile<D, BC>(ks, vs, k, v, ld, it + 1, seq);
 	cpAsyncCommit();
 	cpAsyncWait<1>();
 	__syncthreads();
@@ -235,10 +246,9 @@ __device__ __forceinline__ void flash_fwd_bf16(const bf16 *qkv, bf16 *out, float
 	const float sl = scale * LOG2E;
 	Frags<D / 8> o;
 	float m[2] = {-INFINITY, -INFINITY}, l[2] = {0, 0}; // rows g and g + 8, base 2
-	const int kend = causal ? min(seq, i0 + BR) : seq, tiles = (kend + BC - 1) / BC;
+	const int tiles = keyTiles<BR, BC>(causal, seq, i0);
 	loadTileAsync<D>(qs, qkv + at.q, at.ld, i0, BR, seq);
-	loadTileAsync<D>(ks[0], qkv + at.k, at.ld, 0, BC, seq);
-	loadTileAsync<D>(vs[0], qkv + at.v, at.ld, 0, BC, seq);
+	kvTile<D, BC>(ks, vs, qkv + at.k, qkv + at.v, at.ld, 0, seq);
 	cpAsyncCommit();
 #pragma unroll 1
 	for (int it = 0; it < tiles; it++) {
@@ -319,11 +329,10 @@ __device__ __forceinline__ void flash_dq_bf16(const bf16 *qkv, const float *lse,
 		dr[hh] = row < seq ? dv[bh + row] : 0.f;
 	}
 	Frags<D / 8> dq;
-	const int kend = causal ? min(seq, i0 + BR) : seq, tiles = (kend + BC - 1) / BC;
+	const int tiles = keyTiles<BR, BC>(causal, seq, i0);
 	loadTileAsync<D>(qs, qkv + at.q, at.ld, i0, BR, seq);
 	loadTileAsync<D>(dos, dout + (long long)b * seq * hid + (long long)h * D, hid, i0, BR, seq);
-	loadTileAsync<D>(ks[0], qkv + at.k, at.ld, 0, BC, seq);
-	loadTileAsync<D>(vs[0], qkv + at.v, at.ld, 0, BC, seq);
+	kvTile<D, BC>(ks, vs, qkv + at.k, qkv + at.v, at.ld, 0, seq);
 	cpAsyncCommit();
 #pragma unroll 1
 	for (int it = 0; it < tiles; it++) {
