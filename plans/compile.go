@@ -3,6 +3,7 @@ package plans
 import (
 	"cmp"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
@@ -242,16 +243,38 @@ func checkSharedDP(p *Plan, st Strategy) error {
 		return nil
 	}
 	if st.Shares != nil || st.AutoShares {
-		return fmt.Errorf("%w: replica 0 cannot stand for replicas with uneven micro-batches (%s)", ErrInfeasible, st)
+		return &unlikeReplicas{fmt.Errorf("%w: replica 0 cannot stand for replicas with uneven micro-batches (%s)", ErrInfeasible, st)}
 	}
 	per := len(p.Devices) / st.DP
 	for d, dev := range p.Devices {
 		if ref := p.Devices[d%per]; dev.Type != ref.Type || dev.Workers != ref.Workers {
-			return fmt.Errorf("%w: replica 0 cannot stand for the others: device %s is %s (%d workers), its counterpart %s %s (%d)",
-				ErrInfeasible, dev.Name, dev.Type, dev.Workers, ref.Name, ref.Type, ref.Workers)
+			return &unlikeReplicas{fmt.Errorf("%w: replica 0 cannot stand for the others: device %s is %s (%d workers), its counterpart %s %s (%d)",
+				ErrInfeasible, dev.Name, dev.Type, dev.Workers, ref.Name, ref.Type, ref.Workers)}
 		}
 	}
 	return nil
+}
+
+// unlikeReplicas is an ErrInfeasible that is also ErrUnlikeReplicas.
+type unlikeReplicas struct{ error }
+
+func (e *unlikeReplicas) Unwrap() []error { return []error{e.error, ErrUnlikeReplicas} }
+
+// CompileSharing is Compile taking Config.SharedDP where it applies: where
+// replica 0 cannot stand for the others (uneven micro-batches, devices of
+// other types) it lists them all, and the plan's SharedDP says so. For
+// the simulator, which ranks strategies alike either way (a shared plan
+// simulates to its whole plan's step, with the same memory).
+func CompileSharing(cfg Config) (*Plan, error) {
+	if cfg.Strategy.AutoShares || cfg.Strategy.Shares != nil {
+		cfg.SharedDP = false
+	}
+	p, err := Compile(cfg)
+	if cfg.SharedDP && errors.Is(err, ErrUnlikeReplicas) {
+		cfg.SharedDP = false
+		return Compile(cfg)
+	}
+	return p, err
 }
 
 // replicas is the number of data-parallel replicas compiled: one under

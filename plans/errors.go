@@ -16,6 +16,10 @@ var (
 	// than the plan has devices, which DevicesFromCluster's oversubscribe
 	// allows.
 	ErrFewerCores = errors.New("fewer CPU cores than devices")
+	// ErrUnlikeReplicas, with ErrInfeasible: Config.SharedDP asks for
+	// replica 0 to stand for replicas that do not run alike (uneven
+	// micro-batches, devices of other types); compiling them all works.
+	ErrUnlikeReplicas = errors.New("replicas differ")
 )
 
 // FiringsError is the ErrInfeasible of a plan too large to plan memory

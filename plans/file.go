@@ -210,8 +210,8 @@ func (f *file) plan() (*Plan, error) {
 	if err := p.checkReplicas(); err != nil {
 		return nil, err
 	}
-	if n := p.firingCount(); n > maxFirings {
-		return nil, fmt.Errorf("plans: the tasks fire %d times per iteration, more than the %d a plan may have", n, maxFirings)
+	if n := p.firingCount(); n > MaxFirings {
+		return nil, fmt.Errorf("plans: the tasks fire %d times per iteration, more than the %d a plan may have", n, MaxFirings)
 	}
 	// Encode indents ops' attributes with the rest; the compiler's are
 	// compact.

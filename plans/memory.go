@@ -248,17 +248,17 @@ func (p *Plan) versionTouches() [][][]int {
 
 func roundUp(b units.Bytes) units.Bytes { return (b + align - 1) / align * align }
 
-// maxFirings bounds the firings of a plan whose memory is planned: the
+// MaxFirings bounds the firings of a plan whose memory is planned: the
 // clock passes of lifetimes.go take, per worker, a row index for each of
 // 2·firings nodes and up to 16 int32s for some of them (a sixth for the
 // largest plans), besides the firings and edges themselves.
-const maxFirings = 10_000_000
+const MaxFirings = 10_000_000
 
 // checkPlannable refuses a plan too large for memory planning, by the
 // firings its tasks make (so before they are listed).
 func checkPlannable(p *Plan) error {
-	if n := p.firingCount(); n > maxFirings {
-		return &FiringsError{Firings: n, Max: maxFirings}
+	if n := p.firingCount(); n > MaxFirings {
+		return &FiringsError{Firings: n, Max: MaxFirings}
 	}
 	return nil
 }

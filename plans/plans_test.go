@@ -916,7 +916,7 @@ func TestBF16HalvesMemory(t *testing.T) {
 // A plan too large to plan its memory is refused with its size, before
 // its edges are derived, not run out of memory.
 func TestCompileTooManyFirings(t *testing.T) {
-	p := &Plan{MB: maxFirings / 2, DP: 1, Tasks: []Task{{PerMicro: true}, {PerMicro: true}}}
+	p := &Plan{MB: MaxFirings / 2, DP: 1, Tasks: []Task{{PerMicro: true}, {PerMicro: true}}}
 	require.NoError(t, checkPlannable(p))
 	p.Tasks = append(p.Tasks, Task{})
 	err := checkPlannable(p)
@@ -924,7 +924,7 @@ func TestCompileTooManyFirings(t *testing.T) {
 	require.ErrorContains(t, err, "10000001 firings per iteration")
 	var fe *FiringsError
 	require.ErrorAs(t, err, &fe)
-	require.Equal(t, FiringsError{Firings: maxFirings + 1, Max: maxFirings}, *fe)
+	require.Equal(t, FiringsError{Firings: MaxFirings + 1, Max: MaxFirings}, *fe)
 }
 
 // Megatron-LM's interleaved 1F1B schedule, for every pipeline rank: each
@@ -1170,14 +1170,31 @@ func TestSharedDP(t *testing.T) {
 	_, err = Decode(&b)
 	require.NoError(t, err)
 	requireDecodeRejects(t, p, func(p *Plan) { p.DP = 1; p.Devices = p.Devices[:1]; p.Memory = p.Memory[:1] }, "dp_shared lists replica 0")
+	// CompileSharing lists every replica where one cannot stand for the
+	// others, and shares where it can.
+	sharing := func(strategy string, d []Device) *Plan {
+		st, err := ParseStrategy(strategy, 8)
+		require.NoError(t, err)
+		p, err := CompileSharing(Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: d, SharedDP: true})
+		require.NoError(t, err, strategy)
+		return p
+	}
+	require.True(t, sharing("dp=4,mb=2", devs(4, 0)).SharedDP)
 	for _, s := range []string{"dp=2,mb=3:1", "dp=2,mb=3:1,zero=2", "dp=2,mb=1:3,zero=3"} { // the replicas' rounds differ
 		_, err = compile(s, devs(2, 0))
 		require.ErrorContains(t, err, "uneven micro-batches", s)
+		require.ErrorIs(t, err, ErrUnlikeReplicas)
+		require.ErrorIs(t, err, ErrInfeasible)
+		p := sharing(s, devs(2, 0))
+		require.False(t, p.SharedDP, s)
+		require.Equal(t, 2, p.DP)
 	}
 	mixed := devs(2, 0)
 	mixed[1].Workers = 2
 	_, err = compile("dp=2", mixed)
 	require.ErrorContains(t, err, "cannot stand for the others: device cpu1 is cpu (2 workers)")
+	require.ErrorIs(t, err, ErrUnlikeReplicas)
+	require.False(t, sharing("dp=2", mixed).SharedDP)
 }
 
 // A ZeRO replica updates its part of a weight and its state: its update

@@ -244,10 +244,10 @@ func simulateCell(c *cell, e *experiments.Experiment, base *topology.Cluster, f 
 	}
 	start := time.Now()
 	// One rank of each tensor-parallel group stands for all, and one
-	// replica for all when they are even (they run alike): plans tp·dp
-	// times smaller, with the same simulated step.
-	p, err := plans.Compile(plans.Config{Model: c.Model, Batch: c.Batch, Strategy: st, Optimizer: opt, DType: dtype, Cluster: cluster.Name, Devices: devs,
-		SharedTP: true, SharedDP: st.Shares == nil && !st.AutoShares})
+	// replica for all where they run alike: plans tp·dp times smaller,
+	// with the same simulated step.
+	p, err := plans.CompileSharing(plans.Config{Model: c.Model, Batch: c.Batch, Strategy: st, Optimizer: opt, DType: dtype, Cluster: cluster.Name, Devices: devs,
+		SharedTP: true, SharedDP: true})
 	if err != nil {
 		return err
 	}

@@ -73,7 +73,11 @@ plan --help'). Every
 strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
 cost model (--calib, else the catalog's efficiencies); the table ranks them
-by step time, then peak memory, and -o writes the best plan. Under the
+by step time, then peak memory, and -o writes the best plan, every rank
+and replica listed, as flowrun runs it. Each strategy is compiled with one
+rank standing for each tensor-parallel group and one replica for all where
+they run alike (--shared-tp, --shared-dp; on by default): the plans are
+tp·dp times smaller and simulate to the same step and memory. Under the
 table, the memory–time front: the strategies no other beats on both, each
 the fastest within its memory (in --json, "front", by index); --plot draws
 them all.
@@ -83,14 +87,14 @@ of N); run each with --json into a file and 'flowsim sweep merge' them into
 the one table the whole sweep would print.`,
 		Example: `  flowsim sweep --model mnist-cnn --cluster mixed-t4-cpu --batch 64 -o best.json
   flowsim sweep --model gpt2s-blocks:layers=4 --cluster dgx-a100 --batch 32 --devices 8 --top 5
-  flowsim sweep --model gpt3-1.3b --dtype bf16 --cluster dgx-a100-80gx2 --batch 64 --shared-tp --shared-dp --plot sweep.svg
+  flowsim sweep --model gpt3-1.3b --dtype bf16 --cluster dgx-a100-80gx2 --batch 64 --plot sweep.svg
   for i in 0 1 2 3; do flowsim sweep --model mnist-cnn --cluster dgx-a100 --shard $i/4 --json > s$i.json; done
   flowsim sweep merge s0.json s1.json s2.json s3.json -o best.json`,
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSweep(cmd.OutOrStdout(), f) },
 	}
 	fl := cmd.Flags()
-	f.register(fl, "the strategies")
+	f.register(fl, "the strategies", true)
 	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
 	fl.IntVar(&f.maxTP, "max-tp", -1, "tensor-parallel degrees tried: the powers of two up to this (-1: the devices of one machine, for models with a tensor-parallel layout; 1: none)")
@@ -100,7 +104,7 @@ the one table the whole sweep would print.`,
 	fl.StringSliceVar(&f.buckets, "buckets", nil, "also try each data-parallel strategy without ZeRO or with zero=1 with each of these gradient bucket sizes (bucket=…), as 1MiB,25MiB")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
-	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
+	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here, every rank and replica listed (what flowrun runs)")
 	fl.BoolVar(&f.json, "json", false, "print every entry as one JSON object (the input of 'flowsim sweep merge')")
 	fl.StringVar(&f.plot, "plot", "", "draw every feasible strategy's peak memory against its step time, with the memory–time front, into this image (.svg, .png, .pdf …)")
 	cmd.AddCommand(newSweepMergeCmd())
@@ -131,8 +135,8 @@ type sweepSettings struct {
 	Seed          uint64  `json:"seed"`
 	Oversubscribe bool    `json:"oversubscribe,omitempty"`
 	// SharedTP and SharedDP are the sweep's --shared-tp and --shared-dp:
-	// its plans list one rank of a group and one replica (plans.Config),
-	// and so does the best plan, recompiled.
+	// its plans list one rank of a group, and one replica where they run
+	// alike (plans.CompileSharing). The best plan is written unshared.
 	SharedTP bool `json:"shared_tp,omitempty"`
 	SharedDP bool `json:"shared_dp,omitempty"`
 	// WeightDecay is the weight decay the plans were compiled with (adamw's
@@ -366,9 +370,17 @@ func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, o sweepO
 		return fmt.Errorf("no strategy is feasible: no plan to write to %s", out)
 	}
 	if feasible && (out != "" || calib != nil) {
-		p, err := file.compile(file.Entries[0].Strategy)
+		p, err := file.compile(file.Entries[0].Strategy, true)
 		if err != nil {
 			return fmt.Errorf("recompiling the best strategy %s: %w", file.Entries[0].Strategy, err)
+		}
+		// The plan written is the one to run, every rank and replica
+		// listed, unless that has more firings than a plan may (it is
+		// then as simulated, with a note).
+		if n := unsharedFirings(p); out != "" && (p.SharedTP || p.SharedDP) && n <= plans.MaxFirings {
+			if p, err = file.compile(file.Entries[0].Strategy, false); err != nil {
+				return fmt.Errorf("recompiling the best strategy %s with every rank and replica: %w", file.Entries[0].Strategy, err)
+			}
 		}
 		best = p
 	}
@@ -412,7 +424,7 @@ func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, o sweepO
 	if out != "" {
 		fmt.Fprintf(w, "wrote %s (%s)\n", out, best.Strategy)
 		if best.SharedTP || best.SharedDP {
-			fmt.Fprintf(os.Stderr, "flowsim: note: %s lists one rank of each tensor-parallel group or one replica for all (--shared-tp, --shared-dp), as the sweep simulated it: flowrun refuses it; 'flowsim plan --strategy %s' without those flags compiles the plan to run\n", out, best.Strategy)
+			fmt.Fprintf(os.Stderr, "flowsim: note: %s lists one rank of each tensor-parallel group or one replica for all, as the sweep simulated it (flowrun refuses it): with every rank and replica, the plan would have about %d firings, more than the %d a plan may\n", out, unsharedFirings(best), plans.MaxFirings)
 		}
 	}
 	return nil
@@ -510,8 +522,23 @@ func dropFoundAgain(entries []sweepEntry, batch int) []sweepEntry {
 	return out
 }
 
-// compile recompiles a strategy of the sweep the file records.
-func (file *sweepFile) compile(strategy string) (*plans.Plan, error) {
+// unsharedFirings is about how many firings p would have with every rank
+// and replica listed (a group's collectives, listed once, are counted for
+// each of its members).
+func unsharedFirings(p *plans.Plan) int {
+	n := len(p.Firings)
+	if p.SharedTP {
+		n *= p.TPDegree()
+	}
+	if p.SharedDP {
+		n *= p.DP
+	}
+	return n
+}
+
+// compile recompiles a strategy of the sweep the file records: shared as
+// the sweep compiled it, or with every rank and replica listed.
+func (file *sweepFile) compile(strategy string, shared bool) (*plans.Plan, error) {
 	f := planFlags{model: file.Model, dtype: file.DType, cluster: file.Cluster, batch: file.Batch,
 		optimizer: file.Optimizer, lr: file.LR, momentum: file.Momentum, seed: file.Seed, oversubscribe: file.Oversubscribe,
 		sharedTP: file.SharedTP, sharedDP: file.SharedDP, weightDecay: file.WeightDecay, schedule: cmp.Or(file.Schedule, "constant")}
@@ -526,7 +553,11 @@ func (file *sweepFile) compile(strategy string) (*plans.Plan, error) {
 	if err != nil {
 		return nil, err
 	}
-	return plans.Compile(cfg)
+	if !shared {
+		cfg.SharedTP, cfg.SharedDP = false, false
+		return plans.Compile(cfg)
+	}
+	return plans.CompileSharing(cfg)
 }
 
 // parseShard parses "i/N"; "" is the whole sweep, 0/1.
@@ -562,7 +593,7 @@ recompiles the best strategy's plan.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
-	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
+	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here, every rank and replica listed (what flowrun runs)")
 	fl.BoolVar(&f.json, "json", false, "print the merged sweep as one JSON object")
 	fl.StringVar(&f.plot, "plot", "", "draw every feasible strategy's peak memory against its step time, with the memory–time front, into this image (.svg, .png, .pdf …)")
 	return cmd

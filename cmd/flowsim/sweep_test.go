@@ -322,23 +322,47 @@ func stderrOf(t *testing.T, f func()) string {
 	return string(<-done)
 }
 
-// A sweep of shared plans (--shared-tp, --shared-dp) writes the best plan
-// shared, as it simulated it, and its shards are not those of the same
-// sweep unshared.
+// A sweep compiles its strategies shared by default (one rank of each
+// tensor-parallel group, one replica for all where they run alike) and
+// ranks them exactly as with every rank and replica listed: the same step
+// and peak memory for every strategy, and the same errors, on a machine
+// of GPUs and on one of unlike devices, whose uneven and placed strategies
+// list every replica. The best plan is written unshared, for flowrun; the
+// shards of a shared and an unshared sweep do not merge.
 func TestSweepShared(t *testing.T) {
-	dir := t.TempDir()
-	args := []string{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"}
-	best := filepath.Join(dir, "best.json")
-	_, err := run(t, append(args, "--shared-tp", "--shared-dp", "-o", best)...)
-	require.NoError(t, err)
-	p, err := plans.ReadFile(best)
-	require.NoError(t, err)
-	require.Equal(t, p.DP > 1, p.SharedDP, p.Strategy)
-	require.Equal(t, p.TP > 1, p.SharedTP, p.Strategy)
-	require.True(t, p.SharedDP || p.SharedTP, "the best of this sweep has replicas or a tensor-parallel group: %s", p.Strategy)
+	for _, args := range [][]string{
+		{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"},
+		{"sweep", "--model", "mnist-cnn", "--cluster", "mixed-t4-cpu", "--batch", "64", "--max-mb", "2"},
+	} {
+		dir := t.TempDir()
+		best := filepath.Join(dir, "best.json")
+		out, err := run(t, append(slices.Clone(args), "--json", "--top", "0", "-o", best)...)
+		require.NoError(t, err)
+		var shared, whole sweepFile
+		require.NoError(t, json.Unmarshal([]byte(out), &shared))
+		require.True(t, shared.SharedTP && shared.SharedDP, "recorded")
+		out, err = run(t, append(slices.Clone(args), "--json", "--top", "0", "--shared-tp=false", "--shared-dp=false")...)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal([]byte(out), &whole))
+		require.False(t, whole.SharedTP || whole.SharedDP)
+		require.Equal(t, whole.Entries, shared.Entries, "%v", args)
+		feasible := 0
+		for _, e := range shared.Entries {
+			if e.Error == "" {
+				feasible++
+			}
+		}
+		require.Greater(t, feasible, 1, "%v", args)
 
-	paths := writeShards(t, append(slices.Clone(args), "--shared-dp"), args)
-	_, err = run(t, "sweep", "merge", paths[0], paths[1])
+		p, err := plans.ReadFile(best)
+		require.NoError(t, err)
+		require.False(t, p.SharedDP || p.SharedTP, "the plan written lists every rank and replica: %s", p.Strategy)
+		require.Equal(t, shared.Entries[0].Strategy, p.Strategy)
+	}
+
+	args := []string{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"}
+	paths := writeShards(t, append(slices.Clone(args), "--shared-dp=false"), args)
+	_, err := run(t, "sweep", "merge", paths[0], paths[1])
 	require.ErrorContains(t, err, "shared_dp")
 }
 

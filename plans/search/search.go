@@ -259,7 +259,7 @@ func (s *searcher) eval(counts []int) *Candidate {
 	s.order = append(s.order, k)
 	cfg := s.cfg
 	cfg.Strategy = c.Strategy
-	p, err := plans.Compile(cfg)
+	p, err := plans.CompileSharing(cfg)
 	if err == nil {
 		c.Step, err = step(p, s.d)
 	}
