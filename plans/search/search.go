@@ -193,8 +193,7 @@ type space struct {
 // ranks them. Its error says how many were tried and why the first few
 // failed, when none is feasible.
 func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result, error) {
-	s := &searcher{cfg: cfg, d: d, sp: sp, seen: map[string]*Candidate{}, plans: map[string]*plans.Plan{},
-		progress: opts.Progress, total: -1}
+	s := &searcher{cfg: cfg, d: d, sp: sp, seen: map[string]*Candidate{}, progress: opts.Progress, total: -1}
 	res := &Result{}
 	k := len(sp.least)
 	// Counts c ≥ least, Σc = total: compositions of total − Σleast + k
@@ -232,17 +231,26 @@ func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result,
 	}
 	slices.SortStableFunc(ok, func(a, b Candidate) int { return cmp.Compare(a.Step, b.Step) })
 	res.Candidates = append(ok, bad...)
-	res.Plan = s.plans[plans.FormatCounts(res.Best().Counts)]
+	var err error
+	if res.Plan, err = s.result(); err != nil {
+		return nil, fmt.Errorf("recompiling %s: %w", res.Best().Strategy, err)
+	}
 	return res, nil
 }
 
+// A searcher compiles its candidates with one rank standing for each
+// tensor-parallel group and one replica for all where they run alike
+// (plans.CompileSharing): they simulate to the steps of their whole plans,
+// with the same memory, in tp·dp times less work. It keeps the plan of the
+// best candidate so far, and no other.
 type searcher struct {
 	cfg   plans.Config
 	d     sim.Durations
 	sp    space
-	seen  map[string]*Candidate  // by counts
-	order []string               // keys of seen, in evaluation order
-	plans map[string]*plans.Plan // of the feasible candidates
+	seen  map[string]*Candidate // by counts
+	order []string              // keys of seen, in evaluation order
+	best  *Candidate            // the fastest feasible so far (the first tried of equals)
+	plan  *plans.Plan           // best's
 
 	progress func(done, total int)
 	total    int
@@ -259,6 +267,7 @@ func (s *searcher) eval(counts []int) *Candidate {
 	s.order = append(s.order, k)
 	cfg := s.cfg
 	cfg.Strategy = c.Strategy
+	cfg.SharedTP, cfg.SharedDP = true, true
 	p, err := plans.CompileSharing(cfg)
 	if err == nil {
 		c.Step, err = step(p, s.d)
@@ -270,8 +279,23 @@ func (s *searcher) eval(counts []int) *Candidate {
 		c.Err = err
 		return c
 	}
-	s.plans[k] = p
+	if s.best == nil || c.Step < s.best.Step {
+		s.best, s.plan = c, p
+	}
 	return c
+}
+
+// result returns the best candidate's plan, compiled as s.cfg asks: the
+// one simulated where it shares no more than s.cfg allows (where it shares
+// less, its replicas could not), else again with its ranks and replicas
+// listed.
+func (s *searcher) result() (*plans.Plan, error) {
+	if (!s.plan.SharedTP || s.cfg.SharedTP) && (!s.plan.SharedDP || s.cfg.SharedDP) {
+		return s.plan, nil
+	}
+	cfg := s.cfg
+	cfg.Strategy = s.best.Strategy
+	return plans.CompileSharing(cfg)
 }
 
 // climb is the local search: from cur, move m units from one count to

@@ -230,3 +230,47 @@ func TestCompositions(t *testing.T) {
 	}
 	require.Equal(t, 100, compositions(64, 3, 100), "capped")
 }
+
+// A search compiles its candidates shared (one rank for each
+// tensor-parallel group, one replica for alike ones) and finds the steps
+// their whole plans simulate to; it returns the best candidate's plan as
+// the config asks, listing every rank and replica unless it asks to share.
+func TestSearchSharesCandidates(t *testing.T) {
+	const model = "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024"
+	for _, c := range []struct{ cluster, strategy string }{
+		{"dgx-a100x2", "dp=2,tp=2,pp=4,mb=4,layers=auto"},
+		{"dgx-a100", "dp=4,tp=2,mbs=2,mb=auto"},
+		{"mixed-a100-v100", "dp=2,tp=2,mbs=2,mb=auto"},
+	} {
+		cfg := autoConfig(t, model, c.cluster, c.strategy, 16, false)
+		d := catalogModel(t, c.cluster)
+		res, err := Resolve(cfg, d, Options{})
+		require.NoError(t, err, c.strategy)
+		feasible := 0
+		for _, cand := range res.Candidates {
+			if cand.Err != nil {
+				continue
+			}
+			feasible++
+			whole := cfg
+			whole.Strategy = cand.Strategy
+			p, err := plans.Compile(whole)
+			require.NoError(t, err)
+			require.False(t, p.SharedTP || p.SharedDP)
+			want, err := step(p, d)
+			require.NoError(t, err)
+			require.Equal(t, want, cand.Step, "%s on %s", cand.Strategy, c.cluster)
+		}
+		require.Positive(t, feasible, c.strategy)
+		require.Equal(t, res.Best().Strategy.String(), res.Plan.Strategy)
+		require.False(t, res.Plan.SharedTP || res.Plan.SharedDP, "listed whole, as the config asks")
+
+		shared := cfg
+		shared.SharedTP, shared.SharedDP = true, true
+		again, err := Resolve(shared, d, Options{})
+		require.NoError(t, err)
+		require.Equal(t, res.Candidates, again.Candidates)
+		require.True(t, again.Plan.SharedTP, "as simulated: %s", again.Plan.Strategy)
+		require.Equal(t, res.Plan.Memory, again.Plan.Memory)
+	}
+}
