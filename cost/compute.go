@@ -284,6 +284,24 @@ func (m *ComputeModel) Slowdown(dev topology.DeviceSpec, kind string) float64 {
 	return dc.Contention
 }
 
+// Contends reports whether a device has any contention calibrated: for
+// all its kernels or for some kinds (Slowdown above 0 for some kind).
+func (m *ComputeModel) Contends(dev topology.DeviceSpec) bool {
+	dc := m.device(dev)
+	if dc == nil {
+		return false
+	}
+	if dc.Contention > 0 {
+		return true
+	}
+	for _, k := range dc.OpContention {
+		if k > 0 {
+			return true
+		}
+	}
+	return false
+}
+
 // Dispatch is the calibrated dispatch latency of a device (see
 // DeviceCalibration.Dispatch), 0 when uncalibrated.
 func (m *ComputeModel) Dispatch(dev topology.DeviceSpec) time.Duration {

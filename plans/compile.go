@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 
@@ -113,6 +114,9 @@ func newCompiler(cfg Config) (*compiler, error) {
 		Images:  graph.Spec{Shape: append(graph.Shape{cfg.Batch}, m.Images.Spec.Shape[1:]...), DType: m.Images.Spec.DType},
 	}
 	if err := checkSharedDP(c.p, st); err != nil {
+		return nil, err
+	}
+	if err := checkSharedHosts(c.p); err != nil {
 		return nil, err
 	}
 	if m.Labels != nil { // one label per sample, or per position of a language model's sequence
@@ -255,14 +259,42 @@ func checkSharedDP(p *Plan, st Strategy) error {
 	return nil
 }
 
+// checkSharedHosts refuses to list a device for a peer (Plan.Listed) on
+// another host whose host holds other devices alike: the devices of a host
+// slow each other down (sim.Contention), so the two would not run at the
+// same speed, nor in step. Where every host holds the same devices by
+// what they stand for (whole replicas, whole groups), they do.
+func checkSharedHosts(p *Plan) error {
+	if !p.SharedTP && !p.SharedDP {
+		return nil
+	}
+	held := map[string]map[int]int{} // by host: devices by the listed device they stand for
+	for d, dev := range p.Devices {
+		if held[dev.Host] == nil {
+			held[dev.Host] = map[int]int{}
+		}
+		held[dev.Host][p.Listed(d)]++
+	}
+	for d, dev := range p.Devices {
+		l := &p.Devices[p.Listed(d)]
+		if dev.Host != l.Host && !maps.Equal(held[dev.Host], held[l.Host]) {
+			return &unlikeReplicas{fmt.Errorf("%w: %s cannot stand for %s: their hosts %s and %s hold other devices alike, which would slow them down unlike",
+				ErrInfeasible, l.Name, dev.Name, l.Host, dev.Host)}
+		}
+	}
+	return nil
+}
+
 // unlikeReplicas is an ErrInfeasible that is also ErrUnlikeReplicas.
 type unlikeReplicas struct{ error }
 
 func (e *unlikeReplicas) Unwrap() []error { return []error{e.error, ErrUnlikeReplicas} }
 
-// CompileSharing is Compile taking Config.SharedDP where it applies: where
-// replica 0 cannot stand for the others (uneven micro-batches, devices of
-// other types) it lists them all, and the plan's SharedDP says so. For
+// CompileSharing is Compile taking Config.SharedDP and SharedTP where they
+// apply: where replica 0 cannot stand for the others (uneven
+// micro-batches, devices of other types, hosts holding unlike shares of
+// the replicas) it lists them all, and likewise a tensor-parallel group's
+// ranks; the plan's SharedDP and SharedTP say what it did. For
 // the simulator, which ranks strategies alike either way (a shared plan
 // simulates to its whole plan's step, with the same memory).
 func CompileSharing(cfg Config) (*Plan, error) {
@@ -272,7 +304,11 @@ func CompileSharing(cfg Config) (*Plan, error) {
 	p, err := Compile(cfg)
 	if cfg.SharedDP && errors.Is(err, ErrUnlikeReplicas) {
 		cfg.SharedDP = false
-		return Compile(cfg)
+		p, err = Compile(cfg)
+	}
+	if cfg.SharedTP && errors.Is(err, ErrUnlikeReplicas) {
+		cfg.SharedTP = false
+		p, err = Compile(cfg)
 	}
 	return p, err
 }

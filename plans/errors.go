@@ -16,9 +16,10 @@ var (
 	// than the plan has devices, which DevicesFromCluster's oversubscribe
 	// allows.
 	ErrFewerCores = errors.New("fewer CPU cores than devices")
-	// ErrUnlikeReplicas, with ErrInfeasible: Config.SharedDP asks for
-	// replica 0 to stand for replicas that do not run alike (uneven
-	// micro-batches, devices of other types); compiling them all works.
+	// ErrUnlikeReplicas, with ErrInfeasible: Config.SharedDP or SharedTP
+	// asks for a device to stand for replicas or ranks that do not run
+	// alike (uneven micro-batches, devices of other types, hosts holding
+	// unlike shares of them); compiling them all works (CompileSharing).
 	ErrUnlikeReplicas = errors.New("replicas differ")
 )
 

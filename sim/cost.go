@@ -360,6 +360,33 @@ func (m CostModel) Dispatch(p *plans.Plan, device int) time.Duration {
 	return m.Compute.Dispatch(spec)
 }
 
+// SharesExactly reports whether plans listing one rank for a
+// tensor-parallel group or one replica for its peers (plans.Config's
+// SharedTP and SharedDP) simulate under d on devs to the steps of their
+// whole plans: where d prices no dispatch latency and no contention between
+// the devices of a host on them. Then a listed device and its peers run
+// alike and at once. A group's collective is at home on one member, so a
+// dispatch latency wakes the peers after the member it is at home on, and
+// contention slows them down unlike it. Durations other than CostModel
+// that model either are taken to price them.
+func SharesExactly(d Durations, devs []plans.Device) bool {
+	if m, ok := d.(CostModel); ok {
+		for _, dev := range devs {
+			spec, err := topology.Spec(dev.Type, dev.Workers)
+			if err != nil {
+				return false
+			}
+			if m.Compute.Dispatch(spec) > 0 || m.Compute.Contends(spec) {
+				return false
+			}
+		}
+		return true
+	}
+	_, dispatch := d.(Dispatch)
+	_, contention := d.(Contention)
+	return !dispatch && !contention
+}
+
 func deviceSpec(p *plans.Plan, device int) (topology.DeviceSpec, error) {
 	d := p.Devices[device]
 	return topology.Spec(d.Type, d.Workers)

@@ -282,10 +282,43 @@ type hosts struct {
 	of       []int     // host index by device; −1: shares with no one
 	slowdown []float64 // by task
 	members  [][]int   // devices by host
+	// A device listed for peers (Plan.Listed: tensor-parallel ranks,
+	// data-parallel replicas), which run alike and at once, stands for
+	// those of its host, busy when it is: all of them while it runs a
+	// task of its own (class 0), but for a group's collective only those
+	// of the other kind, since the whole plan has one such collective for
+	// the group, at home on one of its members (class 1: a tensor-parallel
+	// group's, standing for the replicas; class 2: the replicas', standing
+	// for the ranks). weight is by device and class, class by task.
+	weight [][3]int
+	class  []uint8
 }
 
 func newHosts(p *plans.Plan, d Durations) *hosts {
-	h := &hosts{of: make([]int, len(p.Devices)), slowdown: make([]float64, len(p.Tasks))}
+	h := &hosts{of: make([]int, len(p.Devices)), slowdown: make([]float64, len(p.Tasks)), weight: make([][3]int, len(p.Devices)),
+		class: make([]uint8, len(p.Tasks))}
+	for dev, pd := range p.Devices {
+		l := p.Listed(dev)
+		if pd.Host != p.Devices[l].Host {
+			continue
+		}
+		sameRank, sameReplica := p.TPRank(dev) == p.TPRank(l), p.Replica(dev) == p.Replica(l)
+		h.weight[l][0]++
+		if sameRank {
+			h.weight[l][1]++ // a replica of l's rank
+		}
+		if sameReplica {
+			h.weight[l][2]++ // a rank of l's replica
+		}
+	}
+	for t, task := range p.Tasks {
+		if task.Kind == plans.AllReduce || task.Kind == plans.AllGather || task.Kind == plans.ReduceScatter {
+			h.class[t] = 2
+			if task.Sum {
+				h.class[t] = 1
+			}
+		}
+	}
 	c, ok := d.(Contention)
 	index := map[string]int{}
 	for dev, pd := range p.Devices {
@@ -371,7 +404,8 @@ type engine struct {
 	running map[int]*running
 	free    []*running // finished, for reuse
 	byDev   [][]int    // running instances by device, in start order
-	busy    []int      // devices busy on each host
+	classes [][3]int   // running instances by device and hosts.class
+	busy    []int      // devices busy on each host, as standing counts them
 }
 
 func (s *engine) home(inst int) int { return s.homes[s.task(inst)] }
@@ -413,14 +447,12 @@ func (s *engine) start(inst int, now trace.Time) {
 		s.running = map[int]*running{}
 		s.byDev = make([][]int, len(s.p.Devices))
 		s.busy = make([]int, len(s.hosts.members))
+		s.classes = make([][3]int, len(s.p.Devices))
 	}
 	dev := s.home(inst)
-	wasIdle := len(s.byDev[dev]) == 0
-	s.byDev[dev] = append(s.byDev[dev], inst)
-	if wasIdle {
-		s.changeBusy(dev, +1, now)
-	}
 	task := s.p.Firings[inst%len(s.p.Firings)].Task
+	s.byDev[dev] = append(s.byDev[dev], inst)
+	s.changeBusy(dev, task, +1, now)
 	r := s.newRunning()
 	*r = running{dev: dev, start: now, since: now, remaining: float64(s.dur[task]), host: s.rate(inst), link: 1}
 	s.running[inst] = r
@@ -443,9 +475,7 @@ func (s *engine) finish(inst int, now trace.Time) {
 			break
 		}
 	}
-	if len(s.byDev[dev]) == 0 {
-		s.changeBusy(dev, -1, now)
-	}
+	s.changeBusy(dev, s.task(inst), -1, now)
 	if s.links != nil && len(s.links.of[s.task(inst)]) > 0 {
 		i := slices.Index(s.flows, inst)
 		s.flows = slices.Delete(s.flows, i, i+1)
@@ -562,23 +592,46 @@ func (s *engine) task(inst int) int { return s.p.Firings[inst%len(s.p.Firings)].
 // stream is the home stream of inst's task: the goroutine that runs it.
 func (s *engine) stream(inst int) int { return s.p.Tasks[s.task(inst)].Streams[0] }
 
-// changeBusy records dev turning busy (+1) or idle (−1) and re-rates the
-// firings running on the other devices of its host.
-func (s *engine) changeBusy(dev, delta int, now trace.Time) {
+// changeBusy counts a firing of task t starting (+1) or ending (−1) on dev
+// and, where that changes how many devices of its host dev stands for busy
+// (standing), re-rates the firings running on the host.
+func (s *engine) changeBusy(dev, t, delta int, now trace.Time) {
 	h := s.hosts.of[dev]
 	if h < 0 {
 		return
 	}
-	s.busy[h] += delta
+	was := s.standing(dev)
+	s.classes[dev][s.hosts.class[t]] += delta
+	d := s.standing(dev) - was
+	if d == 0 {
+		return
+	}
+	s.busy[h] += d
 	for _, other := range s.hosts.members[h] {
-		if other == dev {
-			continue
-		}
 		for _, inst := range s.byDev[other] {
-			r := s.running[inst]
-			s.rerate(inst, r, s.rate(inst), r.link, now)
+			if r := s.running[inst]; r != nil { // not the firing starting
+				s.rerate(inst, r, s.rate(inst), r.link, now)
+			}
 		}
 	}
+}
+
+// standing is how many devices of its host dev stands for busy now: none
+// while it runs nothing, else those its running firings stand for (see
+// hosts.weight; the two kinds of collective share dev itself).
+func (s *engine) standing(dev int) int {
+	c, w := s.classes[dev], s.hosts.weight[dev]
+	switch {
+	case c[0] > 0:
+		return w[0]
+	case c[1] > 0 && c[2] > 0:
+		return w[1] + w[2] - 1
+	case c[1] > 0:
+		return w[1]
+	case c[2] > 0:
+		return w[2]
+	}
+	return 0
 }
 
 // before orders events by time, then by when they were scheduled.

@@ -920,14 +920,23 @@ func TestSharedRanksMatchWholePlan(t *testing.T) {
 		cl, err := topology.Resolve(c.cluster)
 		require.NoError(t, err)
 		m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cl)}
-		run := func(tp, dp bool) (*plans.Plan, time.Duration) {
+		// The devices of a host slowing each other down: a listed device
+		// stands for its peers of its host, busy when it is. Not to the
+		// nanosecond: in the whole plan a group's collective keeps only
+		// the member it is at home on busy, and its peers then run a hair
+		// apart (up to 113 ns in 11.8 ms here); sweeps share plans only
+		// where no contention is priced (SharesExactly).
+		slowed := contendedModel{m, 0.3}
+		run := func(tp, dp bool) (*plans.Plan, time.Duration, time.Duration) {
 			p := compileOn(t, cl, "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", c.strategy, 16, graph.SGD{LR: 0.1}, tp, dp)
-			return p, stepOf(t, p, m)
+			return p, stepOf(t, p, m), stepOf(t, p, slowed)
 		}
-		whole, want := run(false, false)
+		whole, want, wantSlowed := run(false, false)
+		require.Greater(t, wantSlowed, want, "contention slows %s", c.strategy)
 		for _, shared := range [][2]bool{{true, false}, {false, true}, {true, true}} {
-			p, got := run(shared[0], shared[1])
+			p, got, gotSlowed := run(shared[0], shared[1])
 			require.Equal(t, want, got, "%s on %s, shared tp, dp %v", c.strategy, c.cluster, shared)
+			require.InEpsilon(t, float64(wantSlowed), float64(gotSlowed), 1e-4, "%s on %s with contention, shared tp, dp %v", c.strategy, c.cluster, shared)
 			require.Equal(t, whole.Memory, p.Memory, "%s, shared %v", c.strategy, shared)
 			k := 1
 			if p.SharedTP {
@@ -941,6 +950,64 @@ func TestSharedRanksMatchWholePlan(t *testing.T) {
 			}
 		}
 	}
+}
+
+// contendedModel is a cost model whose devices of one host slow each
+// other down by k per other busy device.
+type contendedModel struct {
+	CostModel
+	k float64
+}
+
+func (c contendedModel) Slowdown(*plans.Plan, int) float64 { return c.k }
+
+// Where hosts hold unlike shares of the replicas (dp=3 of four GPUs over
+// two machines of eight: two replicas on one, one on the other), a replica
+// alone on its host runs faster: replica 0 cannot stand for it, and
+// CompileSharing lists the replicas whole while sharing the
+// tensor-parallel ranks, simulating to the whole plan's step.
+func TestSharedHostsUnlike(t *testing.T) {
+	cl, err := topology.Resolve("dgx-a100x2")
+	require.NoError(t, err)
+	const model, strategy = "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", "dp=3,tp=4,mb=2"
+	st, err := plans.ParseStrategy(strategy, 24)
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(cl, st.Devices(), false)
+	require.NoError(t, err)
+	cfg := plans.Config{Model: model, Batch: 24, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: cl.Name, Devices: devs, SharedTP: true, SharedDP: true}
+	_, err = plans.Compile(cfg)
+	require.ErrorIs(t, err, plans.ErrUnlikeReplicas)
+	require.ErrorContains(t, err, "hold other devices alike")
+	shared, err := plans.CompileSharing(cfg)
+	require.NoError(t, err)
+	require.True(t, shared.SharedTP)
+	require.False(t, shared.SharedDP)
+	cfg.SharedTP, cfg.SharedDP = false, false
+	whole, err := plans.Compile(cfg)
+	require.NoError(t, err)
+	slowed := contendedModel{CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cl)}, 0.3}
+	require.InEpsilon(t, float64(stepOf(t, whole, slowed)), float64(stepOf(t, shared, slowed)), 1e-4)
+}
+
+// Shared plans simulate exactly only where no dispatch latency and no
+// contention is priced on the devices.
+func TestSharesExactly(t *testing.T) {
+	c, err := topology.Resolve("dgx-a100")
+	require.NoError(t, err)
+	devs, err := plans.DevicesFromCluster(c, 2, false)
+	require.NoError(t, err)
+	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
+	require.True(t, SharesExactly(m, devs), "the catalog's efficiencies price neither")
+	key := devs[0].Type
+	calibrated := func(dc cost.DeviceCalibration) CostModel {
+		return CostModel{Compute: cost.NewComputeModel(&cost.Calibration{Version: 1, Devices: map[string]*cost.DeviceCalibration{key: &dc}}), Comm: m.Comm}
+	}
+	require.True(t, SharesExactly(calibrated(cost.DeviceCalibration{}), devs))
+	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{Dispatch: time.Microsecond}), devs))
+	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{Contention: 0.1}), devs))
+	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{OpContention: map[string]float64{"matmul": 0.1}}), devs))
+	require.False(t, SharesExactly(contended{0.5}, devs), "a Durations that models contention")
+	require.True(t, SharesExactly(DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return 0, nil }), devs))
 }
 
 // compileBF16 compiles model under strategy, in bf16, on the first devices

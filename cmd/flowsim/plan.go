@@ -234,8 +234,8 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string, shared bool) {
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
 	if shared {
-		fl.BoolVar(&f.sharedTP, "shared-tp", true, "compile tensor-parallel rank 0 only, which every rank runs alike: plans tp times smaller, simulated to the same step and memory (--shared-tp=false lists every rank)")
-		fl.BoolVar(&f.sharedDP, "shared-dp", true, "compile data-parallel replica 0 only where every replica runs alike (even micro-batches, same devices): plans dp times smaller, simulated to the same step and memory (--shared-dp=false lists every replica)")
+		fl.BoolVar(&f.sharedTP, "shared-tp", true, "compile tensor-parallel rank 0 only, which every rank runs alike: plans tp times smaller, simulated to the same step and memory (default: where the cost model prices no dispatch latency or contention on the devices; --shared-tp=false lists every rank)")
+		fl.BoolVar(&f.sharedDP, "shared-dp", true, "compile data-parallel replica 0 only where every replica runs alike (even micro-batches, same devices): plans dp times smaller, simulated to the same step and memory (default: as --shared-tp; --shared-dp=false lists every replica)")
 	} else {
 		fl.BoolVar(&f.sharedTP, "shared-tp", false, "compile tensor-parallel rank 0 only, which every rank runs alike: a plan tp times smaller for the simulator (flowrun refuses it)")
 		fl.BoolVar(&f.sharedDP, "shared-dp", false, "compile data-parallel replica 0 only, which every replica runs alike (even micro-batches, same devices): a plan dp times smaller for the simulator (flowrun refuses it)")

@@ -24,6 +24,7 @@ import (
 	"github.com/flowkit/flowkit/internal/jsonerr"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
+	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
@@ -76,8 +77,10 @@ cost model (--calib, else the catalog's efficiencies); the table ranks them
 by step time, then peak memory, and -o writes the best plan, every rank
 and replica listed, as flowrun runs it. Each strategy is compiled with one
 rank standing for each tensor-parallel group and one replica for all where
-they run alike (--shared-tp, --shared-dp; on by default): the plans are
-tp·dp times smaller and simulate to the same step and memory. Under the
+they run alike (--shared-tp, --shared-dp; on by default where the cost
+model prices no dispatch latency or contention between a host's devices,
+as the catalog's efficiencies do not): the plans are tp·dp times smaller
+and simulate to the same step and memory. Under the
 table, the memory–time front: the strategies no other beats on both, each
 the fastest within its memory (in --json, "front", by index); --plot draws
 them all.
@@ -274,6 +277,17 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if err := checkSearchCalib(f.calib, calib, cfg.Devices, "the sweep's devices"); err != nil {
 		return err
 	}
+	// Shared plans rank as whole ones where the cost model prices no
+	// dispatch latency or contention on the devices (sim.SharesExactly):
+	// elsewhere (a calibrated CPU, say) they are shared only if asked.
+	exact := sim.SharesExactly(model, cfg.Devices)
+	if !f.flags.Changed("shared-tp") {
+		f.sharedTP = exact
+	}
+	if !f.flags.Changed("shared-dp") {
+		f.sharedDP = exact
+	}
+	cfg.SharedTP, cfg.SharedDP = f.sharedTP, f.sharedDP
 	bar := lazyBar(fmt.Sprintf("sweeping %d strategies", len(strategies)))
 	entries, err := search.Sweep(cfg, model, strategies, search.Options{Shard: shard, Shards: shards, Progress: bar.set,
 		Workers: runtime.GOMAXPROCS(0)}) // the cost model is safe for concurrent use

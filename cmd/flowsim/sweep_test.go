@@ -364,6 +364,24 @@ func TestSweepShared(t *testing.T) {
 	paths := writeShards(t, append(slices.Clone(args), "--shared-dp=false"), args)
 	_, err := run(t, "sweep", "merge", paths[0], paths[1])
 	require.ErrorContains(t, err, "shared_dp")
+
+	// A calibration that prices dispatch latencies (as a CPU's does):
+	// shared plans would not rank as whole ones, and are made only if
+	// asked.
+	calib := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, os.WriteFile(calib, []byte(`{"version":1,"devices":{"cpu":{"dispatch_ns":100000}}}`), 0o644))
+	cpu := []string{"sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--calib", calib, "--json"}
+	for _, c := range []struct {
+		flags  []string
+		shared bool
+	}{{nil, false}, {[]string{"--shared-dp"}, true}} {
+		var f sweepFile
+		out, err := run(t, append(slices.Clone(cpu), c.flags...)...)
+		require.NoError(t, err)
+		require.NoError(t, json.Unmarshal([]byte(out), &f))
+		require.False(t, f.SharedTP, "%v", c.flags)
+		require.Equal(t, c.shared, f.SharedDP, "%v", c.flags)
+	}
 }
 
 // --max-memory caps every device's memory: plan refuses what needs more,

@@ -193,7 +193,7 @@ type space struct {
 // ranks them. Its error says how many were tried and why the first few
 // failed, when none is feasible.
 func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result, error) {
-	s := &searcher{cfg: cfg, d: d, sp: sp, seen: map[string]*Candidate{}, progress: opts.Progress, total: -1}
+	s := &searcher{cfg: cfg, d: d, sp: sp, seen: map[string]*Candidate{}, share: sim.SharesExactly(d, cfg.Devices), progress: opts.Progress, total: -1}
 	res := &Result{}
 	k := len(sp.least)
 	// Counts c ≥ least, Σc = total: compositions of total − Σleast + k
@@ -240,9 +240,10 @@ func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result,
 
 // A searcher compiles its candidates with one rank standing for each
 // tensor-parallel group and one replica for all where they run alike
-// (plans.CompileSharing): they simulate to the steps of their whole plans,
-// with the same memory, in tp·dp times less work. It keeps the plan of the
-// best candidate so far, and no other.
+// (plans.CompileSharing) where that simulates to the steps of their whole
+// plans (sim.SharesExactly), with the same memory, in tp·dp times less
+// work; elsewhere as its config asks. It keeps the plan of the best
+// candidate so far, and no other.
 type searcher struct {
 	cfg   plans.Config
 	d     sim.Durations
@@ -251,6 +252,7 @@ type searcher struct {
 	order []string              // keys of seen, in evaluation order
 	best  *Candidate            // the fastest feasible so far (the first tried of equals)
 	plan  *plans.Plan           // best's
+	share bool                  // sim.SharesExactly: candidates are compiled shared
 
 	progress func(done, total int)
 	total    int
@@ -267,7 +269,7 @@ func (s *searcher) eval(counts []int) *Candidate {
 	s.order = append(s.order, k)
 	cfg := s.cfg
 	cfg.Strategy = c.Strategy
-	cfg.SharedTP, cfg.SharedDP = true, true
+	cfg.SharedTP, cfg.SharedDP = cfg.SharedTP || s.share, cfg.SharedDP || s.share
 	p, err := plans.CompileSharing(cfg)
 	if err == nil {
 		c.Step, err = step(p, s.d)
