@@ -296,6 +296,27 @@ var kinds = []TaskKind{Compute, Input, Transfer, Accumulate, AllReduce, AllGathe
 // AllReduce, AllGather and ReduceScatter.
 func (k TaskKind) Collective() bool { return k == AllReduce || k == AllGather || k == ReduceScatter }
 
+// FiringsAs is the number of firings per iteration p would have listing
+// one rank for each tensor-parallel group only if sharedTP, and one
+// replica for all only if sharedDP: under SharedTP and SharedDP a task
+// stands for its peers' (a tensor-parallel group's collective, Task.Sum,
+// for the replicas' only; the replicas' collectives for the ranks' only).
+func (p *Plan) FiringsAs(sharedTP, sharedDP bool) int {
+	n := 0
+	for t := range p.Tasks {
+		task, k := &p.Tasks[t], p.Fires(t)
+		collective := task.Kind.Collective()
+		if p.SharedTP && !sharedTP && !(collective && task.Sum) {
+			k *= p.TPDegree()
+		}
+		if p.SharedDP && !sharedDP && !(collective && !task.Sum) {
+			k *= p.DP
+		}
+		n += k
+	}
+	return n
+}
+
 // ReadMode says which write of a register an input reads.
 type ReadMode string
 

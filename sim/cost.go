@@ -287,21 +287,9 @@ func (m CostModel) price(p *plans.Plan, t, offset int) (d time.Duration, uses []
 // uses the links of all of them, so that they share links with each other
 // and with everything else as the whole plan's would.
 func (m CostModel) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
-	home := p.Streams[p.Tasks[t].Streams[0]].Device
-	spec, err := deviceSpec(p, home)
-	if err != nil {
+	offsets, err := m.peerOffsets(p, t)
+	if err != nil || offsets == nil {
 		return nil, err
-	}
-	if !m.communicates(p, t, spec) {
-		return nil, nil
-	}
-	task := &p.Tasks[t]
-	offsets := []int{0}
-	if p.SharedTP && (task.Kind == plans.Transfer || !task.Sum) {
-		offsets = stride(offsets, p.TPDegree(), 1)
-	}
-	if p.SharedDP && (task.Kind == plans.Transfer || task.Sum) {
-		offsets = stride(offsets, p.DP, p.PP*p.TPDegree())
 	}
 	if len(offsets) == 1 {
 		_, uses, _, err := m.price(p, t, 0)
@@ -330,6 +318,28 @@ func (m CostModel) Links(p *plans.Plan, t int) ([]cost.LinkUse, error) {
 }
 
 // stride returns offsets + k·step for every offset and k < n.
+// peerOffsets returns the device offsets of the peers a transfer or
+// collective t stands for in a plan listing one rank or replica for its
+// group (0 first: itself), or nil if t uses no link.
+func (m CostModel) peerOffsets(p *plans.Plan, t int) ([]int, error) {
+	spec, err := deviceSpec(p, p.Streams[p.Tasks[t].Streams[0]].Device)
+	if err != nil {
+		return nil, err
+	}
+	if !m.communicates(p, t, spec) {
+		return nil, nil
+	}
+	task := &p.Tasks[t]
+	offsets := []int{0}
+	if p.SharedTP && (task.Kind == plans.Transfer || !task.Sum) {
+		offsets = stride(offsets, p.TPDegree(), 1)
+	}
+	if p.SharedDP && (task.Kind == plans.Transfer || task.Sum) {
+		offsets = stride(offsets, p.DP, p.PP*p.TPDegree())
+	}
+	return offsets, nil
+}
+
 func stride(offsets []int, n, step int) []int {
 	var out []int
 	for k := range n {
@@ -360,31 +370,71 @@ func (m CostModel) Dispatch(p *plans.Plan, device int) time.Duration {
 	return m.Compute.Dispatch(spec)
 }
 
-// SharesExactly reports whether plans listing one rank for a
-// tensor-parallel group or one replica for its peers (plans.Config's
-// SharedTP and SharedDP) simulate under d on devs to the steps of their
-// whole plans: where d prices no dispatch latency and no contention between
-// the devices of a host on them. Then a listed device and its peers run
-// alike and at once. A group's collective is at home on one member, so a
-// dispatch latency wakes the peers after the member it is at home on, and
-// contention slows them down unlike it. Durations other than CostModel
-// that model either are taken to price them.
-func SharesExactly(d Durations, devs []plans.Device) bool {
-	if m, ok := d.(CostModel); ok {
-		for _, dev := range devs {
-			spec, err := topology.Spec(dev.Type, dev.Workers)
-			if err != nil {
-				return false
-			}
-			if m.Compute.Dispatch(spec) > 0 || m.Compute.Contends(spec) {
+// SharesExactly reports whether p, where it lists one rank for a
+// tensor-parallel group or one replica for its peers (Plan.SharedTP,
+// SharedDP), simulates under d to the step of the plan listing them all:
+// where its peers run alike and at once. That takes a cost model that
+// prices no dispatch latency and no contention between the devices of a
+// host on p's devices (a group's collective is at home on one member: a
+// latency wakes the others after it, contention slows them unlike it),
+// and every transfer and collective priced alike for each peer it stands
+// for, in time and in the shares of the links it uses (on a DGX-1's hybrid
+// cube mesh, ranks 0 and 1 of a group reach the next stage over two
+// NVLinks, ranks 2 and 3 over one). Durations other than CostModel are
+// taken to price a plan alike for every peer unless they model dispatch,
+// contention or links.
+func SharesExactly(d Durations, p *plans.Plan) bool {
+	if !p.SharedTP && !p.SharedDP {
+		return true
+	}
+	m, ok := d.(CostModel)
+	if !ok {
+		_, dispatch := d.(Dispatch)
+		_, contention := d.(Contention)
+		_, links := d.(LinkSharing)
+		return !dispatch && !contention && !links
+	}
+	for _, dev := range p.Devices {
+		spec, err := topology.Spec(dev.Type, dev.Workers)
+		if err != nil || m.Compute.Dispatch(spec) > 0 || m.Compute.Contends(spec) {
+			return false
+		}
+	}
+	for t := range p.Tasks {
+		offsets, err := m.peerOffsets(p, t)
+		if err != nil {
+			return false
+		}
+		if len(offsets) < 2 {
+			continue
+		}
+		d0, u0, ok, err := m.price(p, t, 0)
+		if err != nil || !ok {
+			return false
+		}
+		for _, o := range offsets[1:] {
+			d1, u1, ok, err := m.price(p, t, o)
+			if err != nil || !ok || d1 != d0 || !sameShares(u0, u1) {
 				return false
 			}
 		}
-		return true
 	}
-	_, dispatch := d.(Dispatch)
-	_, contention := d.(Contention)
-	return !dispatch && !contention
+	return true
+}
+
+// sameShares reports whether two sets of link uses ask the same shares of
+// their links, link for link in order of share.
+func sameShares(a, b []cost.LinkUse) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	sa, sb := make([]float64, len(a)), make([]float64, len(b))
+	for i := range a {
+		sa[i], sb[i] = a[i].Share, b[i].Share
+	}
+	slices.Sort(sa)
+	slices.Sort(sb)
+	return slices.Equal(sa, sb)
 }
 
 func deviceSpec(p *plans.Plan, device int) (topology.DeviceSpec, error) {

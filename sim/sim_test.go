@@ -948,6 +948,10 @@ func TestSharedRanksMatchWholePlan(t *testing.T) {
 			if k > 1 {
 				require.Less(t, len(p.Firings), 2*len(whole.Firings)/k, "%s, shared %v", c.strategy, shared)
 			}
+			require.Equal(t, len(whole.Firings), p.FiringsAs(false, false), "%s, shared %v", c.strategy, shared)
+			require.Equal(t, len(p.Firings), p.FiringsAs(p.SharedTP, p.SharedDP))
+			require.True(t, SharesExactly(m, p), "%s on %s, shared %v", c.strategy, c.cluster, shared)
+			require.Equal(t, !p.SharedTP && !p.SharedDP, SharesExactly(slowed, p), "contention is shared only approximately")
 		}
 	}
 }
@@ -990,24 +994,37 @@ func TestSharedHostsUnlike(t *testing.T) {
 }
 
 // Shared plans simulate exactly only where no dispatch latency and no
-// contention is priced on the devices.
+// contention is priced on their devices, and where every transfer and
+// collective is priced alike for each peer it stands for: not over a
+// DGX-1's hybrid cube mesh, whose ranks 0, 1 and 2, 3 of a group reach
+// the next stage over two NVLinks and one.
 func TestSharesExactly(t *testing.T) {
+	const model = "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024"
 	c, err := topology.Resolve("dgx-a100")
 	require.NoError(t, err)
-	devs, err := plans.DevicesFromCluster(c, 2, false)
-	require.NoError(t, err)
 	m := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(c)}
-	require.True(t, SharesExactly(m, devs), "the catalog's efficiencies price neither")
-	key := devs[0].Type
+	p := compileOn(t, c, model, "dp=2,tp=2,pp=2,mb=2", 16, graph.SGD{LR: 0.1}, true, true)
+	require.True(t, SharesExactly(m, p), "the catalog's efficiencies on NVSwitch")
+	key := p.Devices[0].Type
 	calibrated := func(dc cost.DeviceCalibration) CostModel {
 		return CostModel{Compute: cost.NewComputeModel(&cost.Calibration{Version: 1, Devices: map[string]*cost.DeviceCalibration{key: &dc}}), Comm: m.Comm}
 	}
-	require.True(t, SharesExactly(calibrated(cost.DeviceCalibration{}), devs))
-	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{Dispatch: time.Microsecond}), devs))
-	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{Contention: 0.1}), devs))
-	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{OpContention: map[string]float64{"matmul": 0.1}}), devs))
-	require.False(t, SharesExactly(contended{0.5}, devs), "a Durations that models contention")
-	require.True(t, SharesExactly(DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return 0, nil }), devs))
+	require.True(t, SharesExactly(calibrated(cost.DeviceCalibration{}), p))
+	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{Dispatch: time.Microsecond}), p))
+	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{Contention: 0.1}), p))
+	require.False(t, SharesExactly(calibrated(cost.DeviceCalibration{OpContention: map[string]float64{"matmul": 0.1}}), p))
+	require.False(t, SharesExactly(contended{0.5}, p), "a Durations that models contention")
+	require.True(t, SharesExactly(DurationFunc(func(*plans.Plan, int) (time.Duration, error) { return 0, nil }), p))
+	whole := compileOn(t, c, model, "dp=2,tp=2,pp=2,mb=2", 16, graph.SGD{LR: 0.1}, false, false)
+	require.True(t, SharesExactly(contended{0.5}, whole), "a whole plan is itself")
+
+	v, err := topology.Resolve("dgx-v100")
+	require.NoError(t, err)
+	mv := CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(v)}
+	shared := compileOn(t, v, model, "tp=4,pp=2,mb=2", 16, graph.SGD{LR: 0.1}, true, false)
+	require.False(t, SharesExactly(mv, shared))
+	whole = compileOn(t, v, model, "tp=4,pp=2,mb=2", 16, graph.SGD{LR: 0.1}, false, false)
+	require.NotEqual(t, stepOf(t, whole, mv), stepOf(t, shared, mv), "which is why")
 }
 
 // compileBF16 compiles model under strategy, in bf16, on the first devices

@@ -139,7 +139,7 @@ dtype of every float tensor of the model; memory is planned at its size.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runPlan(cmd.OutOrStdout(), f) },
 	}
 	fl := cmd.Flags()
-	f.register(fl, "the candidates of mb=auto or layers=auto", false)
+	f.register(fl, "the candidates of mb=auto or layers=auto")
 	fl.StringVar(&f.strategy, "strategy", "single", "parallel strategy: the grammar above, or a strategy file (*.yaml)")
 	fl.StringVarP(&f.out, "output", "o", "", "write the plan here (default: a summary only)")
 	fl.BoolVar(&f.json, "json", false, "print the summary as one JSON object")
@@ -217,10 +217,8 @@ func runPlan(w io.Writer, f planFlags) error {
 }
 
 // register adds the flags that say what to compile, and --calib, which
-// prices what. shared is the default of --shared-tp and --shared-dp: a
-// sweep, which only simulates, takes them; a plan, which may run, does
-// not.
-func (f *planFlags) register(fl *pflag.FlagSet, what string, shared bool) {
+// prices what.
+func (f *planFlags) register(fl *pflag.FlagSet, what string) {
 	f.flags = fl
 	fl.StringVar(&f.model, "model", "mnist-cnn", "model: "+strings.Join(zoo.Names(), ", ")+" (with size options: name:key=value,…), or a Hugging Face config.json of a llama, mistral, gpt2 or bert model (path/config.json[:key=value,…])")
 	fl.StringVar(&f.dtype, "dtype", "f32", "dtype of the model's float tensors: f32 or bf16")
@@ -233,13 +231,8 @@ func (f *planFlags) register(fl *pflag.FlagSet, what string, shared bool) {
 	fl.StringVar(&f.schedule, "lr-schedule", "constant", "learning-rate schedule the plan's updates follow: constant, cosine or linear, with options warmup=N, steps=N (where a decay ends) and min=R (a fraction of --lr), e.g. cosine:warmup=100,steps=2000,min=0.1")
 	fl.Uint64Var(&f.seed, "seed", 1, "seed of the initial weights")
 	fl.BoolVar(&f.oversubscribe, "oversubscribe", false, "allow more CPU devices than cores")
-	if shared {
-		fl.BoolVar(&f.sharedTP, "shared-tp", true, "compile tensor-parallel rank 0 only, which every rank runs alike: plans tp times smaller, simulated to the same step and memory (default: where the cost model prices no dispatch latency or contention on the devices; --shared-tp=false lists every rank)")
-		fl.BoolVar(&f.sharedDP, "shared-dp", true, "compile data-parallel replica 0 only where every replica runs alike (even micro-batches, same devices): plans dp times smaller, simulated to the same step and memory (default: as --shared-tp; --shared-dp=false lists every replica)")
-	} else {
-		fl.BoolVar(&f.sharedTP, "shared-tp", false, "compile tensor-parallel rank 0 only, which every rank runs alike: a plan tp times smaller for the simulator (flowrun refuses it)")
-		fl.BoolVar(&f.sharedDP, "shared-dp", false, "compile data-parallel replica 0 only, which every replica runs alike (even micro-batches, same devices): a plan dp times smaller for the simulator (flowrun refuses it)")
-	}
+	fl.BoolVar(&f.sharedTP, "shared-tp", false, "compile tensor-parallel rank 0 only, which every rank runs alike: a plan tp times smaller for the simulator (flowrun refuses it)")
+	fl.BoolVar(&f.sharedDP, "shared-dp", false, "compile data-parallel replica 0 only, which every replica runs alike (even micro-batches, same devices): a plan dp times smaller for the simulator (flowrun refuses it)")
 	fl.StringVar(&f.calib, "calib", "", "calibration file pricing "+what+" (from 'flowrun calibrate'; default: the catalog's efficiencies)")
 	fl.StringVar(&f.maxMemory, "max-memory", "", "plan for at most this much memory on each device, as 70GiB (room for a framework's context and fragmentation; default: each device's own)")
 }

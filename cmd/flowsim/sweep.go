@@ -24,7 +24,6 @@ import (
 	"github.com/flowkit/flowkit/internal/jsonerr"
 	"github.com/flowkit/flowkit/plans"
 	"github.com/flowkit/flowkit/plans/search"
-	"github.com/flowkit/flowkit/sim"
 	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
@@ -74,13 +73,14 @@ plan --help'). Every
 strategy is compiled (which rejects those
 that overflow a device's memory or can deadlock) and simulated with the
 cost model (--calib, else the catalog's efficiencies); the table ranks them
-by step time, then peak memory, and -o writes the best plan, every rank
-and replica listed, as flowrun runs it. Each strategy is compiled with one
-rank standing for each tensor-parallel group and one replica for all where
-they run alike (--shared-tp, --shared-dp; on by default where the cost
-model prices no dispatch latency or contention between a host's devices,
-as the catalog's efficiencies do not): the plans are tp·dp times smaller
-and simulate to the same step and memory. Under the
+by step time, then peak memory, and -o writes the best plan. Where it
+ranks a strategy exactly as its whole plan, which is wherever the cost
+model prices no dispatch latency or contention and prices every peer's
+transfers alike (NVSwitch machines with the catalog's efficiencies), a
+strategy is compiled with one rank standing for each tensor-parallel
+group and one replica for all (as --shared-tp and --shared-dp ask
+everywhere, approximately where not exact): tp·dp times less work, the
+same table. Under the
 table, the memory–time front: the strategies no other beats on both, each
 the fastest within its memory (in --json, "front", by index); --plot draws
 them all.
@@ -97,7 +97,7 @@ the one table the whole sweep would print.`,
 		RunE: func(cmd *cobra.Command, _ []string) error { return runSweep(cmd.OutOrStdout(), f) },
 	}
 	fl := cmd.Flags()
-	f.register(fl, "the strategies", true)
+	f.register(fl, "the strategies")
 	fl.IntVar(&f.devices, "devices", 0, "devices every strategy uses (default: all of the cluster's)")
 	fl.IntVar(&f.maxMB, "max-mb", 8, "the most micro-batches per replica tried")
 	fl.IntVar(&f.maxTP, "max-tp", -1, "tensor-parallel degrees tried: the powers of two up to this (-1: the devices of one machine, for models with a tensor-parallel layout; 1: none)")
@@ -107,7 +107,7 @@ the one table the whole sweep would print.`,
 	fl.StringSliceVar(&f.buckets, "buckets", nil, "also try each data-parallel strategy without ZeRO or with zero=1 with each of these gradient bucket sizes (bucket=…), as 1MiB,25MiB")
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
 	fl.StringVar(&f.shard, "shard", "", "sweep only shard i of N, as i/N (0 ≤ i < N)")
-	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here, every rank and replica listed (what flowrun runs)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
 	fl.BoolVar(&f.json, "json", false, "print every entry as one JSON object (the input of 'flowsim sweep merge')")
 	fl.StringVar(&f.plot, "plot", "", "draw every feasible strategy's peak memory against its step time, with the memory–time front, into this image (.svg, .png, .pdf …)")
 	cmd.AddCommand(newSweepMergeCmd())
@@ -138,8 +138,10 @@ type sweepSettings struct {
 	Seed          uint64  `json:"seed"`
 	Oversubscribe bool    `json:"oversubscribe,omitempty"`
 	// SharedTP and SharedDP are the sweep's --shared-tp and --shared-dp:
-	// its plans list one rank of a group, and one replica where they run
-	// alike (plans.CompileSharing). The best plan is written unshared.
+	// its plans list one rank of a group and one replica where they run
+	// alike (plans.CompileSharing), and so does the best plan, recompiled.
+	// Without them it shares plans only where that ranks them exactly,
+	// which changes no entry.
 	SharedTP bool `json:"shared_tp,omitempty"`
 	SharedDP bool `json:"shared_dp,omitempty"`
 	// WeightDecay is the weight decay the plans were compiled with (adamw's
@@ -277,17 +279,6 @@ func runSweep(w io.Writer, f sweepFlags) error {
 	if err := checkSearchCalib(f.calib, calib, cfg.Devices, "the sweep's devices"); err != nil {
 		return err
 	}
-	// Shared plans rank as whole ones where the cost model prices no
-	// dispatch latency or contention on the devices (sim.SharesExactly):
-	// elsewhere (a calibrated CPU, say) they are shared only if asked.
-	exact := sim.SharesExactly(model, cfg.Devices)
-	if !f.flags.Changed("shared-tp") {
-		f.sharedTP = exact
-	}
-	if !f.flags.Changed("shared-dp") {
-		f.sharedDP = exact
-	}
-	cfg.SharedTP, cfg.SharedDP = f.sharedTP, f.sharedDP
 	bar := lazyBar(fmt.Sprintf("sweeping %d strategies", len(strategies)))
 	entries, err := search.Sweep(cfg, model, strategies, search.Options{Shard: shard, Shards: shards, Progress: bar.set,
 		Workers: runtime.GOMAXPROCS(0)}) // the cost model is safe for concurrent use
@@ -384,17 +375,9 @@ func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, o sweepO
 		return fmt.Errorf("no strategy is feasible: no plan to write to %s", out)
 	}
 	if feasible && (out != "" || calib != nil) {
-		p, err := file.compile(file.Entries[0].Strategy, true)
+		p, err := file.compile(file.Entries[0].Strategy)
 		if err != nil {
 			return fmt.Errorf("recompiling the best strategy %s: %w", file.Entries[0].Strategy, err)
-		}
-		// The plan written is the one to run, every rank and replica
-		// listed, unless that has more firings than a plan may (it is
-		// then as simulated, with a note).
-		if n := unsharedFirings(p); out != "" && (p.SharedTP || p.SharedDP) && n <= plans.MaxFirings {
-			if p, err = file.compile(file.Entries[0].Strategy, false); err != nil {
-				return fmt.Errorf("recompiling the best strategy %s with every rank and replica: %w", file.Entries[0].Strategy, err)
-			}
 		}
 		best = p
 	}
@@ -438,7 +421,7 @@ func finishSweep(w io.Writer, file *sweepFile, calib *cost.Calibration, o sweepO
 	if out != "" {
 		fmt.Fprintf(w, "wrote %s (%s)\n", out, best.Strategy)
 		if best.SharedTP || best.SharedDP {
-			fmt.Fprintf(os.Stderr, "flowsim: note: %s lists one rank of each tensor-parallel group or one replica for all, as the sweep simulated it (flowrun refuses it): with every rank and replica, the plan would have about %d firings, more than the %d a plan may\n", out, unsharedFirings(best), plans.MaxFirings)
+			fmt.Fprintf(os.Stderr, "flowsim: note: %s lists one rank of each tensor-parallel group or one replica for all (--shared-tp, --shared-dp), as the sweep simulated it: flowrun refuses it; 'flowsim plan --strategy %s' without those flags compiles the plan to run\n", out, best.Strategy)
 		}
 	}
 	return nil
@@ -536,23 +519,8 @@ func dropFoundAgain(entries []sweepEntry, batch int) []sweepEntry {
 	return out
 }
 
-// unsharedFirings is about how many firings p would have with every rank
-// and replica listed (a group's collectives, listed once, are counted for
-// each of its members).
-func unsharedFirings(p *plans.Plan) int {
-	n := len(p.Firings)
-	if p.SharedTP {
-		n *= p.TPDegree()
-	}
-	if p.SharedDP {
-		n *= p.DP
-	}
-	return n
-}
-
-// compile recompiles a strategy of the sweep the file records: shared as
-// the sweep compiled it, or with every rank and replica listed.
-func (file *sweepFile) compile(strategy string, shared bool) (*plans.Plan, error) {
+// compile recompiles a strategy of the sweep the file records.
+func (file *sweepFile) compile(strategy string) (*plans.Plan, error) {
 	f := planFlags{model: file.Model, dtype: file.DType, cluster: file.Cluster, batch: file.Batch,
 		optimizer: file.Optimizer, lr: file.LR, momentum: file.Momentum, seed: file.Seed, oversubscribe: file.Oversubscribe,
 		sharedTP: file.SharedTP, sharedDP: file.SharedDP, weightDecay: file.WeightDecay, schedule: cmp.Or(file.Schedule, "constant")}
@@ -566,10 +534,6 @@ func (file *sweepFile) compile(strategy string, shared bool) (*plans.Plan, error
 	cfg, _, err := f.config(st)
 	if err != nil {
 		return nil, err
-	}
-	if !shared {
-		cfg.SharedTP, cfg.SharedDP = false, false
-		return plans.Compile(cfg)
 	}
 	return plans.CompileSharing(cfg)
 }
@@ -607,7 +571,7 @@ recompiles the best strategy's plan.`,
 	}
 	fl := cmd.Flags()
 	fl.IntVar(&f.top, "top", 10, "strategies shown (0: all)")
-	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here, every rank and replica listed (what flowrun runs)")
+	fl.StringVarP(&f.out, "output", "o", "", "write the best strategy's plan here")
 	fl.BoolVar(&f.json, "json", false, "print the merged sweep as one JSON object")
 	fl.StringVar(&f.plot, "plot", "", "draw every feasible strategy's peak memory against its step time, with the memory–time front, into this image (.svg, .png, .pdf …)")
 	return cmd

@@ -14,6 +14,8 @@ import (
 
 	"github.com/flowkit/flowkit/cost"
 	"github.com/flowkit/flowkit/plans"
+	"github.com/flowkit/flowkit/sim"
+	"github.com/flowkit/flowkit/topology"
 	"github.com/flowkit/flowkit/units"
 )
 
@@ -322,65 +324,76 @@ func stderrOf(t *testing.T, f func()) string {
 	return string(<-done)
 }
 
-// A sweep compiles its strategies shared by default (one rank of each
-// tensor-parallel group, one replica for all where they run alike) and
-// ranks them exactly as with every rank and replica listed: the same step
-// and peak memory for every strategy, and the same errors, on a machine
-// of GPUs and on one of unlike devices, whose uneven and placed strategies
-// list every replica. The best plan is written unshared, for flowrun; the
-// shards of a shared and an unshared sweep do not merge.
+// A sweep of shared plans (--shared-tp, --shared-dp) writes the best plan
+// shared, as it simulated it, and its shards are not those of the same
+// sweep unshared.
 func TestSweepShared(t *testing.T) {
+	dir := t.TempDir()
+	args := []string{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"}
+	best := filepath.Join(dir, "best.json")
+	_, err := run(t, append(args, "--shared-tp", "--shared-dp", "-o", best)...)
+	require.NoError(t, err)
+	p, err := plans.ReadFile(best)
+	require.NoError(t, err)
+	require.Equal(t, p.DP > 1, p.SharedDP, p.Strategy)
+	require.Equal(t, p.TP > 1, p.SharedTP, p.Strategy)
+	require.True(t, p.SharedDP || p.SharedTP, "the best of this sweep has replicas or a tensor-parallel group: %s", p.Strategy)
+
+	paths := writeShards(t, append(slices.Clone(args), "--shared-dp"), args)
+	_, err = run(t, "sweep", "merge", paths[0], paths[1])
+	require.ErrorContains(t, err, "shared_dp")
+}
+
+// A sweep shares plans where that ranks them exactly (NVSwitch machines
+// with the catalog's efficiencies), and there only: every entry is what
+// the whole plan of its strategy, compiled and simulated on its own,
+// gives — on an NVSwitch machine, on a DGX-1 (whose hybrid cube mesh
+// prices a group's ranks unlike), on unlike devices (uneven and placed
+// strategies) and under a calibration that prices dispatch latencies.
+// The best plan is written whole.
+func TestSweepSharesExactly(t *testing.T) {
+	calib := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, os.WriteFile(calib, []byte(`{"version":1,"devices":{"cpu":{"dispatch_ns":100000}}}`), 0o644))
 	for _, args := range [][]string{
 		{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"},
+		{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-v100", "--batch", "16", "--max-mb", "2"},
 		{"sweep", "--model", "mnist-cnn", "--cluster", "mixed-t4-cpu", "--batch", "64", "--max-mb", "2"},
+		{"sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--calib", calib},
 	} {
-		dir := t.TempDir()
-		best := filepath.Join(dir, "best.json")
+		best := filepath.Join(t.TempDir(), "best.json")
 		out, err := run(t, append(slices.Clone(args), "--json", "--top", "0", "-o", best)...)
 		require.NoError(t, err)
-		var shared, whole sweepFile
-		require.NoError(t, json.Unmarshal([]byte(out), &shared))
-		require.True(t, shared.SharedTP && shared.SharedDP, "recorded")
-		out, err = run(t, append(slices.Clone(args), "--json", "--top", "0", "--shared-tp=false", "--shared-dp=false")...)
+		var f sweepFile
+		require.NoError(t, json.Unmarshal([]byte(out), &f))
+		require.False(t, f.SharedTP || f.SharedDP, "nothing asked")
+		cluster, err := topology.Resolve(f.Cluster)
 		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal([]byte(out), &whole))
-		require.False(t, whole.SharedTP || whole.SharedDP)
-		require.Equal(t, whole.Entries, shared.Entries, "%v", args)
+		model, _, err := costModel(f.Calib, cluster)
+		require.NoError(t, err)
 		feasible := 0
-		for _, e := range shared.Entries {
-			if e.Error == "" {
-				feasible++
+		for _, e := range f.Entries {
+			if e.Error != "" {
+				continue
 			}
+			feasible++
+			p, err := f.compile(e.Strategy)
+			require.NoError(t, err, e.Strategy)
+			require.False(t, p.SharedTP || p.SharedDP)
+			tr, err := sim.Simulate(p, model, 4)
+			require.NoError(t, err)
+			step, err := tr.StepTime(1)
+			require.NoError(t, err)
+			var peak units.Bytes
+			for _, m := range p.Memory {
+				peak = max(peak, m.Peak)
+			}
+			require.Equal(t, int64(step), e.StepNs, "%s on %s", e.Strategy, f.Cluster)
+			require.Equal(t, int64(peak), e.Peak, "%s on %s", e.Strategy, f.Cluster)
 		}
 		require.Greater(t, feasible, 1, "%v", args)
-
 		p, err := plans.ReadFile(best)
 		require.NoError(t, err)
 		require.False(t, p.SharedDP || p.SharedTP, "the plan written lists every rank and replica: %s", p.Strategy)
-		require.Equal(t, shared.Entries[0].Strategy, p.Strategy)
-	}
-
-	args := []string{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"}
-	paths := writeShards(t, append(slices.Clone(args), "--shared-dp=false"), args)
-	_, err := run(t, "sweep", "merge", paths[0], paths[1])
-	require.ErrorContains(t, err, "shared_dp")
-
-	// A calibration that prices dispatch latencies (as a CPU's does):
-	// shared plans would not rank as whole ones, and are made only if
-	// asked.
-	calib := filepath.Join(t.TempDir(), "calib.json")
-	require.NoError(t, os.WriteFile(calib, []byte(`{"version":1,"devices":{"cpu":{"dispatch_ns":100000}}}`), 0o644))
-	cpu := []string{"sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--calib", calib, "--json"}
-	for _, c := range []struct {
-		flags  []string
-		shared bool
-	}{{nil, false}, {[]string{"--shared-dp"}, true}} {
-		var f sweepFile
-		out, err := run(t, append(slices.Clone(cpu), c.flags...)...)
-		require.NoError(t, err)
-		require.NoError(t, json.Unmarshal([]byte(out), &f))
-		require.False(t, f.SharedTP, "%v", c.flags)
-		require.Equal(t, c.shared, f.SharedDP, "%v", c.flags)
 	}
 }
 

@@ -193,7 +193,7 @@ type space struct {
 // ranks them. Its error says how many were tried and why the first few
 // failed, when none is feasible.
 func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result, error) {
-	s := &searcher{cfg: cfg, d: d, sp: sp, seen: map[string]*Candidate{}, share: sim.SharesExactly(d, cfg.Devices), progress: opts.Progress, total: -1}
+	s := &searcher{cfg: cfg, d: d, sp: sp, seen: map[string]*Candidate{}, progress: opts.Progress, total: -1}
 	res := &Result{}
 	k := len(sp.least)
 	// Counts c ≥ least, Σc = total: compositions of total − Σleast + k
@@ -238,12 +238,9 @@ func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result,
 	return res, nil
 }
 
-// A searcher compiles its candidates with one rank standing for each
-// tensor-parallel group and one replica for all where they run alike
-// (plans.CompileSharing) where that simulates to the steps of their whole
-// plans (sim.SharesExactly), with the same memory, in tp·dp times less
-// work; elsewhere as its config asks. It keeps the plan of the best
-// candidate so far, and no other.
+// A searcher compiles its candidates shared where that ranks them as whole
+// plans (compile), and keeps the plan of the best candidate so far, and
+// no other.
 type searcher struct {
 	cfg   plans.Config
 	d     sim.Durations
@@ -252,7 +249,6 @@ type searcher struct {
 	order []string              // keys of seen, in evaluation order
 	best  *Candidate            // the fastest feasible so far (the first tried of equals)
 	plan  *plans.Plan           // best's
-	share bool                  // sim.SharesExactly: candidates are compiled shared
 
 	progress func(done, total int)
 	total    int
@@ -269,8 +265,7 @@ func (s *searcher) eval(counts []int) *Candidate {
 	s.order = append(s.order, k)
 	cfg := s.cfg
 	cfg.Strategy = c.Strategy
-	cfg.SharedTP, cfg.SharedDP = cfg.SharedTP || s.share, cfg.SharedDP || s.share
-	p, err := plans.CompileSharing(cfg)
+	p, err := compile(cfg, s.d)
 	if err == nil {
 		c.Step, err = step(p, s.d)
 	}
@@ -328,6 +323,31 @@ func (s *searcher) climb(cur []int, first int) {
 			cur = next
 		}
 	}
+}
+
+// compile compiles cfg for a search or a sweep, which only rank plans:
+// with one rank standing for each tensor-parallel group and one replica
+// for all where they run alike (plans.CompileSharing) and that simulates
+// under d to the whole plan's step (sim.SharesExactly), with the same
+// memory, in up to tp·dp times less work; else as cfg asks. A plan too
+// large to compile as cfg asks is refused as Compile would refuse it.
+func compile(cfg plans.Config, d sim.Durations) (*plans.Plan, error) {
+	if cfg.SharedTP && cfg.SharedDP {
+		return plans.CompileSharing(cfg)
+	}
+	shared := cfg
+	shared.SharedTP, shared.SharedDP = true, true
+	p, err := plans.CompileSharing(shared)
+	if err != nil {
+		return nil, err
+	}
+	if !sim.SharesExactly(d, p) {
+		return plans.CompileSharing(cfg)
+	}
+	if n := p.FiringsAs(cfg.SharedTP, cfg.SharedDP); n > plans.MaxFirings {
+		return nil, &plans.FiringsError{Firings: n, Max: plans.MaxFirings}
+	}
+	return p, nil
 }
 
 // step simulates p and returns its steady-state step time.

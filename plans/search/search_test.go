@@ -274,3 +274,20 @@ func TestSearchSharesCandidates(t *testing.T) {
 		require.Equal(t, res.Plan.Memory, again.Plan.Memory)
 	}
 }
+
+// compile shares a plan where that simulates to the whole plan's step, and
+// elsewhere compiles it as asked: on an NVSwitch machine it lists one rank
+// and one replica; on a DGX-1, whose hybrid cube mesh prices a group's
+// ranks' transfers unlike, it lists them all.
+func TestCompileSharesExactly(t *testing.T) {
+	const model = "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024"
+	cfg := autoConfig(t, model, "dgx-a100x2", "dp=2,tp=2,pp=2,mb=2", 16, false)
+	p, err := compile(cfg, catalogModel(t, "dgx-a100x2"))
+	require.NoError(t, err)
+	require.True(t, p.SharedTP && p.SharedDP)
+
+	cfg = autoConfig(t, model, "dgx-v100", "tp=4,pp=2,mb=2", 16, false)
+	p, err = compile(cfg, catalogModel(t, "dgx-v100"))
+	require.NoError(t, err)
+	require.False(t, p.SharedTP || p.SharedDP)
+}

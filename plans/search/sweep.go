@@ -259,7 +259,7 @@ func sweepOne(cfg plans.Config, d sim.Durations, e *Entry) {
 			p, e.Step = res.Plan, res.Best().Step
 			e.Strategy = res.Best().Strategy
 		}
-	} else if p, err = plans.CompileSharing(c); err == nil {
+	} else if p, err = compile(c, d); err == nil {
 		e.Strategy = st
 		e.Step, err = step(p, d)
 	}
