@@ -268,18 +268,36 @@ func checkSharedHosts(p *Plan) error {
 	if !p.SharedTP && !p.SharedDP {
 		return nil
 	}
-	held := map[string]map[int]int{} // by host: devices by the listed device they stand for
+	byHost := map[string][]int{}
 	for d, dev := range p.Devices {
-		if held[dev.Host] == nil {
-			held[dev.Host] = map[int]int{}
-		}
-		held[dev.Host][p.Listed(d)]++
+		byHost[dev.Host] = append(byHost[dev.Host], d)
 	}
+	// view is what device d sees of its host: the devices by the listed
+	// device they stand for, and whether they are of d's rank and of d's
+	// replica (a collective's members: sim's hosts.weight).
+	type role struct {
+		listed             int
+		sameRank, sameRepl bool
+	}
+	view := func(d int) map[role]int {
+		v := map[role]int{}
+		for _, x := range byHost[p.Devices[d].Host] {
+			v[role{p.Listed(x), p.TPRank(x) == p.TPRank(d), p.Replica(x) == p.Replica(d)}]++
+		}
+		return v
+	}
+	views := map[int]map[role]int{}
 	for d, dev := range p.Devices {
-		l := &p.Devices[p.Listed(d)]
-		if dev.Host != l.Host && !maps.Equal(held[dev.Host], held[l.Host]) {
+		l := p.Listed(d)
+		if dev.Host == p.Devices[l].Host {
+			continue
+		}
+		if views[l] == nil {
+			views[l] = view(l)
+		}
+		if !maps.Equal(view(d), views[l]) {
 			return &unlikeReplicas{fmt.Errorf("%w: %s cannot stand for %s: their hosts %s and %s hold other devices alike, which would slow them down unlike",
-				ErrInfeasible, l.Name, dev.Name, l.Host, dev.Host)}
+				ErrInfeasible, p.Devices[l].Name, dev.Name, p.Devices[l].Host, dev.Host)}
 		}
 	}
 	return nil

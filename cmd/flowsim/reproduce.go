@@ -245,7 +245,9 @@ func simulateCell(c *cell, e *experiments.Experiment, base *topology.Cluster, f 
 	start := time.Now()
 	// One rank of each tensor-parallel group stands for all, and one
 	// replica for all where they run alike: plans tp·dp times smaller,
-	// with the same simulated step.
+	// with the same simulated step where sim.SharesExactly holds (on the
+	// NVSwitch presets uncalibrated; elsewhere approximately), and
+	// without which the largest cells would not compile.
 	p, err := plans.CompileSharing(plans.Config{Model: c.Model, Batch: c.Batch, Strategy: st, Optimizer: opt, DType: dtype, Cluster: cluster.Name, Devices: devs,
 		SharedTP: true, SharedDP: true})
 	if err != nil {
