@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 
@@ -116,7 +115,7 @@ func newCompiler(cfg Config) (*compiler, error) {
 	if err := checkSharedDP(c.p, st); err != nil {
 		return nil, err
 	}
-	if err := checkSharedHosts(c.p); err != nil {
+	if err := checkSharedDevices(c.p); err != nil {
 		return nil, err
 	}
 	if m.Labels != nil { // one label per sample, or per position of a language model's sequence
@@ -259,45 +258,15 @@ func checkSharedDP(p *Plan, st Strategy) error {
 	return nil
 }
 
-// checkSharedHosts refuses to list a device for a peer (Plan.Listed) on
-// another host whose host holds other devices alike: the devices of a host
-// slow each other down (sim.Contention), so the two would not run at the
-// same speed, nor in step. Where every host holds the same devices by
-// what they stand for (whole replicas, whole groups), they do.
-func checkSharedHosts(p *Plan) error {
-	if !p.SharedTP && !p.SharedDP {
-		return nil
-	}
-	byHost := map[string][]int{}
+// checkSharedDevices refuses to list a device for a peer (Plan.Listed:
+// tensor-parallel ranks, data-parallel replicas) of another type, worker
+// count or memory: the peer would not run as fast, or fit as it does.
+func checkSharedDevices(p *Plan) error {
 	for d, dev := range p.Devices {
-		byHost[dev.Host] = append(byHost[dev.Host], d)
-	}
-	// view is what device d sees of its host: the devices by the listed
-	// device they stand for, and whether they are of d's rank and of d's
-	// replica (a collective's members: sim's hosts.weight).
-	type role struct {
-		listed             int
-		sameRank, sameRepl bool
-	}
-	view := func(d int) map[role]int {
-		v := map[role]int{}
-		for _, x := range byHost[p.Devices[d].Host] {
-			v[role{p.Listed(x), p.TPRank(x) == p.TPRank(d), p.Replica(x) == p.Replica(d)}]++
-		}
-		return v
-	}
-	views := map[int]map[role]int{}
-	for d, dev := range p.Devices {
-		l := p.Listed(d)
-		if dev.Host == p.Devices[l].Host {
-			continue
-		}
-		if views[l] == nil {
-			views[l] = view(l)
-		}
-		if !maps.Equal(view(d), views[l]) {
-			return &unlikeReplicas{fmt.Errorf("%w: %s cannot stand for %s: their hosts %s and %s hold other devices alike, which would slow them down unlike",
-				ErrInfeasible, p.Devices[l].Name, dev.Name, p.Devices[l].Host, dev.Host)}
+		l := &p.Devices[p.Listed(d)]
+		if dev.Type != l.Type || dev.Workers != l.Workers || dev.Memory != l.Memory {
+			return &unlikeReplicas{fmt.Errorf("%w: %s cannot stand for %s: it is %s (%d workers, %v), %s is %s (%d, %v)",
+				ErrInfeasible, l.Name, dev.Name, l.Type, l.Workers, l.Memory, dev.Name, dev.Type, dev.Workers, dev.Memory)}
 		}
 	}
 	return nil
@@ -310,9 +279,9 @@ func (e *unlikeReplicas) Unwrap() []error { return []error{e.error, ErrUnlikeRep
 
 // CompileSharing is Compile taking Config.SharedDP and SharedTP where they
 // apply: where replica 0 cannot stand for the others (uneven
-// micro-batches, devices of other types, hosts holding unlike shares of
-// the replicas) it lists them all, and likewise a tensor-parallel group's
-// ranks; the plan's SharedDP and SharedTP say what it did. For
+// micro-batches, devices of other types or memory) it lists them all, and
+// likewise a tensor-parallel group's ranks; the plan's SharedDP and
+// SharedTP say what it did. For
 // the simulator, which ranks strategies alike either way (a shared plan
 // simulates to its whole plan's step, with the same memory).
 func CompileSharing(cfg Config) (*Plan, error) {

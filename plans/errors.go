@@ -18,8 +18,8 @@ var (
 	ErrFewerCores = errors.New("fewer CPU cores than devices")
 	// ErrUnlikeReplicas, with ErrInfeasible: Config.SharedDP or SharedTP
 	// asks for a device to stand for replicas or ranks that do not run
-	// alike (uneven micro-batches, devices of other types, hosts holding
-	// unlike shares of them); compiling them all works (CompileSharing).
+	// alike (uneven micro-batches, devices of other types or memory);
+	// compiling them all works (CompileSharing).
 	ErrUnlikeReplicas = errors.New("replicas differ")
 )
 

@@ -1195,6 +1195,25 @@ func TestSharedDP(t *testing.T) {
 	require.ErrorContains(t, err, "cannot stand for the others: device cpu1 is cpu (2 workers)")
 	require.ErrorIs(t, err, ErrUnlikeReplicas)
 	require.False(t, sharing("dp=2", mixed).SharedDP)
+	small := devs(2, 0)
+	small[0].Memory, small[1].Memory = 1<<30, 1<<29
+	_, err = compile("dp=2", small)
+	require.ErrorIs(t, err, ErrUnlikeReplicas, "a replica with less memory")
+	require.ErrorContains(t, err, "cpu0 cannot stand for cpu1")
+
+	// A tensor-parallel group's ranks likewise.
+	st, err := ParseStrategy("tp=2", 8)
+	require.NoError(t, err)
+	cfg := Config{Model: "mlp", Batch: 8, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Devices: mixed, SharedTP: true}
+	_, err = Compile(cfg)
+	require.ErrorIs(t, err, ErrUnlikeReplicas)
+	p, err = CompileSharing(cfg)
+	require.NoError(t, err)
+	require.False(t, p.SharedTP)
+	cfg.Devices = devs(2, 0)
+	p, err = CompileSharing(cfg)
+	require.NoError(t, err)
+	require.True(t, p.SharedTP)
 }
 
 // A ZeRO replica updates its part of a weight and its state: its update

@@ -965,34 +965,6 @@ type contendedModel struct {
 
 func (c contendedModel) Slowdown(*plans.Plan, int) float64 { return c.k }
 
-// Where hosts hold unlike shares of the replicas (dp=3 of four GPUs over
-// two machines of eight: two replicas on one, one on the other), a replica
-// alone on its host runs faster: replica 0 cannot stand for it, and
-// CompileSharing lists the replicas whole while sharing the
-// tensor-parallel ranks, simulating to the whole plan's step.
-func TestSharedHostsUnlike(t *testing.T) {
-	cl, err := topology.Resolve("dgx-a100x2")
-	require.NoError(t, err)
-	const model, strategy = "gpt:layers=4,hidden=256,heads=8,seq=64,vocab=1024", "dp=3,tp=4,mb=2"
-	st, err := plans.ParseStrategy(strategy, 24)
-	require.NoError(t, err)
-	devs, err := plans.DevicesFromCluster(cl, st.Devices(), false)
-	require.NoError(t, err)
-	cfg := plans.Config{Model: model, Batch: 24, Strategy: st, Optimizer: graph.SGD{LR: 0.1}, Cluster: cl.Name, Devices: devs, SharedTP: true, SharedDP: true}
-	_, err = plans.Compile(cfg)
-	require.ErrorIs(t, err, plans.ErrUnlikeReplicas)
-	require.ErrorContains(t, err, "hold other devices alike")
-	shared, err := plans.CompileSharing(cfg)
-	require.NoError(t, err)
-	require.True(t, shared.SharedTP)
-	require.False(t, shared.SharedDP)
-	cfg.SharedTP, cfg.SharedDP = false, false
-	whole, err := plans.Compile(cfg)
-	require.NoError(t, err)
-	slowed := contendedModel{CostModel{Compute: cost.NewComputeModel(nil), Comm: cost.NewComm(cl)}, 0.3}
-	require.InEpsilon(t, float64(stepOf(t, whole, slowed)), float64(stepOf(t, shared, slowed)), 1e-4)
-}
-
 // Shared plans simulate exactly only where no dispatch latency and no
 // contention is priced on their devices, and where every transfer and
 // collective is priced alike for each peer it stands for: not over a

@@ -140,8 +140,8 @@ type sweepSettings struct {
 	// SharedTP and SharedDP are the sweep's --shared-tp and --shared-dp:
 	// its plans list one rank of a group and one replica where they run
 	// alike (plans.CompileSharing), and so does the best plan, recompiled.
-	// Without them it shares plans only where that ranks them exactly,
-	// which changes no entry.
+	// Without them it shares plans only where they simulate to their
+	// whole plans' steps (search.compile).
 	SharedTP bool `json:"shared_tp,omitempty"`
 	SharedDP bool `json:"shared_dp,omitempty"`
 	// WeightDecay is the weight decay the plans were compiled with (adamw's

@@ -358,6 +358,7 @@ func TestSweepSharesExactly(t *testing.T) {
 		{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-a100", "--batch", "16", "--devices", "4", "--max-mb", "2"},
 		{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "dgx-v100", "--batch", "16", "--max-mb", "2"},
 		{"sweep", "--model", "mnist-cnn", "--cluster", "mixed-t4-cpu", "--batch", "64", "--max-mb", "2"},
+		{"sweep", "--model", "gpt2s-blocks:layers=2,hidden=64,heads=4,seq=16", "--cluster", "mixed-t4-cpu", "--batch", "16", "--max-mb", "2"}, // tp=2 over a T4 and a CPU
 		{"sweep", "--model", "mlp", "--cluster", "local", "--devices", "2", "--calib", calib},
 	} {
 		best := filepath.Join(t.TempDir(), "best.json")
