@@ -281,9 +281,8 @@ func (e *unlikeReplicas) Unwrap() []error { return []error{e.error, ErrUnlikeRep
 // apply: where replica 0 cannot stand for the others (uneven
 // micro-batches, devices of other types or memory) it lists them all, and
 // likewise a tensor-parallel group's ranks; the plan's SharedDP and
-// SharedTP say what it did. For
-// the simulator, which ranks strategies alike either way (a shared plan
-// simulates to its whole plan's step, with the same memory).
+// SharedTP say what it did. For the simulator: a shared plan has its whole
+// plan's memory, and its step where sim.SharesExactly says so.
 func CompileSharing(cfg Config) (*Plan, error) {
 	if cfg.Strategy.AutoShares || cfg.Strategy.Shares != nil {
 		cfg.SharedDP = false
