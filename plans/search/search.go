@@ -82,6 +82,10 @@ type Options struct {
 	// Workers is how many strategies a Sweep compiles and simulates at
 	// once (≤ 1: one at a time). The entries are the same for any number.
 	Workers int
+	// ranking says the caller reads only the result's step and memory
+	// (a Sweep's entry): its Plan may be the shared one simulated, which
+	// has the whole plan's memory, rather than compiled again whole.
+	ranking bool
 }
 
 // Resolve runs the search cfg's strategy asks for: Shares for mb=auto,
@@ -231,6 +235,10 @@ func search(cfg plans.Config, d sim.Durations, opts Options, sp space) (*Result,
 	}
 	slices.SortStableFunc(ok, func(a, b Candidate) int { return cmp.Compare(a.Step, b.Step) })
 	res.Candidates = append(ok, bad...)
+	if opts.ranking {
+		res.Plan = s.plan
+		return res, nil
+	}
 	var err error
 	if res.Plan, err = s.result(); err != nil {
 		return nil, fmt.Errorf("recompiling %s: %w", res.Best().Strategy, err)

@@ -255,7 +255,7 @@ func sweepOne(cfg plans.Config, d sim.Durations, e *Entry) {
 	var err error
 	if st.AutoShares || st.AutoLayers {
 		var res *Result
-		if res, err = Resolve(c, d, Options{}); err == nil {
+		if res, err = Resolve(c, d, Options{ranking: true}); err == nil { // only the step and memory are read
 			p, e.Step = res.Plan, res.Best().Step
 			e.Strategy = res.Best().Strategy
 		}
