@@ -394,8 +394,8 @@ func SharesExactly(d Durations, p *plans.Plan) bool {
 		_, links := d.(LinkSharing)
 		return !dispatch && !contention && !links
 	}
-	for _, dev := range p.Devices {
-		spec, err := topology.Spec(dev.Type, dev.Workers)
+	for dev := range p.Devices {
+		spec, err := deviceSpec(p, dev)
 		if err != nil || m.Compute.Dispatch(spec) > 0 || m.Compute.Contends(spec) {
 			return false
 		}

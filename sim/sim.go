@@ -312,7 +312,7 @@ func newHosts(p *plans.Plan, d Durations) *hosts {
 		}
 	}
 	for t, task := range p.Tasks {
-		if task.Kind == plans.AllReduce || task.Kind == plans.AllGather || task.Kind == plans.ReduceScatter {
+		if task.Kind.Collective() {
 			h.class[t] = 2
 			if task.Sum {
 				h.class[t] = 1
