@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/flowkit/flowkit/graph"
@@ -1458,26 +1459,78 @@ func workKey(n *graph.Node) string {
 }
 
 // workFamily is workKey with the micro-batch dimension — the leading axis
-// of every input that is not a weight or optimizer state — left out.
+// of every input that is not a weight or optimizer state, and of the
+// attributes' shapes that follow it (familyAttrs) — left out.
 func workFamily(n *graph.Node) string {
 	var b strings.Builder
 	b.WriteString(n.Op.Type())
 	b.WriteByte('(')
+	batch := 0
 	for i, in := range n.Inputs {
 		if i > 0 {
 			b.WriteByte(',')
 		}
 		if in.Persistent() {
 			b.WriteString(in.Spec.String())
-		} else {
-			b.WriteString(batchless(in.Spec))
+			continue
+		}
+		b.WriteString(batchless(in.Spec))
+		if batch == 0 && len(in.Spec.Shape) > 0 {
+			batch = in.Spec.Shape[0]
 		}
 	}
 	b.WriteByte(')')
-	if attrs, err := json.Marshal(n.Op); err == nil && string(attrs) != "{}" {
+	if attrs, err := json.Marshal(familyAttrs(n.Op, batch)); err == nil && string(attrs) != "{}" {
 		b.Write(attrs)
 	}
 	return b.String()
+}
+
+// familyAttrs is what workFamily writes of an op's attributes: the op,
+// except where an attribute is a shape that follows the micro-batch (the
+// input shape of a convolution's data gradient, a reshape's target). Its
+// leading axis is written relative to the batch, the leading axis of the
+// op's first input that is not persistent: X [4,32,14,14] at 4 as
+// "[b,32,14,14]", a reshape of [4,8,32] to [32,32] as "[8b,32]". A family holds one layer's shapes at any batch size only if
+// its attributes do not name the batch (TestFamiliesSpanBatches).
+func familyAttrs(op graph.Op, batch int) any {
+	switch op := op.(type) {
+	case graph.Conv2DGradData:
+		return struct {
+			graph.Window
+			X string
+		}{op.Window, batchAxis(op.X, batch)}
+	case graph.Reshape:
+		return struct{ Shape string }{batchAxis(op.Shape, batch)}
+	}
+	return op
+}
+
+// batchAxis writes s with its leading axis as a multiple or a part of the
+// batch ("b", "8b", "b/8"), or as it is where neither divides the other.
+// (The batch is an input's leading axis, which may hold a sequence's
+// tokens as well, as a reshape's [b·seq, hidden] does.)
+func batchAxis(s graph.Shape, batch int) string {
+	switch {
+	case len(s) == 0 || batch <= 0 || s[0] <= 0:
+		return s.String()
+	case s[0] == batch:
+		return withLead(s, "b")
+	case s[0]%batch == 0:
+		return withLead(s, strconv.Itoa(s[0]/batch)+"b")
+	case batch%s[0] == 0:
+		return withLead(s, "b/"+strconv.Itoa(batch/s[0]))
+	}
+	return s.String()
+}
+
+// withLead writes a shape of at least one axis with its leading axis as
+// lead.
+func withLead(s graph.Shape, lead string) string {
+	if len(s) == 1 {
+		return "[" + lead + "]"
+	}
+	return "[" + lead + "," + strings.TrimPrefix(s[1:].String(), "[")
 }
 
 // batchless writes a spec with its leading (batch) axis as "b".
@@ -1485,10 +1538,7 @@ func batchless(s graph.Spec) string {
 	if len(s.Shape) == 0 {
 		return s.String()
 	}
-	if len(s.Shape) == 1 {
-		return s.DType.String() + "[b]"
-	}
-	return s.DType.String() + "[b," + strings.TrimPrefix(s.Shape[1:].String(), "[")
+	return s.DType.String() + withLead(s.Shape, "b")
 }
 
 // workShape encodes a node's work as integers for exact-shape cost

@@ -80,3 +80,37 @@ func TestAllReduceTraffic(t *testing.T) {
 		})
 	}
 }
+
+// A layer is one shape family at every batch size: a task's Family, which
+// calibration interpolates over the batch sizes it measured, is the same
+// at batch 4 and 8 for every task of every kind of model (so no attribute
+// names the batch: a convolution's data gradient names its input's shape,
+// a reshape its target's).
+func TestFamiliesSpanBatches(t *testing.T) {
+	for _, model := range []string{
+		"mlp", "mnist-cnn", "cifar-cnn", "resnet:depth=18,image=32", "resnet:depth=50,image=32", "mlp3x4096:width=64",
+		"bert:layers=1,hidden=32,heads=2,seq=8,vocab=64,tie=on",
+		"gpt:layers=1,hidden=32,heads=2,seq=8,vocab=64", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=64,attention=flash",
+		"llama:layers=1,hidden=32,heads=2,kv_heads=1,ffn=64,seq=8,vocab=64",
+		"llama-blocks:layers=1,hidden=32,heads=2,ffn=64,seq=8",
+		"gpt2s-blocks:layers=1,hidden=32,heads=2,seq=8,norm=rms",
+	} {
+		t.Run(model, func(t *testing.T) {
+			families := map[string]string{}
+			for _, task := range mustCompile(t, model, "single", 4).Tasks {
+				families[task.Name] = task.Family
+			}
+			compared := 0
+			for _, task := range mustCompile(t, model, "single", 8).Tasks {
+				if task.Family == "" {
+					continue
+				}
+				want, ok := families[task.Name]
+				require.True(t, ok, "%s at batch 8 only", task.Name)
+				require.Equal(t, want, task.Family, "%s: batch 4 and 8", task.Name)
+				compared++
+			}
+			require.Positive(t, compared)
+		})
+	}
+}
