@@ -2,6 +2,7 @@ package search
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -290,4 +291,33 @@ func TestCompileSharesExactly(t *testing.T) {
 	p, err = compile(cfg, catalogModel(t, "dgx-v100"))
 	require.NoError(t, err)
 	require.False(t, p.SharedTP || p.SharedDP)
+}
+
+// Candidates that tie keep the order they were tried in, and the first
+// tried of the fastest is the result, its plan the one returned: here
+// every split of the micro-batches costs the same (a micro-batch's
+// firings cost nothing).
+func TestSearchTies(t *testing.T) {
+	cfg := autoConfig(t, "mlp", "local", "dp=2,mbs=4,mb=auto", 32, true)
+	cfg.Devices = typed(2, "A100-SXM4-40GB", "V100-SXM2-16GB")
+	free := sim.DurationFunc(func(p *plans.Plan, task int) (time.Duration, error) {
+		if p.Tasks[task].PerMicro {
+			return 0, nil
+		}
+		return time.Microsecond, nil
+	})
+	var tried [][]int
+	eachComposition(8, 2, func(counts []int) { tried = append(tried, slices.Clone(counts)) })
+	res, err := Shares(cfg, free, Options{})
+	require.NoError(t, err)
+	require.True(t, res.Exhaustive)
+	require.Len(t, res.Candidates, len(tried))
+	for i, c := range res.Candidates {
+		require.NoError(t, c.Err)
+		require.Equal(t, res.Best().Step, c.Step, "every split ties")
+		require.Equal(t, tried[i], c.Counts, "candidate %d: in the order tried", i)
+	}
+	require.Equal(t, tried[0], res.Best().Counts)
+	require.Equal(t, res.Best().Strategy.Shares, res.Plan.Shares, "the plan is the best candidate's")
+	require.Equal(t, res.Best().Strategy.String(), res.Plan.Strategy)
 }
