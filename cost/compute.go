@@ -77,6 +77,13 @@ type OpFit struct {
 	Traffic bool `json:"traffic,omitempty"`
 }
 
+// defaults says whether f's curves are dev's default efficiencies, as
+// ExactOnly's are (shapes measured, too few to fit curves).
+func (f *OpFit) defaults(dev topology.DeviceSpec) bool {
+	d := defaultFit(dev)
+	return f.Launch == d.Launch && f.Compute == d.Compute && f.Memory == d.Memory
+}
+
 // FamilyPoint is one measured shape of a family: its work (FLOPs, or
 // bytes for an op that does no arithmetic) and its time.
 type FamilyPoint struct {
@@ -155,7 +162,7 @@ const (
 	FromExact   Source = "exact"   // a measured shape
 	FromFamily  Source = "family"  // interpolated between measured shapes of its family
 	FromFit     Source = "fit"     // a calibrated curve
-	FromDefault Source = "default" // catalog peaks and default efficiencies
+	FromDefault Source = "default" // catalog peaks and default efficiencies (also a fit's that are those, as ExactOnly's)
 )
 
 // Prediction is a priced Work.
@@ -245,7 +252,11 @@ func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, err
 			}
 			for _, kind := range []string{w.Kind, "*"} {
 				if of := dc.Ops[kind]; of != nil {
-					return price(of, peak, dev.MemBandwidth, w, FromFit), nil
+					src := FromFit
+					if of.defaults(dev) {
+						src = FromDefault
+					}
+					return price(of, peak, dev.MemBandwidth, w, src), nil
 				}
 			}
 		}

@@ -74,6 +74,23 @@ func TestCalibrationLookupOrder(t *testing.T) {
 	if p, _ := m.Predict(t4, mm); p.Source != FromDefault {
 		t.Errorf("uncalibrated T4: got %v, want default", p.Source)
 	}
+
+	// A kind measured on too few shapes to fit prices the others by the
+	// default efficiencies, and says so.
+	measured, err := ExactOnly(cpu, []Sample{{Work: mm, Time: 77 * time.Microsecond}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cal.Devices["cpu"].Ops["matmul"] = &measured
+	m = NewComputeModel(cal)
+	for _, tt := range []struct {
+		w    Work
+		want Source
+	}{{mm, FromExact}, {Work{Kind: "matmul", FLOPs: 1e6, DType: "f32", Shape: []int{65, 64, 64}}, FromDefault}} {
+		if p, err := m.Predict(cpu, tt.w); err != nil || p.Source != tt.want {
+			t.Errorf("measured only, %v: got %v (%v), want %v", tt.w.Shape, p.Source, err, tt.want)
+		}
+	}
 }
 
 // Lacks names the devices a calibration holds nothing for: a CPU's key

@@ -104,7 +104,7 @@ func TestExactByTraffic(t *testing.T) {
 	}{
 		{"in place", newer, w(7 * 4096), 7000, FromExact},
 		{"out of place", newer, w(11 * 4096), 11000, FromExact},
-		{"unmeasured traffic", newer, w(5 * 4096), 0, FromFit},
+		{"unmeasured traffic", newer, w(5 * 4096), 0, FromDefault}, // the default efficiencies, as ExactOnly's
 		{"old file", older, w(11 * 4096), 9000, FromExact},
 		{"old work", older, w(0), 9000, FromExact},
 	}

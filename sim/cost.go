@@ -182,13 +182,18 @@ func CheckCalibrationOf(devs []plans.Device, whose string, c *cost.Calibration) 
 // UncalibratedOps lists the kernels of p that calibration c prices by the
 // catalog's efficiencies although it holds their device: for each
 // calibration key, the op kinds of p's compute tasks on such devices that
-// c has no fit of ("cpu/2: batch_norm, batch_norm_grad"), sorted. A
-// calibration made from other models' tasks lacks the ops only p uses.
+// c has no fit of ("cpu/2: batch_norm, batch_norm_grad"), and those it
+// measured on too few shapes to fit, none of them p's shape or of its
+// family ("conv2d_grad_data (other shapes only)"), sorted. A calibration
+// made from other models' tasks lacks the ops only p uses; one made at
+// other batch sizes, the shapes of p's micro-batches where their families
+// do not reach.
 func UncalibratedOps(p *plans.Plan, c *cost.Calibration) ([]string, error) {
 	if c == nil {
 		return nil, nil
 	}
-	kinds := map[string]map[string]bool{} // key → kinds lacked
+	m := cost.NewComputeModel(c)
+	kinds := map[string]map[string]bool{} // key → kind lacked → measured at other shapes
 	for t := range p.Tasks {
 		task := &p.Tasks[t]
 		if task.Op == nil {
@@ -198,18 +203,33 @@ func UncalibratedOps(p *plans.Plan, c *cost.Calibration) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if !c.LacksOp(spec, task.Op.Type) {
-			continue
+		if c.For(spec) == nil {
+			continue // CheckCalibration's to report
+		}
+		kind, other := task.Op.Type, false
+		if !c.LacksOp(spec, kind) {
+			pr, err := m.Predict(spec, p.Work(t))
+			if err != nil || pr.Source != cost.FromDefault {
+				continue
+			}
+			other = true
 		}
 		key := cost.CalibrationKey(spec)
 		if kinds[key] == nil {
 			kinds[key] = map[string]bool{}
 		}
-		kinds[key][task.Op.Type] = true
+		kinds[key][kind] = kinds[key][kind] || other
 	}
 	var out []string
 	for _, key := range slices.Sorted(maps.Keys(kinds)) {
-		out = append(out, key+": "+strings.Join(slices.Sorted(maps.Keys(kinds[key])), ", "))
+		var names []string
+		for _, kind := range slices.Sorted(maps.Keys(kinds[key])) {
+			if kinds[key][kind] {
+				kind += " (other shapes only)"
+			}
+			names = append(names, kind)
+		}
+		out = append(out, key+": "+strings.Join(names, ", "))
 	}
 	return out, nil
 }

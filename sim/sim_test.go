@@ -385,6 +385,38 @@ func TestUncalibratedOps(t *testing.T) {
 	ops, err = UncalibratedOps(p, cost.NewCalibration()) // a device it lacks is CheckCalibration's to report
 	require.NoError(t, err)
 	require.Empty(t, ops)
+
+	// A kind measured on too few shapes to fit (cost.ExactOnly) prices
+	// the shapes it did not measure by the catalog too, unless their
+	// family interpolates them.
+	delete(fits, "*")
+	for _, kind := range []string{"max_pool2d", "max_pool2d_grad", "relu_grad"} {
+		fits[kind] = &cost.OpFit{}
+	}
+	var grad int
+	for t := range p.Tasks {
+		if op := p.Tasks[t].Op; op != nil && op.Type == "conv2d_grad_data" {
+			grad = t
+		}
+	}
+	w := p.Work(grad)
+	cpu, err := topology.Spec("cpu", 1)
+	require.NoError(t, err)
+	measured, err := cost.ExactOnly(cpu, []cost.Sample{{Work: cost.Work{Kind: "conv2d_grad_data", FLOPs: 1e6, Bytes: 1e4, DType: "f32", Shape: []int{1, 2, 3}}, Time: time.Millisecond}})
+	require.NoError(t, err)
+	fits["conv2d_grad_data"] = &measured
+	ops, err = UncalibratedOps(p, cal)
+	require.NoError(t, err)
+	require.Equal(t, []string{"cpu/1: conv2d_grad_data (other shapes only)"}, ops)
+	fits["conv2d_grad_data"].Exact = append(fits["conv2d_grad_data"].Exact, cost.Measurement{DType: "f32", Shape: w.Shape, Time: time.Millisecond})
+	ops, err = UncalibratedOps(p, cal)
+	require.NoError(t, err)
+	require.Empty(t, ops, "its shape measured")
+	fits["conv2d_grad_data"].Exact = fits["conv2d_grad_data"].Exact[:1]
+	fits["conv2d_grad_data"].Families = map[string][]cost.FamilyPoint{w.Family: {{Work: 1e6, Time: time.Millisecond}, {Work: 2e6, Time: 2 * time.Millisecond}}}
+	ops, err = UncalibratedOps(p, cal)
+	require.NoError(t, err)
+	require.Empty(t, ops, "its family measured")
 }
 
 // Between CPU devices, transfers and all-reduces are in-process copies

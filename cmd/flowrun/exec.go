@@ -563,8 +563,12 @@ func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, *cost.Calibratio
 		if !slices.Contains(models, p.Model) {
 			models = append(models, p.Model)
 		}
-		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models %s')\n",
-			path, strings.Join(ops, "; "), strings.Join(models, ","))
+		batches := ""
+		if strings.Contains(strings.Join(ops, ";"), "(other shapes only)") {
+			batches = fmt.Sprintf(" --batches …,%d,… (the plan's micro-batch among those measured)", p.MicroBatch)
+		}
+		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models %s%s')\n",
+			path, strings.Join(ops, "; "), strings.Join(models, ","), batches)
 	}
 	return cost.NewComputeModel(c), c, nil
 }
