@@ -2,6 +2,7 @@ package cpu
 
 import (
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -68,4 +69,49 @@ func BenchmarkExp(b *testing.B) {
 			expInto(x, y, 0)
 		}
 	})
+}
+
+// expInto on this CPU (four at a time with AVX2) gives expIntoGo's bits,
+// value for value and in its sum, for rows of every length up to 19 with
+// values out of the fast range (NaN, ±∞, > 0, ≤ −708) at every position
+// among ones in it, and for long random rows.
+func TestExpIntoSameBits(t *testing.T) {
+	rng := newRNG(5)
+	odd := []float32{float32(math.NaN()), float32(math.Inf(-1)), float32(math.Inf(1)), 0.25, -708, -750, float32(math.Copysign(0, -1))}
+	check := func(x []float32, m float32) {
+		t.Helper()
+		want, got := make([]float32, len(x)), make([]float32, len(x))
+		ws, gs := expIntoGo(x, want, m, 0), expInto(x, got, m)
+		if math.Float64bits(ws) != math.Float64bits(gs) && !(math.IsNaN(ws) && math.IsNaN(gs)) {
+			t.Fatalf("%v − %g: sum %v, want %v", x, m, gs, ws)
+		}
+		for i := range x {
+			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
+				t.Fatalf("%v − %g: value %d: %v, want %v", x, m, i, got[i], want[i])
+			}
+		}
+	}
+	for n := range 20 {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = -float32(30 * rng.Float64())
+		}
+		check(x, 0)
+		check(x, 1.5)
+		for i := range x {
+			for _, v := range odd {
+				y := slices.Clone(x)
+				y[i] = v
+				check(y, 0)
+			}
+		}
+	}
+	for _, n := range []int{1000, 4096, 50257} {
+		x := make([]float32, n)
+		for i := range x {
+			x[i] = float32(20 * (rng.Float64() - 0.9))
+		}
+		check(x, maxOf(x))
+		check(x, 0) // values above m go to math.Exp
+	}
 }
