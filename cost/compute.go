@@ -231,9 +231,15 @@ func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, err
 	if m != nil && m.calib != nil {
 		key := CalibrationKey(dev)
 		dc := m.calib.Devices[key]
+		measuredOn := dev // the spec the calibration was made on
 		if dc == nil {
 			key = dev.Type
 			dc = m.calib.Devices[key]
+			if dc != nil && dc.Cores > 0 && dc.Cores != dev.Cores {
+				if s, err := topology.Spec(dev.Type, dc.Cores); err == nil {
+					measuredOn = s
+				}
+			}
 		}
 		if dc != nil {
 			for _, kind := range []string{w.Kind, "*"} {
@@ -253,7 +259,7 @@ func (m *ComputeModel) Predict(dev topology.DeviceSpec, w Work) (Prediction, err
 			for _, kind := range []string{w.Kind, "*"} {
 				if of := dc.Ops[kind]; of != nil {
 					src := FromFit
-					if of.defaults(dev) {
+					if of.defaults(measuredOn) {
 						src = FromDefault
 					}
 					return price(of, peak, dev.MemBandwidth, w, src), nil

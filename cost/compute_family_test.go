@@ -1,6 +1,7 @@
 package cost
 
 import (
+	"path/filepath"
 	"testing"
 	"time"
 
@@ -60,3 +61,26 @@ func TestFitFamilies(t *testing.T) {
 }
 
 func flopsOf(f float64) units.FLOPs { return units.FLOPs(f) }
+
+// Shapes of one family at the same work (one layer twice, moving other
+// bytes) make one point, at their median time: a family's points are at
+// increasing work, as a calibration file must hold them.
+func TestFamilyEqualWork(t *testing.T) {
+	dev, err := topology.Spec("cpu", 1)
+	require.NoError(t, err)
+	var samples []Sample
+	for i, c := range []struct {
+		flops float64
+		t     time.Duration
+	}{{1e6, 100 * time.Microsecond}, {1e6, 300 * time.Microsecond}, {2e6, 200 * time.Microsecond}, {2e6, 260 * time.Microsecond}, {2e6, 600 * time.Microsecond}, {4e6, 400 * time.Microsecond}} {
+		samples = append(samples, Sample{Work: Work{Kind: "add", FLOPs: flopsOf(c.flops), Bytes: units.Bytes(i + 1), DType: "f32", Shape: []int{i}, Family: "f"}, Time: c.t})
+	}
+	of, err := ExactOnly(dev, samples)
+	require.NoError(t, err)
+	require.Equal(t, []FamilyPoint{{1e6, 200 * time.Microsecond}, {2e6, 260 * time.Microsecond}, {4e6, 400 * time.Microsecond}}, of.Families["f"])
+	cal := &Calibration{Version: CalibrationVersion, Devices: map[string]*DeviceCalibration{"cpu/1": {Cores: 1, Ops: map[string]*OpFit{"add": &of}}}}
+	path := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, cal.WriteFile(path))
+	_, err = LoadCalibration(path)
+	require.NoError(t, err, "a file calibration writes loads")
+}

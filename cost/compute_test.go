@@ -91,6 +91,14 @@ func TestCalibrationLookupOrder(t *testing.T) {
 			t.Errorf("measured only, %v: got %v (%v), want %v", tt.w.Shape, p.Source, err, tt.want)
 		}
 	}
+	// Under the bare type, made on 2 cores (DeviceCalibration.Cores),
+	// for a CPU of 4: its defaults are those of 2 cores.
+	cal.Devices["cpu"].Cores = 2
+	m = NewComputeModel(cal)
+	cpu4, _ := topology.Spec("cpu", 4)
+	if p, err := m.Predict(cpu4, Work{Kind: "matmul", FLOPs: 1e6, DType: "f32", Shape: []int{65, 64, 64}}); err != nil || p.Source != FromDefault {
+		t.Errorf("measured only on 2 cores, priced for 4: got %v (%v), want default", p.Source, err)
+	}
 }
 
 // Lacks names the devices a calibration holds nothing for: a CPU's key

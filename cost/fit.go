@@ -295,7 +295,10 @@ func (f *OpFit) measured(stats []shapeStat) {
 }
 
 // families groups shapes by family into points sorted by work, keeping
-// families of two or more shapes.
+// families of two or more. Shapes of one family at the same work (which
+// no zoo model makes: a family leaves out only the batch) become one
+// point, at their median time, as a family's points must be at increasing
+// work (OpFit.check).
 func families(stats []shapeStat) map[string][]FamilyPoint {
 	by := map[string][]FamilyPoint{}
 	for _, s := range stats {
@@ -308,8 +311,24 @@ func families(stats []shapeStat) map[string][]FamilyPoint {
 		if len(pts) < 2 {
 			continue
 		}
-		slices.SortFunc(pts, func(a, b FamilyPoint) int { return cmp.Compare(a.Work, b.Work) })
-		out[f] = pts
+		slices.SortFunc(pts, func(a, b FamilyPoint) int { return cmp.Or(cmp.Compare(a.Work, b.Work), cmp.Compare(a.Time, b.Time)) })
+		var merged []FamilyPoint
+		for i := 0; i < len(pts); {
+			j := i + 1
+			for j < len(pts) && pts[j].Work == pts[i].Work {
+				j++
+			}
+			p := pts[i+(j-i)/2] // the median, the upper of two
+			if (j-i)%2 == 0 {
+				p.Time = (pts[i+(j-i)/2-1].Time + p.Time) / 2
+			}
+			merged = append(merged, p)
+			i = j
+		}
+		if len(merged) < 2 {
+			continue
+		}
+		out[f] = merged
 	}
 	if len(out) == 0 {
 		return nil

@@ -930,7 +930,7 @@ func (c *compiler) addTPCollective(n *graph.Node, replica int, name string, phas
 	task.Bytes = whole.Bytes()
 	task.Key = fmt.Sprintf("%s(%d,%d)", task.Kind, tp, whole.Bytes())
 	task.Shape = []int{tp, whole.Shape.NumElements()}
-	task.Family = fmt.Sprintf("%s(%d,%s)", task.Kind, tp, batchless(whole))
+	task.Family = fmt.Sprintf("%s(%d,%s)", task.Kind, tp, batchlessAt(whole, batchAxisOf(in)))
 	defer func(t int) { c.tp = t }(c.tp)
 	var devs []int
 	for c.tp = range c.ranks() {
@@ -1004,7 +1004,7 @@ func (c *compiler) readable(dev int, t *graph.Tensor, replica int) (int, error) 
 		Streams: []int{c.commStream(src, "p2p>"+c.p.Devices[dev].Name)},
 		Reads:   []Use{{Reg: srcReg, Mode: ReadMicro}}, Writes: []int{dst},
 		Bytes: t.Spec.Bytes(), Key: fmt.Sprintf("transfer(%d)", t.Spec.Bytes()), Shape: []int{int(t.Spec.Bytes())},
-		Family: "transfer(" + batchless(t.Spec) + ")"})
+		Family: "transfer(" + batchlessAt(t.Spec, batchAxisOf(t)) + ")"})
 	c.xfers[[2]int{from, dev}] = append(c.xfers[[2]int{from, dev}], task)
 	return dst, nil
 }
@@ -1474,9 +1474,10 @@ func workFamily(n *graph.Node) string {
 			b.WriteString(in.Spec.String())
 			continue
 		}
-		b.WriteString(batchless(in.Spec))
-		if batch == 0 && len(in.Spec.Shape) > 0 {
-			batch = in.Spec.Shape[0]
+		axis := batchAxisOf(in)
+		b.WriteString(batchlessAt(in.Spec, axis))
+		if batch == 0 && len(in.Spec.Shape) > axis {
+			batch = in.Spec.Shape[axis]
 		}
 	}
 	b.WriteByte(')')
@@ -1499,18 +1500,18 @@ func familyAttrs(op graph.Op, batch int) any {
 		return struct {
 			graph.Window
 			X string
-		}{op.Window, batchAxis(op.X, batch)}
+		}{op.Window, batchShape(op.X, batch)}
 	case graph.Reshape:
-		return struct{ Shape string }{batchAxis(op.Shape, batch)}
+		return struct{ Shape string }{batchShape(op.Shape, batch)}
 	}
 	return op
 }
 
-// batchAxis writes s with its leading axis as a multiple or a part of the
+// batchShape writes s with its leading axis as a multiple or a part of the
 // batch ("b", "8b", "b/8"), or as it is where neither divides the other.
-// (The batch is an input's leading axis, which may hold a sequence's
+// (The batch is an input's batch axis, which may hold a sequence's
 // tokens as well, as a reshape's [b·seq, hidden] does.)
-func batchAxis(s graph.Shape, batch int) string {
+func batchShape(s graph.Shape, batch int) string {
 	switch {
 	case len(s) == 0 || batch <= 0 || s[0] <= 0:
 		return s.String()
@@ -1534,11 +1535,38 @@ func withLead(s graph.Shape, lead string) string {
 }
 
 // batchless writes a spec with its leading (batch) axis as "b".
-func batchless(s graph.Spec) string {
-	if len(s.Shape) == 0 {
+func batchless(s graph.Spec) string { return batchlessAt(s, 0) }
+
+// batchlessAt writes a spec with its axis axis as "b" (as it is if it has
+// no such axis).
+func batchlessAt(s graph.Spec, axis int) string {
+	if len(s.Shape) <= axis {
 		return s.String()
 	}
-	return s.DType.String() + withLead(s.Shape, "b")
+	parts := make([]string, len(s.Shape))
+	for i, d := range s.Shape {
+		parts[i] = strconv.Itoa(d)
+	}
+	parts[axis] = "b"
+	return s.DType.String() + "[" + strings.Join(parts, ",") + "]"
+}
+
+// batchAxisOf is the axis of t that holds the micro-batch: the leading
+// one, but for the statistics [parts, T, 3] of a vocabulary-parallel loss
+// (graph.VocabStats), their sum over the tensor-parallel group and their
+// gradient (graph.VocabLossGrad), whose second axis holds the batch's
+// tokens.
+func batchAxisOf(t *graph.Tensor) int {
+	for n := t.Producer; n != nil; n = n.Inputs[0].Producer {
+		switch n.Op.(type) {
+		case graph.VocabStats, graph.VocabLossGrad:
+			return 1
+		case graph.TPSum:
+			continue
+		}
+		return 0
+	}
+	return 0
 }
 
 // workShape encodes a node's work as integers for exact-shape cost

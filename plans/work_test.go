@@ -83,25 +83,30 @@ func TestAllReduceTraffic(t *testing.T) {
 
 // A layer is one shape family at every batch size: a task's Family, which
 // calibration interpolates over the batch sizes it measured, is the same
-// at batch 4 and 8 for every task of every kind of model (so no attribute
-// names the batch: a convolution's data gradient names its input's shape,
-// a reshape its target's).
+// at batch 4 and 8 for every task of every kind of model, alone and under
+// tensor, sequence, pipeline and data parallelism with ZeRO and recompute
+// (so no attribute names the batch: a convolution's data gradient names
+// its input's shape, a reshape its target's; and a vocabulary-parallel
+// loss's statistics [parts, T, 3] hold it on their second axis).
 func TestFamiliesSpanBatches(t *testing.T) {
-	for _, model := range []string{
-		"mlp", "mnist-cnn", "cifar-cnn", "resnet:depth=18,image=32", "resnet:depth=50,image=32", "mlp3x4096:width=64",
-		"bert:layers=1,hidden=32,heads=2,seq=8,vocab=64,tie=on",
-		"gpt:layers=1,hidden=32,heads=2,seq=8,vocab=64", "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=64,attention=flash",
-		"llama:layers=1,hidden=32,heads=2,kv_heads=1,ffn=64,seq=8,vocab=64",
-		"llama-blocks:layers=1,hidden=32,heads=2,ffn=64,seq=8",
-		"gpt2s-blocks:layers=1,hidden=32,heads=2,seq=8,norm=rms",
+	const gpt, llama = "gpt:layers=1,hidden=32,heads=2,seq=8,vocab=64", "llama:layers=1,hidden=32,heads=2,kv_heads=1,ffn=64,seq=8,vocab=64"
+	for _, c := range []struct{ model, strategy string }{
+		{"mlp", "single"}, {"mnist-cnn", "single"}, {"cifar-cnn", "single"}, {"resnet:depth=18,image=32", "single"},
+		{"resnet:depth=50,image=32", "single"}, {"mlp3x4096:width=64", "single"},
+		{"bert:layers=1,hidden=32,heads=2,seq=8,vocab=64,tie=on", "single"},
+		{gpt, "single"}, {gpt + ",attention=flash", "single"}, {llama, "single"},
+		{"llama-blocks:layers=1,hidden=32,heads=2,ffn=64,seq=8", "single"},
+		{"gpt2s-blocks:layers=1,hidden=32,heads=2,seq=8,norm=rms", "single"},
+		{gpt, "tp=2"}, {gpt, "tp=2,sp=on,pp=2,mb=2,recompute=full"}, {"llama:layers=1,hidden=32,heads=2,ffn=64,seq=8,vocab=64", "dp=2,tp=2,sp=on,zero=3"},
+		{"mnist-cnn", "dp=2,pp=2,mb=2,zero=1"},
 	} {
-		t.Run(model, func(t *testing.T) {
+		t.Run(c.model+"/"+c.strategy, func(t *testing.T) {
 			families := map[string]string{}
-			for _, task := range mustCompile(t, model, "single", 4).Tasks {
+			for _, task := range mustCompile(t, c.model, c.strategy, 4).Tasks {
 				families[task.Name] = task.Family
 			}
 			compared := 0
-			for _, task := range mustCompile(t, model, "single", 8).Tasks {
+			for _, task := range mustCompile(t, c.model, c.strategy, 8).Tasks {
 				if task.Family == "" {
 					continue
 				}

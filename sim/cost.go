@@ -194,6 +194,7 @@ func UncalibratedOps(p *plans.Plan, c *cost.Calibration) ([]string, error) {
 	}
 	m := cost.NewComputeModel(c)
 	kinds := map[string]map[string]bool{} // key → kind lacked → measured at other shapes
+	priced := map[string]bool{}           // key and task Key, once
 	for t := range p.Tasks {
 		task := &p.Tasks[t]
 		if task.Op == nil {
@@ -203,18 +204,23 @@ func UncalibratedOps(p *plans.Plan, c *cost.Calibration) ([]string, error) {
 		if err != nil {
 			return nil, err
 		}
-		if c.For(spec) == nil {
+		dc := c.For(spec)
+		if dc == nil {
 			continue // CheckCalibration's to report
 		}
-		kind, other := task.Op.Type, false
+		key, kind, other := cost.CalibrationKey(spec), task.Op.Type, false
 		if !c.LacksOp(spec, kind) {
+			k := key + "\x00" + task.Key
+			if kinds[key][kind] || priced[k] {
+				continue
+			}
+			priced[k] = true
 			pr, err := m.Predict(spec, p.Work(t))
 			if err != nil || pr.Source != cost.FromDefault {
 				continue
 			}
-			other = true
+			other = dc.Ops[kind] != nil // else "*"'s, not the kind's
 		}
-		key := cost.CalibrationKey(spec)
 		if kinds[key] == nil {
 			kinds[key] = map[string]bool{}
 		}

@@ -417,6 +417,12 @@ func TestUncalibratedOps(t *testing.T) {
 	ops, err = UncalibratedOps(p, cal)
 	require.NoError(t, err)
 	require.Empty(t, ops, "its family measured")
+	// A kind left to a "*" measured only elsewhere is not the kind's.
+	delete(fits, "relu_grad")
+	fits["*"] = &measured
+	ops, err = UncalibratedOps(p, cal)
+	require.NoError(t, err)
+	require.Equal(t, []string{"cpu/1: relu_grad"}, ops)
 }
 
 // Between CPU devices, transfers and all-reduces are in-process copies

@@ -563,12 +563,12 @@ func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, *cost.Calibratio
 		if !slices.Contains(models, p.Model) {
 			models = append(models, p.Model)
 		}
-		batches := ""
+		shapes := ""
 		if strings.Contains(strings.Join(ops, ";"), "(other shapes only)") {
-			batches = fmt.Sprintf(" --batches …,%d,… (the plan's micro-batch among those measured)", p.MicroBatch)
+			shapes = fmt.Sprintf("; for the kinds measured at other shapes only, at the plan's micro-batch (%d) among others", p.MicroBatch)
 		}
-		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models %s%s')\n",
-			path, strings.Join(ops, "; "), strings.Join(models, ","), batches)
+		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models %s')%s\n",
+			path, strings.Join(ops, "; "), strings.Join(models, ","), shapes)
 	}
 	return cost.NewComputeModel(c), c, nil
 }

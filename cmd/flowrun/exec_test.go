@@ -226,3 +226,35 @@ func TestExecInterruptedAtOnce(t *testing.T) {
 	cmd.SetErr(io.Discard)
 	require.EqualError(t, cmd.ExecuteContext(ctx), "interrupted before the first of 3 runs finished: nothing measured")
 }
+
+// A calibration that measured a kind at other shapes only prices the
+// plan's by the catalog, and the note says so, with the micro-batch to
+// calibrate at.
+func TestLoadModelNotesOtherShapes(t *testing.T) {
+	st, err := plans.ParseStrategy("dp=2,mb=3:1", 64)
+	require.NoError(t, err)
+	devs := []plans.Device{{Name: "cpu0", Type: "cpu", Workers: 1}, {Name: "cpu1", Type: "cpu", Workers: 1}}
+	p, err := plans.Compile(plans.Config{Model: "mnist-cnn", Batch: 64, Strategy: st, Optimizer: graph.SGD{LR: 0.01}, Devices: devs})
+	require.NoError(t, err)
+	cpu, err := topology.Spec("cpu", 1)
+	require.NoError(t, err)
+	measured, err := cost.ExactOnly(cpu, []cost.Sample{{Work: cost.Work{Kind: "conv2d_grad_data", FLOPs: 1e6, Bytes: 1e4, DType: "f32", Shape: []int{1, 2, 3}}, Time: time.Millisecond}})
+	require.NoError(t, err)
+	cal := cost.NewCalibration()
+	cal.Devices["cpu/1"] = &cost.DeviceCalibration{Ops: map[string]*cost.OpFit{"conv2d_grad_data": &measured}}
+	path := filepath.Join(t.TempDir(), "calib.json")
+	require.NoError(t, cal.WriteFile(path))
+
+	r, w, err := os.Pipe()
+	require.NoError(t, err)
+	stderr := os.Stderr
+	os.Stderr = w
+	_, _, err = loadModel(path, p)
+	os.Stderr = stderr
+	require.NoError(t, w.Close())
+	require.NoError(t, err)
+	note, err := io.ReadAll(r)
+	require.NoError(t, err)
+	require.Contains(t, string(note), "conv2d_grad_data (other shapes only)")
+	require.Contains(t, string(note), "for the kinds measured at other shapes only, at the plan's micro-batch (16) among others")
+}
