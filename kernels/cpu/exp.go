@@ -59,7 +59,10 @@ func expIntoGo(x, y []float32, m float32, s float64) float64 {
 
 // sumExp returns Σ exp(x − m) for a row whose maximum is m: a sum in
 // [1, len(x)] whatever the size of the logits.
-func sumExp(x []float32, m float32) float64 {
+func sumExp(x []float32, m float32) float64 { return sumExpImpl(x, m) }
+
+// sumExpGo is sumExp in Go.
+func sumExpGo(x []float32, m float32) float64 {
 	var s float64 // expInto's loop, storing nothing
 	for _, v := range x {
 		d := float64(v) - float64(m)

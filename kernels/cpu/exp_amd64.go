@@ -8,13 +8,26 @@ import (
 	"golang.org/x/sys/cpu"
 )
 
-// expIntoImpl is expInto's loop on this CPU: expIntoAVX2 where it runs.
-var expIntoImpl = func() func(x, y []float32, m float32) float64 {
+// expIntoImpl and sumExpImpl are expInto's and sumExp's loops on this
+// CPU: expIntoAVX2's where it runs.
+var expIntoImpl, sumExpImpl = func() (func(x, y []float32, m float32) float64, func(x []float32, m float32) float64) {
 	if cpu.X86.HasAVX2 {
-		return expIntoAVX2
+		return func(x, y []float32, m float32) float64 { return expIntoAVX2(x, y, m, 0) }, sumExpAVX2
 	}
-	return func(x, y []float32, m float32) float64 { return expIntoGo(x, y, m, 0) }
+	return func(x, y []float32, m float32) float64 { return expIntoGo(x, y, m, 0) }, sumExpGo
 }()
+
+// sumExpAVX2 is sumExp by expIntoAVX2, a block of values at a time into
+// scratch: the same sum.
+func sumExpAVX2(x []float32, m float32) float64 {
+	var scratch [512]float32
+	var s float64
+	for i := 0; i < len(x); i += len(scratch) {
+		block := x[i:min(i+len(scratch), len(x))]
+		s = expIntoAVX2(block, scratch[:len(block)], m, s)
+	}
+	return s
+}
 
 // expConsts are the constants of expIntoGo's arithmetic, each four times
 // (a row per vector register): scale, shift, step, the polynomial's 1/24,
@@ -33,11 +46,10 @@ var expConsts = func() (c [10][4]uint64) {
 
 // expIntoAVX2 is expIntoGo, four values at a time while all four are in
 // (−708, 0] after subtracting m; a group with a value outside, and the
-// last values, go to the Go loop. The sum is added value by value, in
-// order, as there.
-func expIntoAVX2(x, y []float32, m float32) float64 {
+// last values, go to the Go loop. The sum, from s, is added value by
+// value, in order, as there.
+func expIntoAVX2(x, y []float32, m float32, s float64) float64 {
 	y = y[:len(x)]
-	var s float64
 	for i := 0; i < len(x); {
 		if n := (len(x) - i) &^ 3; n > 0 {
 			var done int

@@ -72,7 +72,7 @@ func BenchmarkExp(b *testing.B) {
 }
 
 // expInto on this CPU (four at a time with AVX2) gives expIntoGo's bits,
-// value for value and in its sum, for rows of every length up to 19 with
+// value for value and in its sum, and sumExp sumExpGo's, for rows of every length up to 19 with
 // values out of the fast range (NaN, ±∞, > 0, ≤ −708) at every position
 // among ones in it, and for long random rows.
 func TestExpIntoSameBits(t *testing.T) {
@@ -84,6 +84,9 @@ func TestExpIntoSameBits(t *testing.T) {
 		ws, gs := expIntoGo(x, want, m, 0), expInto(x, got, m)
 		if math.Float64bits(ws) != math.Float64bits(gs) && !(math.IsNaN(ws) && math.IsNaN(gs)) {
 			t.Fatalf("%v − %g: sum %v, want %v", x, m, gs, ws)
+		}
+		if ws, gs := sumExpGo(x, m), sumExp(x, m); math.Float64bits(ws) != math.Float64bits(gs) && !(math.IsNaN(ws) && math.IsNaN(gs)) {
+			t.Fatalf("%v − %g: sumExp %v, want %v", x, m, gs, ws)
 		}
 		for i := range x {
 			if math.Float32bits(got[i]) != math.Float32bits(want[i]) && !(got[i] != got[i] && want[i] != want[i]) {
