@@ -15,6 +15,11 @@ import "math"
 // 2^(j/32) ∈ [1, 2) by adding to its exponent, which stays normal for x >
 // −708. Outside (−708, 0] — NaN, −∞, exponentials that are not normal
 // float64s, and x > 0 — the result is math.Exp's.
+//
+// Every product is converted to float64 before it is added (the Go spec's
+// way to forbid fusing the two into one rounding), so the bits are the
+// same whether or not the compiler may use FMA instructions (GOAMD64=v3),
+// and the same as the AVX2 loop's (exp_amd64.s).
 const (
 	expSteps = 32
 	expShift = 0x1.8p52
@@ -43,11 +48,11 @@ func expIntoGo(x, y []float32, m float32, s float64) float64 {
 		d := float64(v) - float64(m)
 		var e float64
 		if d <= 0 && d > expMin {
-			kd := d*expScale + expShift
+			kd := float64(d*expScale) + expShift
 			k := int64(math.Float64bits(kd) - math.Float64bits(expShift))
-			r := d - (kd-expShift)*expStep
-			p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24))))
-			e = p * math.Float64frombits(math.Float64bits(expTable[k&(expSteps-1)])+uint64(k>>5)<<52)
+			r := d - float64((kd-expShift)*expStep)
+			p := 1 + float64(r*(1+float64(r*(1.0/2+float64(r*(1.0/6+float64(r*(1.0/24))))))))
+			e = float64(p * math.Float64frombits(math.Float64bits(expTable[k&(expSteps-1)])+uint64(k>>5)<<52))
 		} else {
 			e = math.Exp(d)
 		}
@@ -67,11 +72,11 @@ func sumExpGo(x []float32, m float32) float64 {
 	for _, v := range x {
 		d := float64(v) - float64(m)
 		if d <= 0 && d > expMin {
-			kd := d*expScale + expShift
+			kd := float64(d*expScale) + expShift
 			k := int64(math.Float64bits(kd) - math.Float64bits(expShift))
-			r := d - (kd-expShift)*expStep
-			p := 1 + r*(1+r*(1.0/2+r*(1.0/6+r*(1.0/24))))
-			s += p * math.Float64frombits(math.Float64bits(expTable[k&(expSteps-1)])+uint64(k>>5)<<52)
+			r := d - float64((kd-expShift)*expStep)
+			p := 1 + float64(r*(1+float64(r*(1.0/2+float64(r*(1.0/6+float64(r*(1.0/24))))))))
+			s += float64(p * math.Float64frombits(math.Float64bits(expTable[k&(expSteps-1)])+uint64(k>>5)<<52))
 		} else {
 			s += math.Exp(d)
 		}
