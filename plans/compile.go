@@ -1458,9 +1458,9 @@ func workKey(n *graph.Node) string {
 	return b.String()
 }
 
-// workFamily is workKey with the micro-batch dimension — the leading axis
-// of every input that is not a weight or optimizer state, and of the
-// attributes' shapes that follow it (familyAttrs) — left out.
+// workFamily is workKey with the micro-batch dimension — the batch axis
+// of every input that is not a weight or optimizer state (batchAxisOf),
+// and the attributes' shapes that follow it (familyAttrs) — left out.
 func workFamily(n *graph.Node) string {
 	var b strings.Builder
 	b.WriteString(n.Op.Type())
@@ -1490,10 +1490,11 @@ func workFamily(n *graph.Node) string {
 // familyAttrs is what workFamily writes of an op's attributes: the op,
 // except where an attribute is a shape that follows the micro-batch (the
 // input shape of a convolution's data gradient, a reshape's target). Its
-// leading axis is written relative to the batch, the leading axis of the
-// op's first input that is not persistent: X [4,32,14,14] at 4 as
-// "[b,32,14,14]", a reshape of [4,8,32] to [32,32] as "[8b,32]". A family holds one layer's shapes at any batch size only if
-// its attributes do not name the batch (TestFamiliesSpanBatches).
+// leading axis is written relative to batch, the batch axis of the op's
+// first input that is not persistent: X [4,32,14,14] at 4 as
+// "[b,32,14,14]", a reshape of [4,8,32] to [32,32] as "[8b,32]". A family
+// holds one layer's shapes at any batch size only if its attributes do
+// not name the batch (TestFamiliesSpanBatches).
 func familyAttrs(op graph.Op, batch int) any {
 	switch op := op.(type) {
 	case graph.Conv2DGradData:
