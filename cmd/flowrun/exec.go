@@ -185,7 +185,7 @@ func runExec(cmd *cobra.Command, path string, f execFlags) error {
 	)
 	if f.compare { // before the runs, which a bad --calib or --cluster would waste
 		var calib *cost.Calibration
-		if model, calib, err = loadModel(f.calib, p); err != nil {
+		if model, calib, err = loadModel(f.calib, path, p); err != nil {
 			return err
 		}
 		if speeds, err = runtime.SpeedChecks(calib, p.Devices); err != nil {
@@ -537,8 +537,9 @@ func sharedHostNote(p *plans.Plan, ranks []int) string {
 
 // loadModel returns the compute model of a calibration file and the
 // calibration, or the catalog defaults' model (and no calibration) when
-// path is empty; the calibration must hold some of p's devices.
-func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, *cost.Calibration, error) {
+// path is empty; the calibration must hold some of p's devices, the plan
+// read from planPath.
+func loadModel(path, planPath string, p *plans.Plan) (*cost.ComputeModel, *cost.Calibration, error) {
 	if path == "" {
 		fmt.Fprintln(os.Stderr, "flowrun: no --calib: predicting from the device catalog's default efficiencies (run 'flowrun calibrate' for real figures)")
 		return cost.NewComputeModel(nil), nil, nil
@@ -559,18 +560,45 @@ func loadModel(path string, p *plans.Plan) (*cost.ComputeModel, *cost.Calibratio
 		return nil, nil, err
 	}
 	if len(ops) > 0 {
+		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; %s\n",
+			path, strings.Join(ops, "; "), calibrateAdvice(ops, planPath, p))
+	}
+	return cost.NewComputeModel(c), c, nil
+}
+
+// calibrateAdvice says how to calibrate the kernels ops (sim.UncalibratedOps's
+// lines, "KEY: kinds") of p, read from planPath: a CPU's with the plan's
+// model among the models 'flowrun calibrate' runs, at the plan's
+// micro-batch where a kind was measured at other shapes only; a GPU's by
+// timing the plan's own tasks.
+func calibrateAdvice(ops []string, planPath string, p *plans.Plan) string {
+	var cpu, gpu, otherShapes bool
+	for _, line := range ops {
+		typ, _, _ := strings.Cut(line, ":")
+		typ, _, _ = strings.Cut(typ, "/")
+		if spec, err := topology.Spec(typ, 1); err == nil && spec.Class != topology.CPU {
+			gpu = true
+			continue
+		}
+		cpu = true
+		otherShapes = otherShapes || strings.Contains(line, "(other shapes only)")
+	}
+	var advice []string
+	if cpu {
 		models := zoo.SplitNames(defaultCalibModels)
 		if !slices.Contains(models, p.Model) {
 			models = append(models, p.Model)
 		}
-		shapes := ""
-		if strings.Contains(strings.Join(ops, ";"), "(other shapes only)") {
-			shapes = fmt.Sprintf("; for the kinds measured at other shapes only, at the plan's micro-batch (%d) among others", p.MicroBatch)
+		a := fmt.Sprintf("calibrate the CPU with the plan's model among others ('flowrun calibrate --models %s')", strings.Join(models, ","))
+		if otherShapes {
+			a += fmt.Sprintf(", for the kinds measured at other shapes only at the plan's micro-batch (%d) among others (--batches)", p.MicroBatch)
 		}
-		fmt.Fprintf(os.Stderr, "flowrun: note: --calib %s has no fit of some of the plan's kernels (%s), which are predicted from the catalog's efficiencies; calibrate with the plan's model among others ('flowrun calibrate --models %s')%s\n",
-			path, strings.Join(ops, "; "), strings.Join(models, ","), shapes)
+		advice = append(advice, a)
 	}
-	return cost.NewComputeModel(c), c, nil
+	if gpu {
+		advice = append(advice, fmt.Sprintf("calibrate the GPU on the plan's own tasks ('flowrun calibrate --device cuda --plans %s')", planPath))
+	}
+	return strings.Join(advice, "; ")
 }
 
 // writeChrome writes tr, a trace of p, to path as Chrome JSON, with live

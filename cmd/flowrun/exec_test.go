@@ -249,12 +249,26 @@ func TestLoadModelNotesOtherShapes(t *testing.T) {
 	require.NoError(t, err)
 	stderr := os.Stderr
 	os.Stderr = w
-	_, _, err = loadModel(path, p)
+	_, _, err = loadModel(path, "plan.json", p)
 	os.Stderr = stderr
 	require.NoError(t, w.Close())
 	require.NoError(t, err)
 	note, err := io.ReadAll(r)
 	require.NoError(t, err)
 	require.Contains(t, string(note), "conv2d_grad_data (other shapes only)")
-	require.Contains(t, string(note), "for the kinds measured at other shapes only, at the plan's micro-batch (16) among others")
+	require.Contains(t, string(note), "calibrate the CPU with the plan's model among others ('flowrun calibrate --models ")
+	require.Contains(t, string(note), "for the kinds measured at other shapes only at the plan's micro-batch (16) among others (--batches)")
+	require.NotContains(t, string(note), "--device cuda")
+}
+
+// A GPU's kernels are calibrated on the plan's own tasks, a CPU's with
+// models: the advice says which.
+func TestCalibrateAdvice(t *testing.T) {
+	p := &plans.Plan{Model: "mnist-cnn", MicroBatch: 32}
+	got := calibrateAdvice([]string{"H200: conv2d (other shapes only), relu_grad"}, "p.json", p)
+	require.Equal(t, "calibrate the GPU on the plan's own tasks ('flowrun calibrate --device cuda --plans p.json')", got)
+	got = calibrateAdvice([]string{"H200: conv2d", "cpu/2: relu_grad"}, "p.json", p)
+	require.Contains(t, got, "calibrate the CPU with the plan's model among others ('flowrun calibrate --models ")
+	require.Contains(t, got, "; calibrate the GPU on the plan's own tasks")
+	require.NotContains(t, got, "--batches", "no kind measured at other shapes only")
 }
