@@ -1509,21 +1509,29 @@ func familyAttrs(op graph.Op, batch int) any {
 }
 
 // batchShape writes s with its leading axis as a multiple or a part of the
-// batch ("b", "8b", "b/8"), or as it is where neither divides the other.
-// (The batch is an input's batch axis, which may hold a sequence's
-// tokens as well, as a reshape's [b·seq, hidden] does.)
+// batch, in lowest terms ("b", "8b", "b/8", "3b/2"). (The batch is an
+// input's batch axis, which may hold a sequence's tokens as well, as a
+// reshape's [b·seq, hidden] does.)
 func batchShape(s graph.Shape, batch int) string {
-	switch {
-	case len(s) == 0 || batch <= 0 || s[0] <= 0:
+	if len(s) == 0 || batch <= 0 || s[0] <= 0 {
 		return s.String()
-	case s[0] == batch:
-		return withLead(s, "b")
-	case s[0]%batch == 0:
-		return withLead(s, strconv.Itoa(s[0]/batch)+"b")
-	case batch%s[0] == 0:
-		return withLead(s, "b/"+strconv.Itoa(batch/s[0]))
 	}
-	return s.String()
+	g := gcd(s[0], batch)
+	lead := "b"
+	if n := s[0] / g; n != 1 {
+		lead = strconv.Itoa(n) + lead
+	}
+	if d := batch / g; d != 1 {
+		lead += "/" + strconv.Itoa(d)
+	}
+	return withLead(s, lead)
+}
+
+func gcd(a, b int) int {
+	for b != 0 {
+		a, b = b, a%b
+	}
+	return a
 }
 
 // withLead writes a shape of at least one axis with its leading axis as

@@ -119,3 +119,23 @@ func TestFamiliesSpanBatches(t *testing.T) {
 		})
 	}
 }
+
+// batchShape writes an attribute's leading axis relative to the batch, in
+// lowest terms.
+func TestBatchShape(t *testing.T) {
+	for _, c := range []struct {
+		s     graph.Shape
+		batch int
+		want  string
+	}{
+		{graph.Shape{4, 32, 14, 14}, 4, "[b,32,14,14]"},
+		{graph.Shape{32, 32}, 4, "[8b,32]"},
+		{graph.Shape{4, 8, 32}, 32, "[b/8,8,32]"},
+		{graph.Shape{6, 5}, 4, "[3b/2,5]"},
+		{graph.Shape{7}, 7, "[b]"},
+		{graph.Shape{}, 4, "[]"},
+		{graph.Shape{3, 2}, 0, "[3,2]"},
+	} {
+		require.Equal(t, c.want, batchShape(c.s, c.batch), "%v at %d", c.s, c.batch)
+	}
+}
